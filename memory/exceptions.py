@@ -1,0 +1,49 @@
+"""Domain errors of the memory app. They carry no HTTP; ``memory.views`` maps them to statuses."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from django.db import InterfaceError, OperationalError
+
+
+class MemoryException(Exception):
+    """Base class of every error the memory app raises on purpose."""
+
+
+class FactNotFound(MemoryException):
+    """The owner has no fact under that key."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"No fact {key!r}.")
+        self.key = key
+
+
+class FactVersionConflict(MemoryException):
+    """A write named an expected version that is no longer the fact's current one."""
+
+    def __init__(self, key: str, expected: int, current: int | None) -> None:
+        super().__init__(
+            f"Fact {key!r} is at version {current}, not {expected}."
+            if current is not None
+            else f"Fact {key!r} does not exist, so it is not at version {expected}."
+        )
+        self.key = key
+        self.expected = expected
+        self.current = current
+
+
+class MemoryUnavailable(MemoryException):
+    """The database, the source of truth, could not be reached; nothing was stored."""
+
+
+class database_guard(contextlib.ContextDecorator):
+    """Turn a lost database connection into ``MemoryUnavailable`` (a decorator or a ``with``)."""
+
+    def __enter__(self) -> database_guard:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None and isinstance(exc, (OperationalError, InterfaceError)):
+            raise MemoryUnavailable(f"The database is unavailable: {exc}") from exc

@@ -1,0 +1,174 @@
+"""Tables of the app: the memory owner (its seq counter and cache stamp), sessions, turns,
+facts and every version of every fact. Postgres is the truth; Redis only copies it."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class Owner(models.Model):
+    """The end user a memory belongs to, by the chat product's external id.
+
+    Its row is the per-owner lock every write takes; ``last_seq`` hands out turn numbers and
+    ``stamp`` marks each committed change so that the cache can tell fresh from stale.
+    """
+
+    external_id = models.CharField(max_length=128, unique=True)
+    last_seq = models.BigIntegerField(default=0)
+    # NOTE: ``stamp`` comes from one database-wide sequence, so it grows across a forget and
+    # a re-creation of the same external id; the cache compares stamps to refuse stale fills.
+    stamp = models.BigIntegerField(default=0)
+    # NOTE: set in the same transaction as every write while a cache is configured, cleared
+    # once Redis confirmed the update: a transactional outbox for cache invalidations.
+    cache_dirty = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "memory owner"
+        ordering = ["external_id"]
+        permissions = [("access_all_memories", "Can read and write every owner's memory")]
+        indexes = [
+            models.Index(
+                fields=["updated_at"],
+                condition=Q(cache_dirty=True),
+                name="memory_owner_dirty_idx",
+            ),
+            models.Index(fields=["-updated_at"], name="memory_owner_recent_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+
+class Session(models.Model):
+    """A label a chat product gives a run of turns: a tab, a device, a reconnect."""
+
+    owner = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="sessions")
+    session_id = models.CharField(max_length=128)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    turn_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "chat session"
+        ordering = ["-last_seen"]
+        default_permissions = ("view",)
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "session_id"], name="memory_session_owner_sid_uniq"),
+        ]
+        indexes = [models.Index(fields=["owner", "-last_seen"], name="memory_session_recent_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id}/{self.session_id}"
+
+
+class Role(models.TextChoices):
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+    TOOL = "tool"
+
+
+class Turn(models.Model):
+    """One message of a conversation; append-only, numbered 1..N per owner in commit order."""
+
+    owner = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="turns")
+    seq = models.BigIntegerField()
+    session_id = models.CharField(max_length=128)
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField()
+    metadata = models.JSONField(default=dict, blank=True)
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["owner_id", "seq"]
+        default_permissions = ("view", "delete")
+        constraints = [
+            # NOTE: also the index that keeps "the last N turns of one owner" flat as history grows.
+            models.UniqueConstraint(fields=["owner", "seq"], name="memory_turn_owner_seq_uniq"),
+            models.UniqueConstraint(
+                fields=["owner", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="memory_turn_idempotency_uniq",
+            ),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="memory_turn_seq_positive"),
+            models.CheckConstraint(
+                condition=Q(role__in=[choice.value for choice in Role]),
+                name="memory_turn_role_valid",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["owner", "session_id", "seq"], name="memory_turn_session_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id}#{self.seq} {self.role}"
+
+
+class Fact(models.Model):
+    """The current value of one profile fact of an owner (``name``, ``likes``...)."""
+
+    owner = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="facts")
+    key = models.CharField(max_length=64)
+    value = models.JSONField()
+    version = models.PositiveIntegerField(default=1)
+    session_id = models.CharField(max_length=128, null=True, blank=True)
+    source_turn_seq = models.BigIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["owner_id", "key"]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "key"], name="memory_fact_owner_key_uniq"),
+            models.CheckConstraint(condition=Q(version__gte=1), name="memory_fact_version_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id}.{self.key} v{self.version}"
+
+
+class FactVersion(models.Model):
+    """One change of a fact, kept for its history; a delete leaves a ``deleted`` version."""
+
+    owner = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="fact_versions")
+    key = models.CharField(max_length=64)
+    value = models.JSONField(null=True)
+    version = models.PositiveIntegerField()
+    session_id = models.CharField(max_length=128, null=True, blank=True)
+    source_turn_seq = models.BigIntegerField(null=True, blank=True)
+    deleted = models.BooleanField(default=False)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["owner_id", "key", "-version"]
+        default_permissions = ("view",)
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "key", "version"], name="memory_factversion_uniq"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id}.{self.key} v{self.version}{' (deleted)' if self.deleted else ''}"
+
+
+class CacheInvalidation(models.Model):
+    """A forgotten owner whose cached copy is still to be dropped; deleted once Redis confirmed.
+
+    Written in the forget's own transaction (a transactional outbox): the owner row, and with
+    it its dirty mark, is gone by then. Normally lives for milliseconds.
+    """
+
+    external_id = models.CharField(max_length=128)
+    stamp = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        default_permissions = ()
+        indexes = [models.Index(fields=["created_at"], name="memory_cacheinval_created_idx")]
+
+    def __str__(self) -> str:
+        return f"drop cache of {self.external_id} at {self.stamp}"

@@ -1,0 +1,127 @@
+"""The plain dict shapes of the contract (a turn, a fact, a context) and the converters from
+model rows to them. The cache stores exactly these dicts, so a hit needs no conversion."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal, TypedDict
+
+from memory.models import Fact, FactVersion, Session, Turn
+
+
+class TurnPayload(TypedDict):
+    seq: int
+    session_id: str
+    role: str
+    content: str
+    metadata: dict[str, Any]
+    created_at: str
+
+
+class FactPayload(TypedDict):
+    key: str
+    value: Any
+    session_id: str | None
+    updated_at: str
+    version: int
+
+
+class FactVersionPayload(TypedDict):
+    key: str
+    value: Any
+    version: int
+    session_id: str | None
+    updated_at: str
+    source_turn_seq: int | None
+    deleted: bool
+
+
+class SessionPayload(TypedDict):
+    session_id: str
+    first_seen: str
+    last_seen: str
+    turn_count: int
+
+
+class ContextPayload(TypedDict):
+    user_id: str
+    facts: dict[str, Any]
+    turns: list[TurnPayload]
+    source: Literal["cache", "database"]
+
+
+def isoformat(value: dt.datetime) -> str:
+    """ISO-8601 the way DRF writes it: UTC as ``Z``."""
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+TURN_FIELDS = ("seq", "session_id", "role", "content", "metadata", "created_at")
+FACT_FIELDS = ("key", "value", "session_id", "updated_at", "version")
+
+
+def turn_payload(turn: Turn) -> TurnPayload:
+    return {
+        "seq": turn.seq,
+        "session_id": turn.session_id,
+        "role": turn.role,
+        "content": turn.content,
+        "metadata": turn.metadata,
+        "created_at": isoformat(turn.created_at),
+    }
+
+
+def turn_payload_from_row(row: tuple[Any, ...]) -> TurnPayload:
+    """A turn from a ``values_list(*TURN_FIELDS)`` row, without building a model instance."""
+    seq, session_id, role, content, metadata, created_at = row
+    return {
+        "seq": seq,
+        "session_id": session_id,
+        "role": role,
+        "content": content,
+        "metadata": metadata,
+        "created_at": isoformat(created_at),
+    }
+
+
+def fact_payload(fact: Fact) -> FactPayload:
+    return {
+        "key": fact.key,
+        "value": fact.value,
+        "session_id": fact.session_id,
+        "updated_at": isoformat(fact.updated_at),
+        "version": fact.version,
+    }
+
+
+def fact_payload_from_row(row: tuple[Any, ...]) -> FactPayload:
+    """A fact from a ``values_list(*FACT_FIELDS)`` row."""
+    key, value, session_id, updated_at, version = row
+    return {
+        "key": key,
+        "value": value,
+        "session_id": session_id,
+        "updated_at": isoformat(updated_at),
+        "version": version,
+    }
+
+
+def fact_version_payload(version: FactVersion) -> FactVersionPayload:
+    return {
+        "key": version.key,
+        "value": version.value,
+        "version": version.version,
+        "session_id": version.session_id,
+        "updated_at": isoformat(version.updated_at),
+        "source_turn_seq": version.source_turn_seq,
+        "deleted": version.deleted,
+    }
+
+
+def session_payload(session: Session) -> SessionPayload:
+    return {
+        "session_id": session.session_id,
+        "first_seen": isoformat(session.first_seen),
+        "last_seen": isoformat(session.last_seen),
+        "turn_count": session.turn_count,
+    }

@@ -1,0 +1,58 @@
+"""Who may reach which owner's memory: the owner-id mapping and the DRF permission classes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import ImproperlyConfigured
+from django.http import Http404
+from django.utils.module_loading import import_string
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+
+from memory.conf import conf
+
+ACCESS_ALL = "memory.access_all_memories"
+
+
+def default_owner_id(user: AbstractBaseUser | AnonymousUser) -> str | None:
+    """The owner id an ordinary user may reach: their username (``OWNER_RESOLVER`` default)."""
+    if not user.is_authenticated:
+        return None
+    return user.get_username()
+
+
+def owner_id_for(user: AbstractBaseUser | AnonymousUser) -> str | None:
+    """Apply ``MEMORY["OWNER_RESOLVER"]``; an unimportable path names the setting."""
+    path = conf.OWNER_RESOLVER
+    try:
+        resolver = import_string(path)
+    except ImportError as e:
+        raise ImproperlyConfigured(f"MEMORY['OWNER_RESOLVER'] {path!r} cannot be imported: {e}") from e
+    return resolver(user)  # type: ignore[no-any-return]
+
+
+def is_service_caller(user: AbstractBaseUser | AnonymousUser) -> bool:
+    """Staff, or holders of ``memory.access_all_memories``, reach every owner."""
+    return bool(user.is_authenticated and (user.is_staff or user.has_perm(ACCESS_ALL)))
+
+
+def can_reach(user: AbstractBaseUser | AnonymousUser, owner_id: str) -> bool:
+    """Whether ``user`` may read and write the memory of ``owner_id``."""
+    if not user.is_authenticated:
+        return False
+    return is_service_caller(user) or owner_id_for(user) == owner_id
+
+
+class CanReachOwner(BasePermission):
+    """The caller reaches the ``user_id`` of the URL; anyone else's memory is a 404."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if not request.user or not request.user.is_authenticated:
+            return False
+        owner_id = view.kwargs.get("user_id")
+        if owner_id is not None and not can_reach(request.user, owner_id):
+            # NOTE: 404, not 403: a stranger learns nothing, not even that the owner exists.
+            raise Http404
+        return True

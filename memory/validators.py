@@ -1,0 +1,106 @@
+"""Input rules of the contract (owner ids, fact keys, session ids, turn content, JSON values),
+shared by the services (the Python API) and the DRF serializers (the HTTP API)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+from django.core.exceptions import ValidationError
+
+from memory.conf import conf
+
+OWNER_ID_RE = re.compile(r"^[A-Za-z0-9_\-.@:]{1,128}$")
+FACT_KEY_RE = re.compile(r"^[a-z0-9_\-.]{1,64}$")
+IDEMPOTENCY_KEY_RE = re.compile(r"^[\x20-\x7e]{1,128}$")
+# NOTE: control characters (NUL above all: Postgres rejects it in text) have no place in a label.
+SESSION_ID_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
+MAX_JSON_DEPTH = 32
+
+
+def validate_owner_id(value: str) -> None:
+    """An owner id is 1-128 characters of letters, digits and ``_ - . @ :``."""
+    if not isinstance(value, str) or not OWNER_ID_RE.fullmatch(value):
+        raise ValidationError(
+            "Enter 1-128 characters of letters, digits and _ - . @ :", code="invalid_owner_id"
+        )
+
+
+def validate_fact_key(value: str) -> None:
+    """A fact key is 1-64 characters of lower-case letters, digits and ``_ - .``."""
+    if not isinstance(value, str) or not FACT_KEY_RE.fullmatch(value):
+        raise ValidationError(
+            "Enter 1-64 characters of lower-case letters, digits and _ - .", code="invalid_key"
+        )
+
+
+def validate_session_id(value: str) -> None:
+    """A session id is 1-128 characters with no control characters."""
+    if not isinstance(value, str) or not SESSION_ID_RE.fullmatch(value):
+        raise ValidationError(
+            "Enter 1-128 characters with no control characters.", code="invalid_session_id"
+        )
+
+
+def validate_idempotency_key(value: str) -> None:
+    """An idempotency key is 1-128 printable ASCII characters."""
+    if not isinstance(value, str) or not IDEMPOTENCY_KEY_RE.fullmatch(value):
+        raise ValidationError(
+            "Enter 1-128 printable ASCII characters.", code="invalid_idempotency_key"
+        )
+
+
+def validate_content(value: str) -> None:
+    """Turn content is text of at most ``MEMORY["MAX_TURN_CHARS"]`` characters with no NUL."""
+    if not isinstance(value, str):
+        raise ValidationError("Content must be a string.", code="invalid")
+    limit = conf.MAX_TURN_CHARS
+    if len(value) > limit:
+        raise ValidationError(
+            f"Ensure this field has no more than {limit} characters.", code="max_length"
+        )
+    if "\x00" in value:
+        raise ValidationError("Null characters are not allowed.", code="null_characters_not_allowed")
+
+
+def _json_walk(value: Any, depth: int) -> None:
+    if depth > MAX_JSON_DEPTH:
+        raise ValidationError(f"Nested deeper than {MAX_JSON_DEPTH} levels.", code="too_deep")
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValidationError("Null characters are not allowed.", code="null_characters_not_allowed")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValidationError("Object keys must be strings.", code="invalid")
+            _json_walk(key, depth + 1)
+            _json_walk(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _json_walk(item, depth + 1)
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValidationError("NaN and infinity are not JSON.", code="invalid")
+    elif value is not None and not isinstance(value, (bool, int)):
+        raise ValidationError("Not a JSON value.", code="invalid")
+
+
+def validate_json_value(value: Any) -> None:
+    """Any JSON value that Postgres ``jsonb`` stores: no NUL in strings, bounded depth and size."""
+    _json_walk(value, 0)
+    try:
+        size = len(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError) as e:
+        raise ValidationError("Not a JSON value.", code="invalid") from e
+    if size > conf.MAX_JSON_BYTES:
+        raise ValidationError(
+            f"Ensure this value is at most {conf.MAX_JSON_BYTES} bytes of JSON.", code="too_large"
+        )
+
+
+def validate_metadata(value: Any) -> None:
+    """Turn metadata is a JSON object (see ``validate_json_value``)."""
+    if not isinstance(value, dict):
+        raise ValidationError("Metadata must be a JSON object.", code="invalid")
+    validate_json_value(value)

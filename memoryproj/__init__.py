@@ -1,0 +1,1 @@
+"""The demo project that mounts the ``memory`` app, configured by environment variables."""

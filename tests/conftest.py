@@ -1,0 +1,147 @@
+"""Fixtures of the suite: users and API clients, a clean cache per test, and caches that are
+down (a dead port) or of the test's own (a redis-server it may flush, kill or pause)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Permission, User
+from django.core.cache import caches
+from django.test import override_settings
+from rest_framework.test import APIClient
+
+from memory import reconcile, store
+from tests.servers import RedisServer
+
+
+def _memory_settings(**overrides: Any) -> dict[str, Any]:
+    return {**settings.MEMORY, **overrides}
+
+
+def _clean_keys() -> None:
+    client = caches["memory"].client.get_client(write=True)
+    keys = list(client.scan_iter(match=f"{settings.TEST_KEY_PREFIX}*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+def _reset_process_state() -> None:
+    store.health.reset()
+    reconcile.reset()
+
+
+@pytest.fixture(autouse=True)
+def _clean_cache() -> Iterator[None]:
+    """Every test starts with no cached memory and a healthy, quiet cache layer."""
+    _reset_process_state()
+    _clean_keys()
+    yield
+    _clean_keys()
+    _reset_process_state()
+
+
+@pytest.fixture
+def memory_settings() -> Any:
+    """``with memory_settings(CACHE_TTL=1):`` overrides MEMORY keys, keeping the test prefix."""
+    return lambda **overrides: override_settings(MEMORY=_memory_settings(**overrides))
+
+
+@pytest.fixture
+def redis_client() -> Any:
+    """The raw redis-py client of the memory alias (the shared test Redis)."""
+    return caches["memory"].client.get_client(write=True)
+
+
+@pytest.fixture
+def dead_cache() -> Iterator[None]:
+    """The memory alias points at a port where no Redis listens."""
+    with override_settings(MEMORY=_memory_settings(CACHE_ALIAS="dead")):
+        _reset_process_state()
+        yield
+    _reset_process_state()
+
+
+@pytest.fixture
+def no_cache() -> Iterator[None]:
+    """No cache alias at all: every read from the database."""
+    caches_without = {k: v for k, v in settings.CACHES.items() if k != "memory"}
+    with override_settings(CACHES=caches_without, MEMORY=_memory_settings()):
+        yield
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server of this test's own, used as the memory cache; free to flush, kill, pause."""
+    server = RedisServer()
+    server.start()
+    own_caches = {
+        **settings.CACHES,
+        "own": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": server.url,
+            "OPTIONS": {
+                "SOCKET_CONNECT_TIMEOUT": 0.2,
+                "SOCKET_TIMEOUT": 0.2,
+                "SERIALIZER": "memory.codec.OrjsonSerializer",
+            },
+        },
+    }
+    try:
+        with override_settings(CACHES=own_caches, MEMORY=_memory_settings(CACHE_ALIAS="own")):
+            _reset_process_state()
+            yield server
+    finally:
+        server.stop()
+        _reset_process_state()
+
+
+@pytest.fixture
+def service_user(db: None) -> User:
+    user = User.objects.create_user("svc", password="pw")
+    user.user_permissions.add(Permission.objects.get(codename="access_all_memories"))
+    return User.objects.get(pk=user.pk)
+
+
+@pytest.fixture
+def owner_user(db: None) -> User:
+    return User.objects.create_user("wang", password="pw")
+
+
+@pytest.fixture
+def other_user(db: None) -> User:
+    return User.objects.create_user("li", password="pw")
+
+
+@pytest.fixture
+def staff_user(db: None) -> User:
+    return User.objects.create_user("ops", password="pw", is_staff=True)
+
+
+def _client_for(user: User | None) -> APIClient:
+    client = APIClient()
+    if user is not None:
+        client.force_authenticate(user)
+    return client
+
+
+@pytest.fixture
+def service_client(service_user: User) -> APIClient:
+    return _client_for(service_user)
+
+
+@pytest.fixture
+def owner_client(owner_user: User) -> APIClient:
+    return _client_for(owner_user)
+
+
+@pytest.fixture
+def other_client(other_user: User) -> APIClient:
+    return _client_for(other_user)
+
+
+@pytest.fixture
+def anon_client(db: None) -> APIClient:
+    return _client_for(None)

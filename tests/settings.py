@@ -1,0 +1,29 @@
+"""Settings of the test suite: the demo project's, on real Postgres and real Redis.
+
+``tests/services.py`` (a pytest plugin) has set DATABASE_URL and REDIS_URL before this loads.
+"""
+
+from __future__ import annotations
+
+import os
+
+from memoryproj.settings import *  # noqa: F403
+from memoryproj.settings import CACHES, MEMORY
+
+# NOTE: a prefix of this run's own, so that the suite can share a Redis with anything else
+# and clean up after itself without FLUSHDB.
+TEST_KEY_PREFIX = os.environ.get("MEMORY_TEST_KEY_PREFIX") or f"memtest{os.getpid()}"
+MEMORY = {**MEMORY, "KEY_PREFIX": TEST_KEY_PREFIX}
+for _alias in CACHES.values():
+    if "django_redis" in _alias["BACKEND"] and _alias.get("KEY_PREFIX") == "memoryproj":
+        _alias["KEY_PREFIX"] = f"{TEST_KEY_PREFIX}-site"
+
+# A cache alias on a port nothing listens on: Redis "down" by real means (django-redis's own
+# tests do the same with "doesnotexist").
+CACHES["dead"] = {
+    "BACKEND": "django_redis.cache.RedisCache",
+    "LOCATION": "redis://127.0.0.1:1/0",
+    "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.2, "SOCKET_TIMEOUT": 0.2},
+}
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
