@@ -32,7 +32,8 @@ class _Schedule:
 
     def reset(self) -> None:
         self.next_at = 0.0
-        self.local: dict[int, tuple[str, int]] = {}
+        # owner pk -> (owner id, stamp, pending CacheInvalidation pk of a forget or None)
+        self.local: dict[int, tuple[str, int, int | None]] = {}
 
 
 _schedule = _Schedule()
@@ -59,10 +60,12 @@ def invalidation_done(*, pk: int) -> None:
         logger.warning("Could not delete pending cache drop %s: %s", pk, e)
 
 
-def owner_remember(*, owner_pk: int, owner_id: str, stamp: int) -> None:
+def owner_remember(
+    *, owner_pk: int, owner_id: str, stamp: int, pending_pk: int | None = None
+) -> None:
     """Note that this process could not update the owner's cached copy (retried first)."""
     with _schedule.lock:
-        _schedule.local[owner_pk] = (owner_id, stamp)
+        _schedule.local[owner_pk] = (owner_id, stamp, pending_pk)
 
 
 def reconcile_due() -> bool:
@@ -88,12 +91,17 @@ def cache_reconcile(*, grace: float | None = None) -> int:
         _schedule.next_at = time.monotonic() + conf.RECONCILE_INTERVAL
         local = dict(_schedule.local)
     dropped = 0
-    for owner_pk, (owner_id, stamp) in local.items():
+    for owner_pk, entry in local.items():
+        owner_id, stamp, pending_pk = entry
         if not store.memory_drop(owner_id=owner_id, stamp=stamp):
             return dropped
         with _schedule.lock:
-            if _schedule.local.get(owner_pk) == (owner_id, stamp):
+            if _schedule.local.get(owner_pk) == entry:
                 del _schedule.local[owner_pk]
+        if pending_pk is not None:
+            invalidation_done(pk=pending_pk)
+        else:
+            owner_dirty_clear(owner_pk=owner_pk, stamp=stamp)
         dropped += 1
     if grace is None:
         grace = conf.RECONCILE_GRACE

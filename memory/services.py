@@ -124,7 +124,9 @@ def _cache_update(
         elif ok:
             reconcile.owner_dirty_clear(owner_pk=owner_pk, stamp=stamp)
         else:
-            reconcile.owner_remember(owner_pk=owner_pk, owner_id=owner_id, stamp=stamp)
+            reconcile.owner_remember(
+                owner_pk=owner_pk, owner_id=owner_id, stamp=stamp, pending_pk=pending_pk
+            )
 
     transaction.on_commit(update, robust=True)
 
@@ -380,8 +382,14 @@ def memory_forget(*, owner_id: str) -> bool:
         if owner is None:
             return False
         _owner_bump(owner)
-        _cache_update(owner, 0, drop=True)
+        # NOTE: the owner row goes, and with it its dirty mark; this row is the durable
+        # record that its cached copy must still go, deleted once Redis confirmed.
+        pending = CacheInvalidation.objects.create(external_id=owner_id, stamp=owner.stamp)
+        _cache_update(owner, 0, drop=True, pending_pk=pending.pk)
         owner.delete()
+        transaction.on_commit(
+            lambda: memory_forgotten.send(sender=Owner, owner_id=owner_id), robust=True
+        )
         return True
 
 

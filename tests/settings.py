@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from memoryproj.settings import *  # noqa: F403
-from memoryproj.settings import CACHES, MEMORY
+from memoryproj.settings import CACHES, DATABASES, MEMORY
 
 # NOTE: a prefix of this run's own, so that the suite can share a Redis with anything else
 # and clean up after itself without FLUSHDB.
@@ -17,6 +17,12 @@ MEMORY = {**MEMORY, "KEY_PREFIX": TEST_KEY_PREFIX}
 for _alias in CACHES.values():
     if "django_redis" in _alias["BACKEND"] and _alias.get("KEY_PREFIX") == "memoryproj":
         _alias["KEY_PREFIX"] = f"{TEST_KEY_PREFIX}-site"
+
+# NOTE: a test database of this run's own too, so that two suites (a developer's and CI's, or
+# helpers working side by side) never drop each other's database.
+DATABASES["default"]["TEST"] = {
+    "NAME": os.environ.get("MEMORY_TEST_DB") or f"test_memory_{os.getpid()}",
+}
 
 # A cache alias on a port nothing listens on: Redis "down" by real means (django-redis's own
 # tests do the same with "doesnotexist").

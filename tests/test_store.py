@@ -1,0 +1,178 @@
+"""Tests of memory.store: key layout, payloads, and the stamps that keep stale copies out."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from memory import selectors, services, store
+from memory.models import Owner
+
+pytestmark = pytest.mark.django_db
+
+
+def append(owner_id: str, content: str) -> None:
+    services.turn_append(owner_id=owner_id, session_id="s", role="user", content=content)
+
+
+def contents(context) -> list[str]:
+    return [turn["content"] for turn in context["turns"]]
+
+
+def test_owner_key_has_prefix_schema_and_hash_tag(settings):
+    assert store.owner_key("wang@example.com") == (
+        f"{settings.MEMORY['KEY_PREFIX']}:v1:{{wang@example.com}}"
+    )
+
+
+def test_cached_payload_is_plain_json_shaped_like_the_api(
+    django_capture_on_commit_callbacks, redis_client
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "我叫王建国")
+        services.fact_put(owner_id="wang", key="name", value="王建国")
+    context = selectors.context_get(owner_id="wang")
+    raw = redis_client.hgetall(store.owner_key("wang"))
+    assert orjson.loads(raw[b"t:1"]) == context["turns"][0]
+    assert orjson.loads(raw[b"f:name"])["value"] == "王建国"
+    assert "我叫王建国".encode() in raw[b"t:1"]
+
+
+def test_stale_fill_after_a_write_is_refused(django_capture_on_commit_callbacks):
+    """The cache-aside "stale set" race, driven step by step.
+
+    A reader misses and reads the database; a writer commits and updates the cache (there is
+    no copy, so it leaves a floor); only then does the reader store what it read.
+    """
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "one")
+    stale, complete = selectors._database_read("wang", 51)
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "two")
+    stored = store.memory_fill(
+        owner_id="wang", stamp=stale.stamp, turns=stale.turns, facts=stale.facts, complete=complete
+    )
+    assert stored is False
+    assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
+    assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
+
+
+def test_fill_before_a_committed_writes_cache_update_is_caught_up(
+    django_capture_on_commit_callbacks,
+):
+    """The other order: the write commits, the reader fills with what it read before, and the
+    write's own cache update lands last. The delta brings the copy up to date."""
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "one")
+    stale, complete = selectors._database_read("wang", 51)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        append("wang", "two")
+    assert store.memory_fill(
+        owner_id="wang", stamp=stale.stamp, turns=stale.turns, facts=stale.facts, complete=complete
+    )
+    for callback in callbacks:
+        callback()
+    context = selectors.context_get(owner_id="wang")
+    assert context["source"] == "cache"
+    assert contents(context) == ["one", "two"]
+
+
+def test_fill_that_already_holds_the_write_is_not_doubled(django_capture_on_commit_callbacks):
+    """A reader reads the stamp before a write and the rows after it; the write's delta then
+    arrives on a copy that already has the turn. Applying it twice must change nothing."""
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "one")
+    before = Owner.objects.get(external_id="wang").stamp
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        append("wang", "two")
+    mixed, complete = selectors._database_read("wang", 51)
+    assert store.memory_fill(
+        owner_id="wang", stamp=before, turns=mixed.turns, facts=mixed.facts, complete=complete
+    )
+    for callback in callbacks:
+        callback()
+    context = selectors.context_get(owner_id="wang")
+    assert context["source"] == "cache"
+    assert contents(context) == ["one", "two"]
+
+
+def test_stale_fill_after_forget_cannot_resurrect_memory(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "My name is Wang Jianguo")
+    stale, complete = selectors._database_read("wang", 51)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.memory_forget(owner_id="wang")
+    assert not store.memory_fill(
+        owner_id="wang", stamp=stale.stamp, turns=stale.turns, facts=stale.facts, complete=complete
+    )
+    assert selectors.context_get(owner_id="wang")["turns"] == []
+
+
+def test_stale_fill_after_fact_change_is_refused(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        services.fact_put(owner_id="wang", key="name", value="Bob")
+    stale, complete = selectors._database_read("wang", 51)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.fact_put(owner_id="wang", key="name", value="Wang Jianguo")
+    assert not store.memory_fill(
+        owner_id="wang", stamp=stale.stamp, turns=stale.turns, facts=stale.facts, complete=complete
+    )
+    assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang Jianguo"}
+
+
+def test_delta_on_a_copy_that_missed_a_write_drops_it(
+    django_capture_on_commit_callbacks, redis_client
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "one")
+    selectors.context_get(owner_id="wang")
+    with django_capture_on_commit_callbacks(execute=False):
+        append("wang", "two (its cache update is lost)")
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "three")
+    raw = redis_client.hgetall(store.owner_key("wang"))
+    assert b"rev" not in raw
+    assert int(raw[b"floor"]) == Owner.objects.get(external_id="wang").stamp
+    assert contents(selectors.context_get(owner_id="wang")) == [
+        "one",
+        "two (its cache update is lost)",
+        "three",
+    ]
+
+
+def test_evicted_owner_goes_whole(django_capture_on_commit_callbacks, redis_client):
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "one")
+        services.fact_put(owner_id="wang", key="name", value="Wang")
+    selectors.context_get(owner_id="wang")
+    keys = list(redis_client.scan_iter(match=f"{store.owner_key('wang')}*"))
+    assert keys == [store.owner_key("wang").encode()]
+
+
+def test_concurrent_cold_reads_wait_for_one_rehydration(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "one")
+    first = store.memory_read(owner_id="wang", turns=20)
+    second = store.memory_read(owner_id="wang", turns=20)
+    assert isinstance(first, store.Miss) and first.fill_token
+    assert isinstance(second, store.Miss) and second.fill_token is None
+
+
+def test_dead_cache_reads_and_writes_answer_false_without_raising(dead_cache):
+    assert store.memory_read(owner_id="wang", turns=20) is None
+    assert store.memory_apply(owner_id="wang", prev_stamp=0, stamp=1) is False
+    assert store.memory_drop(owner_id="wang", stamp=1) is False
+    assert store.ping() == "down"
+    assert store.stats()["cache"] == "down"
+
+
+def test_stats_count_hits_misses_and_rehydrations(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "one")
+    selectors.context_get(owner_id="wang")
+    selectors.context_get(owner_id="wang")
+    counters = store.stats()["counters"]
+    assert counters["misses"] >= 1
+    assert counters["hits"] >= 1
+    assert counters["rehydrations"] >= 1
+    assert store.stats()["keys"] >= 1
