@@ -94,7 +94,7 @@ def own_redis() -> Iterator[RedisServer]:
             _reset_process_state()
             yield server
     finally:
-        server.stop()
+        server.cleanup()
         _reset_process_state()
 
 

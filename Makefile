@@ -1,0 +1,50 @@
+# Developer entry points of `memory`; `make` alone lists them. Tests need no setup: see
+# tests/services.py for how they find (or start) PostgreSQL and Redis.
+PYTHON ?= python3
+VENV = .venv
+PY = $(VENV)/bin/python
+ADDR ?= 127.0.0.1:8000
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test test-faults lint format services-up services-down clean
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+install: $(VENV)/.installed ## Create .venv with the pinned dev requirements
+
+run: $(VENV)/.installed ## Migrate and serve the demo on ADDR=127.0.0.1:8000 (SQLite, no cache, unless DATABASE_URL/REDIS_URL)
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py runserver $(ADDR)
+
+test: $(VENV)/.installed ## Run the suite on real PostgreSQL and Redis (PYTEST_ARGS="-k ..." to narrow)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-faults: $(VENV)/.installed ## Run only the tests that kill, pause or restart servers
+	$(PY) -m pytest -m faults $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed ## ruff check and format check, migrations up to date, system checks
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) manage.py check
+
+format: $(VENV)/.installed ## Sort imports and format the code with ruff
+	$(VENV)/bin/ruff check --select I --fix .
+	$(VENV)/bin/ruff format .
+
+services-up: ## Start PostgreSQL and Redis in docker (docker-compose.yml) and wait until healthy
+	docker compose up -d --wait
+
+services-down: ## Stop the docker services (their data volume is kept)
+	docker compose down
+
+clean: ## Remove caches and build output (keeps .venv and db.sqlite3)
+	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis build dist *.egg-info
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +

@@ -1,0 +1,38 @@
+"""Another app instance, as a separate process: ``python -m tests.instance append|context ...``.
+
+Used by the tests to write and read one owner from processes with their own connections and
+Redis pools. Prints JSON on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main(argv: list[str]) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    import django
+
+    django.setup()
+    from memory import selectors, services
+
+    command, owner_id = argv[0], argv[1]
+    if command == "append":
+        count, session_id = int(argv[2]), argv[3]
+        seqs = [
+            services.turn_append(
+                owner_id=owner_id, session_id=session_id, role="user", content=f"{session_id} {i}"
+            ).seq
+            for i in range(count)
+        ]
+        print(json.dumps(seqs))
+    elif command == "context":
+        print(json.dumps(selectors.context_get(owner_id=owner_id, turns=int(argv[2])), ensure_ascii=False))
+    else:
+        raise SystemExit(f"unknown command {command!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

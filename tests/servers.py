@@ -1,0 +1,545 @@
+"""Throwaway redis-server and PostgreSQL processes, each in its own temp dir on a free port.
+
+Used by fault tests (kill, pause, restart a server of the test's own) and by tests/services.py.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+__all__ = ["PostgresServer", "RedisServer", "ServerUnavailable", "free_port"]
+
+HOST = "127.0.0.1"
+
+
+class ServerUnavailable(RuntimeError):
+    """A server binary is missing, or the server did not come up; the message says which."""
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago (bind to port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# --- process helpers -------------------------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: have the kernel SIGKILL the child when the test process dies (Linux only)."""
+    # NOTE: atexit does not run when pytest itself is SIGKILLed or times out in CI; the
+    # parent-death signal still reaps the server then. It runs after the uid switch, which
+    # would otherwise clear it.
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _preexec() -> Callable[[], None] | None:
+    return _die_with_parent if sys.platform.startswith("linux") else None
+
+
+def _signal(pids: int | set[int], sig: int) -> None:
+    for pid in {pids} if isinstance(pids, int) else pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _proc_stat(pid: int | str) -> list[str]:
+    """Fields of /proc/PID/stat after "(comm)": [state, ppid, pgrp, ...]; [] if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    # NOTE: comm may hold spaces or ")", so split after its last ")".
+    return stat.rsplit(")", 1)[-1].split()
+
+
+def _children(ppid: int) -> set[int]:
+    """Live (non-zombie) children of ``ppid``; empty where there is no /proc."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return set()
+    found: set[int] = set()
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            fields = _proc_stat(entry.name)
+            if len(fields) > 1 and fields[0] != "Z" and fields[1] == str(ppid):
+                found.add(int(entry.name))
+    return found
+
+
+def _wait_gone(pids: set[int], timeout: float, *, zombies_count: bool) -> set[int]:
+    """Wait until none of ``pids`` runs (or exists, if ``zombies_count``); return the rest."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = {
+            pid
+            for pid in pids
+            if (fields := _proc_stat(pid)) and (zombies_count or fields[0] != "Z")
+        }
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.01)
+
+
+def _log_tail(path: Path, lines: int = 8) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(text[-lines:])
+
+
+_LIVE: set[_Server] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    # NOTE: nothing started here may outlive the interpreter, whatever the tests forgot.
+    for server in list(_LIVE):
+        with contextlib.suppress(Exception):
+            server.close()
+
+
+class _Server:
+    """Shared lifecycle: one child process, a temp dir, signals by PID, context manager."""
+
+    name = "server"
+
+    def __init__(self, *, port: int | None = None, startup_timeout: float = 15.0) -> None:
+        self._port = port
+        self._fixed_port = port is not None
+        self.startup_timeout = startup_timeout
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._paused = False
+        self._tmp: Path | None = None
+
+    # -- public ----------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The TCP port; fixed at the first start() and kept by restarts."""
+        if self._port is None:
+            raise RuntimeError(f"{self.name} has not been started")
+        return self._port
+
+    @property
+    def pid(self) -> int:
+        """PID of the running server process."""
+        if self._proc is None or self._proc.poll() is not None:
+            raise RuntimeError(f"{self.name} is not running")
+        return self._proc.pid
+
+    @property
+    def running(self) -> bool:
+        """True while the server process exists (paused counts as running)."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def tmpdir(self) -> Path:
+        """The server's own temp dir (logs, data, sockets); removed by cleanup()."""
+        if self._tmp is None:
+            raise RuntimeError(f"{self.name} has not been started")
+        return self._tmp
+
+    def start(self) -> Self:
+        """Start the server (again, on the same port) and wait until it answers."""
+        if self.running:
+            return self
+        if self._tmp is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix=f"memory-{self.name}-"))
+            try:
+                self._prepare()
+            except BaseException:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+                self._tmp = None
+                raise
+        _LIVE.add(self)
+        # NOTE: a port from free_port() can be taken by someone else before the server binds
+        # it; retry with a new one, but never move a port that restarts must keep.
+        attempts = 1 if self._fixed_port else 3
+        for attempt in range(attempts):
+            if self._port is None or (attempt and not self._fixed_port):
+                self._port = free_port()
+            try:
+                self._spawn()
+                self._wait_ready()
+            except ServerUnavailable:
+                self._terminate(signal.SIGKILL)
+                if attempt + 1 == attempts:
+                    raise
+            else:
+                self._fixed_port = True
+                return self
+        raise AssertionError("unreachable")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Shut down cleanly (resuming a paused server first); SIGKILL after ``timeout``."""
+        if not self.running:
+            return
+        if self._paused:
+            self.resume()
+        self._terminate(self._stop_signal, timeout=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the server: a crash, with no clean shutdown."""
+        if self.running:
+            self._terminate(signal.SIGKILL)
+
+    def pause(self) -> None:
+        """SIGSTOP the server: it keeps its sockets open but answers nothing."""
+        _signal(self._processes(), signal.SIGSTOP)
+        self._paused = True
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        _signal(self._processes(), signal.SIGCONT)
+        self._paused = False
+
+    def restart(self) -> Self:
+        """stop() then start() on the same port."""
+        self.stop()
+        return self.start()
+
+    def cleanup(self) -> None:
+        """Stop the server if needed and remove its temp dir."""
+        self.stop(timeout=5.0)
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        _LIVE.discard(self)
+
+    close = cleanup
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<{type(self).__name__} port={self._port} {state}>"
+
+    # -- subclass hooks ----------------------------------------------------------------------
+
+    _stop_signal: int = signal.SIGTERM
+
+    @property
+    def log_path(self) -> Path:
+        return self.tmpdir / f"{self.name}.log"
+
+    def _prepare(self) -> None:
+        """Prepare the fresh temp dir (once per server)."""
+
+    def _command(self) -> list[str]:
+        raise NotImplementedError
+
+    def _popen_kwargs(self) -> dict[str, Any]:
+        return {}
+
+    def _ping(self) -> bool:
+        raise NotImplementedError
+
+    def _processes(self) -> set[int]:
+        """Every process of the running server (signalled by pause and resume)."""
+        return {self._proc.pid} if self._proc is not None and self.running else set()
+
+    def _after_exit(self, leftovers: set[int]) -> None:
+        """Called once the server has exited with the other PIDs it had before."""
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                self._command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.tmpdir,
+                # NOTE: a session of its own, so a Ctrl-C meant for pytest does not reach
+                # the server in the middle of teardown.
+                start_new_session=True,
+                preexec_fn=_preexec(),
+                **self._popen_kwargs(),
+            )
+        self._paused = False
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if not self.running:
+                raise ServerUnavailable(
+                    f"{self.name} exited during startup on port {self._port}: "
+                    f"{_log_tail(self.log_path)}"
+                )
+            if self._ping():
+                return
+            time.sleep(0.05)
+        raise ServerUnavailable(
+            f"{self.name} did not answer on port {self._port} within "
+            f"{self.startup_timeout:g}s: {_log_tail(self.log_path)}"
+        )
+
+    def _terminate(self, sig: int, timeout: float = 5.0) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        others = self._processes() - {proc.pid}
+        if proc.poll() is None:
+            _signal(proc.pid, sig)
+            if self._paused:
+                _signal(proc.pid, signal.SIGCONT)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _signal(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5.0)
+        self._after_exit(others)
+        self._paused = False
+
+
+# --- Redis -----------------------------------------------------------------------------------
+
+
+class RedisServer(_Server):
+    """A redis-server with no persistence: ``RedisServer(extra_args=["--maxmemory", "1mb"])``."""
+
+    name = "redis"
+
+    def __init__(
+        self,
+        *,
+        extra_args: Sequence[str] = (),
+        port: int | None = None,
+        startup_timeout: float = 10.0,
+    ) -> None:
+        super().__init__(port=port, startup_timeout=startup_timeout)
+        self.extra_args = list(extra_args)
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise ServerUnavailable("redis-server not found on PATH (apt-get install redis-server)")
+        self.binary = binary
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:PORT/0``."""
+        return f"redis://{HOST}:{self.port}/0"
+
+    def _command(self) -> list[str]:
+        return [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", HOST,
+            "--dir", str(self.tmpdir),
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def _ping(self) -> bool:
+        return _redis_ping(HOST, self.port, timeout=0.25)
+
+
+def _redis_ping(host: str, port: int, *, timeout: float = 1.0) -> bool:
+    """True if a Redis at host:port answers PING within ``timeout`` seconds."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+# --- PostgreSQL ------------------------------------------------------------------------------
+
+
+def _pg_bindir() -> Path:
+    """The first directory holding both initdb and postgres: PATH, then /usr/lib/postgresql."""
+    candidates: list[Path] = []
+    for name in ("initdb", "pg_ctl", "postgres"):
+        found = shutil.which(name)
+        if found:
+            candidates.append(Path(found).resolve().parent)
+    # NOTE: Debian keeps the binaries off PATH, one dir per major version; newest wins.
+    versions = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+        reverse=True,
+    )
+    candidates.extend(versions)
+    for bindir in candidates:
+        if (bindir / "initdb").is_file() and (bindir / "postgres").is_file():
+            return bindir
+    raise ServerUnavailable(
+        "PostgreSQL server binaries (initdb, postgres) not found on PATH or in "
+        "/usr/lib/postgresql/*/bin (apt-get install postgresql)"
+    )
+
+
+class PostgresServer(_Server):
+    """A throwaway PostgreSQL cluster: trust auth, fsync off, TCP on 127.0.0.1 only."""
+
+    name = "postgres"
+    # NOTE: SIGINT is PostgreSQL's "fast" shutdown (what `pg_ctl stop -m fast` sends); SIGTERM
+    # is "smart" and would wait for every open client, e.g. Django's persistent connection.
+    _stop_signal = signal.SIGINT
+
+    def __init__(self, *, port: int | None = None, startup_timeout: float = 30.0) -> None:
+        super().__init__(port=port, startup_timeout=startup_timeout)
+        self.bindir = _pg_bindir()
+        self._as: pwd.struct_passwd | None = None
+        if os.geteuid() == 0:
+            # NOTE: initdb and postgres refuse to run as root; run them as the `postgres`
+            # account (subprocess user=/group=, no su/runuser in between) in a dir it owns.
+            try:
+                self._as = pwd.getpwnam("postgres")
+            except KeyError as e:
+                raise ServerUnavailable(
+                    "running as root, and there is no `postgres` user to run initdb as"
+                ) from e
+        self.user = self._as.pw_name if self._as else pwd.getpwuid(os.geteuid()).pw_name
+
+    @property
+    def url(self) -> str:
+        """``postgres://USER@127.0.0.1:PORT/postgres``; USER is the account initdb ran as."""
+        return self.url_for("postgres")
+
+    def url_for(self, dbname: str) -> str:
+        """The URL of database ``dbname`` on this server (it need not exist yet)."""
+        return f"postgres://{self.user}@{HOST}:{self.port}/{dbname}"
+
+    @property
+    def datadir(self) -> Path:
+        return self.tmpdir / "data"
+
+    @property
+    def pid(self) -> int:
+        """The postmaster's PID, as written in postmaster.pid."""
+        proc_pid = super().pid
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            return int((self.datadir / "postmaster.pid").read_text().split()[0])
+        return proc_pid
+
+    def _prepare(self) -> None:
+        if self._as is not None:
+            os.chown(self.tmpdir, self._as.pw_uid, self._as.pw_gid)
+        result = subprocess.run(
+            [
+                str(self.bindir / "initdb"),
+                "-D", str(self.datadir),
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-sync",
+            ],
+            cwd=self.tmpdir,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=False,
+            **self._popen_kwargs(),
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise ServerUnavailable(
+                f"initdb failed ({result.returncode}): {(result.stderr or result.stdout).strip()}"
+            )
+
+    def _popen_kwargs(self) -> dict[str, Any]:
+        if self._as is None:
+            return {}
+        env = {**os.environ, "HOME": self._as.pw_dir, "USER": self._as.pw_name}
+        return {
+            "user": self._as.pw_uid,
+            "group": self._as.pw_gid,
+            "extra_groups": os.getgrouplist(self._as.pw_name, self._as.pw_gid),
+            "env": env,
+        }
+
+    def _command(self) -> list[str]:
+        return [
+            str(self.bindir / "postgres"),
+            "-D", str(self.datadir),
+            "-p", str(self.port),
+            "-k", str(self.tmpdir),
+            "-c", f"listen_addresses={HOST}",
+            # NOTE: fsync off only risks data on an OS crash; synchronous_commit stays on, or
+            # kill() would lose transactions the client saw committed.
+            "-c", "fsync=off",
+            "-c", "full_page_writes=off",
+            "-c", "restart_after_crash=off",
+        ]  # fmt: skip
+
+    def _ping(self) -> bool:
+        import psycopg
+
+        try:
+            with psycopg.connect(self.url, connect_timeout=2, autocommit=True) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return True
+
+    def kill(self) -> None:
+        """A crash: SIGKILL every server process; no shutdown checkpoint, recovery on start()."""
+        if not self.running:
+            return
+        assert self._proc is not None
+        proc = self._proc
+        # NOTE: killing the postmaster first would orphan its backends, and an init that does
+        # not reap (as in some containers) keeps them as zombies. So its children are killed
+        # instead, until the postmaster, with restart_after_crash=off, reaps them and exits.
+        _signal(proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 5.0
+        while proc.poll() is None and time.monotonic() < deadline:
+            _signal(_children(proc.pid), signal.SIGKILL)
+            time.sleep(0.01)
+        self._terminate(signal.SIGKILL)
+
+    def _processes(self) -> set[int]:
+        # NOTE: each backend calls setsid(), so the postmaster's process group is no handle on
+        # them; pause() stops its children too, so open connections hang like new ones.
+        procs = super()._processes()
+        for pid in set(procs):
+            procs |= _children(pid)
+        return procs
+
+    def _after_exit(self, leftovers: set[int]) -> None:
+        # NOTE: an orphaned backend holds the shared memory the next start() needs.
+        alive = _wait_gone(leftovers, 2.0, zombies_count=False)
+        _signal({pid for pid in alive if _comm(pid) == "postgres"}, signal.SIGKILL)
+        _wait_gone(alive, 5.0, zombies_count=False)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""

@@ -1,0 +1,192 @@
+"""Tests of tests/servers.py: throwaway Redis and PostgreSQL really start, pause, die and return.
+
+No Django database here: each test talks to a server of its own with plain redis-py / psycopg.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import redis
+
+from tests.servers import PostgresServer, RedisServer, free_port
+
+pytestmark = pytest.mark.faults
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def postgres_server() -> Iterator[PostgresServer]:
+    # NOTE: module scope: initdb is the slow part, and each test leaves the server running.
+    with PostgresServer() as server:
+        yield server
+
+
+def _client(server: RedisServer) -> redis.Redis:
+    return redis.Redis.from_url(server.url, socket_timeout=0.2, socket_connect_timeout=0.2)
+
+
+def _postgres_answers(server: PostgresServer, timeout: float = 0.3) -> bool:
+    """True if the server answers an SSLRequest in time (libpq's own timeout floor is 2 s)."""
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as sock:
+            sock.sendall(struct.pack("!ii", 8, 80877103))
+            return sock.recv(1) in (b"N", b"S")
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_free_port_is_bindable() -> None:
+    port = free_port()
+
+    assert 1024 < port < 65536
+
+
+def test_redis_starts_and_answers_ping(redis_server: RedisServer) -> None:
+    assert redis_server.url == f"redis://127.0.0.1:{redis_server.port}/0"
+    assert _client(redis_server).ping() is True
+    assert _alive(redis_server.pid)
+
+
+def test_redis_extra_args_reach_the_server() -> None:
+    with RedisServer(extra_args=["--maxmemory", "1mb", "--maxmemory-policy", "allkeys-lru"]) as srv:
+        config = _client(srv).config_get("maxmemory*")
+
+    assert config["maxmemory"] == "1048576"
+    assert config["maxmemory-policy"] == "allkeys-lru"
+
+
+def test_redis_pause_times_out_and_resume_answers(redis_server: RedisServer) -> None:
+    client = _client(redis_server)
+    client.ping()
+
+    redis_server.pause()
+    with pytest.raises(redis.exceptions.TimeoutError):
+        client.ping()
+    redis_server.resume()
+
+    assert _client(redis_server).ping() is True
+
+
+def test_redis_restart_keeps_port_and_loses_data(redis_server: RedisServer) -> None:
+    port, pid = redis_server.port, redis_server.pid
+    _client(redis_server).set("key", "value")
+
+    redis_server.restart()
+
+    assert redis_server.port == port
+    assert redis_server.pid != pid
+    assert _client(redis_server).get("key") is None
+
+
+def test_redis_kill_refuses_connections(redis_server: RedisServer) -> None:
+    pid = redis_server.pid
+
+    redis_server.kill()
+
+    assert not redis_server.running
+    assert not _alive(pid)
+    with pytest.raises(redis.exceptions.ConnectionError):
+        _client(redis_server).ping()
+
+
+def test_redis_stop_while_paused(redis_server: RedisServer) -> None:
+    pid = redis_server.pid
+    redis_server.pause()
+
+    redis_server.stop()
+
+    assert not _alive(pid)
+
+
+def test_redis_cleanup_removes_tmpdir() -> None:
+    server = RedisServer().start()
+    tmpdir = server.tmpdir
+
+    server.cleanup()
+
+    assert not tmpdir.exists()
+
+
+def test_postgres_starts_and_takes_a_query(postgres_server: PostgresServer) -> None:
+    with psycopg.connect(postgres_server.url, connect_timeout=2) as conn:
+        assert conn.execute("SELECT 1 + 1").fetchone() == (2,)
+    assert postgres_server.url.startswith("postgres://")
+    assert postgres_server.url.endswith(f"@127.0.0.1:{postgres_server.port}/postgres")
+    assert _alive(postgres_server.pid)
+
+
+def test_postgres_runs_as_postgres_when_root(postgres_server: PostgresServer) -> None:
+    with psycopg.connect(postgres_server.url) as conn:
+        user = conn.execute("SELECT current_user").fetchone()
+
+    assert user == ("postgres" if os.geteuid() == 0 else postgres_server.user,)
+
+
+def test_postgres_stop_refuses_connections_and_start_comes_back(
+    postgres_server: PostgresServer,
+) -> None:
+    port = postgres_server.port
+    open_conn = psycopg.connect(postgres_server.url)
+
+    postgres_server.stop()
+
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(postgres_server.url, connect_timeout=2)
+    postgres_server.start()
+    assert postgres_server.port == port
+    with psycopg.connect(postgres_server.url) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    open_conn.close()
+
+
+def test_postgres_kill_drops_clients_and_recovers(postgres_server: PostgresServer) -> None:
+    with psycopg.connect(postgres_server.url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS kept (n int)")
+        conn.execute("INSERT INTO kept VALUES (1)")
+    victim = psycopg.connect(postgres_server.url)
+    pid = postgres_server.pid
+
+    postgres_server.kill()
+
+    assert not _alive(pid)
+    with pytest.raises(psycopg.OperationalError):
+        victim.execute("SELECT 1")
+    postgres_server.start()
+    with psycopg.connect(postgres_server.url) as conn:
+        assert conn.execute("SELECT count(*) FROM kept").fetchone() == (1,)
+    victim.close()
+
+
+def test_postgres_pause_hangs_connects_and_resume_answers(
+    postgres_server: PostgresServer,
+) -> None:
+    assert _postgres_answers(postgres_server)
+
+    postgres_server.pause()
+    try:
+        assert not _postgres_answers(postgres_server)
+    finally:
+        postgres_server.resume()
+
+    assert _postgres_answers(postgres_server)
+    with psycopg.connect(postgres_server.url) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
