@@ -44,6 +44,8 @@ class database_guard(contextlib.ContextDecorator):
     def __enter__(self) -> database_guard:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
         if exc is not None and isinstance(exc, (OperationalError, InterfaceError)):
             raise MemoryUnavailable(f"The database is unavailable: {exc}") from exc

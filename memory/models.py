@@ -56,7 +56,9 @@ class Session(models.Model):
         ordering = ["-last_seen"]
         default_permissions = ("view",)
         constraints = [
-            models.UniqueConstraint(fields=["owner", "session_id"], name="memory_session_owner_sid_uniq"),
+            models.UniqueConstraint(
+                fields=["owner", "session_id"], name="memory_session_owner_sid_uniq"
+            ),
         ]
         indexes = [models.Index(fields=["owner", "-last_seen"], name="memory_session_recent_idx")]
 
@@ -80,7 +82,8 @@ class Turn(models.Model):
     role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField()
     metadata = models.JSONField(default=dict, blank=True)
-    idempotency_key = models.CharField(max_length=128, null=True, blank=True)
+    # NOTE: NULL, not "", for "no key": the partial unique constraint skips NULLs.
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField()
 
     class Meta:
@@ -115,7 +118,7 @@ class Fact(models.Model):
     key = models.CharField(max_length=64)
     value = models.JSONField()
     version = models.PositiveIntegerField(default=1)
-    session_id = models.CharField(max_length=128, null=True, blank=True)
+    session_id = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
     source_turn_seq = models.BigIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField()
 
@@ -123,7 +126,9 @@ class Fact(models.Model):
         ordering = ["owner_id", "key"]
         constraints = [
             models.UniqueConstraint(fields=["owner", "key"], name="memory_fact_owner_key_uniq"),
-            models.CheckConstraint(condition=Q(version__gte=1), name="memory_fact_version_positive"),
+            models.CheckConstraint(
+                condition=Q(version__gte=1), name="memory_fact_version_positive"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -137,7 +142,7 @@ class FactVersion(models.Model):
     key = models.CharField(max_length=64)
     value = models.JSONField(null=True)
     version = models.PositiveIntegerField()
-    session_id = models.CharField(max_length=128, null=True, blank=True)
+    session_id = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
     source_turn_seq = models.BigIntegerField(null=True, blank=True)
     deleted = models.BooleanField(default=False)
     updated_at = models.DateTimeField()

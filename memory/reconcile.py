@@ -80,10 +80,11 @@ def reconcile_due() -> bool:
 def cache_reconcile(*, grace: float | None = None) -> int:
     """Drop the cached copy of every owner whose cache update did not land; return how many.
 
-    First this process's own failed updates, then owners left ``cache_dirty`` for more than
-    ``grace`` (default ``MEMORY["RECONCILE_GRACE"]``) seconds by any process. The grace
-    exists because a write's own update normally lands milliseconds after its commit. Stops quietly while Redis is unreachable (reads then
-    come from the database anyway) and when the database fails. Never raises.
+    First this process's own failed updates, then owners left ``cache_dirty`` (and forgotten
+    owners left in ``CacheInvalidation``) for more than ``grace`` seconds, by default
+    ``MEMORY["RECONCILE_GRACE"]``: a write's own update normally lands milliseconds after its
+    commit. Stops quietly while Redis is unreachable (reads then come from the database
+    anyway) and when the database fails. Never raises.
     """
     if not store.enabled():
         return 0
@@ -131,5 +132,9 @@ def cache_reconcile(*, grace: float | None = None) -> int:
         owner_dirty_clear(owner_pk=owner_pk, stamp=stamp)
         dropped += 1
     if dropped:
-        logger.info("Dropped %d cached cop%s whose update had not landed.", dropped, "y" if dropped == 1 else "ies")
+        logger.info(
+            "Dropped %d cached cop%s whose update had not landed.",
+            dropped,
+            "y" if dropped == 1 else "ies",
+        )
     return dropped

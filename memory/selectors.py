@@ -47,7 +47,9 @@ def _check_owner(owner_id: str) -> None:
         raise ValidationError({"user_id": e.messages}) from e
 
 
-def _context(owner_id: str, memory: store.CachedMemory, source: Literal["cache", "database"]) -> ContextPayload:
+def _context(
+    owner_id: str, memory: store.CachedMemory, source: Literal["cache", "database"]
+) -> ContextPayload:
     return {
         "user_id": owner_id,
         "facts": {fact["key"]: fact["value"] for fact in memory.facts},
@@ -96,7 +98,9 @@ def _rehydrate(owner_id: str, turns: int, fill_token: str | None) -> store.Cache
         complete=complete,
         fill_token=fill_token,
     )
-    return store.CachedMemory(stamp=memory.stamp, turns=_tail(memory.turns, turns), facts=memory.facts)
+    return store.CachedMemory(
+        stamp=memory.stamp, turns=_tail(memory.turns, turns), facts=memory.facts
+    )
 
 
 def _wait_for_fill(owner_id: str, turns: int) -> store.CachedMemory | None:
@@ -204,7 +208,9 @@ def turn_list(
 def session_list(*, owner_id: str) -> list[SessionPayload]:
     """The owner's sessions, most recently seen first."""
     _check_owner(owner_id)
-    sessions = Session.objects.filter(owner__external_id=owner_id).order_by("-last_seen", "session_id")
+    sessions = Session.objects.filter(owner__external_id=owner_id).order_by(
+        "-last_seen", "session_id"
+    )
     return [session_payload(session) for session in sessions]
 
 

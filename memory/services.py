@@ -20,8 +20,8 @@ from django.utils import timezone
 from memory import reconcile, store
 from memory.exceptions import FactNotFound, FactVersionConflict, database_guard
 from memory.models import CacheInvalidation, Fact, FactVersion, Owner, Role, Session, Turn
-from memory.signals import memory_forgotten
 from memory.payloads import FactPayload, TurnPayload, fact_payload, turn_payload
+from memory.signals import memory_forgotten
 from memory.validators import (
     validate_content,
     validate_fact_key,
@@ -34,7 +34,9 @@ from memory.validators import (
 
 # NOTE: set while a service writes, so that the signal safety net (memory.signals) leaves
 # the cache to the service's own on-commit update.
-in_service: contextvars.ContextVar[bool] = contextvars.ContextVar("memory_in_service", default=False)
+in_service: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "memory_in_service", default=False
+)
 
 
 @contextmanager
@@ -87,7 +89,10 @@ def _owner_bump(owner: Owner, *, turns: int = 0) -> int:
         owner.cache_dirty = owner.cache_dirty or dirty
         owner.updated_at = now
         Owner.objects.filter(pk=owner.pk).update(
-            stamp=owner.stamp, last_seq=owner.last_seq, cache_dirty=owner.cache_dirty, updated_at=now
+            stamp=owner.stamp,
+            last_seq=owner.last_seq,
+            cache_dirty=owner.cache_dirty,
+            updated_at=now,
         )
     return prev
 
@@ -399,4 +404,3 @@ def cache_drop(*, owner_id: str) -> bool:
     _check("user_id", validate_owner_id, owner_id)
     stamp = Owner.objects.filter(external_id=owner_id).values_list("stamp", flat=True).first()
     return store.memory_drop(owner_id=owner_id, stamp=stamp or 0)
-

@@ -48,7 +48,8 @@ return {0, 0}
 """,
 )
 
-# KEYS: memory hash, fill lock. ARGV: stamp, ttl, complete, lock token, seqs, then field/value pairs.
+# KEYS: memory hash, fill lock.
+# ARGV: stamp, ttl, complete, lock token, seqs, then field/value pairs.
 _FILL = Script(
     None,  # type: ignore[arg-type]
     b"""
@@ -183,7 +184,9 @@ class _Health:
                 self.down_since = now
                 self.outages += 1
         if first:
-            logger.warning("Redis unreachable (%s during %s); reading from the database.", error, action)
+            logger.warning(
+                "Redis unreachable (%s during %s); reading from the database.", error, action
+            )
         else:
             logger.debug("Redis still unreachable (%s during %s).", error, action)
 
@@ -263,7 +266,9 @@ def _flush_counts(client: Any, *, force: bool = False) -> None:
         pipe.execute()
 
 
-def memory_read(*, owner_id: str, turns: int, claim_fill: bool = True) -> CachedMemory | Miss | None:
+def memory_read(
+    *, owner_id: str, turns: int, claim_fill: bool = True
+) -> CachedMemory | Miss | None:
     """Read an owner's cached memory with its last ``turns`` turns, renewing its TTL.
 
     Returns ``CachedMemory`` on a hit; ``Miss`` when there is no usable copy (with a fill token
@@ -402,7 +407,7 @@ def memory_drop(*, owner_id: str, stamp: int) -> bool:
 
 
 def memory_evict(*, owner_id: str) -> bool:
-    """Delete the owner's keys outright, as Redis eviction would (operators, tests). Never raises."""
+    """Delete the owner's keys outright, as eviction would (operators, tests). Never raises."""
     if not enabled():
         return False
     try:
@@ -429,7 +434,9 @@ def ping() -> Literal["ok", "down", "disabled"]:
 
 def suspect() -> bool:
     """Whether this process saw a Redis error within ``MEMORY["SUSPECT_WINDOW"]`` seconds."""
-    return health.last_error_at > 0 and time.monotonic() - health.last_error_at < conf.SUSPECT_WINDOW
+    return (
+        health.last_error_at > 0 and time.monotonic() - health.last_error_at < conf.SUSPECT_WINDOW
+    )
 
 
 def stats() -> dict[str, Any]:

@@ -29,7 +29,11 @@ def main(argv: list[str]) -> None:
         ]
         print(json.dumps(seqs))
     elif command == "context":
-        print(json.dumps(selectors.context_get(owner_id=owner_id, turns=int(argv[2])), ensure_ascii=False))
+        print(
+            json.dumps(
+                selectors.context_get(owner_id=owner_id, turns=int(argv[2])), ensure_ascii=False
+            )
+        )
     else:
         raise SystemExit(f"unknown command {command!r}")
 

@@ -35,7 +35,7 @@ class Thread(threading.Thread):
         target, args = self._call
         try:
             self.result = target(*args)
-        except BaseException as e:  # noqa: BLE001 - reported by the test
+        except BaseException as e:
             self.error = e
         finally:
             connection.close()
@@ -55,7 +55,9 @@ def _poller(owner_id: str, stop: threading.Event) -> list[int]:
     seen: list[int] = []
     while True:
         done = stop.is_set()
-        page, _ = selectors.turn_list(owner_id=owner_id, after=seen[-1] if seen else None, limit=500)
+        page, _ = selectors.turn_list(
+            owner_id=owner_id, after=seen[-1] if seen else None, limit=500
+        )
         seen += [turn["seq"] for turn in page]
         if done and not page:
             return seen
@@ -73,7 +75,7 @@ def test_concurrent_appends_from_threads_number_1_to_n_in_commit_order():
         thread.join()
     stop.set()
     poller.join()
-    assert all(thread.error is None for thread in writers + [poller])
+    assert all(thread.error is None for thread in [*writers, poller])
     seqs = sorted(seq for thread in writers for seq in thread.result)
     assert seqs == list(range(1, 401))
     for thread in writers:

@@ -55,7 +55,11 @@ def test_context_cold_read_comes_from_database_then_cache(history):
 def test_context_default_and_explicit_turn_counts(history, memory_settings):
     history()
     assert len(selectors.context_get(owner_id="wang")["turns"]) == 20
-    assert [t["seq"] for t in selectors.context_get(owner_id="wang", turns=3)["turns"]] == [28, 29, 30]
+    assert [t["seq"] for t in selectors.context_get(owner_id="wang", turns=3)["turns"]] == [
+        28,
+        29,
+        30,
+    ]
     assert selectors.context_get(owner_id="wang", turns=0)["turns"] == []
     with memory_settings(CONTEXT_TURNS=5):
         assert len(selectors.context_get(owner_id="wang")["turns"]) == 5
@@ -142,7 +146,9 @@ def test_appends_update_warm_copy_without_rehydrating(history, django_capture_on
     assert context["facts"] == {"name": "Wang Jianguo", "location": "Shanghai"}
 
 
-def test_cached_copy_keeps_only_cache_turns(history, redis_client, django_capture_on_commit_callbacks, memory_settings):
+def test_cached_copy_keeps_only_cache_turns(
+    history, redis_client, django_capture_on_commit_callbacks, memory_settings
+):
     history(turns=3)
     with memory_settings(CACHE_TURNS=4, CONTEXT_TURNS=4):
         selectors.context_get(owner_id="wang")
