@@ -1,0 +1,97 @@
+"""Smoke test of the zero-setup demo: SQLite and no cache, as `make run` starts it when
+nothing is configured. The only place the suite runs on SQLite; storage tests use Postgres."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.servers import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _request(url: str, *, token: str | None = None, body: dict | None = None) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Token {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+@pytest.fixture
+def demo_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_URL"}}
+    env.update(
+        DJANGO_SETTINGS_MODULE="memoryproj.settings",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+        DJANGO_SUPERUSER_PASSWORD="demo-pass-123",
+    )
+    return env
+
+
+def _manage(env: dict[str, str], *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout + result.stderr
+
+
+def test_demo_runs_on_sqlite_without_cache(demo_env):
+    _manage(demo_env, "migrate", "--noinput")
+    assert "no issues" in _manage(demo_env, "check")
+    _manage(
+        demo_env, "createsuperuser", "--noinput", "--username", "wang", "--email", "w@example.com"
+    )
+    token = _manage(demo_env, "drf_create_token", "wang").split()[2]
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=demo_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}/api/memory"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                status, health = _request(f"{base}/health/")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the demo server did not start"
+                time.sleep(0.2)
+        assert (status, health) == (200, {"database": "ok", "cache": "disabled"})
+        status, turn = _request(
+            f"{base}/users/wang/turns/",
+            token=token,
+            body={"session_id": "tab-a", "role": "user", "content": "我叫王建国"},
+        )
+        assert (status, turn["seq"]) == (201, 1)
+        status, context = _request(f"{base}/users/wang/context/", token=token)
+        assert status == 200
+        assert context["source"] == "database"
+        assert [t["content"] for t in context["turns"]] == ["我叫王建国"]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
