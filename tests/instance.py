@@ -1,7 +1,7 @@
 """Another app instance, as a separate process: ``python -m tests.instance append|context ...``.
 
 Used by the tests to write and read one owner from processes with their own connections and
-Redis pools. Prints JSON on stdout.
+Redis pools, and (``token <username>``) to make a staff user's API token. Prints JSON.
 """
 
 from __future__ import annotations
@@ -28,6 +28,12 @@ def main(argv: list[str]) -> None:
             for i in range(count)
         ]
         print(json.dumps(seqs))
+    elif command == "token":
+        from django.contrib.auth.models import User
+        from rest_framework.authtoken.models import Token
+
+        user, _ = User.objects.get_or_create(username=owner_id, defaults={"is_staff": True})
+        print(json.dumps(Token.objects.get_or_create(user=user)[0].key))
     elif command == "context":
         print(
             json.dumps(

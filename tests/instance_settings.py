@@ -1,0 +1,12 @@
+"""Settings of the app instances that fault and load tests run under gunicorn: the demo
+project's, plus MEMORY keys from the ``MEMORY_OVERRIDES`` environment variable (JSON)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from memoryproj.settings import *  # noqa: F403
+from memoryproj.settings import MEMORY
+
+MEMORY = {**MEMORY, **json.loads(os.environ.get("MEMORY_OVERRIDES", "{}"))}

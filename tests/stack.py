@@ -1,0 +1,184 @@
+"""Real app instances for fault and load tests: the demo project under gunicorn on loopback,
+several server processes sharing one Postgres database and one Redis, driven over HTTP."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+
+from tests.servers import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Response:
+    """An HTTP answer: status and decoded JSON body (None when empty)."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status = status
+        self.data = json.loads(body) if body else None
+
+    def __repr__(self) -> str:
+        return f"<{self.status} {self.data!r}>"
+
+
+def _swap_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return parts._replace(path=f"/{name}").geturl()
+
+
+class AppStack:
+    """A database of its own on ``server_url``'s Postgres, migrated, and ``instances`` gunicorn
+    processes of the demo project sharing it and ``redis_url``."""
+
+    def __init__(
+        self,
+        *,
+        server_url: str,
+        redis_url: str,
+        instances: int = 2,
+        memory: dict[str, Any] | None = None,
+        workers: int = 2,
+    ) -> None:
+        self.server_url = server_url
+        self.redis_url = redis_url
+        self.database = f"memory_stack_{uuid.uuid4().hex[:10]}"
+        self.database_url = _swap_database(server_url, self.database)
+        self.instances = instances
+        self.workers = workers
+        self.memory = memory or {}
+        self.ports: list[int] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.token = ""
+        self.logs: list[Path] = []
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+        env.update(
+            DJANGO_SETTINGS_MODULE="tests.instance_settings",
+            DATABASE_URL=self.database_url,
+            REDIS_URL=self.redis_url,
+            REDIS_SOCKET_TIMEOUT="0.2",
+            MEMORY_OVERRIDES=json.dumps(self.memory),
+            MEMORY_THROTTLE_USER="",
+            MEMORY_THROTTLE_ANON="",
+            DJANGO_DEBUG="0",
+            MEMORY_LOG_LEVEL="WARNING",
+        )
+        return env
+
+    def _run(self, *args: str) -> str:
+        result = subprocess.run(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)} failed: {result.stderr[-2000:]}")
+        return result.stdout
+
+    def start(self) -> AppStack:
+        with psycopg.connect(_swap_database(self.server_url, "postgres"), autocommit=True) as c:
+            c.execute(f'CREATE DATABASE "{self.database}"')
+        self._run("manage.py", "migrate", "--noinput", "-v", "0")
+        self.token = json.loads(self._run("-m", "tests.instance", "token", "svc"))
+        for i in range(self.instances):
+            self.ports.append(free_port())
+            self.logs.append(Path(f"/tmp/{self.database}-{i}.log"))
+            self._spawn(i)
+        for i in range(self.instances):
+            self._wait(i)
+        return self
+
+    def _spawn(self, i: int) -> None:
+        log = self.logs[i].open("ab")
+        command = [
+            sys.executable, "-m", "gunicorn", "memoryproj.wsgi:application",
+            "--bind", f"127.0.0.1:{self.ports[i]}", "--workers", str(self.workers),
+            "--worker-class", "gthread", "--threads", "4", "--timeout", "60",
+            "--graceful-timeout", "2", "--log-level", "warning",
+        ]  # fmt: skip
+        proc = subprocess.Popen(command, cwd=ROOT, env=self.env(), stdout=log, stderr=log)
+        if i < len(self.procs):
+            self.procs[i] = proc
+        else:
+            self.procs.append(proc)
+
+    def _wait(self, i: int, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.procs[i].poll() is not None:
+                raise RuntimeError(f"instance {i} exited: {self.logs[i].read_text()[-2000:]}")
+            try:
+                self.request(i, "GET", "/api/memory/health/", timeout=2)
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"instance {i} did not answer: {self.logs[i].read_text()[-2000:]}")
+
+    def request(
+        self,
+        i: int,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        timeout: float = 10,
+    ) -> Response:
+        """One request to instance ``i`` as the service user."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.ports[i], timeout=timeout)
+        try:
+            all_headers = {"Authorization": f"Token {self.token}", **(headers or {})}
+            data = None
+            if body is not None:
+                data = json.dumps(body).encode()
+                all_headers["Content-Type"] = "application/json"
+            conn.request(method, path, body=data, headers=all_headers)
+            response = conn.getresponse()
+            return Response(response.status, response.read())
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        try:
+            with psycopg.connect(_swap_database(self.server_url, "postgres"), autocommit=True) as c:
+                c.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+        except psycopg.OperationalError:
+            pass
+        for log in self.logs:
+            log.unlink(missing_ok=True)
+
+
+@contextmanager
+def app_stack(**kwargs: Any) -> Iterator[AppStack]:
+    stack = AppStack(**kwargs)
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()
