@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from memory import selectors, services
+from memory import selectors, services, store
 from memory.models import Session, Turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -140,3 +140,26 @@ def _database_url() -> str:
     user = db["USER"] or "postgres"
     password = f":{db['PASSWORD']}" if db["PASSWORD"] else ""
     return f"postgres://{user}{password}@{host}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def test_cold_read_stampede_rehydrates_once():
+    """Many concurrent cold reads of one owner (a popular user after a flush) wait for one
+    rehydration instead of all reading the database."""
+    for i in range(30):
+        services.turn_append(owner_id="wang", session_id="s", role="user", content=f"t{i}")
+    store.memory_evict(owner_id="wang")
+    before = store.stats()["counters"].get("rehydrations", 0)
+    barrier = threading.Barrier(16)
+
+    def read() -> list[int]:
+        barrier.wait()
+        return [t["seq"] for t in selectors.context_get(owner_id="wang")["turns"]]
+
+    readers = [Thread(read) for _ in range(16)]
+    for thread in readers:
+        thread.start()
+    for thread in readers:
+        thread.join()
+    assert all(thread.error is None for thread in readers)
+    assert all(thread.result == list(range(11, 31)) for thread in readers)
+    assert store.stats()["counters"]["rehydrations"] - before <= 2

@@ -1,0 +1,88 @@
+"""The database going away under two real app instances: a PostgreSQL cluster of this module's
+own is stopped mid-conversation and started again. Writes get 503 and are not stored, no cache
+entry claims them, and service resumes by itself."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.servers import PostgresServer, RedisServer
+from tests.stack import AppStack, app_stack
+
+pytestmark = pytest.mark.faults
+
+
+@pytest.fixture(scope="module")
+def database_server() -> Iterator[PostgresServer]:
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cache_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def stack(database_server: PostgresServer, cache_server: RedisServer) -> Iterator[AppStack]:
+    with app_stack(server_url=database_server.url, redis_url=cache_server.url) as stack:
+        yield stack
+
+
+def post_turn(stack: AppStack, i: int, owner: str, content: str):
+    return stack.request(
+        i,
+        "POST",
+        f"/api/memory/users/{owner}/turns/",
+        {"session_id": "tab", "role": "user", "content": content},
+    )
+
+
+def test_database_down_mid_conversation_gives_503_and_recovers(
+    stack: AppStack, database_server: PostgresServer, cache_server: RedisServer
+):
+    owner = f"wang-{uuid.uuid4().hex[:8]}"
+    assert post_turn(stack, 0, owner, "My name is Wang Jianguo").status == 201
+    for i in range(stack.instances):
+        assert stack.request(i, "GET", f"/api/memory/users/{owner}/context/").status == 200
+    database_server.stop()
+    try:
+        for i in range(stack.instances):
+            lost = post_turn(stack, i, owner, f"never stored {i}")
+            assert lost.status == 503, lost
+            assert "detail" in lost.data
+            fact = stack.request(
+                i, "PUT", f"/api/memory/users/{owner}/facts/name/", {"value": "never stored"}
+            )
+            assert fact.status == 503, fact
+            health = stack.request(i, "GET", "/api/memory/health/")
+            assert (health.status, health.data["database"]) == (503, "down")
+    finally:
+        database_server.start()
+    # NOTE: service resumes by itself: no restart of the instances.
+    deadline = time.monotonic() + 15
+    while stack.request(0, "GET", "/api/memory/health/").status != 200:
+        assert time.monotonic() < deadline, "instance 0 did not reconnect"
+        time.sleep(0.2)
+    for i in range(stack.instances):
+        assert post_turn(stack, i, owner, f"back {i}").status == 201
+        assert stack.request(i, "GET", "/api/memory/health/").status == 200
+    for i in range(stack.instances):
+        context = stack.request(i, "GET", f"/api/memory/users/{owner}/context/").data
+        assert [t["content"] for t in context["turns"]] == [
+            "My name is Wang Jianguo",
+            "back 0",
+            "back 1",
+        ]
+        assert [t["seq"] for t in context["turns"]] == [1, 2, 3]
+        assert "name" not in context["facts"]
+    client = redis.Redis.from_url(cache_server.url)
+    for key in client.scan_iter():
+        if client.type(key) == b"hash":
+            assert b"never stored" not in b"".join(client.hvals(key))
