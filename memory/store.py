@@ -6,6 +6,7 @@ Redis errors, logs them once per outage, and answers "miss" or ``False``; none r
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
 import threading
@@ -231,8 +232,13 @@ def _codec() -> Any:
 
 
 def owner_key(owner_id: str) -> str:
-    """The owner's memory hash; the ``{...}`` hash tag keeps all its keys in one cluster slot."""
-    return f"{conf.KEY_PREFIX}:{SCHEMA}:{{{owner_id}}}"
+    """The owner's memory hash; the ``{...}`` hash tag keeps all its keys in one cluster slot.
+
+    The tag is a digest of the owner id, not the id itself: key names show up in monitoring,
+    slow logs and ``--bigkeys`` output, and a forgotten owner's guard key must not name them.
+    """
+    digest = hashlib.blake2b(owner_id.encode(), digest_size=12).hexdigest()
+    return f"{conf.KEY_PREFIX}:{SCHEMA}:{{{digest}}}"
 
 
 def _lock_key(owner_id: str) -> str:

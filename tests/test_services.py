@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from memory import selectors, services
+from memory import selectors, services, store
 from memory.exceptions import FactNotFound, FactVersionConflict
 from memory.models import CacheInvalidation, Fact, FactVersion, Owner, Session, Turn
 
@@ -215,8 +216,13 @@ def test_memory_forget_removes_every_row(django_capture_on_commit_callbacks, red
     assert Turn.objects.filter(owner__external_id="li").count() == 1
     context = selectors.context_get(owner_id="wang")
     assert context["turns"] == [] and context["facts"] == {}
-    for key in redis_client.scan_iter(match="*wang*"):
-        assert b"Wang" not in b"".join(redis_client.hvals(key))
+    # Only a content-free guard (a stamp under a digest of the id) remains, for a minute.
+    assert redis_client.hgetall(store.owner_key("wang")).keys() == {b"floor"}
+    assert 0 < redis_client.ttl(store.owner_key("wang")) <= store.GUARD_TTL
+    for key in redis_client.scan_iter(match=f"{settings.TEST_KEY_PREFIX}*"):
+        if redis_client.type(key) == b"hash":
+            assert b"Wang" not in b"".join(redis_client.hvals(key))
+        assert b"wang" not in key
 
 
 def test_memory_forget_unknown_owner_is_false(db):
@@ -260,3 +266,71 @@ def test_stamps_grow_across_forget_and_recreation(django_capture_on_commit_callb
         services.memory_forget(owner_id="wang")
         append("wang", "two")
     assert Owner.objects.get(external_id="wang").stamp > before
+
+
+def test_turns_prune_keep_last_deletes_oldest_in_batches(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        for i in range(1, 8):
+            append("wang", f"t{i}", session_id="a" if i <= 3 else "b")
+    selectors.context_get(owner_id="wang")
+    stamp = Owner.objects.get(external_id="wang").stamp
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert services.turns_prune(owner_id="wang", keep_last=2, batch_size=2) == 5
+    assert len(callbacks) == 3  # one transaction, and one cache drop, per batch
+    assert Owner.objects.get(external_id="wang").stamp > stamp
+    assert list(Turn.objects.values_list("seq", flat=True)) == [6, 7]
+    context = selectors.context_get(owner_id="wang")
+    assert (context["source"], [t["seq"] for t in context["turns"]]) == ("database", [6, 7])
+    assert dict(Session.objects.values_list("session_id", "turn_count")) == {"a": 0, "b": 2}
+
+
+def test_turns_prune_before_deletes_older_turns(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        turns = [append("wang", f"t{i}") for i in range(1, 6)]
+        assert services.turns_prune(owner_id="wang", before=turns[3].created_at) == 3
+    assert [t["seq"] for t in selectors.context_get(owner_id="wang")["turns"]] == [4, 5]
+
+
+def test_turns_prune_with_both_criteria_needs_both(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        turns = [append("wang", f"t{i}") for i in range(1, 6)]
+        deleted = services.turns_prune(owner_id="wang", before=turns[3].created_at, keep_last=4)
+    assert deleted == 1
+    assert list(Turn.objects.values_list("seq", flat=True)) == [2, 3, 4, 5]
+
+
+def test_turns_prune_dry_run_counts_and_changes_nothing(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        for i in range(5):
+            append("wang", f"t{i}")
+    stamp = Owner.objects.get(external_id="wang").stamp
+    assert services.turns_prune(owner_id="wang", keep_last=1, dry_run=True) == 4
+    assert services.turns_prune(owner_id="nobody", keep_last=1, dry_run=True) == 0
+    assert Turn.objects.count() == 5
+    assert Owner.objects.get(external_id="wang").stamp == stamp
+
+
+def test_turns_prune_with_nothing_to_prune_writes_nothing(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "only")
+    stamp = Owner.objects.get(external_id="wang").stamp
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert services.turns_prune(owner_id="wang", keep_last=1) == 0
+        assert services.turns_prune(owner_id="nobody", keep_last=0) == 0
+    assert callbacks == []
+    assert Owner.objects.get(external_id="wang").stamp == stamp
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({}, "before"),
+        ({"keep_last": -1}, "keep_last"),
+        ({"keep_last": 1, "batch_size": 0}, "batch_size"),
+        ({"keep_last": 1, "owner_id": "bad id!"}, "user_id"),
+    ],
+)
+def test_turns_prune_rejects_bad_input(kwargs, field):
+    with pytest.raises(ValidationError) as info:
+        services.turns_prune(**{"owner_id": "wang", **kwargs})
+    assert field in info.value.message_dict

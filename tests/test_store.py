@@ -19,10 +19,13 @@ def contents(context) -> list[str]:
     return [turn["content"] for turn in context["turns"]]
 
 
-def test_owner_key_has_prefix_schema_and_hash_tag(settings):
-    assert store.owner_key("wang@example.com") == (
-        f"{settings.MEMORY['KEY_PREFIX']}:v1:{{wang@example.com}}"
-    )
+def test_owner_key_has_prefix_schema_and_hash_tag_without_the_id(settings):
+    key = store.owner_key("wang@example.com")
+    prefix = f"{settings.MEMORY['KEY_PREFIX']}:v1:{{"
+    assert key.startswith(prefix) and key.endswith("}")
+    assert "wang" not in key
+    assert key != store.owner_key("wang@example.org")
+    assert key == store.owner_key("wang@example.com")
 
 
 def test_cached_payload_is_plain_json_shaped_like_the_api(
