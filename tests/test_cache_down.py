@@ -53,6 +53,7 @@ def test_redis_outage_is_logged_once(dead_cache, caplog, django_capture_on_commi
     assert store.health.outages == 1
 
 
+@pytest.mark.faults
 def test_redis_failure_fails_fast_after_the_first_timeout(own_redis):
     own_redis.pause()
     try:
@@ -71,6 +72,7 @@ def test_redis_failure_fails_fast_after_the_first_timeout(own_redis):
     assert rest < 0.2 * 10 / 2
 
 
+@pytest.mark.faults
 def test_write_while_redis_paused_is_not_hidden_by_the_older_copy(
     own_redis, django_capture_on_commit_callbacks
 ):
@@ -92,6 +94,7 @@ def test_write_while_redis_paused_is_not_hidden_by_the_older_copy(
     assert Owner.objects.get(external_id="wang").cache_dirty is False
 
 
+@pytest.mark.faults
 def test_other_instance_drops_copy_the_failed_writer_could_not(
     own_redis, django_capture_on_commit_callbacks, memory_settings
 ):
@@ -139,6 +142,7 @@ def test_reads_within_grace_leave_fresh_writes_alone(
     assert redis_client.hexists(store.owner_key("wang"), "rev")
 
 
+@pytest.mark.faults
 def test_forget_while_redis_paused_is_completed_when_it_is_back(
     own_redis, django_capture_on_commit_callbacks, memory_settings
 ):
@@ -162,6 +166,7 @@ def test_forget_while_redis_paused_is_completed_when_it_is_back(
         assert b"Wang" not in b"".join(client.hvals(key)) if client.type(key) == b"hash" else True
 
 
+@pytest.mark.faults
 def test_cache_flushed_during_outage_rehydrates(own_redis, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "one")

@@ -202,6 +202,7 @@ def test_hits_renew_the_ttl(history, redis_client, memory_settings):
     assert redis_client.ttl(store.owner_key("wang")) > 90
 
 
+@pytest.mark.faults
 def test_restarted_redis_rehydrates_same_context(history, own_redis):
     history()
     warm = (selectors.context_get(owner_id="wang"), selectors.context_get(owner_id="wang"))[1]
@@ -233,3 +234,41 @@ def test_fact_list_same_from_cache_and_database(history):
 
 def test_health_reports_database_and_cache():
     assert selectors.health_get() == {"database": "ok", "cache": "ok"}
+
+
+def test_owner_summary_counts_what_is_stored(history):
+    history(turns=5)
+    summary = selectors.owner_summary_get(owner_id="wang")
+    assert summary is not None
+    assert {k: summary[k] for k in ("turns", "sessions", "facts", "fact_versions", "last_seq")} == {
+        "turns": 5,
+        "sessions": 2,
+        "facts": 2,
+        "fact_versions": 2,
+        "last_seq": 5,
+    }
+    assert selectors.owner_summary_get(owner_id="nobody") is None
+
+
+def test_owner_recent_list_is_newest_write_first(history):
+    for owner_id in ("a", "b", "c"):
+        history(owner_id=owner_id, turns=1)
+    assert selectors.owner_recent_list(limit=2) == ["c", "b"]
+
+
+def test_owner_id_iter_walks_every_owner_in_chunks(history):
+    for owner_id in ("a", "b", "c", "d", "e"):
+        history(owner_id=owner_id, turns=2 if owner_id in "bd" else 1)
+    with CaptureQueriesContext(connection) as queries:
+        assert list(selectors.owner_id_iter(chunk_size=2)) == ["a", "b", "c", "d", "e"]
+    assert len(queries) == 3
+    assert list(selectors.owner_id_iter(min_last_seq=1)) == ["b", "d"]
+
+
+def test_stats_counts_rows_and_reads_cache_counters(history):
+    history(turns=3)
+    selectors.context_get(owner_id="wang")
+    stats = selectors.stats_get()
+    assert (stats["owners"], stats["sessions"], stats["turns"], stats["facts"]) == (1, 2, 3, 2)
+    assert stats["cache"]["cache"] == "ok"
+    assert stats["cache"]["counters"]["misses"] == 1
