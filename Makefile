@@ -24,6 +24,7 @@ run: $(VENV)/.installed ## Migrate and serve the demo on ADDR=127.0.0.1:8000 (SQ
 	$(PY) manage.py runserver $(ADDR)
 
 test: $(VENV)/.installed ## Run the suite on real PostgreSQL and Redis (PYTEST_ARGS="-k ..." to narrow)
+	@scripts/ensure-chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-faults: $(VENV)/.installed ## Run only the tests that kill, pause or restart servers
@@ -44,6 +45,10 @@ services-up: ## Start PostgreSQL and Redis in docker (docker-compose.yml) and wa
 
 services-down: ## Stop the docker services (their data volume is kept)
 	docker compose down
+
+.PHONY: dist
+dist: $(VENV)/.installed ## Build the app's wheel into dist/ (the package a site pip-installs)
+	$(PY) -m pip wheel --no-deps -q -w dist .
 
 clean: ## Remove caches and build output (keeps .venv and db.sqlite3)
 	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis build dist *.egg-info

@@ -1,7 +1,8 @@
-"""System checks (``manage.py check``) for the ``MEMORY`` setting and the cache alias."""
+"""System checks (``manage.py check``) for the ``MEMORY`` setting and the cache alias it names."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.conf import settings
@@ -9,89 +10,192 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 from django.utils.module_loading import import_string
 
-from memory.conf import DEFAULTS, conf
+from memory.conf import DEFAULTS
+
+# One id per problem:
+#   E001 MEMORY is not a dict                E007 the cache alias is not in CACHES
+#   E002 a count is not a positive integer   E008 the cache is not a django-redis cache
+#   E003 a duration is not a number >= 0     E009 the cache hides errors (IGNORE_EXCEPTIONS)
+#   E004 KEY_PREFIX is not a usable prefix   E010 FILL_WAIT_MS is not an integer >= 0
+#   E005 CONTEXT_TURNS > MAX_CONTEXT_TURNS   E011 CACHE_ALIAS is not a string
+#   E006 OWNER_RESOLVER cannot be imported   E012 OWNER_RESOLVER is not callable
+#   E013 FACT_EXTRACTOR cannot be imported
+#   W001 unknown MEMORY keys                 W004 the cache has no socket timeouts
+#   W002 CACHE_TURNS < CONTEXT_TURNS         W005 the database is not PostgreSQL
+
+COUNTS = (
+    "CACHE_TTL",
+    "CACHE_TURNS",
+    "CONTEXT_TURNS",
+    "MAX_CONTEXT_TURNS",
+    "MAX_TURN_CHARS",
+    "MAX_JSON_BYTES",
+)
+DURATIONS = ("RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW")
+# NOTE: braces would break the per-owner hash tag, and glob characters the SCAN that finds
+# the app's keys (stats, clean-up) by prefix.
+PREFIX_FORBIDDEN = "{}*?[]\\ \t\r\n"
 
 
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _positive_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _user_memory() -> Any:
+    return getattr(settings, "MEMORY", None) or {}
 
 
 @register(Tags.compatibility)
 def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    errors: list[CheckMessage] = []
-    user = getattr(settings, "MEMORY", None)
-    if user is None:
-        user = {}
+    """Each ``MEMORY`` value has the type and range the app needs."""
+    user = _user_memory()
     if not isinstance(user, dict):
-        return [Error("MEMORY must be a dict.", id="memory.E001")]
-    unknown = sorted(set(user) - set(DEFAULTS))
+        return [
+            Error(
+                f"MEMORY must be a dict, not {type(user).__name__}.",
+                hint="Set MEMORY = {...} with the keys to change, or leave it out.",
+                id="memory.E001",
+            )
+        ]
+    errors: list[CheckMessage] = []
+    unknown = sorted(set(user) - set(DEFAULTS), key=str)
     if unknown:
         errors.append(
             Warning(
-                f"MEMORY has unknown keys: {', '.join(unknown)}.",
+                f"MEMORY has unknown keys: {', '.join(map(str, unknown))}.",
                 hint=f"Known keys: {', '.join(sorted(DEFAULTS))}.",
                 id="memory.W001",
             )
         )
-    for name in ("CACHE_TTL", "CACHE_TURNS", "CONTEXT_TURNS", "MAX_CONTEXT_TURNS", "MAX_TURN_CHARS", "MAX_JSON_BYTES"):
-        value = user.get(name, DEFAULTS[name])
-        if not _positive_int(value):
+    values = {name: user.get(name, DEFAULTS[name]) for name in DEFAULTS}
+    for name in COUNTS:
+        if not (_int(values[name]) and values[name] > 0):
+            unit = " (seconds)" if name == "CACHE_TTL" else ""
             errors.append(
-                Error(f"MEMORY['{name}'] must be a positive integer, not {value!r}.", id="memory.E002")
+                Error(
+                    f"MEMORY['{name}'] must be a positive integer{unit}, not {values[name]!r}.",
+                    id="memory.E002",
+                )
             )
-    for name in ("RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW"):
-        value = user.get(name, DEFAULTS[name])
-        if not _positive_number(value):
-            errors.append(Error(f"MEMORY['{name}'] must be a positive number, not {value!r}.", id="memory.E003"))
-    wait = user.get("FILL_WAIT_MS", DEFAULTS["FILL_WAIT_MS"])
-    if not isinstance(wait, int) or isinstance(wait, bool) or wait < 0:
-        errors.append(Error(f"MEMORY['FILL_WAIT_MS'] must be an integer >= 0, not {wait!r}.", id="memory.E003"))
-    prefix = user.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"])
-    if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{} \t\n"):
+    for name in DURATIONS:
+        if not (_number(values[name]) and values[name] >= 0):
+            errors.append(
+                Error(
+                    f"MEMORY['{name}'] must be a number of seconds >= 0, not {values[name]!r}.",
+                    id="memory.E003",
+                )
+            )
+    prefix = values["KEY_PREFIX"]
+    if not isinstance(prefix, str) or not prefix or any(c in PREFIX_FORBIDDEN for c in prefix):
         errors.append(
             Error(
-                f"MEMORY['KEY_PREFIX'] must be a non-empty string without braces or spaces, not {prefix!r}.",
+                "MEMORY['KEY_PREFIX'] must be a non-empty string without braces, glob "
+                f"characters (* ? [ ] \\) or spaces, not {prefix!r}.",
                 id="memory.E004",
             )
         )
-    if not errors:
-        if conf.CONTEXT_TURNS > conf.MAX_CONTEXT_TURNS:
-            errors.append(
-                Error("MEMORY['CONTEXT_TURNS'] exceeds MEMORY['MAX_CONTEXT_TURNS'].", id="memory.E005")
-            )
-        if conf.CACHE_TURNS < conf.CONTEXT_TURNS:
-            errors.append(
-                Warning(
-                    "MEMORY['CACHE_TURNS'] is below MEMORY['CONTEXT_TURNS']: default contexts "
-                    "of owners with more turns will always read the database.",
-                    id="memory.W002",
-                )
-            )
-    resolver = user.get("OWNER_RESOLVER", DEFAULTS["OWNER_RESOLVER"])
-    try:
-        import_string(resolver)
-    except ImportError as e:
+    context, most = values["CONTEXT_TURNS"], values["MAX_CONTEXT_TURNS"]
+    cached = values["CACHE_TURNS"]
+    if all(_int(n) and n > 0 for n in (context, most)) and context > most:
         errors.append(
-            Error(f"MEMORY['OWNER_RESOLVER'] {resolver!r} cannot be imported: {e}", id="memory.E006")
+            Error(
+                f"MEMORY['CONTEXT_TURNS'] ({context}) exceeds "
+                f"MEMORY['MAX_CONTEXT_TURNS'] ({most}).",
+                id="memory.E005",
+            )
         )
+    if all(_int(n) and n > 0 for n in (context, cached)) and cached < context:
+        errors.append(
+            Warning(
+                f"MEMORY['CACHE_TURNS'] ({cached}) is below MEMORY['CONTEXT_TURNS'] ({context}): "
+                "default contexts of owners with more turns will always read the database.",
+                id="memory.W002",
+            )
+        )
+    wait = values["FILL_WAIT_MS"]
+    if not (_int(wait) and wait >= 0):
+        errors.append(
+            Error(
+                "MEMORY['FILL_WAIT_MS'] must be an integer number of milliseconds >= 0, "
+                f"not {wait!r}.",
+                id="memory.E010",
+            )
+        )
+    errors += _check_resolver(values["OWNER_RESOLVER"])
+    errors += _check_extractor(values["FACT_EXTRACTOR"])
     return errors
+
+
+def _check_extractor(path: Any) -> list[CheckMessage]:
+    if path is None:
+        return []
+    try:
+        if not isinstance(path, str):
+            raise ImportError("not a dotted path string")
+        import_string(path)
+    except ImportError as e:
+        return [
+            Error(
+                f"MEMORY['FACT_EXTRACTOR'] {path!r} cannot be imported: {e}",
+                hint="Name an extractor class, factory or instance, or None to turn it off.",
+                id="memory.E013",
+            )
+        ]
+    return []
+
+
+def _check_resolver(path: Any) -> list[CheckMessage]:
+    if not isinstance(path, str):
+        return [
+            Error(
+                f"MEMORY['OWNER_RESOLVER'] must be a dotted path string, not {path!r}.",
+                id="memory.E006",
+            )
+        ]
+    try:
+        resolver = import_string(path)
+    except ImportError as e:
+        return [
+            Error(f"MEMORY['OWNER_RESOLVER'] {path!r} cannot be imported: {e}", id="memory.E006")
+        ]
+    if not callable(resolver):
+        return [
+            Error(
+                f"MEMORY['OWNER_RESOLVER'] {path!r} is not callable.",
+                hint="Point it at a function taking a user and returning owner ids.",
+                id="memory.E012",
+            )
+        ]
+    return []
 
 
 @register(Tags.caches)
 def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    user = getattr(settings, "MEMORY", None) or {}
+    """The cache alias the app uses exists, is django-redis, and fails loudly and fast."""
+    user = _user_memory()
     if not isinstance(user, dict):
         return []
     alias = user.get("CACHE_ALIAS")
+    if alias is not None and not isinstance(alias, str):
+        return [
+            Error(
+                f"MEMORY['CACHE_ALIAS'] must be the name of a cache in CACHES, not {alias!r}.",
+                hint="Use a string such as 'memory', or '' for no cache.",
+                id="memory.E011",
+            )
+        ]
     if alias is None:
         if "memory" not in settings.CACHES:
             # NOTE: no cache is a supported set-up (every read from the database), not an error.
             return []
         alias = "memory"
+    if alias == "":
+        # NOTE: as in conf.CACHE_ALIAS, an empty alias turns the cache off explicitly.
+        return []
     if alias not in settings.CACHES:
         return [
             Error(
@@ -102,19 +206,23 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         ]
     config = settings.CACHES[alias]
     errors: list[CheckMessage] = []
-    if not str(config.get("BACKEND", "")).startswith("django_redis."):
+    backend = config.get("BACKEND")
+    if not str(backend or "").startswith("django_redis."):
         errors.append(
             Error(
-                f"The memory cache {alias!r} must be a django-redis cache, not {config.get('BACKEND')!r}.",
-                hint="Use BACKEND 'django_redis.cache.RedisCache'.",
+                f"The memory cache {alias!r} must be a django-redis cache, not {backend!r}.",
+                hint="Use BACKEND 'django_redis.cache.RedisCache' (pip install django-redis).",
                 id="memory.E008",
             )
         )
-    options = config.get("OPTIONS", {})
-    if options.get("IGNORE_EXCEPTIONS"):
+    options = config.get("OPTIONS") or {}
+    if options.get("IGNORE_EXCEPTIONS") or getattr(
+        settings, "DJANGO_REDIS_IGNORE_EXCEPTIONS", False
+    ):
         errors.append(
             Error(
-                f"The memory cache {alias!r} sets IGNORE_EXCEPTIONS, which hides an outage as a miss.",
+                f"The memory cache {alias!r} ignores exceptions (IGNORE_EXCEPTIONS), which "
+                "hides an outage as a miss.",
                 hint="Remove it from that alias: the app handles Redis failures itself.",
                 id="memory.E009",
             )
@@ -122,17 +230,18 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
     if not options.get("SOCKET_TIMEOUT") or not options.get("SOCKET_CONNECT_TIMEOUT"):
         errors.append(
             Warning(
-                f"The memory cache {alias!r} has no SOCKET_TIMEOUT/SOCKET_CONNECT_TIMEOUT: a Redis "
-                "that hangs would hang requests.",
+                f"The memory cache {alias!r} has no SOCKET_TIMEOUT/SOCKET_CONNECT_TIMEOUT: a "
+                "Redis that hangs would hang requests.",
                 hint="Set both to a fraction of a second in OPTIONS.",
                 id="memory.W004",
             )
         )
-    if connections["default"].vendor != "postgresql":
+    vendor = connections["default"].vendor
+    if vendor != "postgresql":
         errors.append(
             Warning(
-                "The memory cache is coherent across processes only on PostgreSQL; this database "
-                f"is {connections['default'].vendor}.",
+                "The memory cache is coherent across processes only on PostgreSQL; this "
+                f"database is {vendor}.",
                 id="memory.W005",
             )
         )

@@ -63,7 +63,7 @@ class Session(models.Model):
         indexes = [models.Index(fields=["owner", "-last_seen"], name="memory_session_recent_idx")]
 
     def __str__(self) -> str:
-        return f"{self.owner_id}/{self.session_id}"
+        return self.session_id
 
 
 class Role(models.TextChoices):
@@ -85,6 +85,9 @@ class Turn(models.Model):
     # NOTE: NULL, not "", for "no key": the partial unique constraint skips NULLs.
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField()
+    # NOTE: on Postgres the table also has a generated ``search`` column and two GIN indexes
+    # (migration 0003, read by memory.search). Not a field: SQLite has no tsvector, and loading
+    # a turn never needs its search document.
 
     class Meta:
         ordering = ["owner_id", "seq"]
@@ -108,7 +111,8 @@ class Turn(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.owner_id}#{self.seq} {self.role}"
+        # NOTE: no owner id here: that would cost a query per row wherever turns are listed.
+        return f"#{self.seq} {self.role}"
 
 
 class Fact(models.Model):
@@ -132,7 +136,7 @@ class Fact(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.owner_id}.{self.key} v{self.version}"
+        return f"{self.key} v{self.version}"
 
 
 class FactVersion(models.Model):
@@ -157,7 +161,8 @@ class FactVersion(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.owner_id}.{self.key} v{self.version}{' (deleted)' if self.deleted else ''}"
+        deleted = " (deleted)" if self.deleted else ""
+        return f"{self.key} v{self.version}{deleted}"
 
 
 class CacheInvalidation(models.Model):

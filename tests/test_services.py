@@ -83,6 +83,8 @@ def test_idempotency_key_is_per_owner(django_capture_on_commit_callbacks):
         ({"owner_id": "x" * 129}, "user_id"),
         ({"session_id": ""}, "session_id"),
         ({"session_id": "a\x00"}, "session_id"),
+        ({"session_id": "a\udfff"}, "session_id"),
+        ({"content": "a\ud800b"}, "content"),
         ({"metadata": {"k": "v\x00"}}, "metadata"),
         ({"idempotency_key": "é"}, "idempotency_key"),
         ({"idempotency_key": ""}, "idempotency_key"),
@@ -281,7 +283,8 @@ def test_turns_prune_keep_last_deletes_oldest_in_batches(django_capture_on_commi
     assert list(Turn.objects.values_list("seq", flat=True)) == [6, 7]
     context = selectors.context_get(owner_id="wang")
     assert (context["source"], [t["seq"] for t in context["turns"]]) == ("database", [6, 7])
-    assert dict(Session.objects.values_list("session_id", "turn_count")) == {"a": 0, "b": 2}
+    # A session left with no turn goes.
+    assert dict(Session.objects.values_list("session_id", "turn_count")) == {"b": 2}
 
 
 def test_turns_prune_before_deletes_older_turns(django_capture_on_commit_callbacks):

@@ -1,0 +1,60 @@
+"""``manage.py memory_forget``: forget owners (every turn, fact, session and cached copy)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from memory import selectors, services
+from memory.exceptions import MemoryUnavailable
+from memory.management.args import owner_ids
+
+
+class Command(BaseCommand):
+    help = (
+        "Forget owners: delete every turn, session, fact and fact version they have, and drop "
+        "their cached copy. Asks for confirmation unless --yes/--noinput."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("owner_ids", nargs="+", metavar="OWNER_ID", help="An owner id.")
+        parser.add_argument(
+            "--yes",
+            "-y",
+            "--noinput",
+            "--no-input",
+            action="store_false",
+            dest="interactive",
+            help="Do not ask for confirmation.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            self._forget(owner_ids(options["owner_ids"]), interactive=options["interactive"])
+        except MemoryUnavailable as e:
+            raise CommandError(str(e)) from e
+
+    def _forget(self, ids: list[str], *, interactive: bool) -> None:
+        stored = []
+        for owner_id in ids:
+            summary = selectors.owner_summary_get(owner_id=owner_id)
+            if summary is None:
+                self.stdout.write(f"{owner_id}: nothing stored.")
+                continue
+            stored.append(owner_id)
+            self.stdout.write(
+                f"{owner_id}: {summary['turns']:,} turns in {summary['sessions']:,} sessions, "
+                f"{summary['facts']:,} facts ({summary['fact_versions']:,} versions)."
+            )
+        if not stored:
+            return
+        if interactive:
+            answer = input(
+                f"Forget {len(stored)} owner(s)? This cannot be undone. Type 'yes' to continue: "
+            )
+            if answer.strip().lower() != "yes":
+                self.stdout.write("Nothing forgotten.")
+                return
+        forgotten = sum(services.memory_forget(owner_id=owner_id) for owner_id in stored)
+        self.stdout.write(f"Forgot {forgotten} owner(s).")

@@ -1,0 +1,448 @@
+"""Tests of memory.admin: pages, search, filters and actions, and that every admin change keeps
+the Redis copy coherent (nothing the admin changed or deleted is served stale afterwards)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.auth.models import Permission
+from django.contrib.messages import get_messages
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from memory import selectors, services
+from memory.models import Fact, Owner, Session, Turn
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def write(django_capture_on_commit_callbacks):
+    """``with write():`` runs the on-commit cache updates of what happens inside."""
+    return lambda: django_capture_on_commit_callbacks(execute=True)
+
+
+@pytest.fixture
+def chat(write):
+    """Wang told the assistant his name in two tabs, then chatted; Li said one thing."""
+    with write():
+        services.fact_put(owner_id="wang", key="name", value="王建国", session_id="laptop")
+        services.fact_put(owner_id="wang", key="likes", value=["篮球", "chess"])
+        for i in range(1, 7):
+            services.turn_append(
+                owner_id="wang",
+                session_id="laptop" if i <= 3 else "phone",
+                role="user" if i % 2 else "assistant",
+                content=f"turn {i} 我喜欢打篮球" if i == 1 else f"turn {i}",
+            )
+        services.turn_append(owner_id="li", session_id="web", role="user", content="hello")
+    return Owner.objects.get(external_id="wang")
+
+
+def seed_history(owner_id: str, turns: int, write) -> Owner:
+    """An owner with ``turns`` turns in one session, written fast: one through the service, the
+    rest bulk-inserted with ``last_seq`` and the session count fixed to match."""
+    with write():
+        services.turn_append(owner_id=owner_id, session_id="tab", role="user", content="turn 1")
+        services.fact_put(owner_id=owner_id, key="name", value="Wang")
+    owner = Owner.objects.get(external_id=owner_id)
+    now = timezone.now()
+    Turn.objects.bulk_create(
+        Turn(
+            owner=owner,
+            seq=seq,
+            session_id="tab",
+            role="user",
+            content=f"turn {seq}",
+            created_at=now,
+        )
+        for seq in range(2, turns + 1)
+    )
+    Owner.objects.filter(pk=owner.pk).update(last_seq=turns)
+    Session.objects.filter(owner=owner).update(turn_count=turns)
+    owner.refresh_from_db()
+    return owner
+
+
+def url(model: str, view: str, *args: object) -> str:
+    return reverse(f"admin:memory_{model}_{view}", args=args)
+
+
+def results(response) -> list:
+    return list(response.context["cl"].result_list)
+
+
+def texts(response) -> list[str]:
+    return [str(message) for message in get_messages(response.wsgi_request)]
+
+
+def warm(owner_id: str) -> None:
+    """Leave a cached copy of the owner, and check it is one."""
+    selectors.context_get(owner_id=owner_id)
+    assert selectors.context_get(owner_id=owner_id)["source"] == "cache"
+
+
+# Owners
+
+
+def test_owner_changelist_searches_by_owner_id(admin_client, chat):
+    response = admin_client.get(url("owner", "changelist"), {"q": "wan"})
+    assert response.status_code == 200
+    assert [owner.external_id for owner in results(response)] == ["wang"]
+
+
+def test_owner_changelist_filters_pending_cache_updates(admin_client, chat):
+    Owner.objects.filter(external_id="li").update(cache_dirty=True)
+    response = admin_client.get(url("owner", "changelist"), {"cache_dirty__exact": "1"})
+    assert [owner.external_id for owner in results(response)] == ["li"]
+
+
+def test_owner_page_is_view_only(admin_client, chat):
+    assert admin_client.get(url("owner", "add")).status_code == 403
+    response = admin_client.get(url("owner", "change", chat.pk))
+    assert response.status_code == 200
+    assert response.context["has_change_permission"] is False
+    post = admin_client.post(url("owner", "change", chat.pk), {"external_id": "evil"})
+    assert post.status_code == 403
+    assert Owner.objects.filter(external_id="wang").exists()
+
+
+def test_owner_page_shows_latest_turns_and_facts_inline(admin_client, chat):
+    response = admin_client.get(url("owner", "change", chat.pk))
+    facts, turns = (formset.formset for formset in response.context["inline_admin_formsets"])
+    assert [form.instance.seq for form in turns.forms] == [6, 5, 4, 3, 2, 1]
+    assert [form.instance.key for form in facts.forms] == ["likes", "name"]
+    page = response.content.decode()
+    assert "王建国" in page and "篮球" in page
+    assert f"{url('turn', 'changelist')}?owner={chat.pk}" in page
+    assert f"{url('fact', 'changelist')}?owner={chat.pk}" in page
+
+
+def test_owner_page_inlines_are_bounded(admin_client, write):
+    owner = seed_history("wang", 300, write)
+    response = admin_client.get(url("owner", "change", owner.pk))
+    turns = response.context["inline_admin_formsets"][1].formset
+    assert [form.instance.seq for form in turns.forms] == list(range(300, 280, -1))
+
+
+def _owner_page_queries(client, owner: Owner) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url("owner", "change", owner.pk))
+    assert response.status_code == 200
+    return len(queries)
+
+
+def test_owner_page_queries_do_not_grow_with_history(admin_client, write):
+    short = seed_history("short", 10, write)
+    long = seed_history("long", 2_000, write)
+    _owner_page_queries(admin_client, short)  # the session and user, once loaded
+    assert _owner_page_queries(admin_client, short) == _owner_page_queries(admin_client, long)
+    assert _owner_page_queries(admin_client, long) <= 5
+
+
+def test_owner_delete_page_counts_instead_of_listing_turns(admin_client, write):
+    owner = seed_history("wang", 2_000, write)
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(url("owner", "delete", owner.pk))
+    assert response.status_code == 200
+    assert len(queries) <= 12
+    page = response.content.decode()
+    assert "2,000 turns" in page
+    assert "turn 1999" not in page
+
+
+def test_owner_delete_forgets_through_the_service(admin_client, chat, write):
+    warm("wang")
+    with write():
+        response = admin_client.post(url("owner", "delete", chat.pk), {"post": "yes"})
+    assert response.status_code == 302
+    assert not Owner.objects.filter(external_id="wang").exists()
+    context = selectors.context_get(owner_id="wang")
+    assert (context["turns"], context["facts"]) == ([], {})
+
+
+def test_forget_action_confirms_then_forgets(admin_client, chat, write):
+    li = Owner.objects.get(external_id="li")
+    warm("wang")
+    selected = {"action": "forget_owners", ACTION_CHECKBOX_NAME: [chat.pk, li.pk]}
+    confirm = admin_client.post(url("owner", "changelist"), {**selected, "index": 0})
+    assert confirm.status_code == 200
+    assert confirm.templates[0].name == "admin/memory/owner/forget_confirmation.html"
+    assert Owner.objects.count() == 2
+    with write():
+        response = admin_client.post(url("owner", "changelist"), {**selected, "post": "yes"})
+    assert response.status_code == 302
+    assert texts(response) == ["Forgot 2 owner(s)."]
+    assert not Owner.objects.exists()
+    assert selectors.context_get(owner_id="wang")["facts"] == {}
+
+
+def test_owner_changelist_offers_forget_not_delete(admin_client, chat):
+    actions = admin_client.get(url("owner", "changelist")).context["action_form"]
+    choices = [name for name, _ in actions.fields["action"].choices]
+    assert choices == ["", "forget_owners", "drop_cached_copy"]
+
+
+def test_drop_cached_copy_action_makes_next_read_rehydrate(admin_client, chat):
+    warm("wang")
+    response = admin_client.post(
+        url("owner", "changelist"),
+        {"action": "drop_cached_copy", ACTION_CHECKBOX_NAME: [chat.pk], "index": 0},
+    )
+    assert response.status_code == 302
+    assert texts(response) == ["Dropped the cached copy of 1 owner(s)."]
+    assert selectors.context_get(owner_id="wang")["source"] == "database"
+    assert selectors.context_get(owner_id="wang")["source"] == "cache"
+
+
+def test_drop_cached_copy_with_redis_down_says_so(admin_client, chat, dead_cache):
+    response = admin_client.post(
+        url("owner", "changelist"),
+        {"action": "drop_cached_copy", ACTION_CHECKBOX_NAME: [chat.pk], "index": 0},
+    )
+    assert response.status_code == 302
+    assert texts(response) == [
+        "Redis did not confirm for wang; is it down? Their copies are unchanged."
+    ]
+
+
+# Sessions
+
+
+def test_session_changelist_filters_by_owner_and_links_to_turns(admin_client, chat):
+    response = admin_client.get(url("session", "changelist"), {"owner": chat.pk})
+    assert [s.session_id for s in results(response)] == ["phone", "laptop"]
+    assert f"?owner={chat.pk}&amp;session=phone" in response.content.decode()
+    assert admin_client.get(url("session", "add")).status_code == 403
+
+
+# Turns
+
+
+def test_turn_changelist_filters_by_owner_session_role_and_date(admin_client, chat):
+    changelist = url("turn", "changelist")
+    by_owner = admin_client.get(changelist, {"owner": chat.pk})
+    assert [t.seq for t in results(by_owner)] == [6, 5, 4, 3, 2, 1]
+    by_session = admin_client.get(changelist, {"owner": chat.pk, "session": "laptop"})
+    assert [t.seq for t in results(by_session)] == [3, 2, 1]
+    by_role = admin_client.get(changelist, {"owner": chat.pk, "role__exact": "assistant"})
+    assert [t.seq for t in results(by_role)] == [6, 4, 2]
+    midnight = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
+    by_date = admin_client.get(
+        changelist, {"created_at__gte": str(midnight), "role__exact": "user", "owner": chat.pk}
+    )
+    assert [t.seq for t in results(by_date)] == [5, 3, 1]
+
+
+def test_turn_session_filter_offers_the_owners_sessions(admin_client, chat):
+    response = admin_client.get(url("turn", "changelist"), {"owner": chat.pk})
+    specs = {spec.title: spec for spec in response.context["cl"].filter_specs}
+    assert [value for value, _ in specs["session"].lookup_choices] == ["phone", "laptop"]
+    assert specs["owner"].lookup_choices == [(str(chat.pk), "wang")]
+
+
+def test_turn_changelist_rejects_a_bad_owner_filter(admin_client, chat):
+    response = admin_client.get(url("turn", "changelist"), {"owner": "wang"})
+    assert response.status_code == 302
+    assert response["Location"].endswith("?e=1")
+
+
+def test_turn_search_by_owner_id_and_content(admin_client, chat):
+    changelist = url("turn", "changelist")
+    assert [t.owner.external_id for t in results(admin_client.get(changelist, {"q": "li"}))] == [
+        "li"
+    ]
+    found = results(admin_client.get(changelist, {"q": "篮球"}))
+    assert [(t.owner.external_id, t.seq) for t in found] == [("wang", 1)]
+
+
+def test_turns_are_read_only(admin_client, chat):
+    turn = Turn.objects.get(owner=chat, seq=1)
+    assert admin_client.get(url("turn", "add")).status_code == 403
+    page = admin_client.get(url("turn", "change", turn.pk))
+    assert page.status_code == 200
+    assert page.context["has_change_permission"] is False
+    assert admin_client.post(url("turn", "change", turn.pk), {"content": "x"}).status_code == 403
+    assert Turn.objects.get(pk=turn.pk).content == turn.content
+
+
+def test_turn_page_shows_metadata_pretty_and_non_ascii(admin_client, write):
+    with write():
+        turn = services.turn_append(
+            owner_id="wang",
+            session_id="tab",
+            role="user",
+            content="我叫王建国",
+            metadata={"来源": ["手机", "app"]},
+        )
+    page = admin_client.get(url("turn", "change", turn.pk)).content.decode()
+    assert "我叫王建国" in page
+    assert "{\n  &quot;来源&quot;: [\n    &quot;手机&quot;,\n    &quot;app&quot;\n  ]\n}" in page
+
+
+def test_turn_delete_is_not_served_stale(admin_client, chat, write):
+    warm("wang")
+    turn = Turn.objects.get(owner=chat, seq=4)
+    with write():
+        response = admin_client.post(url("turn", "delete", turn.pk), {"post": "yes"})
+    assert response.status_code == 302
+    context = selectors.context_get(owner_id="wang")
+    assert [t["seq"] for t in context["turns"]] == [1, 2, 3, 5, 6]
+    assert Session.objects.get(owner=chat, session_id="phone").turn_count == 2
+
+
+def test_turn_bulk_delete_is_not_served_stale(admin_client, chat, write):
+    warm("wang")
+    pks = list(Turn.objects.filter(owner=chat, seq__in=[1, 6]).values_list("pk", flat=True))
+    selected = {"action": "delete_selected", ACTION_CHECKBOX_NAME: pks}
+    assert admin_client.post(url("turn", "changelist"), {**selected, "index": 0}).status_code == 200
+    with write():
+        response = admin_client.post(url("turn", "changelist"), {**selected, "post": "yes"})
+    assert response.status_code == 302
+    assert [t["seq"] for t in selectors.context_get(owner_id="wang")["turns"]] == [2, 3, 4, 5]
+
+
+# Facts
+
+
+def test_fact_changelist_searches_by_key_and_filters_by_owner(admin_client, chat, write):
+    with write():
+        services.fact_put(owner_id="li", key="name", value="Li")
+    changelist = url("fact", "changelist")
+    by_key = results(admin_client.get(changelist, {"q": "lik"}))
+    assert [(f.owner.external_id, f.key) for f in by_key] == [("wang", "likes")]
+    by_owner = results(admin_client.get(changelist, {"owner": chat.pk}))
+    assert [f.key for f in by_owner] == ["likes", "name"]
+
+
+def test_fact_form_shows_json_pretty_and_non_ascii(admin_client, chat):
+    fact = Fact.objects.get(owner=chat, key="likes")
+    page = admin_client.get(url("fact", "change", fact.pk)).content.decode()
+    assert "[\n  &quot;篮球&quot;,\n  &quot;chess&quot;\n]" in page
+
+
+def test_fact_edit_updates_the_cached_context(admin_client, chat, write):
+    warm("wang")
+    fact = Fact.objects.get(owner=chat, key="name")
+    with write():
+        response = admin_client.post(
+            url("fact", "change", fact.pk),
+            {"value": json.dumps("王小明", ensure_ascii=False), "expected_version": "1"},
+        )
+    assert response.status_code == 302
+    context = selectors.context_get(owner_id="wang")
+    assert context["facts"]["name"] == "王小明"
+    assert context["source"] == "cache"
+    fact.refresh_from_db()
+    assert (fact.value, fact.version, fact.session_id) == ("王小明", 2, None)
+    history = selectors.fact_history(owner_id="wang", key="name")
+    assert [version["value"] for version in history] == ["王小明", "王建国"]
+
+
+def test_fact_edit_after_a_change_meanwhile_is_refused(admin_client, chat, write):
+    fact = Fact.objects.get(owner=chat, key="name")
+    with write():
+        services.fact_put(owner_id="wang", key="name", value="Jim")
+        response = admin_client.post(
+            url("fact", "change", fact.pk), {"value": '"Bob"', "expected_version": "1"}
+        )
+    assert response.status_code == 302
+    assert response["Location"] == url("fact", "change", fact.pk)
+    assert "was changed meanwhile (now version 2)" in texts(response)[0]
+    assert selectors.context_get(owner_id="wang")["facts"]["name"] == "Jim"
+
+
+def test_fact_edit_rejects_bad_json(admin_client, chat):
+    fact = Fact.objects.get(owner=chat, key="name")
+    response = admin_client.post(
+        url("fact", "change", fact.pk), {"value": "{not json", "expected_version": "1"}
+    )
+    assert response.status_code == 200
+    assert "value" in response.context["adminform"].form.errors
+    assert Fact.objects.get(pk=fact.pk).value == "王建国"
+
+
+def test_fact_add_goes_through_the_service(admin_client, chat, write):
+    warm("wang")
+    with write():
+        response = admin_client.post(
+            url("fact", "add"), {"user_id": "wang", "key": "location", "value": '"上海"'}
+        )
+    assert response.status_code == 302
+    assert selectors.context_get(owner_id="wang")["facts"]["location"] == "上海"
+    assert Fact.objects.get(owner=chat, key="location").version == 1
+
+
+def test_fact_add_validates_owner_and_key(admin_client, db):
+    response = admin_client.post(
+        url("fact", "add"), {"user_id": "bad id!", "key": "Bad Key", "value": "1"}
+    )
+    assert response.status_code == 200
+    assert set(response.context["adminform"].form.errors) == {"user_id", "key"}
+    assert not Fact.objects.exists()
+
+
+def test_fact_delete_is_not_served_stale(admin_client, chat, write):
+    warm("wang")
+    fact = Fact.objects.get(owner=chat, key="likes")
+    with write():
+        response = admin_client.post(url("fact", "delete", fact.pk), {"post": "yes"})
+    assert response.status_code == 302
+    assert selectors.context_get(owner_id="wang")["facts"] == {"name": "王建国"}
+    history = selectors.fact_history(owner_id="wang", key="likes")
+    assert history[0]["deleted"] is True
+
+
+def test_fact_bulk_delete_is_not_served_stale(admin_client, chat, write):
+    warm("wang")
+    pks = list(Fact.objects.filter(owner=chat).values_list("pk", flat=True))
+    with write():
+        response = admin_client.post(
+            url("fact", "changelist"),
+            {"action": "delete_selected", ACTION_CHECKBOX_NAME: pks, "post": "yes"},
+        )
+    assert response.status_code == 302
+    assert selectors.context_get(owner_id="wang")["facts"] == {}
+
+
+# Permissions
+
+
+def _staff_with(client, staff_user, *codenames: str):
+    staff_user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client.force_login(staff_user)
+    return client
+
+
+def test_view_only_staff_sees_facts_but_cannot_act(client, staff_user, chat):
+    client = _staff_with(client, staff_user, "view_owner", "view_fact", "view_turn")
+    owners = client.get(url("owner", "changelist"))
+    assert owners.status_code == 200
+    assert owners.context["action_form"] is None
+    fact = Fact.objects.get(owner=chat, key="likes")
+    page = client.get(url("fact", "change", fact.pk))
+    assert page.status_code == 200
+    assert page.context["has_change_permission"] is False
+    assert "[\n  &quot;篮球&quot;,\n  &quot;chess&quot;\n]" in page.content.decode()
+    assert "expected_version" not in page.content.decode()
+    post = client.post(url("fact", "change", fact.pk), {"value": '"x"', "expected_version": "1"})
+    assert post.status_code == 403
+    turn = Turn.objects.get(owner=chat, seq=1)
+    assert client.post(url("turn", "delete", turn.pk), {"post": "yes"}).status_code == 403
+
+
+def test_cache_and_forget_actions_follow_owner_permissions(client, staff_user, chat):
+    client = _staff_with(client, staff_user, "view_owner", "change_owner")
+    actions = client.get(url("owner", "changelist")).context["action_form"]
+    assert [name for name, _ in actions.fields["action"].choices] == ["", "drop_cached_copy"]
+    staff_user.user_permissions.add(Permission.objects.get(codename="delete_owner"))
+    actions = client.get(url("owner", "changelist")).context["action_form"]
+    assert [name for name, _ in actions.fields["action"].choices] == [
+        "",
+        "forget_owners",
+        "drop_cached_copy",
+    ]

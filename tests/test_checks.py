@@ -1,0 +1,173 @@
+"""Tests of memory.checks: one id per problem with the MEMORY setting or the cache alias."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.checks import run_checks
+from django.test import override_settings
+
+REDIS_OPTIONS = {"SOCKET_CONNECT_TIMEOUT": 0.2, "SOCKET_TIMEOUT": 0.2}
+
+
+def messages(**overrides: Any) -> list[Any]:
+    """The memory app's check messages with ``overrides`` applied to the settings."""
+    with override_settings(**overrides):
+        return [m for m in run_checks() if m.id and m.id.startswith("memory.")]
+
+
+def ids(**overrides: Any) -> list[str]:
+    return [m.id for m in messages(**overrides)]
+
+
+def memory(**keys: Any) -> dict[str, Any]:
+    return {**settings.MEMORY, **keys}
+
+
+def caches(**aliases: Any) -> dict[str, Any]:
+    return {**settings.CACHES, **aliases}
+
+
+def test_the_suites_settings_pass():
+    assert ids() == []
+
+
+def test_no_memory_setting_at_all_passes():
+    assert ids(MEMORY=None) == []
+    assert ids(MEMORY={}) == []
+
+
+@pytest.mark.parametrize("value", [["CACHE_TTL", 10], "CACHE_TTL=10", 42])
+def test_memory_not_a_dict(value):
+    found = messages(MEMORY=value)
+    assert [m.id for m in found] == ["memory.E001"]
+    assert found[0].msg.startswith("MEMORY must be a dict, not ")
+
+
+def test_unknown_keys_warn_and_other_checks_still_run():
+    found = messages(MEMORY=memory(CONTXT_TURNS=5, CONTEXT_TURNS=300, MAX_CONTEXT_TURNS=250))
+    assert [m.id for m in found] == ["memory.W001", "memory.E005", "memory.W002"]
+    assert found[0].msg == "MEMORY has unknown keys: CONTXT_TURNS."
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "CACHE_TTL",
+        "CACHE_TURNS",
+        "CONTEXT_TURNS",
+        "MAX_CONTEXT_TURNS",
+        "MAX_TURN_CHARS",
+        "MAX_JSON_BYTES",
+    ],
+)
+@pytest.mark.parametrize("value", [0, -5, 1.5, "100", None, True])
+def test_counts_must_be_positive_integers(name, value):
+    # NOTE: keep the cross-checks between turn counts quiet, to see this one error alone.
+    keys = {"CACHE_TURNS": 1000, "CONTEXT_TURNS": 1, "MAX_CONTEXT_TURNS": 1000, name: value}
+    assert ids(MEMORY=memory(**keys)) == ["memory.E002"]
+
+
+def test_a_ttl_that_is_not_positive_says_seconds():
+    [found] = messages(MEMORY=memory(CACHE_TTL=0))
+    assert found.msg == "MEMORY['CACHE_TTL'] must be a positive integer (seconds), not 0."
+
+
+@pytest.mark.parametrize("name", ["RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW"])
+@pytest.mark.parametrize("value", [-1, "2", None, float("nan"), float("inf"), False])
+def test_durations_must_be_numbers_of_seconds(name, value):
+    assert ids(MEMORY=memory(**{name: value})) == ["memory.E003"]
+
+
+@pytest.mark.parametrize("name", ["RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW"])
+@pytest.mark.parametrize("value", [0, 0.0, 0.5, 30])
+def test_durations_may_be_zero_or_more(name, value):
+    assert ids(MEMORY=memory(**{name: value})) == []
+
+
+@pytest.mark.parametrize("value", ["", "my app", "{memory}", "mem*", "mem?", "mem[1]", 7, None])
+def test_key_prefix_must_be_usable_in_keys_and_scan_patterns(value):
+    assert ids(MEMORY=memory(KEY_PREFIX=value)) == ["memory.E004"]
+
+
+def test_key_prefix_may_have_colons_and_dashes():
+    assert ids(MEMORY=memory(KEY_PREFIX="site-1:memory")) == []
+
+
+def test_context_turns_above_the_maximum():
+    found = messages(MEMORY=memory(CONTEXT_TURNS=60, MAX_CONTEXT_TURNS=50, CACHE_TURNS=100))
+    assert [m.id for m in found] == ["memory.E005"]
+    assert found[0].msg == "MEMORY['CONTEXT_TURNS'] (60) exceeds MEMORY['MAX_CONTEXT_TURNS'] (50)."
+
+
+def test_cache_turns_below_context_turns_warns():
+    assert ids(MEMORY=memory(CACHE_TURNS=10)) == ["memory.W002"]
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "200", None, True])
+def test_fill_wait_must_be_milliseconds_from_zero(value):
+    assert ids(MEMORY=memory(FILL_WAIT_MS=value)) == ["memory.E010"]
+
+
+def test_fill_wait_may_be_zero():
+    assert ids(MEMORY=memory(FILL_WAIT_MS=0)) == []
+
+
+@pytest.mark.parametrize("value", ["memory.nothing.here", "nodots", 42, None])
+def test_owner_resolver_must_import(value):
+    assert ids(MEMORY=memory(OWNER_RESOLVER=value)) == ["memory.E006"]
+
+
+def test_owner_resolver_must_be_callable():
+    assert ids(MEMORY=memory(OWNER_RESOLVER="memory.conf.DEFAULTS")) == ["memory.E012"]
+
+
+@pytest.mark.parametrize("value", [5, ["memory"], True])
+def test_cache_alias_must_be_a_string(value):
+    assert ids(MEMORY=memory(CACHE_ALIAS=value)) == ["memory.E011"]
+
+
+def test_cache_alias_missing_from_caches():
+    found = messages(MEMORY=memory(CACHE_ALIAS="nope"))
+    assert [m.id for m in found] == ["memory.E007"]
+    assert found[0].msg == "MEMORY['CACHE_ALIAS'] is 'nope', but CACHES has no such alias."
+
+
+def test_empty_cache_alias_turns_the_cache_off():
+    assert ids(MEMORY=memory(CACHE_ALIAS="")) == []
+
+
+def test_no_memory_alias_and_no_cache_alias_means_no_cache():
+    without = {alias: config for alias, config in settings.CACHES.items() if alias != "memory"}
+    assert ids(CACHES=without, MEMORY=memory()) == []
+
+
+def test_cache_must_be_django_redis():
+    local = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    assert ids(CACHES=caches(loc=local), MEMORY=memory(CACHE_ALIAS="loc")) == [
+        "memory.E008",
+        "memory.W004",
+    ]
+    django_redis = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": "redis://127.0.0.1:6379/0",
+        "OPTIONS": REDIS_OPTIONS,
+    }
+    assert ids(CACHES=caches(memory=django_redis), MEMORY=memory()) == ["memory.E008"]
+
+
+def test_cache_must_not_ignore_exceptions():
+    hiding = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": "redis://127.0.0.1:6379/0",
+        "OPTIONS": {**REDIS_OPTIONS, "IGNORE_EXCEPTIONS": True},
+    }
+    assert ids(CACHES=caches(hiding=hiding), MEMORY=memory(CACHE_ALIAS="hiding")) == ["memory.E009"]
+    assert ids(DJANGO_REDIS_IGNORE_EXCEPTIONS=True) == ["memory.E009"]
+
+
+def test_cache_without_socket_timeouts_warns():
+    slow = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:6379/0"}
+    assert ids(CACHES=caches(slow=slow), MEMORY=memory(CACHE_ALIAS="slow")) == ["memory.W004"]

@@ -1,0 +1,73 @@
+"""Tests of memory.conf: defaults, overrides, and values re-read from settings on every access."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from memory.conf import DEFAULTS, conf
+
+SIMPLE = [name for name in DEFAULTS if name != "CACHE_ALIAS"]
+
+
+@pytest.mark.parametrize("name", SIMPLE)
+def test_defaults_apply_to_keys_not_set(name):
+    with override_settings(MEMORY={}):
+        assert getattr(conf, name) == DEFAULTS[name]
+
+
+def test_defaults_apply_without_a_memory_setting(settings):
+    del settings.MEMORY
+    assert conf.CACHE_TTL == 3600
+    assert conf.CONTEXT_TURNS == 20
+    assert conf.KEY_PREFIX == "memory"
+
+
+def test_a_memory_setting_of_none_means_defaults():
+    with override_settings(MEMORY=None):
+        assert conf.MAX_TURN_CHARS == 32768
+
+
+def test_overrides_are_read_on_every_access():
+    with override_settings(MEMORY={"CACHE_TTL": 10, "CONTEXT_TURNS": 5}):
+        assert (conf.CACHE_TTL, conf.CONTEXT_TURNS) == (10, 5)
+        with override_settings(MEMORY={"CACHE_TTL": 20}):
+            assert (conf.CACHE_TTL, conf.CONTEXT_TURNS) == (20, 20)
+        assert conf.CACHE_TTL == 10
+
+
+def test_durations_are_floats():
+    with override_settings(MEMORY={"RECONCILE_GRACE": 0, "RECONCILE_INTERVAL": 2}):
+        assert conf.RECONCILE_GRACE == 0.0
+        assert isinstance(conf.RECONCILE_GRACE, float)
+        assert isinstance(conf.RECONCILE_INTERVAL, float)
+        assert isinstance(conf.SUSPECT_WINDOW, float)
+
+
+def test_cache_alias_defaults_to_the_memory_alias_when_there_is_one():
+    assert "memory" in settings.CACHES
+    with override_settings(MEMORY={}):
+        assert conf.CACHE_ALIAS == "memory"
+
+
+def test_cache_alias_defaults_to_no_cache_without_a_memory_alias():
+    without = {alias: config for alias, config in settings.CACHES.items() if alias != "memory"}
+    with override_settings(CACHES=without, MEMORY={}):
+        assert conf.CACHE_ALIAS is None
+
+
+def test_cache_alias_names_any_alias():
+    with override_settings(MEMORY={"CACHE_ALIAS": "dead"}):
+        assert conf.CACHE_ALIAS == "dead"
+
+
+def test_empty_cache_alias_turns_the_cache_off():
+    with override_settings(MEMORY={"CACHE_ALIAS": ""}):
+        assert conf.CACHE_ALIAS is None
+
+
+def test_owner_resolver_is_a_dotted_path():
+    assert conf.OWNER_RESOLVER == "memory.permissions.default_owner_id"
+    with override_settings(MEMORY={"OWNER_RESOLVER": "myapp.owners.resolve"}):
+        assert conf.OWNER_RESOLVER == "myapp.owners.resolve"
