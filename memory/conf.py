@@ -33,6 +33,8 @@ DEFAULTS: dict[str, Any] = {
     "FILL_WAIT_MS": 200,
     # Dotted path of the callable mapping a request's user to the owner ids they may reach.
     "OWNER_RESOLVER": "memory.permissions.default_owner_id",
+    # Dotted path of the fact extractor run on each user turn (docs/extraction.md); None: off.
+    "FACT_EXTRACTOR": "memory.extraction.RuleBasedExtractor",
 }
 
 
@@ -97,6 +99,10 @@ class Settings:
     @property
     def OWNER_RESOLVER(self) -> str:
         return self._get("OWNER_RESOLVER")  # type: ignore[no-any-return]
+
+    @property
+    def FACT_EXTRACTOR(self) -> str | None:
+        return self._get("FACT_EXTRACTOR")  # type: ignore[no-any-return]
 
 
 conf = Settings()
