@@ -1,6 +1,61 @@
-"""URLs of the memory API; the host mounts them (the demo at ``/api/memory/``)."""
+"""URLs of the memory API; the host mounts them (the demo at ``/api/memory/``).
+
+Owner ids and fact keys are matched by path converters that hold the contract's rules, so a
+malformed one never reaches a view: it is a JSON 404, as the contract allows.
+"""
 
 from __future__ import annotations
 
+from django.urls import URLPattern, path, re_path, register_converter
+
+from memory import views
+from memory.validators import FACT_KEY_RE, OWNER_ID_RE
+
+
+class OwnerIdConverter:
+    """``<owner:user_id>``: 1-128 letters, digits and ``_ - . @ :``."""
+
+    regex = OWNER_ID_RE.pattern.removeprefix("^").removesuffix("$")
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+class FactKeyConverter:
+    """``<fact_key:key>``: 1-64 lower-case letters, digits and ``_ - .``."""
+
+    regex = FACT_KEY_RE.pattern.removeprefix("^").removesuffix("$")
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(OwnerIdConverter, "owner")
+register_converter(FactKeyConverter, "fact_key")
+
 app_name = "memory"
-urlpatterns: list = []
+urlpatterns: list[URLPattern] = [
+    path("users/<owner:user_id>/", views.UserView.as_view(), name="user"),
+    path("users/<owner:user_id>/turns/", views.TurnsView.as_view(), name="turns"),
+    path("users/<owner:user_id>/context/", views.ContextView.as_view(), name="context"),
+    path("users/<owner:user_id>/facts/", views.FactsView.as_view(), name="facts"),
+    path("users/<owner:user_id>/facts/<fact_key:key>/", views.FactView.as_view(), name="fact"),
+    path(
+        "users/<owner:user_id>/facts/<fact_key:key>/history/",
+        views.FactHistoryView.as_view(),
+        name="fact-history",
+    ),
+    path("users/<owner:user_id>/sessions/", views.SessionsView.as_view(), name="sessions"),
+    path("users/<owner:user_id>/search/", views.SearchView.as_view(), name="search"),
+    path("users/<owner:user_id>/link/", views.LinkView.as_view(), name="link"),
+    path("health/", views.HealthView.as_view(), name="health"),
+    # NOTE: last: anything else under the mount point is a JSON 404, so API clients never get
+    # Django's HTML page, and a path without its final slash is a 404, not a redirect.
+    re_path(r"", views.not_found, name="not-found"),
+]

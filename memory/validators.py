@@ -16,6 +16,9 @@ FACT_KEY_RE = re.compile(r"^[a-z0-9_\-.]{1,64}$")
 IDEMPOTENCY_KEY_RE = re.compile(r"^[\x20-\x7e]{1,128}$")
 # NOTE: control characters (NUL above all: Postgres rejects it in text) have no place in a label.
 SESSION_ID_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
+# NOTE: a lone surrogate (a JSON "\\ud800" escape) cannot be encoded as UTF-8, so no database
+# stores it. Kept out of the patterns above, which the OpenAPI schema publishes as they are.
+SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
 MAX_JSON_DEPTH = 32
 
 
@@ -36,8 +39,12 @@ def validate_fact_key(value: str) -> None:
 
 
 def validate_session_id(value: str) -> None:
-    """A session id is 1-128 characters with no control characters."""
-    if not isinstance(value, str) or not SESSION_ID_RE.fullmatch(value):
+    """A session id is 1-128 characters with no control characters or lone surrogates."""
+    if (
+        not isinstance(value, str)
+        or not SESSION_ID_RE.fullmatch(value)
+        or SURROGATE_RE.search(value)
+    ):
         raise ValidationError(
             "Enter 1-128 characters with no control characters.", code="invalid_session_id"
         )
@@ -52,7 +59,8 @@ def validate_idempotency_key(value: str) -> None:
 
 
 def validate_content(value: str) -> None:
-    """Turn content is text of at most ``MEMORY["MAX_TURN_CHARS"]`` characters with no NUL."""
+    """Turn content is text of at most ``MEMORY["MAX_TURN_CHARS"]`` characters with no NUL and
+    no lone surrogate (neither can be stored as UTF-8 text)."""
     if not isinstance(value, str):
         raise ValidationError("Content must be a string.", code="invalid")
     limit = conf.MAX_TURN_CHARS
@@ -61,7 +69,13 @@ def validate_content(value: str) -> None:
             f"Ensure this field has no more than {limit} characters.", code="max_length"
         )
     if "\x00" in value:
-        raise ValidationError("Null characters are not allowed.", code="null_characters_not_allowed")
+        raise ValidationError(
+            "Null characters are not allowed.", code="null_characters_not_allowed"
+        )
+    if SURROGATE_RE.search(value):
+        raise ValidationError(
+            "Surrogate characters are not allowed.", code="surrogate_characters_not_allowed"
+        )
 
 
 def _json_walk(value: Any, depth: int) -> None:
@@ -69,7 +83,9 @@ def _json_walk(value: Any, depth: int) -> None:
         raise ValidationError(f"Nested deeper than {MAX_JSON_DEPTH} levels.", code="too_deep")
     if isinstance(value, str):
         if "\x00" in value:
-            raise ValidationError("Null characters are not allowed.", code="null_characters_not_allowed")
+            raise ValidationError(
+                "Null characters are not allowed.", code="null_characters_not_allowed"
+            )
     elif isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):

@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular",
     "memory",
 ]
 
@@ -60,7 +61,8 @@ ROOT_URLCONF = "memoryproj.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        # The demo chat page's template (memoryproj/chat.py); the app's own come with the app.
+        "DIRS": [BASE_DIR / "memoryproj" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -120,6 +122,11 @@ MEMORY = {
     "CACHE_TTL": int(os.environ.get("MEMORY_CACHE_TTL", "3600")),
 }
 
+# The demo chat page's assistant (/chat/, memoryproj/chat.py): a dotted path to a class with
+# ``respond(*, context, message) -> str`` (memoryproj.responders.Responder). A site puts its LLM
+# call there; the default answers from the memory alone, deterministically.
+MEMORYPROJ_RESPONDER = "memoryproj.responders.DeterministicResponder"
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -136,12 +143,45 @@ STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# NOTE: a turn is at most MAX_TURN_CHARS (32768) characters, and metadata at most 16 KiB of
+# JSON: even written with \u escapes a valid body stays under 1 MiB. A larger one is a 413.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+
+
+def _env_rate(name: str, default: str) -> str | None:
+    """A DRF throttle rate such as ``10000/hour`` from the environment; empty means no limit."""
+    value = os.environ.get(name, default).strip()
+    return value or None
+
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Requests per authenticated user (MEMORY_THROTTLE_USER, default 10000/hour) and per
+    # anonymous client address (MEMORY_THROTTLE_ANON, default 1000/hour); an empty value turns
+    # that limit off. A chat backend that calls as one service user for all its end users
+    # needs a higher user rate, or none. Counts live in the "default" cache.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": _env_rate("MEMORY_THROTTLE_USER", "10000/hour"),
+        "anon": _env_rate("MEMORY_THROTTLE_ANON", "1000/hour"),
+    },
+}
+
+# The OpenAPI 3 schema of the memory API, served at /api/schema/ with a Swagger UI at /api/docs/.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "memory",
+    "DESCRIPTION": "Durable user-level memory for AI chat products: turns, facts and the "
+    "context for the next model call.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
 }
 
 LOGGING = {

@@ -1,4 +1,4 @@
-"""Another app instance, as a separate process: ``python -m tests.instance append|context ...``.
+"""Another app instance, as a separate process: ``python -m tests.instance <command> ...``.
 
 Used by the tests to write and read one owner from processes with their own connections and
 Redis pools, and (``token <username>``) to make a staff user's API token. Prints JSON.
@@ -40,6 +40,18 @@ def main(argv: list[str]) -> None:
                 selectors.context_get(owner_id=owner_id, turns=int(argv[2])), ensure_ascii=False
             )
         )
+    elif command == "contexts":
+        # contexts <turns> <repeat> <owner id>...: each owner's context, read <repeat> times.
+        turns, repeat, owner_ids = int(argv[1]), int(argv[2]), argv[3:]
+        contexts = [
+            selectors.context_get(owner_id=other, turns=turns)
+            for _ in range(repeat)
+            for other in owner_ids
+        ]
+        print(json.dumps(contexts, ensure_ascii=False))
+    elif command == "link":
+        result = services.memory_link(owner_id=owner_id, from_owner_id=argv[2])
+        print(json.dumps(result._asdict()))
     else:
         raise SystemExit(f"unknown command {command!r}")
 

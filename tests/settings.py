@@ -33,3 +33,10 @@ CACHES["dead"] = {
 }
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# NOTE: the suite makes thousands of requests as a handful of users: no throttle limits it
+# (the classes stay on; tests/test_permissions.py sets a rate to see a 429).
+REST_FRAMEWORK = {
+    **REST_FRAMEWORK,  # noqa: F405
+    "DEFAULT_THROTTLE_RATES": {"user": None, "anon": None},
+}

@@ -1,0 +1,312 @@
+"""Serializers of the HTTP API: input serializers that check requests with the rules of
+``memory.validators``, and output serializers that describe the contract's shapes in the schema.
+
+Views return the selectors' payload dicts as they are; the output serializers here exist for the
+OpenAPI schema, so that a large context is not converted field by field on every request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from memory.conf import conf
+from memory.models import Role
+from memory.search import MAX_QUERY_CHARS, MAX_RESULTS
+from memory.validators import (
+    SESSION_ID_RE,
+    validate_content,
+    validate_fact_key,
+    validate_json_value,
+    validate_metadata,
+    validate_owner_id,
+    validate_session_id,
+)
+
+# Turns one page of ``GET turns/`` may hold, and the page size when the caller does not say.
+MAX_PAGE_SIZE = 500
+DEFAULT_PAGE_SIZE = 50
+# Keys one ``PATCH facts/`` may set: it is one transaction under the owner's lock.
+MAX_FACTS_PER_MERGE = 256
+# Largest ``after`` accepted: the range of the database's bigint ``seq``.
+MAX_SEQ = 2**63 - 1
+
+
+class TextField(serializers.CharField):
+    """A JSON string (DRF's ``CharField`` would take ``12`` as ``"12"``), kept exactly as sent
+    and checked by DRF's own rules plus those of ``memory.validators``; each error code once."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)  # type: ignore[no-any-return]
+
+    def run_validators(self, value: Any) -> None:
+        try:
+            super().run_validators(value)
+        except serializers.ValidationError as e:
+            # NOTE: DRF's CharField and validate_content both refuse NUL, say; say it once.
+            unique = {getattr(detail, "code", None) or str(detail): detail for detail in e.detail}
+            raise serializers.ValidationError(list(unique.values())) from e
+
+
+class JSONValueField(serializers.JSONField):
+    """Any JSON value Postgres ``jsonb`` stores (``validate_json_value``); null included."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_null", True)
+        super().__init__(validators=[validate_json_value], **kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return super().to_internal_value(data)
+        except RecursionError:
+            # NOTE: a body nested just shallowly enough to parse can still be too deep to
+            # re-encode from here; it is far past MAX_JSON_DEPTH anyway.
+            self.fail("invalid")
+
+
+@extend_schema_field(
+    {"type": "string", "minLength": 1, "maxLength": 128, "pattern": SESSION_ID_RE.pattern}
+)
+class SessionIdField(TextField):
+    """A session label: 1-128 characters, no control characters."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(min_length=1, max_length=128, validators=[validate_session_id], **kwargs)
+
+
+class ContentField(TextField):
+    """Turn content: at most ``MEMORY["MAX_TURN_CHARS"]`` characters (read per request)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        # NOTE: DRF re-runs __init__ for every serializer instance (Field.__deepcopy__), so a
+        # changed MEMORY setting is seen on the next request, as conf promises.
+        super().__init__(
+            max_length=conf.MAX_TURN_CHARS,
+            allow_blank=True,
+            validators=[validate_content],
+            **kwargs,
+        )
+
+
+class ContextTurnsField(serializers.IntegerField):
+    """How many turns a context holds: 0..``MEMORY["MAX_CONTEXT_TURNS"]`` (read per request)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(min_value=0, max_value=conf.MAX_CONTEXT_TURNS, **kwargs)
+
+
+# Input -------------------------------------------------------------------------------------
+
+
+class TurnInputSerializer(serializers.Serializer):
+    """The body of ``POST users/{user_id}/turns/``."""
+
+    session_id = SessionIdField()
+    role = serializers.ChoiceField(choices=Role.choices)
+    content = ContentField()
+    metadata = serializers.DictField(required=False, validators=[validate_metadata])
+
+
+class TurnListQuerySerializer(serializers.Serializer):
+    """The query of ``GET users/{user_id}/turns/``: keyset pagination on ``seq``."""
+
+    session_id = SessionIdField(required=False, help_text="Only the turns with this label.")
+    after = serializers.IntegerField(
+        required=False, min_value=0, max_value=MAX_SEQ, help_text="Only turns with a greater seq."
+    )
+    limit = serializers.IntegerField(
+        required=False,
+        default=DEFAULT_PAGE_SIZE,
+        min_value=1,
+        max_value=MAX_PAGE_SIZE,
+        help_text="Turns on this page.",
+    )
+
+
+class ContextQuerySerializer(serializers.Serializer):
+    """The query of ``GET users/{user_id}/context/``."""
+
+    turns = ContextTurnsField(
+        required=False,
+        help_text='Turns in the context; default MEMORY["CONTEXT_TURNS"].',
+    )
+
+
+class FactPutInputSerializer(serializers.Serializer):
+    """The body of ``PUT users/{user_id}/facts/{key}/``."""
+
+    value = JSONValueField()
+    session_id = SessionIdField(required=False, allow_null=True)
+
+
+class FactsMergeInputSerializer(serializers.Serializer):
+    """The body of ``PATCH users/{user_id}/facts/``: keys to set, others left as they are."""
+
+    facts = serializers.DictField(
+        child=JSONValueField(),
+        help_text=f"Fact key -> new value; at most {MAX_FACTS_PER_MERGE} keys.",
+    )
+    session_id = SessionIdField(required=False, allow_null=True)
+
+    # NOTE: a merge of the keys sent is not a partial update: "facts" is always required, for
+    # DRF and for the schema (drf-spectacular makes every PATCH body partial otherwise).
+    @property
+    def partial(self) -> bool:
+        return False
+
+    @partial.setter
+    def partial(self, value: bool) -> None:
+        pass
+
+    def validate_facts(self, value: dict[str, Any]) -> dict[str, Any]:
+        if len(value) > MAX_FACTS_PER_MERGE:
+            raise serializers.ValidationError(
+                f"Ensure this object has no more than {MAX_FACTS_PER_MERGE} keys."
+            )
+        errors: dict[str, list[str]] = {}
+        for key in value:
+            try:
+                validate_fact_key(key)
+            except DjangoValidationError as e:
+                errors[key] = e.messages
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+
+class SearchQuerySerializer(serializers.Serializer):
+    """The query of ``GET users/{user_id}/search/``."""
+
+    q = serializers.CharField(
+        max_length=MAX_QUERY_CHARS,
+        help_text="1-200 characters of free text: English words in any case and form, Chinese "
+        "text with no spaces needed. Never query syntax.",
+    )
+    limit = serializers.IntegerField(
+        required=False, default=20, min_value=1, max_value=MAX_RESULTS, help_text="Most turns."
+    )
+
+
+class LinkInputSerializer(serializers.Serializer):
+    """The body of ``POST users/{user_id}/link/``."""
+
+    from_user_id = TextField(
+        min_length=1,
+        max_length=128,
+        validators=[validate_owner_id],
+        help_text="The anonymous owner whose memory moves to the user, then is forgotten.",
+    )
+
+
+# Output (schema only) ---------------------------------------------------------------------
+
+
+class TurnSerializer(serializers.Serializer):
+    """A turn."""
+
+    seq = serializers.IntegerField(min_value=1)
+    session_id = serializers.CharField()
+    role = serializers.ChoiceField(choices=Role.choices)
+    content = serializers.CharField(allow_blank=True)
+    metadata = serializers.DictField()
+    created_at = serializers.DateTimeField()
+
+
+class TurnPageSerializer(serializers.Serializer):
+    """A page of turns, oldest first, with the URL of the next page."""
+
+    results = TurnSerializer(many=True)
+    next = serializers.URLField(allow_null=True)
+
+
+class ContextSerializer(serializers.Serializer):
+    """What a chat backend puts before the model for the next reply."""
+
+    user_id = serializers.CharField()
+    facts = serializers.DictField(child=serializers.JSONField(allow_null=True))
+    turns = TurnSerializer(many=True)
+    source = serializers.ChoiceField(choices=["cache", "database"])
+
+
+class FactSerializer(serializers.Serializer):
+    """A fact."""
+
+    key = serializers.CharField()
+    value = serializers.JSONField(allow_null=True)
+    session_id = serializers.CharField(allow_null=True)
+    updated_at = serializers.DateTimeField()
+    version = serializers.IntegerField(min_value=1)
+
+
+class FactListSerializer(serializers.Serializer):
+    """All facts of an owner, by key."""
+
+    facts = FactSerializer(many=True)
+
+
+class FactVersionSerializer(serializers.Serializer):
+    """One change of a fact; a delete leaves a last version with ``deleted: true``."""
+
+    key = serializers.CharField()
+    value = serializers.JSONField(allow_null=True)
+    version = serializers.IntegerField(min_value=1)
+    session_id = serializers.CharField(allow_null=True)
+    updated_at = serializers.DateTimeField()
+    source_turn_seq = serializers.IntegerField(allow_null=True)
+    deleted = serializers.BooleanField()
+
+
+class FactHistorySerializer(serializers.Serializer):
+    """Every version of one fact, newest first."""
+
+    results = FactVersionSerializer(many=True)
+
+
+class SessionSerializer(serializers.Serializer):
+    """A session label with the span and number of its turns."""
+
+    session_id = serializers.CharField()
+    first_seen = serializers.DateTimeField()
+    last_seen = serializers.DateTimeField()
+    turn_count = serializers.IntegerField(min_value=0)
+
+
+class SessionListSerializer(serializers.Serializer):
+    """An owner's sessions, most recently seen first."""
+
+    results = SessionSerializer(many=True)
+
+
+class HealthSerializer(serializers.Serializer):
+    """Whether the database and the cache answer."""
+
+    database = serializers.ChoiceField(choices=["ok", "down"])
+    cache = serializers.ChoiceField(choices=["ok", "down", "disabled"])
+
+
+class ErrorSerializer(serializers.Serializer):
+    """An error that concerns no one field."""
+
+    detail = serializers.CharField()
+
+
+class TurnSearchSerializer(serializers.Serializer):
+    """The turns that match a search, best match first."""
+
+    results = TurnSerializer(many=True)
+
+
+class LinkResultSerializer(serializers.Serializer):
+    """What a link moved to the user."""
+
+    turns_moved = serializers.IntegerField(min_value=0)
+    facts_moved = serializers.IntegerField(min_value=0)

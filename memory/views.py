@@ -1,0 +1,441 @@
+"""The HTTP API: one thin ``APIView`` per URL over the services and selectors, and the app's
+mapping of domain and database errors to statuses (412, 404, 413, 503), in one place.
+
+Selectors already return the contract's dicts, so views hand them to ``Response`` as they are;
+the output serializers only describe them in the OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import InterfaceError, OperationalError
+from django.http import Http404, HttpRequest, JsonResponse
+from django.utils.cache import patch_cache_control
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions, parsers, status
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.serializers import Serializer, as_serializer_error
+from rest_framework.utils.urls import replace_query_param
+from rest_framework.views import APIView
+
+from memory import selectors, services
+from memory.exceptions import FactNotFound, FactVersionConflict, MemoryUnavailable
+from memory.payloads import fact_payload, turn_payload
+from memory.permissions import CanReachOwner, can_reach
+from memory.serializers import (
+    ContextQuerySerializer,
+    ContextSerializer,
+    ErrorSerializer,
+    FactHistorySerializer,
+    FactListSerializer,
+    FactPutInputSerializer,
+    FactSerializer,
+    FactsMergeInputSerializer,
+    HealthSerializer,
+    LinkInputSerializer,
+    LinkResultSerializer,
+    SearchQuerySerializer,
+    SessionListSerializer,
+    TurnInputSerializer,
+    TurnListQuerySerializer,
+    TurnPageSerializer,
+    TurnSearchSerializer,
+    TurnSerializer,
+)
+from memory.validators import FACT_KEY_RE, OWNER_ID_RE, validate_idempotency_key
+
+# `If-Match: 3` or `If-Match: "3"` (a strong entity tag holding the version).
+IF_MATCH_RE = re.compile(r'\s*(?:([0-9]{1,18})|"([0-9]{1,18})")\s*')
+
+
+class PreconditionFailed(exceptions.APIException):
+    status_code = status.HTTP_412_PRECONDITION_FAILED
+    default_detail = "The fact is not at the version given in If-Match."
+    default_code = "precondition_failed"
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request body is larger than this server accepts."
+    default_code = "payload_too_large"
+
+
+class ServiceUnavailable(exceptions.APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    # NOTE: a fixed text: the driver's message would tell the caller the database's address.
+    default_detail = "The memory database is unavailable; try again later."
+    default_code = "service_unavailable"
+
+
+def api_exception(exc: Exception) -> Exception:
+    """The DRF exception an app or Django error stands for; any other error as it is."""
+    if isinstance(exc, FactVersionConflict):
+        return PreconditionFailed(str(exc))
+    if isinstance(exc, FactNotFound):
+        return exceptions.NotFound(str(exc))
+    if isinstance(exc, (MemoryUnavailable, OperationalError, InterfaceError)):
+        return ServiceUnavailable()
+    if isinstance(exc, DjangoValidationError):
+        return exceptions.ValidationError(as_serializer_error(exc))
+    if isinstance(exc, RequestDataTooBig):
+        return PayloadTooLarge()
+    return exc
+
+
+class JSONParser(parsers.JSONParser):
+    """DRF's JSON parser; a body nested too deep for Python's parser is a 400 as well."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError as e:
+            raise exceptions.ParseError("JSON parse error - nested too deep.") from e
+
+
+def _validated(serializer_class: type[Serializer], data: Any) -> dict[str, Any]:
+    # NOTE: callers pass a query as a plain dict, not a QueryDict, so that DRF does not take an
+    # empty value ("?limit=") as an absent one, the way it reads HTML forms: it is a 400.
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data  # type: ignore[no-any-return]
+
+
+def _idempotency_key(request: Request) -> str | None:
+    value = request.headers.get("Idempotency-Key")
+    if value is not None:
+        try:
+            validate_idempotency_key(value)
+        except DjangoValidationError as e:
+            raise exceptions.ValidationError({"Idempotency-Key": e.messages}) from e
+    return value
+
+
+def _if_match(request: Request) -> int | None:
+    value = request.headers.get("If-Match")
+    if value is None:
+        return None
+    match = IF_MATCH_RE.fullmatch(value)
+    if match is None:
+        raise exceptions.ValidationError(
+            {"If-Match": ['Send the version the fact is expected at: 3 or "3".']}
+        )
+    return int(match.group(1) or match.group(2))
+
+
+# Schema ------------------------------------------------------------------------------------
+
+USER_ID = OpenApiParameter(
+    "user_id",
+    OpenApiTypes.STR,
+    OpenApiParameter.PATH,
+    pattern=OWNER_ID_RE.pattern,
+    description="The memory owner's external id: 1-128 letters, digits and _ - . @ :",
+)
+FACT_KEY = OpenApiParameter(
+    "key",
+    OpenApiTypes.STR,
+    OpenApiParameter.PATH,
+    pattern=FACT_KEY_RE.pattern,
+    description="A fact key: 1-64 lower-case letters, digits and _ - .",
+)
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=False,
+    pattern=r"^[\x20-\x7e]{1,128}$",
+    description="1-128 printable ASCII characters. A retry with the same key for the same "
+    "owner stores nothing new and answers with the turn first stored.",
+)
+IF_MATCH = OpenApiParameter(
+    "If-Match",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=False,
+    pattern=r'^([0-9]{1,18}|"[0-9]{1,18}")$',
+    description='The version the fact must be at (3 or "3"); otherwise 412 and nothing changes.',
+)
+
+ERRORS: dict[int, OpenApiResponse] = {
+    400: OpenApiResponse(
+        OpenApiTypes.OBJECT, description='Invalid input, as {"field": ["message"]}.'
+    ),
+    401: OpenApiResponse(ErrorSerializer, description="Not authenticated."),
+    403: OpenApiResponse(
+        ErrorSerializer, description="Not authenticated (session authentication) or not allowed."
+    ),
+    404: OpenApiResponse(
+        ErrorSerializer, description="Not found, or another user's memory (never revealed)."
+    ),
+    412: OpenApiResponse(ErrorSerializer, description="If-Match names a stale version."),
+    413: OpenApiResponse(ErrorSerializer, description="The body is over the configured size."),
+    415: OpenApiResponse(ErrorSerializer, description="The body is not JSON."),
+    429: OpenApiResponse(ErrorSerializer, description="Throttled."),
+    503: OpenApiResponse(ErrorSerializer, description="The database is unreachable."),
+}
+READ_ERRORS = (400, 401, 403, 404, 429, 503)
+WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 429, 503)
+
+
+def _responses(success: dict[int, Any], errors: tuple[int, ...]) -> dict[int, Any]:
+    return {**success, **{code: ERRORS[code] for code in sorted(errors)}}
+
+
+# Views -------------------------------------------------------------------------------------
+
+
+class MemoryView(APIView):
+    """Base of the app's views: JSON bodies, the owner check, and the app's error mapping."""
+
+    permission_classes = [CanReachOwner]
+    parser_classes = [JSONParser]
+
+    def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Response | None]:
+        handler = super().get_exception_handler()
+
+        def memory_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+            return handler(api_exception(exc), context)  # type: ignore[no-any-return]
+
+        return memory_exception_handler
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        # NOTE: a user's memory is personal: no shared or browser cache may keep a copy.
+        patch_cache_control(response, no_store=True, private=True)
+        return response  # type: ignore[no-any-return]
+
+
+class TurnsView(MemoryView):
+    """``users/{user_id}/turns/``: append a turn; list turns, oldest first."""
+
+    @extend_schema(
+        tags=["turns"],
+        parameters=[USER_ID, IDEMPOTENCY_KEY],
+        request=TurnInputSerializer,
+        responses=_responses({201: TurnSerializer}, WRITE_ERRORS),
+        summary="Append a turn",
+        operation_id="turn_append",
+    )
+    def post(self, request: Request, user_id: str) -> Response:
+        idempotency_key = _idempotency_key(request)
+        data = _validated(TurnInputSerializer, request.data)
+        turn = services.turn_append(owner_id=user_id, idempotency_key=idempotency_key, **data)
+        # NOTE: a retry answers exactly as the first try did: 201 and the turn first stored.
+        return Response(turn_payload(turn), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        tags=["turns"],
+        parameters=[USER_ID, TurnListQuerySerializer],
+        responses=_responses({200: TurnPageSerializer}, READ_ERRORS),
+        summary="List turns, oldest first",
+        operation_id="turn_list",
+    )
+    def get(self, request: Request, user_id: str) -> Response:
+        query = _validated(TurnListQuerySerializer, request.query_params.dict())
+        turns, more = selectors.turn_list(owner_id=user_id, **query)
+        next_url = None
+        if more:
+            next_url = replace_query_param(request.build_absolute_uri(), "after", turns[-1]["seq"])
+        return Response({"results": turns, "next": next_url})
+
+
+class ContextView(MemoryView):
+    """``users/{user_id}/context/``: the facts and last turns, for the next model call."""
+
+    @extend_schema(
+        tags=["context"],
+        parameters=[USER_ID, ContextQuerySerializer],
+        responses=_responses({200: ContextSerializer}, READ_ERRORS),
+        summary="The context for the next reply",
+        operation_id="context_get",
+    )
+    def get(self, request: Request, user_id: str) -> Response:
+        turns = None
+        if request.query_params:
+            turns = _validated(ContextQuerySerializer, request.query_params.dict()).get("turns")
+        return Response(selectors.context_get(owner_id=user_id, turns=turns))
+
+
+class FactsView(MemoryView):
+    """``users/{user_id}/facts/``: every fact; merge several at once."""
+
+    @extend_schema(
+        tags=["facts"],
+        parameters=[USER_ID],
+        responses=_responses({200: FactListSerializer}, READ_ERRORS),
+        summary="List facts, by key",
+        operation_id="fact_list",
+    )
+    def get(self, request: Request, user_id: str) -> Response:
+        return Response({"facts": selectors.fact_list(owner_id=user_id)})
+
+    @extend_schema(
+        tags=["facts"],
+        parameters=[USER_ID],
+        request=FactsMergeInputSerializer,
+        responses=_responses({200: FactListSerializer}, WRITE_ERRORS),
+        summary="Set several facts; answer with all facts",
+        operation_id="facts_merge",
+    )
+    def patch(self, request: Request, user_id: str) -> Response:
+        data = _validated(FactsMergeInputSerializer, request.data)
+        facts = services.facts_merge(owner_id=user_id, **data)
+        return Response({"facts": [fact_payload(fact) for fact in facts]})
+
+
+class FactView(MemoryView):
+    """``users/{user_id}/facts/{key}/``: set or delete one fact, optionally with If-Match."""
+
+    @extend_schema(
+        tags=["facts"],
+        parameters=[USER_ID, FACT_KEY, IF_MATCH],
+        request=FactPutInputSerializer,
+        responses=_responses({200: FactSerializer, 201: FactSerializer}, (*WRITE_ERRORS, 412)),
+        summary="Set one fact (201 when created)",
+        operation_id="fact_put",
+    )
+    def put(self, request: Request, user_id: str, key: str) -> Response:
+        expected_version = _if_match(request)
+        data = _validated(FactPutInputSerializer, request.data)
+        fact, created = services.fact_put(
+            owner_id=user_id, key=key, expected_version=expected_version, **data
+        )
+        return Response(fact_payload(fact), status=201 if created else 200)
+
+    @extend_schema(
+        tags=["facts"],
+        parameters=[USER_ID, FACT_KEY, IF_MATCH],
+        responses=_responses({204: None}, (*READ_ERRORS, 412)),
+        summary="Delete one fact (404 if there is none)",
+        operation_id="fact_delete",
+    )
+    def delete(self, request: Request, user_id: str, key: str) -> Response:
+        expected_version = _if_match(request)
+        services.fact_delete(owner_id=user_id, key=key, expected_version=expected_version)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class FactHistoryView(MemoryView):
+    """``users/{user_id}/facts/{key}/history/``: every version of one fact, newest first."""
+
+    @extend_schema(
+        tags=["facts"],
+        parameters=[USER_ID, FACT_KEY],
+        responses=_responses({200: FactHistorySerializer}, READ_ERRORS),
+        summary="Versions of one fact, newest first (404 if the key never existed)",
+        operation_id="fact_history",
+    )
+    def get(self, request: Request, user_id: str, key: str) -> Response:
+        versions = selectors.fact_history(owner_id=user_id, key=key)
+        if not versions:
+            # NOTE: every key ever set has at least one version, so an empty history means
+            # no such fact (or a forgotten owner): a 404, like a DELETE of it.
+            raise FactNotFound(key)
+        return Response({"results": versions})
+
+
+class SessionsView(MemoryView):
+    """``users/{user_id}/sessions/``: the session labels of the owner's turns."""
+
+    @extend_schema(
+        tags=["sessions"],
+        parameters=[USER_ID],
+        responses=_responses({200: SessionListSerializer}, READ_ERRORS),
+        summary="List sessions, most recently seen first",
+        operation_id="session_list",
+    )
+    def get(self, request: Request, user_id: str) -> Response:
+        return Response({"results": selectors.session_list(owner_id=user_id)})
+
+
+class UserView(MemoryView):
+    """``users/{user_id}/``: forget the owner."""
+
+    @extend_schema(
+        tags=["users"],
+        parameters=[USER_ID],
+        responses=_responses({204: None}, READ_ERRORS),
+        summary="Forget the user: every turn, fact, version and session",
+        operation_id="memory_forget",
+    )
+    def delete(self, request: Request, user_id: str) -> Response:
+        services.memory_forget(owner_id=user_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class HealthView(MemoryView):
+    """``health/``: whether the database and the cache answer; open to load-balancer probes."""
+
+    # NOTE: no authentication (a bad token must not fail a probe), no throttle (probes are
+    # frequent), and nothing in the answer but two words.
+    authentication_classes = ()
+    permission_classes = (AllowAny,)
+    throttle_classes = ()
+
+    @extend_schema(
+        tags=["health"],
+        responses={
+            200: HealthSerializer,
+            503: OpenApiResponse(HealthSerializer, description="The database is down."),
+        },
+        summary="Health of the database and the cache",
+        operation_id="health_get",
+    )
+    def get(self, request: Request) -> Response:
+        health = selectors.health_get()
+        ok = health["database"] == "ok"
+        return Response(health, status=200 if ok else status.HTTP_503_SERVICE_UNAVAILABLE)
+
+
+class SearchView(MemoryView):
+    """``users/{user_id}/search/?q=``: the owner's turns that match a text, best match first."""
+
+    @extend_schema(
+        tags=["turns"],
+        parameters=[USER_ID, SearchQuerySerializer],
+        responses=_responses({200: TurnSearchSerializer}, READ_ERRORS),
+        summary="Search turns by content, best match first",
+        operation_id="turn_search",
+    )
+    def get(self, request: Request, user_id: str) -> Response:
+        query = _validated(SearchQuerySerializer, request.query_params.dict())
+        return Response({"results": selectors.turn_search(owner_id=user_id, **query)})
+
+
+class LinkView(MemoryView):
+    """``users/{user_id}/link/``: move an anonymous owner's memory to the user, forget it."""
+
+    @extend_schema(
+        tags=["users"],
+        parameters=[USER_ID],
+        request=LinkInputSerializer,
+        responses=_responses({200: LinkResultSerializer}, WRITE_ERRORS),
+        summary="Link an anonymous user to this one (idempotent)",
+        operation_id="memory_link",
+    )
+    def post(self, request: Request, user_id: str) -> Response:
+        from_user_id = _validated(LinkInputSerializer, request.data)["from_user_id"]
+        if not can_reach(request.user, from_user_id):
+            # NOTE: as for the URL's owner (CanReachOwner): 404, and nothing of either changes.
+            raise Http404
+        result = services.memory_link(owner_id=user_id, from_owner_id=from_user_id)
+        return Response(result._asdict())
+
+
+@csrf_exempt
+def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
+    """Any other path under the API, such as a malformed user id or fact key: a JSON 404."""
+    return JsonResponse(
+        {"detail": "Not found."}, status=404, json_dumps_params={"separators": (",", ":")}
+    )

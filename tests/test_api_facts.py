@@ -1,0 +1,227 @@
+"""Tests of ``users/{user_id}/facts/``: listing, merging, putting (with If-Match), deleting,
+and the history of one fact."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory import services
+from memory.models import Fact, FactVersion
+
+pytestmark = pytest.mark.django_db
+
+FACTS = "/api/memory/users/wang/facts/"
+NAME = "/api/memory/users/wang/facts/name/"
+
+
+@pytest.fixture
+def write(django_capture_on_commit_callbacks):
+    """Send a writing request with its on-commit cache updates run, as outside a test."""
+
+    def send(client, method, path, data=None, **extra):
+        with django_capture_on_commit_callbacks(execute=True):
+            return getattr(client, method)(path, data, format="json", **extra)
+
+    return send
+
+
+def test_put_creates_with_201_then_changes_with_200(owner_client, write):
+    created = write(owner_client, "put", NAME, {"value": "Wang Jianguo", "session_id": "tab"})
+    changed = write(owner_client, "put", NAME, {"value": "Jim"})
+    assert created.status_code == 201
+    assert changed.status_code == 200
+    assert set(created.json()) == {"key", "value", "session_id", "updated_at", "version"}
+    assert (created.json()["version"], created.json()["session_id"]) == (1, "tab")
+    assert (changed.json()["version"], changed.json()["value"]) == (2, "Jim")
+    assert changed.json()["session_id"] is None
+
+
+def test_put_same_value_changes_nothing(owner_client, write):
+    write(owner_client, "put", NAME, {"value": ["basketball"]})
+    again = write(owner_client, "put", NAME, {"value": ["basketball"]})
+    assert again.status_code == 200
+    assert again.json()["version"] == 1
+    assert FactVersion.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    "value", [None, 0, -1.5, True, "", "文字", [], [1, "a", None], {"nested": {"list": [1]}}]
+)
+def test_put_takes_any_json_value(owner_client, write, value):
+    response = write(owner_client, "put", NAME, {"value": value})
+    assert response.status_code == 201
+    assert response.json()["value"] == value
+    assert owner_client.get(FACTS).json()["facts"][0]["value"] == value
+
+
+@pytest.mark.parametrize("if_match", ["1", '"1"', ' "1" '])
+def test_put_with_current_version_succeeds(owner_client, write, if_match):
+    write(owner_client, "put", NAME, {"value": "A"})
+    response = write(owner_client, "put", NAME, {"value": "B"}, HTTP_IF_MATCH=if_match)
+    assert response.status_code == 200
+    assert response.json()["version"] == 2
+
+
+@pytest.mark.parametrize("if_match", ["1", '"1"', "3", "0", "999999999999999999"])
+def test_put_with_stale_version_is_412_and_changes_nothing(owner_client, write, if_match):
+    write(owner_client, "put", NAME, {"value": "A"})
+    write(owner_client, "put", NAME, {"value": "B"})
+    response = write(owner_client, "put", NAME, {"value": "C"}, HTTP_IF_MATCH=if_match)
+    assert response.status_code == 412
+    assert set(response.json()) == {"detail"}
+    assert Fact.objects.get().value == "B"
+    assert FactVersion.objects.count() == 2
+
+
+def test_put_with_if_match_on_a_missing_fact_is_412(owner_client, write):
+    response = write(owner_client, "put", NAME, {"value": "A"}, HTTP_IF_MATCH="1")
+    assert response.status_code == 412
+    assert Fact.objects.count() == 0
+
+
+@pytest.mark.parametrize("if_match", ["", "abc", "1.0", "-1", "*", 'W/"1"', '"1', "1" * 19, "٣"])
+def test_put_with_non_integer_if_match_is_400(owner_client, write, if_match):
+    write(owner_client, "put", NAME, {"value": "A"})
+    response = write(owner_client, "put", NAME, {"value": "B"}, HTTP_IF_MATCH=if_match)
+    assert response.status_code == 400
+    assert list(response.json()) == ["If-Match"]
+    assert Fact.objects.get().value == "A"
+
+
+def test_delete_answers_204_then_404(owner_client, write):
+    write(owner_client, "put", NAME, {"value": "A"})
+    deleted = write(owner_client, "delete", NAME)
+    again = write(owner_client, "delete", NAME)
+    assert deleted.status_code == 204
+    assert deleted.content == b""
+    assert again.status_code == 404
+    assert owner_client.get(FACTS).json() == {"facts": []}
+
+
+def test_delete_with_stale_if_match_is_412(owner_client, write):
+    write(owner_client, "put", NAME, {"value": "A"})
+    write(owner_client, "put", NAME, {"value": "B"})
+    assert write(owner_client, "delete", NAME, HTTP_IF_MATCH="1").status_code == 412
+    assert write(owner_client, "delete", NAME, HTTP_IF_MATCH="2").status_code == 204
+
+
+def test_list_facts_by_key(owner_client, write):
+    write(owner_client, "put", "/api/memory/users/wang/facts/name/", {"value": "Wang"})
+    write(owner_client, "put", "/api/memory/users/wang/facts/likes/", {"value": ["golf"]})
+    response = owner_client.get(FACTS)
+    assert response.status_code == 200
+    assert [(f["key"], f["value"]) for f in response.json()["facts"]] == [
+        ("likes", ["golf"]),
+        ("name", "Wang"),
+    ]
+
+
+def test_list_facts_of_an_unknown_user_is_empty(service_client):
+    assert service_client.get("/api/memory/users/nobody/facts/").json() == {"facts": []}
+
+
+def test_patch_merges_and_answers_all_facts(owner_client, write):
+    write(owner_client, "put", NAME, {"value": "Wang"})
+    write(owner_client, "put", "/api/memory/users/wang/facts/location/", {"value": "Beijing"})
+    response = write(
+        owner_client,
+        "patch",
+        FACTS,
+        {"facts": {"location": "Shanghai", "likes": ["basketball"]}, "session_id": "tab"},
+    )
+    assert response.status_code == 200
+    facts = {f["key"]: f for f in response.json()["facts"]}
+    assert list(facts) == ["likes", "location", "name"]
+    assert (facts["location"]["value"], facts["location"]["version"]) == ("Shanghai", 2)
+    assert facts["location"]["session_id"] == "tab"
+    assert (facts["name"]["value"], facts["name"]["version"]) == ("Wang", 1)
+    assert facts["likes"]["version"] == 1
+
+
+def test_patch_with_no_keys_changes_nothing(owner_client, write):
+    write(owner_client, "put", NAME, {"value": "Wang"})
+    response = write(owner_client, "patch", FACTS, {"facts": {}})
+    assert response.status_code == 200
+    assert [f["key"] for f in response.json()["facts"]] == ["name"]
+
+
+@pytest.mark.parametrize(
+    ("body", "errors"),
+    [
+        ({}, {"facts": ["This field is required."]}),
+        ({"facts": None}, {"facts": ["This field may not be null."]}),
+        ({"facts": ["name"]}, {"facts": ['Expected a dictionary of items but got type "list".']}),
+        (
+            {"facts": {"name": "ok", "Bad Key": 1}},
+            {
+                "facts": {
+                    "Bad Key": ["Enter 1-64 characters of lower-case letters, digits and _ - ."]
+                }
+            },
+        ),
+        ({"facts": {"name": "a\x00b"}}, {"facts": {"name": ["Null characters are not allowed."]}}),
+        (
+            {"facts": {"name": "x"}, "session_id": ""},
+            {"session_id": ["This field may not be blank."]},
+        ),
+    ],
+)
+def test_patch_bad_input_is_400_and_stores_nothing(owner_client, write, body, errors):
+    response = write(owner_client, "patch", FACTS, body)
+    assert response.status_code == 400
+    assert response.json() == errors
+    assert Fact.objects.count() == 0
+
+
+def test_patch_with_too_many_keys_is_400(owner_client, write):
+    response = write(owner_client, "patch", FACTS, {"facts": {f"k{i}": i for i in range(257)}})
+    assert response.status_code == 400
+    assert Fact.objects.count() == 0
+
+
+def test_history_lists_versions_newest_first(owner_client, write):
+    write(owner_client, "put", NAME, {"value": "A", "session_id": "tab"})
+    write(owner_client, "put", NAME, {"value": "B"})
+    write(owner_client, "delete", NAME)
+    response = owner_client.get(f"{NAME}history/")
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [(v["version"], v["value"], v["deleted"]) for v in results] == [
+        (3, None, True),
+        (2, "B", False),
+        (1, "A", False),
+    ]
+    assert set(results[0]) == {
+        "key",
+        "value",
+        "version",
+        "session_id",
+        "updated_at",
+        "source_turn_seq",
+        "deleted",
+    }
+    assert results[2]["session_id"] == "tab"
+
+
+def test_history_shows_the_source_turn(owner_client, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        services.fact_put(owner_id="wang", key="name", value="Wang", source_turn_seq=4)
+    assert owner_client.get(f"{NAME}history/").json()["results"][0]["source_turn_seq"] == 4
+
+
+def test_history_of_a_key_that_never_existed_is_404(owner_client):
+    response = owner_client.get(f"{NAME}history/")
+    assert response.status_code == 404
+    assert set(response.json()) == {"detail"}
+
+
+@pytest.mark.parametrize("path", ["facts/Name/", "facts/na%20me/", f"facts/{'k' * 65}/"])
+def test_malformed_fact_key_in_the_path_is_404(owner_client, write, path):
+    response = write(owner_client, "put", f"/api/memory/users/wang/{path}", {"value": 1})
+    assert response.status_code == 404
+    assert Fact.objects.count() == 0
+
+
+def test_longest_fact_key_is_accepted(owner_client, write):
+    response = write(owner_client, "put", f"{FACTS}{'k' * 64}/", {"value": 1})
+    assert response.status_code == 201

@@ -1,0 +1,122 @@
+"""Tests of ``users/{user_id}/search/?q=``: the owner's turns that match a text, best first."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory import services
+
+pytestmark = pytest.mark.django_db
+
+SEARCH = "/api/memory/users/wang/search/"
+
+
+@pytest.fixture
+def turns(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        for owner_id, content in [
+            ("wang", "I like playing basketball"),
+            ("wang", "我喜欢打篮球"),
+            ("wang", "basketball, basketball, basketball"),
+            ("li", "li plays basketball too"),
+        ]:
+            services.turn_append(owner_id=owner_id, session_id="s", role="user", content=content)
+
+
+def test_search_answers_turns_best_match_first(owner_client, turns):
+    response = owner_client.get(SEARCH, {"q": "Basketball"})
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [t["content"] for t in results] == [
+        "basketball, basketball, basketball",
+        "I like playing basketball",
+    ]
+    assert set(results[0]) == {"seq", "session_id", "role", "content", "metadata", "created_at"}
+    assert response["Cache-Control"] == "no-store, private"
+
+
+def test_search_finds_chinese_without_spaces(owner_client, turns):
+    response = owner_client.get(SEARCH, {"q": "篮球"})
+    assert [t["content"] for t in response.json()["results"]] == ["我喜欢打篮球"]
+
+
+def test_search_limit(owner_client, turns):
+    response = owner_client.get(SEARCH, {"q": "basketball", "limit": "1"})
+    assert [t["seq"] for t in response.json()["results"]] == [3]
+
+
+def test_search_sees_only_the_users_turns(service_client, turns):
+    assert service_client.get(SEARCH, {"q": "li"}).json() == {"results": []}
+    li = service_client.get("/api/memory/users/li/search/", {"q": "basketball"}).json()
+    assert [t["content"] for t in li["results"]] == ["li plays basketball too"]
+    nobody = service_client.get("/api/memory/users/nobody/search/", {"q": "basketball"})
+    assert (nobody.status_code, nobody.json()) == (200, {"results": []})
+
+
+def test_another_users_search_is_404(other_client, turns):
+    response = other_client.get(SEARCH, {"q": "basketball"})
+    assert response.status_code == 404
+    assert "basketball" not in response.content.decode()
+
+
+def test_anonymous_search_is_refused(anon_client, turns):
+    assert anon_client.get(SEARCH, {"q": "basketball"}).status_code in (401, 403)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {},
+        {"q": ""},
+        {"q": "   "},
+        {"q": "x" * 201},
+        {"q": "a\x00b"},
+        {"q": "basketball", "limit": "0"},
+        {"q": "basketball", "limit": "101"},
+        {"q": "basketball", "limit": "ten"},
+        {"q": "basketball", "limit": ""},
+    ],
+)
+def test_bad_query_is_400(owner_client, turns, query):
+    response = owner_client.get(SEARCH, query)
+    assert response.status_code == 400
+    assert set(response.json()) <= {"q", "limit"}
+
+
+@pytest.mark.parametrize(
+    "q",
+    [
+        "'",
+        '"',
+        "it's",
+        "a & b",
+        "basketball | tennis",
+        "!basketball",
+        "basket:*",
+        "a <-> b",
+        "(",
+        "\\",
+        "\\\\'",
+        "'; DROP TABLE memory_turn; --",
+        "%",
+        "_%_",
+        "篮球 & 足球:*",
+        "&" * 200,
+        "\\" * 200,
+        "篮" * 200,
+        "🏀",
+    ],
+)
+def test_query_syntax_is_only_text(owner_client, turns, q):
+    response = owner_client.get(SEARCH, {"q": q})
+    assert response.status_code == 200
+    assert all(t["content"] != "li plays basketball too" for t in response.json()["results"])
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["q=%ED%A0%80", "q=%FF%FE", "q=%00", "q=" + "x" * 10_000, "q=a&q=", "q=%E7%AF%AE%E7"],
+)
+def test_undecodable_or_oversized_query_is_never_a_500(owner_client, turns, raw):
+    response = owner_client.get(f"{SEARCH}?{raw}")
+    assert response.status_code in (200, 400)
