@@ -15,6 +15,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ORDER_VAR
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db import connections
@@ -443,8 +444,8 @@ class TurnAdmin(MemoryAdmin):
         "role",
         ("created_at", admin.DateFieldListFilter),
     )
-    search_fields = ("=owner__external_id", "content")
-    search_help_text = "Exact owner id, or words in the content."
+    search_fields = ("=owner__external_id",)
+    search_help_text = "Exact owner id, or words or Chinese text in the content (best match first)."
     # NOTE: both descending, so that the (owner, seq) unique index serves the whole list too.
     ordering = ("-owner_id", "-seq")
     list_per_page = 50
@@ -459,6 +460,23 @@ class TurnAdmin(MemoryAdmin):
         "created_at",
     )
     readonly_fields = fields
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Turn], search_term: str
+    ) -> tuple[QuerySet[Turn], bool]:
+        # NOTE: an exact owner id lists that owner's turns; any other text searches the content
+        # through the search index, best match first unless the operator sorted by a column.
+        by_owner, duplicates = super().get_search_results(request, queryset, search_term)
+        if not search_term.strip() or by_owner.exists():
+            return by_owner, duplicates
+        try:
+            matches = selectors.turn_search_queryset(q=search_term, queryset=queryset)
+        except ValidationError as e:
+            self.message_user(request, " ".join(e.messages), messages.WARNING)
+            return queryset.none(), False
+        if ORDER_VAR in request.GET:
+            matches = matches.order_by(*queryset.query.order_by)
+        return matches, False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Turn]:
         return super().get_queryset(request).select_related("owner")

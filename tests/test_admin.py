@@ -446,3 +446,16 @@ def test_cache_and_forget_actions_follow_owner_permissions(client, staff_user, c
         "forget_owners",
         "drop_cached_copy",
     ]
+
+
+def test_turn_search_ranks_best_match_first_in_english_and_chinese(admin_client, write):
+    with write():
+        for text in ("I like golf", "basketball basketball basketball", "I played basketball"):
+            services.turn_append(owner_id="zhao", session_id="s", role="user", content=text)
+        services.turn_append(owner_id="zhao", session_id="s", role="user", content="我喜欢打篮球")
+    changelist = url("turn", "changelist")
+    found = results(admin_client.get(changelist, {"q": "basketball"}))
+    assert [t.content for t in found] == ["basketball basketball basketball", "I played basketball"]
+    assert [t.content for t in results(admin_client.get(changelist, {"q": "篮球"}))] == [
+        "我喜欢打篮球"
+    ]
