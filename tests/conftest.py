@@ -4,6 +4,7 @@ down (a dead port) or of the test's own (a redis-server it may flush, kill or pa
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -145,3 +146,45 @@ def other_client(other_user: User) -> APIClient:
 @pytest.fixture
 def anon_client(db: None) -> APIClient:
     return _client_for(None)
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+
+
+@pytest.fixture
+def sync_playwright() -> Any:
+    """Playwright's sync API; skips, saying why, where it or Debian's Chromium is missing."""
+    api = pytest.importorskip(
+        "playwright.sync_api",
+        reason="playwright is not installed: pip install -r requirements-dev.txt",
+    )
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"Chromium is not installed at {CHROMIUM}: run scripts/ensure-chromium as root "
+            "(it uses apt-get), or apt-get install chromium"
+        )
+    return api.sync_playwright
+
+
+@pytest.fixture
+def chromium_options() -> dict[str, Any]:
+    """``playwright.chromium.launch(**chromium_options)``: Debian's Chromium, headless, offline."""
+    return {
+        "executable_path": str(CHROMIUM),
+        "headless": True,
+        "args": [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ],
+    }
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    """The folder for screenshots and other test artifacts (gitignored)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS

@@ -4,58 +4,31 @@ fact, and the chat backend's context endpoint serves the new value at once (neve
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 
 from memory import selectors, services
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 TIMEOUT_MS = 15_000
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def sync_playwright() -> Any:
-    """Playwright's sync API; skips, saying why, where it or Debian's Chromium is missing."""
-    api = pytest.importorskip(
-        "playwright.sync_api",
-        reason="playwright is not installed: pip install -r requirements-dev.txt",
-    )
-    if not CHROMIUM.exists():
-        pytest.skip(
-            f"Chromium is not installed at {CHROMIUM}: run scripts/ensure-chromium as root "
-            "(it uses apt-get), or apt-get install chromium"
-        )
-    return api.sync_playwright
-
-
-def test_fact_edited_in_admin_is_served_by_the_context_endpoint(live_server, sync_playwright):
+def test_fact_edited_in_admin_is_served_by_the_context_endpoint(
+    live_server, sync_playwright, chromium_options, artifacts
+):
     User.objects.create_superuser("operator", password="operator-pw")
     services.fact_put(owner_id="wang", key="name", value="王建国", session_id="laptop")
     services.fact_put(owner_id="li", key="name", value="Li")
     services.turn_append(owner_id="wang", session_id="laptop", role="user", content="我叫王建国")
     selectors.context_get(owner_id="wang")
     assert selectors.context_get(owner_id="wang")["source"] == "cache"
-    ARTIFACTS.mkdir(exist_ok=True)
 
     # NOTE: no ORM call inside this block: Playwright's sync API runs an event loop, where
     # Django refuses synchronous database access. The server runs in its own thread.
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-        )
+        browser = playwright.chromium.launch(**chromium_options)
         try:
             page = browser.new_page()
             page.set_default_timeout(TIMEOUT_MS)
@@ -69,18 +42,18 @@ def test_fact_edited_in_admin_is_served_by_the_context_endpoint(live_server, syn
             page.wait_for_url("**/admin/memory/owner/?q=wang")
             assert page.locator("#result_list tbody tr").count() == 1
             page.click("#result_list a:text-is('wang')")
-            page.screenshot(path=str(ARTIFACTS / "admin_owner.png"), full_page=True)
+            page.screenshot(path=str(artifacts / "admin_owner.png"), full_page=True)
 
             fact_row = page.locator("#facts-group tr.has_original", has_text="name")
             fact_row.locator("a.inlineviewlink, a.inlinechangelink").click()
             page.fill("#id_value", json.dumps("王小明", ensure_ascii=False))
             page.click("input[name=_save]")
             success = page.locator(".messagelist .success").inner_text()
-            page.screenshot(path=str(ARTIFACTS / "admin_fact_edit.png"), full_page=True)
+            page.screenshot(path=str(artifacts / "admin_fact_edit.png"), full_page=True)
 
             context_url = f"{live_server.url}/api/memory/users/wang/context/"
             page.goto(context_url)
-            page.screenshot(path=str(ARTIFACTS / "context_endpoint.png"), full_page=True)
+            page.screenshot(path=str(artifacts / "context_endpoint.png"), full_page=True)
             # NOTE: as a chat backend asks, with the operator's session cookie.
             response = page.request.get(context_url, headers={"Accept": "application/json"})
             assert response.status == 200

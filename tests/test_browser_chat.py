@@ -7,7 +7,6 @@ the like. Screenshots go to ``artifacts/``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,34 +15,10 @@ import redis
 from memory import selectors
 from tests.servers import RedisServer
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 TIMEOUT_MS = 15_000
 INTRO = "My name is Wang Jianguo, I like basketball"
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def sync_playwright() -> Any:
-    """Playwright's sync API; skips, saying why, where it or Debian's Chromium is missing."""
-    api = pytest.importorskip(
-        "playwright.sync_api",
-        reason="playwright is not installed: pip install -r requirements-dev.txt",
-    )
-    if not CHROMIUM.exists():
-        pytest.skip(
-            f"Chromium is not installed at {CHROMIUM}: run scripts/ensure-chromium as root "
-            "(it uses apt-get), or apt-get install chromium"
-        )
-    return api.sync_playwright
 
 
 def open_chat(page: Any, base_url: str, user_id: str, session_id: str) -> None:
@@ -65,20 +40,22 @@ def say(page: Any, message: str) -> str:
 
 
 def test_memory_carries_over_to_another_session_after_a_cache_flush(
-    live_server: Any, own_redis: RedisServer, settings: Any, sync_playwright: Any
+    live_server: Any,
+    own_redis: RedisServer,
+    settings: Any,
+    sync_playwright: Any,
+    chromium_options,
+    artifacts,
 ) -> None:
     # NOTE: the page is open to anyone only with DEBUG on, as on a developer's machine; the
     # live server thread reads these settings, and the cache is this test's own redis-server.
     settings.DEBUG = True
-    ARTIFACTS.mkdir(exist_ok=True)
     cache = redis.Redis(host="127.0.0.1", port=own_redis.port)
 
     # NOTE: no ORM call inside this block: Playwright's sync API runs an event loop, where
     # Django refuses synchronous database access. The server runs in its own thread.
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-        )
+        browser = playwright.chromium.launch(**chromium_options)
         try:
             laptop = browser.new_context(viewport={"width": 1100, "height": 800}).new_page()
             laptop.set_default_timeout(TIMEOUT_MS)
@@ -89,7 +66,7 @@ def test_memory_carries_over_to_another_session_after_a_cache_flush(
                 reply == "Nice to meet you, Wang Jianguo! I'll remember that you like basketball."
             )
             assert laptop.locator('#facts dd[data-key="name"]').inner_text() == "Wang Jianguo"
-            laptop.screenshot(path=str(ARTIFACTS / "chat_1_laptop.png"), full_page=True)
+            laptop.screenshot(path=str(artifacts / "chat_1_laptop.png"), full_page=True)
 
             assert cache.dbsize() > 0
             cache.flushall()
@@ -101,16 +78,16 @@ def test_memory_carries_over_to_another_session_after_a_cache_flush(
             open_chat(phone, live_server.url, "wang", "phone")
             assert phone.locator("#source").inner_text() == "database"
             assert phone.locator('#facts dd[data-key="likes"]').inner_text() == '["basketball"]'
-            phone.screenshot(path=str(ARTIFACTS / "chat_2_phone_opened.png"), full_page=True)
+            phone.screenshot(path=str(artifacts / "chat_2_phone_opened.png"), full_page=True)
             reply = say(phone, "hi")
             assert reply == "Hello again, Wang Jianguo! Any news on basketball?"
             assert phone.locator("#source").inner_text() == "cache"
-            phone.screenshot(path=str(ARTIFACTS / "chat_3_phone_reply.png"), full_page=True)
+            phone.screenshot(path=str(artifacts / "chat_3_phone_reply.png"), full_page=True)
 
             reply = say(laptop, "What's my name?")
             assert reply == "Your name is Wang Jianguo."
             assert laptop.locator("#turns li.turn.elsewhere").count() == 2
-            laptop.screenshot(path=str(ARTIFACTS / "chat_4_laptop_again.png"), full_page=True)
+            laptop.screenshot(path=str(artifacts / "chat_4_laptop_again.png"), full_page=True)
         finally:
             browser.close()
 
