@@ -181,6 +181,19 @@ def test_forget_action_confirms_then_forgets(admin_client, chat, write):
     assert selectors.context_get(owner_id="wang")["facts"] == {}
 
 
+def test_forgotten_owner_leaves_no_trace_in_admin(admin_client, chat, write):
+    """Forget means forgotten: no list, search or page of the admin shows anything of it."""
+    selected = {"action": "forget_owners", ACTION_CHECKBOX_NAME: [chat.pk], "post": "yes"}
+    with write():
+        admin_client.post(url("owner", "changelist"), selected)
+    for model in ("owner", "turn", "fact", "session"):
+        page = admin_client.get(url(model, "changelist")).content.decode()
+        assert "王建国" not in page and "篮球" not in page and ">wang<" not in page
+        for needle in ("wang", "王建国", "篮球"):
+            assert results(admin_client.get(url(model, "changelist"), {"q": needle})) == []
+    assert admin_client.get(url("owner", "change", chat.pk)).status_code in (302, 404)
+
+
 def test_owner_changelist_offers_forget_not_delete(admin_client, chat):
     actions = admin_client.get(url("owner", "changelist")).context["action_form"]
     choices = [name for name, _ in actions.fields["action"].choices]
