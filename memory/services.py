@@ -11,7 +11,7 @@ import contextvars
 import datetime as dt
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, overload
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
@@ -68,6 +68,10 @@ def _check(field: str, validator: Any, value: Any) -> None:
         raise ValidationError({field: e.messages}) from e
 
 
+@overload
+def _owner_lock(owner_id: str, *, create: Literal[True]) -> Owner: ...
+@overload
+def _owner_lock(owner_id: str, *, create: bool) -> Owner | None: ...
 def _owner_lock(owner_id: str, *, create: bool) -> Owner | None:
     """The owner's row, locked until commit; created first when ``create``."""
     if create:
@@ -198,7 +202,6 @@ def turn_append(
         _check("idempotency_key", validate_idempotency_key, idempotency_key)
     with _service():
         owner = _owner_lock(owner_id, create=True)
-        assert owner is not None
         if idempotency_key is not None:
             existing = Turn.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
             if existing is not None:
@@ -351,7 +354,6 @@ def fact_put(
         _check("session_id", validate_session_id, session_id)
     with _service():
         owner = _owner_lock(owner_id, create=True)
-        assert owner is not None
         if expected_version is not None:
             current = (
                 Fact.objects.filter(owner=owner, key=key).values_list("version", flat=True).first()
@@ -398,7 +400,6 @@ def facts_merge(
         raise ValidationError({"facts": [errors]})
     with _service():
         owner = _owner_lock(owner_id, create=True)
-        assert owner is not None
         at = timezone.now()
         changed = []
         for key, value in facts.items():
