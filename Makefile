@@ -5,9 +5,10 @@ VENV = .venv
 PY = $(VENV)/bin/python
 ADDR ?= 127.0.0.1:8000
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-faults lint format services-up services-down clean
+.PHONY: help install run test test-faults bench lint format services-up services-down clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -29,6 +30,9 @@ test: $(VENV)/.installed ## Run the suite on real PostgreSQL and Redis (PYTEST_A
 
 test-faults: $(VENV)/.installed ## Run only the tests that kill, pause or restart servers
 	$(PY) -m pytest -m faults $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed ## Benchmarks on real PostgreSQL and Redis (BENCH_ARGS="--only warm,cold"); see docs/performance.md
+	$(PY) -m bench $(BENCH_ARGS)
 
 lint: $(VENV)/.installed ## ruff check and format check, migrations up to date, system checks
 	$(VENV)/bin/ruff check .

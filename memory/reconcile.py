@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from memory import store
@@ -47,7 +47,20 @@ def reset() -> None:
 def owner_dirty_clear(*, owner_pk: int, stamp: int) -> None:
     """Clear the owner's dirty mark if no later write happened; never raises."""
     try:
-        Owner.objects.filter(pk=owner_pk, stamp=stamp).update(cache_dirty=False)
+        if connection.vendor == "postgresql" and not connection.in_atomic_block:
+            # NOTE: committed without waiting for the WAL flush, which took longer than the
+            # update itself (docs/performance.md). A crash may lose this update: the owner then
+            # stays marked and its copy is dropped by a later reconcile, the safe direction.
+            # The setting is local to this statement's own transaction, hence not in a caller's.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "WITH async AS (SELECT set_config('synchronous_commit', 'off', true))"
+                    f" UPDATE {Owner._meta.db_table} SET cache_dirty = false FROM async"
+                    " WHERE id = %s AND stamp = %s",
+                    [owner_pk, stamp],
+                )
+        else:
+            Owner.objects.filter(pk=owner_pk, stamp=stamp).update(cache_dirty=False)
     except DatabaseError as e:
         logger.warning("Could not clear the cache mark of owner %s: %s", owner_pk, e)
 

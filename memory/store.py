@@ -19,6 +19,7 @@ from django_redis.exceptions import ConnectionInterrupted
 from redis.commands.core import Script
 from redis.exceptions import RedisError
 
+from memory import codec
 from memory.conf import conf
 from memory.payloads import FactPayload, TurnPayload
 
@@ -32,15 +33,53 @@ CacheErrors = (RedisError, ConnectionInterrupted, OSError)
 #   floor     highest stamp any writer announced; a fill older than it is refused
 #   complete  "1" if the cached turns are all of the owner's turns
 #   seqs      the cached turn seqs, oldest first, space-separated
+#   fkeys     the keys of the cached facts, space-separated (a copy filled before it existed
+#             lacks it; reads then list the hash's fields instead)
 #   t:<seq>   a turn payload;  f:<key>  a fact payload
 
-# KEYS: memory hash, fill lock. ARGV: ttl, lock ms, lock token.
+# KEYS: memory hash, fill lock. ARGV: ttl, lock ms, lock token, turns wanted.
+# A hit returns {1, rev, turns, facts}: the last turns wanted and every fact, each as one JSON
+# array joined here from the stored payloads; {2} when the copy holds fewer turns than wanted.
+# A miss returns {0, 1} when this caller took the fill lock, else {0, 0}.
+# NOTE: the joined arrays make a hit three bulk replies whatever the turn count, and leave out
+# the cached turns the caller did not ask for: parsing replies is most of a hit's client time.
 _READ = Script(
     None,  # type: ignore[arg-type]
     b"""
-if redis.call('HEXISTS', KEYS[1], 'rev') == 1 then
-  redis.call('EXPIRE', KEYS[1], ARGV[1])
-  return {1, redis.call('HGETALL', KEYS[1])}
+local key = KEYS[1]
+local meta = redis.call('HMGET', key, 'rev', 'complete', 'seqs', 'fkeys')
+if meta[1] then
+  redis.call('EXPIRE', key, ARGV[1])
+  local seqs = {}
+  for w in string.gmatch(meta[3] or '', '%S+') do seqs[#seqs + 1] = w end
+  local want = tonumber(ARGV[4])
+  if want > #seqs and meta[2] ~= '1' then return {2} end
+  local names = {}
+  for j = math.max(#seqs - want + 1, 1), #seqs do names[#names + 1] = 't:' .. seqs[j] end
+  local nturns = #names
+  if meta[4] then
+    for name in string.gmatch(meta[4], '%S+') do names[#names + 1] = 'f:' .. name end
+  else
+    for _, name in ipairs(redis.call('HKEYS', key)) do
+      if string.sub(name, 1, 2) == 'f:' then names[#names + 1] = name end
+    end
+  end
+  local turns, facts = {}, {}
+  -- NOTE: in slices, as unpack() has a limit on how many values it spreads.
+  for i = 1, #names, 1000 do
+    local last = math.min(i + 999, #names)
+    local values = redis.call('HMGET', key, unpack(names, i, last))
+    for j = 1, #values do
+      if not values[j] then return {2} end
+      if i + j - 1 <= nturns then
+        turns[#turns + 1] = values[j]
+      else
+        facts[#facts + 1] = values[j]
+      end
+    end
+  end
+  turns = '[' .. table.concat(turns, ',') .. ']'
+  return {1, meta[1], turns, '[' .. table.concat(facts, ',') .. ']'}
 end
 if ARGV[2] == '0' then return {0, 0} end
 local got = redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', ARGV[2])
@@ -50,7 +89,9 @@ return {0, 0}
 )
 
 # KEYS: memory hash, fill lock.
-# ARGV: stamp, ttl, complete, lock token, seqs, then field/value pairs.
+# ARGV: stamp, ttl, complete, lock token, seqs, fields ("name length" pairs), payloads joined.
+# NOTE: two arguments for all payloads, not two per payload: packing a command's arguments is
+# most of the client's time for a fill of 50 turns.
 _FILL = Script(
     None,  # type: ignore[arg-type]
     b"""
@@ -61,7 +102,18 @@ local floor = redis.call('HGET', KEYS[1], 'floor')
 if (cur and tonumber(cur) >= stamp) or (floor and tonumber(floor) > stamp) then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'rev', ARGV[1], 'floor', ARGV[1], 'complete', ARGV[3], 'seqs', ARGV[5])
-for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+local fields, fkeys, pos = {}, {}, 1
+for name, size in string.gmatch(ARGV[6], '(%S+) (%d+)') do
+  fields[#fields + 1] = name
+  fields[#fields + 1] = string.sub(ARGV[7], pos, pos + size - 1)
+  if string.sub(name, 1, 2) == 'f:' then fkeys[#fkeys + 1] = string.sub(name, 3) end
+  pos = pos + size
+end
+redis.call('HSET', KEYS[1], 'fkeys', table.concat(fkeys, ' '))
+-- NOTE: one HSET per slice of fields, as unpack() has a limit on how many values it spreads.
+for i = 1, #fields, 1000 do
+  redis.call('HSET', KEYS[1], unpack(fields, i, math.min(i + 999, #fields)))
+end
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 return 1
 """,
@@ -105,10 +157,26 @@ if #list > depth then
   seqs = table.concat(list, ' ', #list - depth + 1, #list)
   complete = '0'
 end
+local fkeys = redis.call('HGET', key, 'fkeys')
+local known = {}
+if fkeys then for name in string.gmatch(fkeys, '%S+') do known[name] = true end end
 n = tonumber(ARGV[i]); i = i + 1
-for _ = 1, n do redis.call('HSET', key, 'f:' .. ARGV[i], ARGV[i + 1]); i = i + 2 end
+for _ = 1, n do
+  redis.call('HSET', key, 'f:' .. ARGV[i], ARGV[i + 1])
+  known[ARGV[i]] = true
+  i = i + 2
+end
 n = tonumber(ARGV[i]); i = i + 1
-for _ = 1, n do redis.call('HDEL', key, 'f:' .. ARGV[i]); i = i + 1 end
+for _ = 1, n do
+  redis.call('HDEL', key, 'f:' .. ARGV[i])
+  known[ARGV[i]] = nil
+  i = i + 1
+end
+if fkeys then
+  local names = {}
+  for name in pairs(known) do names[#names + 1] = name end
+  redis.call('HSET', key, 'fkeys', table.concat(names, ' '))
+end
 redis.call('HSET', key, 'rev', ARGV[2], 'floor', floor, 'seqs', seqs, 'complete', complete)
 redis.call('EXPIRE', key, ARGV[3])
 return 1
@@ -225,12 +293,6 @@ def _client() -> Any:
     return caches[alias].client.get_client(write=True)  # type: ignore[attr-defined]
 
 
-def _codec() -> Any:
-    alias = _alias()
-    assert alias is not None
-    return caches[alias].client  # type: ignore[attr-defined]
-
-
 def owner_key(owner_id: str) -> str:
     """The owner's memory hash; the ``{...}`` hash tag keeps all its keys in one cluster slot.
 
@@ -287,9 +349,9 @@ def memory_read(
     token = secrets.token_hex(8) if claim_fill else ""
     try:
         client = _client()
-        found, data = _READ(
+        reply = _READ(
             keys=[owner_key(owner_id), _lock_key(owner_id)],
-            args=[conf.CACHE_TTL, conf.FILL_WAIT_MS * 2 if claim_fill else 0, token],
+            args=[conf.CACHE_TTL, conf.FILL_WAIT_MS * 2 if claim_fill else 0, token, turns],
             client=client,
         )
         health.succeeded()
@@ -297,25 +359,20 @@ def memory_read(
     except CacheErrors as e:
         health.failed(e, "read")
         return None
-    if not found:
+    if reply[0] == 0:
         health.count("misses")
-        return Miss(fill_token=token if (claim_fill and data == 1) else None)
-    cached = _decode(data, turns)
-    health.count("hits" if cached is not None else "short")
-    return cached
-
-
-def _decode(flat: list[bytes], turns: int) -> CachedMemory | None:
-    fields = dict(zip(flat[::2], flat[1::2], strict=True))
-    seqs = fields.get(b"seqs", b"").split()
-    if turns > len(seqs) and fields.get(b"complete") != b"1":
+        return Miss(fill_token=token if (claim_fill and reply[1] == 1) else None)
+    if reply[0] == 2:
+        health.count("short")
         return None
-    codec = _codec()
-    wanted = seqs[max(len(seqs) - turns, 0) :] if turns else []
-    turn_list = [codec.decode(fields[b"t:" + seq]) for seq in wanted]
-    facts = [codec.decode(value) for name, value in fields.items() if name.startswith(b"f:")]
-    facts.sort(key=lambda fact: fact["key"])
-    return CachedMemory(stamp=int(fields[b"rev"]), turns=turn_list, facts=facts)
+    health.count("hits")
+    facts: list[FactPayload] = codec.loads(reply[3])
+    facts.sort(key=_fact_key)
+    return CachedMemory(stamp=int(reply[1]), turns=codec.loads(reply[2]), facts=facts)
+
+
+def _fact_key(fact: FactPayload) -> str:
+    return fact["key"]
 
 
 def memory_fill(
@@ -334,18 +391,17 @@ def memory_fill(
     """
     if not _usable():
         return False
-    codec = _codec()
+    names = [f"t:{turn['seq']}" for turn in turns] + [f"f:{fact['key']}" for fact in facts]
+    payloads = [codec.dumps(turn) for turn in turns] + [codec.dumps(fact) for fact in facts]
     args: list[Any] = [
         stamp,
         conf.CACHE_TTL,
         "1" if complete else "0",
         fill_token or "",
         " ".join(str(turn["seq"]) for turn in turns),
+        " ".join(f"{name} {len(payload)}" for name, payload in zip(names, payloads, strict=True)),
+        b"".join(payloads),
     ]
-    for turn in turns:
-        args += [f"t:{turn['seq']}", codec.encode(turn, allow_int=False)]
-    for fact in facts:
-        args += [f"f:{fact['key']}", codec.encode(fact, allow_int=False)]
     try:
         stored = _FILL(keys=[owner_key(owner_id), _lock_key(owner_id)], args=args, client=_client())
         health.succeeded()
@@ -374,13 +430,12 @@ def memory_apply(
     """
     if not _usable():
         return False
-    codec = _codec()
     args: list[Any] = [prev_stamp, stamp, conf.CACHE_TTL, GUARD_TTL, conf.CACHE_TURNS, len(turns)]
     for turn in turns:
-        args += [turn["seq"], codec.encode(turn, allow_int=False)]
+        args += [turn["seq"], codec.dumps(turn)]
     args.append(len(facts))
     for fact in facts:
-        args += [fact["key"], codec.encode(fact, allow_int=False)]
+        args += [fact["key"], codec.dumps(fact)]
     args.append(len(deleted_keys))
     args += list(deleted_keys)
     try:

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import connection
 
 from memory import selectors, services, store
-from memory.models import Session, Turn
+from memory.models import Owner, Session, Turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,6 +84,8 @@ def test_concurrent_appends_from_threads_number_1_to_n_in_commit_order():
     assert poller.result == list(range(1, 401))
     assert list(Turn.objects.order_by("seq").values_list("seq", flat=True)) == seqs
     assert sum(Session.objects.values_list("turn_count", flat=True)) == 400
+    # NOTE: each write's dirty mark was cleared after Redis confirmed it (in autocommit, here).
+    assert Owner.objects.get(external_id="wang").cache_dirty is False
     database = selectors._database_read("wang", 50)[0]
     # NOTE: deltas that reach Redis out of commit order drop the copy instead of applying;
     # the first read may therefore rehydrate. Either way both reads equal the database.

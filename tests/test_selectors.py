@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 import pytest
@@ -10,7 +11,8 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from memory import selectors, services, store
+from memory import payloads, selectors, services, store
+from memory.models import Fact, Turn
 
 pytestmark = pytest.mark.django_db
 
@@ -95,12 +97,12 @@ def test_warm_context_read_is_one_redis_call(history, own_redis):
     context = selectors.context_get(owner_id="wang")
     stats = admin.info("commandstats")
     assert context["source"] == "cache"
-    # NOTE: one EVALSHA from the client; the script's own HEXISTS, EXPIRE and HGETALL are
-    # counted by Redis too but cost no round trip.
+    # NOTE: one EVALSHA from the client; the script's own HMGET and EXPIRE are counted by
+    # Redis too but cost no round trip.
     calls = {name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()}
     calls.pop("config|resetstat", None)
     calls.pop("config", None)
-    assert calls == {"evalsha": 1, "hexists": 1, "expire": 1, "hgetall": 1}
+    assert calls == {"evalsha": 1, "hmget": 2, "expire": 1}
 
 
 def test_cold_read_query_count_does_not_grow_with_history(history):
@@ -272,3 +274,32 @@ def test_stats_counts_rows_and_reads_cache_counters(history):
     assert (stats["owners"], stats["sessions"], stats["turns"], stats["facts"]) == (1, 2, 3, 2)
     assert stats["cache"]["cache"] == "ok"
     assert stats["cache"]["counters"]["misses"] == 1
+
+
+def test_cold_read_gives_the_payloads_the_writes_gave(django_capture_on_commit_callbacks):
+    """The one-round-trip cold read builds the same payloads as the services returned."""
+    with django_capture_on_commit_callbacks(execute=True):
+        first = services.turn_append(
+            owner_id="wang", session_id="tab", role="user", content="我叫王建国", metadata={}
+        )
+        second = services.turn_append(
+            owner_id="wang",
+            session_id="tab",
+            role="assistant",
+            content="hi",
+            metadata={"n": 1, "nested": {"list": [1.5, None, "文"]}},
+        )
+        services.fact_put(owner_id="wang", key="nothing", value=None)
+    # NOTE: a timestamp on a whole second is written without a fraction, as isoformat() does.
+    Turn.objects.filter(pk=first.pk).update(
+        created_at=dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    )
+    first.refresh_from_db()
+    memory, complete = selectors._database_read("wang", 51)
+    assert complete
+    assert memory.turns == [payloads.turn_payload(first), payloads.turn_payload(second)]
+    assert memory.turns[0]["created_at"] == "2025-01-02T03:04:05Z"
+    facts = Fact.objects.filter(owner__external_id="wang").order_by("key")
+    assert memory.facts == [payloads.fact_payload(fact) for fact in facts]
+    assert memory.facts[-1]["value"] is None
+    assert selectors._database_read("nobody", 51) == (store.CachedMemory(0, [], []), True)

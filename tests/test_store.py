@@ -143,6 +143,39 @@ def test_delta_on_a_copy_that_missed_a_write_drops_it(
     ]
 
 
+def test_fact_keys_follow_every_delta(django_capture_on_commit_callbacks, redis_client):
+    """A hit finds the facts through the copy's ``fkeys`` field, which deltas keep up to date."""
+    with django_capture_on_commit_callbacks(execute=True):
+        services.fact_put(owner_id="wang", key="name", value="Wang")
+        services.fact_put(owner_id="wang", key="city", value="Shanghai")
+    selectors.context_get(owner_id="wang")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.fact_put(owner_id="wang", key="pet", value="cat")
+        services.fact_put(owner_id="wang", key="name", value="Jianguo")
+        services.fact_delete(owner_id="wang", key="city")
+    fkeys = redis_client.hget(store.owner_key("wang"), "fkeys")
+    assert sorted(fkeys.split()) == [b"name", b"pet"]
+    context = selectors.context_get(owner_id="wang")
+    assert context["source"] == "cache"
+    assert context["facts"] == {"name": "Jianguo", "pet": "cat"}
+
+
+def test_copy_without_fact_keys_is_still_read_whole(
+    django_capture_on_commit_callbacks, redis_client
+):
+    """A copy filled before ``fkeys`` existed lists the hash's fields instead, deltas too."""
+    with django_capture_on_commit_callbacks(execute=True):
+        services.fact_put(owner_id="wang", key="name", value="Wang")
+    selectors.context_get(owner_id="wang")
+    redis_client.hdel(store.owner_key("wang"), "fkeys")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.fact_put(owner_id="wang", key="pet", value="cat")
+    assert not redis_client.hexists(store.owner_key("wang"), "fkeys")
+    context = selectors.context_get(owner_id="wang")
+    assert context["source"] == "cache"
+    assert context["facts"] == {"name": "Wang", "pet": "cat"}
+
+
 def test_evicted_owner_goes_whole(django_capture_on_commit_callbacks, redis_client):
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "one")

@@ -1,0 +1,207 @@
+"""The HTTP rows' machinery: a gunicorn server on loopback with the bench settings, and a load
+generator (``wrk`` when it is on PATH, else a keep-alive asyncio client) for a bounded time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.servers import free_port
+
+HOST = "127.0.0.1"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How gunicorn runs, the same for the project's views and the bare baseline."""
+
+    workers: int = 2
+    threads: int = 4
+    worker_class: str = "gthread"
+
+    def describe(self) -> str:
+        return f"gunicorn {self.worker_class}, {self.workers} workers x {self.threads} threads"
+
+
+@contextlib.contextmanager
+def gunicorn(settings: ServerSettings) -> Iterator[str]:
+    """Serve ``memoryproj.wsgi`` with ``DJANGO_SETTINGS_MODULE=bench.settings``; yield its URL."""
+    port = free_port()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
+    log = tempfile.NamedTemporaryFile(prefix="bench-gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "gunicorn", "memoryproj.wsgi:application",
+            "--bind", f"{HOST}:{port}",
+            "--workers", str(settings.workers),
+            "--worker-class", settings.worker_class,
+            "--threads", str(settings.threads),
+            "--keep-alive", "30",
+            "--backlog", "512",
+            "--log-level", "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    url = f"http://{HOST}:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited: {Path(log.name).read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/api/memory/health/", timeout=1) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"gunicorn did not answer: {Path(log.name).read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+        os.unlink(log.name)
+
+
+@dataclass(frozen=True)
+class Load:
+    """One load: requests cycling over ``paths``, all with the same method, headers and body."""
+
+    method: str
+    paths: tuple[str, ...]
+    headers: tuple[tuple[str, str], ...]
+    body: bytes = b""
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    requests_per_second: float
+    requests: int
+    bad: int
+
+
+def generator() -> str:
+    """The load generator: ``BENCH_LOAD`` (``wrk`` or ``python``), else ``wrk`` when on PATH."""
+    chosen = os.environ.get("BENCH_LOAD", "").strip()
+    if chosen in ("wrk", "python"):
+        return chosen
+    return "wrk" if shutil.which("wrk") else "python"
+
+
+def _lua_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _wrk(url: str, load: Load, *, seconds: float, connections: int) -> LoadResult:
+    paths = ", ".join(_lua_string(path) for path in load.paths)
+    headers = "\n".join(
+        f"wrk.headers[{_lua_string(name)}] = {_lua_string(value)}" for name, value in load.headers
+    )
+    script = f"""
+wrk.method = {_lua_string(load.method)}
+wrk.body = {_lua_string(load.body.decode())}
+{headers}
+local paths = {{{paths}}}
+local i = 0
+request = function()
+  i = i % #paths + 1
+  return wrk.format(nil, paths[i])
+end
+"""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as file:
+        file.write(script)
+    try:
+        result = subprocess.run(
+            [
+                "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s",
+                "--timeout", "5s", "-s", file.name, url,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )  # fmt: skip
+    finally:
+        os.unlink(file.name)
+    out = result.stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    bad = 0
+    if match := re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out):
+        bad += int(match.group(1))
+    errors = r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)"
+    if match := re.search(errors, out):
+        bad += sum(int(n) for n in match.groups())
+    return LoadResult(requests_per_second=rps, requests=total, bad=bad)
+
+
+async def _python_load(url: str, load: Load, *, seconds: float, connections: int) -> LoadResult:
+    host, port = url.removeprefix("http://").split(":")
+    head = "".join(f"{name}: {value}\r\n" for name, value in load.headers)
+    requests = [
+        (
+            f"{load.method} {path} HTTP/1.1\r\nHost: {host}\r\n{head}"
+            f"Content-Length: {len(load.body)}\r\n\r\n"
+        ).encode()
+        + load.body
+        for path in load.paths
+    ]
+    counts = [0, 0]
+    stop_at = time.monotonic() + seconds
+
+    async def client(start: int) -> None:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        i = start
+        try:
+            while time.monotonic() < stop_at:
+                writer.write(requests[i % len(requests)])
+                i += 1
+                status = int((await reader.readline()).split()[1])
+                length = 0
+                while (line := await reader.readline()) not in (b"\r\n", b""):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                await reader.readexactly(length)
+                counts[0] += 1
+                if status >= 400:
+                    counts[1] += 1
+        finally:
+            writer.close()
+
+    started = time.monotonic()
+    await asyncio.gather(*(client(n) for n in range(connections)))
+    elapsed = time.monotonic() - started
+    return LoadResult(requests_per_second=counts[0] / elapsed, requests=counts[0], bad=counts[1])
+
+
+def run_load(url: str, load: Load, *, seconds: float, connections: int) -> LoadResult:
+    """Drive ``load`` against ``url`` with ``connections`` keep-alive connections."""
+    if generator() == "wrk":
+        return _wrk(url, load, seconds=seconds, connections=connections)
+    return asyncio.run(_python_load(url, load, seconds=seconds, connections=connections))

@@ -1,0 +1,790 @@
+"""``python -m bench``: seed the bench database, measure every row against its baseline in the same
+run, print one table and write it as JSON (``bench/results/latest.json``).
+
+``--only warm,cold`` runs some rows; ``--profile ROW`` runs a row's project operation under
+pyinstrument instead of measuring it. Row ids: see ``ROWS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.seed import OwnerPlan
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_JSON = ROOT / "bench" / "results" / "latest.json"
+
+ROWS = (
+    "warm",
+    "cold",
+    "append",
+    "blob",
+    "http_get",
+    "http_post",
+    "cold_big",
+    "herd",
+    "redis_mem",
+)
+
+TOTAL_TURNS = 1_000_000
+TOTAL_OWNERS = 1_000
+CONTENT_CHARS = 200
+# NOTE: the other owners' turns give the table its size; short, so that the search column and
+# its GIN indexes (computed by Postgres for every row) cost the seed seconds, not minutes.
+FILLER_CHARS = 32
+FACTS = {
+    "name": "Wang Jianguo",
+    "preferred_name": "Xiao Wang",
+    "likes": ["basketball", "jazz", "noodles"],
+    "dislikes": ["cilantro"],
+    "location": "Shanghai",
+    "occupation": "teacher",
+    "language": "Mandarin",
+    "timezone": "Asia/Shanghai",
+    "pet": {"kind": "cat", "name": "Mimi"},
+    "birthday": "1988-05-04",
+}
+HTTP_OWNERS = 32
+HTTP_CONNECTIONS = 16
+
+
+@dataclass
+class Row:
+    """One line of the table."""
+
+    id: str
+    title: str
+    baseline_title: str
+    target: str
+    project: float | None = None
+    baseline: float | None = None
+    unit: str = "us"
+    ratio: float | None = None
+    met: bool | None = None
+    spread: tuple[float, float] | None = None
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def judge(self) -> None:
+        if self.ratio is None or not self.target:
+            return
+        op, _, value = self.target.partition(" ")
+        limit = float(value.rstrip("x"))
+        self.met = self.ratio <= limit if op == "<=" else self.ratio >= limit
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return ""
+    if unit == "us":
+        return f"{value * 1e6:,.0f} us"
+    if unit == "req/s":
+        return f"{value:,.0f} req/s"
+    if unit == "bytes":
+        return f"{value:,.0f} B"
+    if unit == "count":
+        return f"{value:,.0f}"
+    return f"{value:,.1f} {unit}"
+
+
+def table(rows: list[Row]) -> str:
+    """The rows as a Markdown table."""
+    lines = [
+        "| row | project | baseline | baseline is | ratio | target | met |",
+        "| --- | ---: | ---: | --- | ---: | --- | --- |",
+    ]
+    for row in rows:
+        ratio = "" if row.ratio is None else f"{row.ratio:.2f}x"
+        if row.unit == "count":
+            ratio = f"{row.ratio:.0f}"
+        elif row.spread is not None and row.ratio is not None:
+            ratio += f" ({row.spread[0]:.2f}-{row.spread[1]:.2f})"
+        met = {True: "yes", False: "**no**", None: "shown"}[row.met]
+        lines.append(
+            f"| {row.title} | {_fmt(row.project, row.unit)} | {_fmt(row.baseline, row.unit)}"
+            f" | {row.baseline_title} | {ratio} | {row.target or 'shown'} | {met} |"
+        )
+    return "\n".join(lines)
+
+
+# --- set-up -----------------------------------------------------------------------------------
+
+
+def _django_setup() -> None:
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    import django
+
+    django.setup()
+
+
+class Bench:
+    """The bench's state: its settings, connections and seeded owners."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        import psycopg
+        from django.conf import settings
+
+        from bench.seed import connect_params
+
+        self.settings = settings
+        self.raw = psycopg.connect(autocommit=True, **connect_params(settings.DATABASE_URL))  # type: ignore[arg-type]
+        import redis
+
+        self.redis = redis.Redis.from_url(settings.REDIS_URL)
+        self.token = ""
+        self.pool10: list[str] = []
+        self.blob_pool: list[str] = []
+        self.timings: dict[str, float] = {}
+
+    # -- seeding --------------------------------------------------------------------------------
+
+    def keys_clear(self) -> int:
+        """Delete every Redis key under the bench's own prefix; never anything else."""
+        from memory import store
+
+        keys = list(self.redis.scan_iter(match=f"{self.settings.KEY_PREFIX}:*", count=1000))
+        for start in range(0, len(keys), 1000):
+            self.redis.delete(*keys[start : start + 1000])
+        store.health.reset()
+        return len(keys)
+
+    def pool_size(self) -> int:
+        return self.args.rounds * self.args.per_round + self.args.warmup + 1
+
+    def plans(self) -> list[OwnerPlan]:
+        """Every owner of the bench: those the rows measure, then fillers up to a million turns
+        of a thousand owners."""
+        from bench.seed import OwnerPlan
+
+        self.pool10 = [f"p10-{i:04d}" for i in range(self.pool_size())]
+        plans = [
+            OwnerPlan("huge", 100_000),
+            OwnerPlan("ten", 10),
+            OwnerPlan("ctx", 100),
+            OwnerPlan("hist10k", 10_000),
+            OwnerPlan("herd", 100),
+            OwnerPlan("mem", 20),
+            *(OwnerPlan(f"hg-{i:02d}", 100) for i in range(HTTP_OWNERS)),
+            *(OwnerPlan(f"hp-{i:02d}", 10) for i in range(HTTP_OWNERS)),
+            *(OwnerPlan(owner_id, 10) for owner_id in self.pool10),
+        ]
+        fillers = TOTAL_OWNERS - len(plans)
+        per_filler, extra = divmod(TOTAL_TURNS - sum(plan.turns for plan in plans), fillers)
+        plans += [
+            OwnerPlan(f"f-{i:04d}", per_filler + (1 if i < extra else 0), FILLER_CHARS)
+            for i in range(fillers)
+        ]
+        return plans
+
+    def seed(self) -> None:
+        """Seed the million turns, or keep those of the last run when the plan and the schema
+        are the same and put back as seeded the owners that run wrote to."""
+        from django.contrib.auth.models import User
+        from rest_framework.authtoken.models import Token
+
+        from bench.seed import (
+            blob_seed,
+            facts_seed,
+            owners_delete,
+            schema_signature,
+            seed_turns,
+            signature_get,
+            signature_set,
+            tables_reset,
+            turns_trim,
+        )
+
+        started = time.perf_counter()
+        self.keys_clear()
+        plans = self.plans()
+        signature = (
+            f"{TOTAL_TURNS}/{TOTAL_OWNERS}/{len(self.pool10)}/{FILLER_CHARS}/{CONTENT_CHARS}/"
+            f"{schema_signature(self.raw)}"
+        )
+        if self.args.reseed or signature_get(self.raw) != signature:
+            tables_reset(self.raw)
+            seeded = seed_turns(self.raw, plans, bulk=True)
+            with_facts = ["huge", "ten", "ctx", "herd", "mem"]
+            with_facts += [f"hg-{i:02d}" for i in range(HTTP_OWNERS)]
+            facts_seed(self.raw, [seeded.pks[owner_id] for owner_id in with_facts], FACTS)
+            self.raw.execute("VACUUM ANALYZE")
+            user, _ = User.objects.get_or_create(
+                username="bench-service", defaults={"is_staff": True}
+            )
+            Token.objects.get_or_create(user=user)
+            signature_set(self.raw, signature)
+            self.timings["seed_s"] = round(time.perf_counter() - started, 2)
+            self.timings["seed_copy_s"] = round(seeded.seconds, 2)
+            print(
+                f"seeded {seeded.turns:,} turns of {seeded.owners:,} owners in"
+                f" {self.timings['seed_s']:.1f} s (COPY with the indexes rebuilt after:"
+                f" {seeded.seconds:.1f} s)",
+                flush=True,
+            )
+        else:
+            base = {
+                pk: next(plan.turns for plan in plans if plan.owner_id == owner_id)
+                for pk, owner_id in self.raw.execute(
+                    "SELECT id, external_id FROM memory_owner WHERE external_id = ANY(%s)",
+                    [[plan.owner_id for plan in plans if not plan.owner_id.startswith("f-")]],
+                )
+            }
+            known = {plan.owner_id for plan in plans}
+            strays = [
+                owner_id
+                for (owner_id,) in self.raw.execute("SELECT external_id FROM memory_owner")
+                if owner_id not in known
+            ]
+            owners_delete(self.raw, strays)
+            trimmed = turns_trim(self.raw, base)
+            self.timings["reset_s"] = round(time.perf_counter() - started, 2)
+            print(
+                f"kept the million turns of the last run (same plan and schema); {trimmed:,}"
+                f" turns it appended deleted in {self.timings['reset_s']:.1f} s",
+                flush=True,
+            )
+        self.blob_pool = [
+            f"b10-{i:04d}"
+            for i in range(self.args.per_round_blob * self.args.rounds + self.args.warmup + 1)
+        ]
+        blob_seed(self.raw, {"blob10k": 10_000, **dict.fromkeys(self.blob_pool, 10)}, CONTENT_CHARS)
+        self.token = Token.objects.get(user__username="bench-service").key
+        count = self.raw.execute("SELECT count(*) FROM memory_turn").fetchone()
+        owners = self.raw.execute("SELECT count(*) FROM memory_owner").fetchone()
+        self.timings["turns"] = count[0] if count else 0
+        self.timings["owners"] = owners[0] if owners else 0
+        self.timings["ready_s"] = round(time.perf_counter() - started, 2)
+
+    # -- operations -----------------------------------------------------------------------------
+
+    def warm_ops(self) -> tuple[Callable[[], float], Callable[[], float]]:
+        from bench.timing import timed
+        from memory import selectors, store
+        from memory.conf import conf
+
+        selectors.context_get(owner_id="ctx")
+        assert selectors.context_get(owner_id="ctx")["source"] == "cache"
+        key = store.owner_key("ctx")
+        ttl = conf.CACHE_TTL
+        redis_client = self.redis
+        # The baseline knows which fields the context needs and fetches just those.
+        seqs = (redis_client.hget(key, "seqs") or b"").split()[-conf.CONTEXT_TURNS :]
+        names = [b"t:" + seq for seq in seqs]
+        names += [name for name in redis_client.hkeys(key) if name.startswith(b"f:")]
+
+        def raw() -> object:
+            pipe = redis_client.pipeline(transaction=False)
+            pipe.hmget(key, names)
+            pipe.expire(key, ttl)
+            return pipe.execute()
+
+        return timed(lambda: selectors.context_get(owner_id="ctx")), timed(raw)
+
+    def raw_cold(self, owner_id: str, turns: int) -> Callable[[], object]:
+        raw = self.raw
+
+        def read() -> object:
+            row = raw.execute(
+                "SELECT id, stamp FROM memory_owner WHERE external_id = %s", [owner_id]
+            ).fetchone()
+            assert row is not None
+            rows = raw.execute(
+                "SELECT seq, session_id, role, content, metadata, created_at FROM memory_turn"
+                " WHERE owner_id = %s ORDER BY seq DESC LIMIT %s",
+                [row[0], turns],
+            ).fetchall()
+            facts = raw.execute(
+                "SELECT key, value, session_id, updated_at, version FROM memory_fact"
+                " WHERE owner_id = %s ORDER BY key",
+                [row[0]],
+            ).fetchall()
+            return row, rows, facts
+
+        return read
+
+    def cold_op(self, owner_id: str) -> Callable[[], float]:
+        from memory import selectors, store
+
+        def op() -> float:
+            store.memory_evict(owner_id=owner_id)
+            started = time.perf_counter()
+            context = selectors.context_get(owner_id=owner_id)
+            elapsed = time.perf_counter() - started
+            assert context["source"] == "database", context["source"]
+            return elapsed
+
+        return op
+
+    def cold_ops(self) -> tuple[Callable[[], float], Callable[[], float]]:
+        from bench.timing import timed
+        from memory.conf import conf
+
+        depth = max(conf.CONTEXT_TURNS, conf.CACHE_TURNS + 1)
+        return self.cold_op("ctx"), timed(self.raw_cold("ctx", depth))
+
+    def append_ops(self) -> tuple[Callable[[], float], Callable[[], float]]:
+        from bench.timing import timed
+        from memory import selectors, services
+
+        content = "x" * CONTENT_CHARS
+        pool = iter(self.pool10)
+        for owner_id in [*self.pool10, "hist10k"]:
+            selectors.context_get(owner_id=owner_id)
+
+        def append(owner_id: str) -> object:
+            return services.turn_append(
+                owner_id=owner_id, session_id="s1", role="user", content=content
+            )
+
+        return timed(lambda: append("hist10k")), timed(lambda: append(next(pool)))
+
+    def blob_ops(self) -> tuple[Callable[[], float], Callable[[], float]]:
+        import orjson
+
+        from bench.timing import timed
+
+        raw = self.raw
+        content = "x" * CONTENT_CHARS
+        pool = iter(self.blob_pool)
+
+        def append(owner_id: str) -> object:
+            with raw.transaction():
+                row = raw.execute(
+                    "SELECT doc::text FROM bench_blob WHERE owner = %s FOR UPDATE", [owner_id]
+                ).fetchone()
+                assert row is not None
+                turns = orjson.loads(row[0])
+                turns.append(
+                    {
+                        "seq": len(turns) + 1,
+                        "session_id": "s1",
+                        "role": "user",
+                        "content": content,
+                        "metadata": {},
+                        "created_at": dt.datetime.now(dt.UTC).isoformat(),
+                    }
+                )
+                raw.execute(
+                    "UPDATE bench_blob SET doc = %s::jsonb WHERE owner = %s",
+                    [orjson.dumps(turns).decode(), owner_id],
+                )
+            return turns
+
+        return timed(lambda: append("blob10k")), timed(lambda: append(next(pool)))
+
+    def cold_big_ops(self) -> tuple[Callable[[], float], Callable[[], float]]:
+        return self.cold_op("huge"), self.cold_op("ten")
+
+    def client_ops(self) -> tuple[Callable[[], float], Callable[[], float]]:
+        """GET context and POST turn through Django's test client, in this process (profiling
+        the HTTP rows without a server)."""
+        from django.test import Client
+
+        from bench.seed import content_of
+        from bench.timing import timed
+        from memory import selectors
+
+        selectors.context_get(owner_id="hg-00")
+        client = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Token {self.token}")
+        body = {"session_id": "web", "role": "user", "content": content_of(CONTENT_CHARS, 1)}
+
+        def get() -> object:
+            response = client.get("/api/memory/users/hg-00/context/")
+            assert response.status_code == 200, response.content
+            return response
+
+        def post() -> object:
+            response = client.post(
+                "/api/memory/users/hp-00/turns/", body, content_type="application/json"
+            )
+            assert response.status_code == 201, response.content
+            return response
+
+        return timed(get), timed(post)
+
+    # -- rows -----------------------------------------------------------------------------------
+
+    def measured(self, row: Row, ops: tuple[Callable[[], float], Callable[[], float]], *,
+                 per_round: int | None = None) -> Row:  # fmt: skip
+        from bench.timing import interleaved
+
+        pair = interleaved(
+            ops[0],
+            ops[1],
+            rounds=self.args.rounds,
+            per_round=per_round or self.args.per_round,
+            warmup=self.args.warmup,
+        )
+        row.project, row.baseline, row.ratio = pair.project, pair.baseline, pair.ratio
+        row.spread = pair.spread
+        row.extra["samples_each"] = pair.samples
+        row.extra["round_ratios"] = [round(r, 3) for r in pair.round_ratios]
+        row.judge()
+        return row
+
+    def row_warm(self) -> Row:
+        row = Row(
+            "warm",
+            "context read, warm cache, service layer (`context_get`, 20 turns + 10 facts)",
+            "one raw redis-py pipeline: HMGET of the same 30 fields + EXPIRE",
+            "<= 1.5x",
+        )
+        return self.measured(row, self.warm_ops(), per_round=self.args.per_round * 5)
+
+    def row_cold(self) -> Row:
+        row = Row(
+            "cold",
+            "context read, cold (rehydrate), service layer",
+            "raw psycopg: the same 3 queries (owner, last 51 turns, facts)",
+            "<= 2x",
+        )
+        return self.measured(row, self.cold_ops())
+
+    def row_append(self) -> Row:
+        row = Row(
+            "append",
+            "append a turn (`services.turn_append`, warm cache), history of 10,000",
+            "the same at 10 turns",
+            "<= 1.2x",
+        )
+        return self.measured(row, self.append_ops())
+
+    def row_blob(self) -> Row:
+        row = Row(
+            "blob",
+            "the same, JSON-blob-per-user store (jsonb read-modify-write), history of 10,000",
+            "its own 10 turns",
+            "",
+        )
+        return self.measured(row, self.blob_ops(), per_round=self.args.per_round_blob)
+
+    def row_cold_big(self) -> Row:
+        row = Row(
+            "cold_big",
+            "context read, cold, owner with 100,000 turns in a table of 1,000,000",
+            "owner with 10 turns",
+            "<= 1.5x",
+        )
+        return self.measured(row, self.cold_big_ops())
+
+    def row_herd(self) -> Row:
+        from django.db import connection
+
+        from memory import reconcile, selectors, store
+
+        readers = 100
+
+        def burst() -> tuple[int, list[str]]:
+            """Evict the owner, let ``readers`` threads read it at once; count rehydrations."""
+            reconcile.cache_reconcile()
+            store.memory_evict(owner_id="herd")
+            before = store.stats()["counters"].get("rehydrations", 0)
+            barrier = threading.Barrier(readers)
+            sources: list[str] = []
+            errors: list[BaseException] = []
+
+            def reader() -> None:
+                try:
+                    barrier.wait()
+                    sources.append(selectors.context_get(owner_id="herd")["source"])
+                except BaseException as e:
+                    errors.append(e)
+                finally:
+                    connection.close()
+
+            threads = [threading.Thread(target=reader) for _ in range(readers)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            if errors:
+                raise errors[0]
+            return store.stats()["counters"].get("rehydrations", 0) - before, sources
+
+        # NOTE: a first burst warms this process (100 Redis connections, loaded scripts), as a
+        # server's threads are warm; it is reported, not judged.
+        first, _ = burst()
+        counts: list[int] = []
+        from_database: list[int] = []
+        for _ in range(self.args.rounds):
+            count, sources = burst()
+            counts.append(count)
+            from_database.append(sources.count("database"))
+        row = Row(
+            "herd",
+            f"{readers} concurrent cold reads of one owner (threads of one process):"
+            " database rehydrations, most in a burst",
+            "",
+            "<= 2",
+            unit="count",
+        )
+        row.project = float(max(counts))
+        row.ratio = float(max(counts))
+        row.note = (
+            f"rehydrations per burst: {counts} (first burst of the process: {first});"
+            f" answers read from the database per burst: {from_database}"
+        )
+        row.extra = {"per_burst": counts, "first_burst": first, "from_database": from_database}
+        row.judge()
+        return row
+
+    def row_redis_mem(self) -> Row:
+        import orjson
+
+        from memory import selectors, store
+        from memory.models import Fact, Turn
+
+        store.memory_evict(owner_id="mem")
+        selectors.context_get(owner_id="mem")
+        used = self.redis.memory_usage(store.owner_key("mem"), samples=0) or 0
+        contents = Turn.objects.filter(owner__external_id="mem").values_list("content", flat=True)
+        facts = Fact.objects.filter(owner__external_id="mem").values_list("key", "value")
+        raw = sum(len(text.encode()) for text in contents)
+        raw += sum(len(key.encode()) + len(orjson.dumps(value)) for key, value in facts)
+        row = Row(
+            "redis_mem",
+            "Redis memory for one cached owner (20 turns of 200 chars, 10 facts): MEMORY USAGE",
+            "raw bytes of that content (turn texts, fact keys and JSON values)",
+            "<= 3x",
+            project=float(used),
+            baseline=float(raw),
+            unit="bytes",
+            ratio=used / raw,
+        )
+        row.judge()
+        return row
+
+    def rows_http(self, wanted: set[str]) -> list[Row]:
+        import orjson
+
+        from bench.load import Load, ServerSettings, generator, gunicorn, run_load
+        from bench.seed import content_of
+        from memory import selectors
+
+        for i in range(HTTP_OWNERS):
+            selectors.context_get(owner_id=f"hg-{i:02d}")
+        server = ServerSettings()
+        auth = (("Authorization", f"Token {self.token}"),)
+        body = orjson.dumps({"session_id": "web", "role": "user", "content": content_of(200, 1)})
+        json_headers = (*auth, ("Content-Type", "application/json"))
+        loads = {
+            "bare_get": Load("GET", ("/bench/bare/",), auth),
+            "context": Load(
+                "GET",
+                tuple(f"/api/memory/users/hg-{i:02d}/context/" for i in range(HTTP_OWNERS)),
+                auth,
+            ),
+            "bare_post": Load("POST", ("/bench/bare/",), json_headers, body),
+            "turn": Load(
+                "POST",
+                tuple(f"/api/memory/users/hp-{i:02d}/turns/" for i in range(HTTP_OWNERS)),
+                json_headers,
+                body,
+            ),
+        }
+        pairs = []
+        if "http_get" in wanted:
+            pairs.append(("context", "bare_get"))
+        if "http_post" in wanted:
+            pairs.append(("turn", "bare_post"))
+        names = [name for pair in pairs for name in pair]
+        results: dict[str, list[float]] = {name: [] for name in names}
+        bad: dict[str, int] = dict.fromkeys(names, 0)
+        seconds = self.args.http_seconds
+        with gunicorn(server) as url:
+            for name in names:
+                run_load(url, loads[name], seconds=1, connections=HTTP_CONNECTIONS)
+            for r in range(self.args.http_rounds):
+                order = names[r % len(names) :] + names[: r % len(names)]
+                for name in order:
+                    result = run_load(
+                        url, loads[name], seconds=seconds, connections=HTTP_CONNECTIONS
+                    )
+                    results[name].append(result.requests_per_second)
+                    bad[name] += result.bad
+        rows = []
+        titles = {
+            "context": (
+                "http_get",
+                "GET context over HTTP, warm, gunicorn on loopback, "
+                f"{HTTP_CONNECTIONS} concurrent clients (req/s)",
+                "a bare DRF view returning a constant, same server and auth",
+                ">= 0.5x",
+            ),
+            "turn": (
+                "http_post",
+                f"POST turn over HTTP, same set-up, {HTTP_CONNECTIONS} clients over "
+                f"{HTTP_OWNERS} owners (req/s)",
+                "the same bare view, POST with the same body",
+                ">= 0.3x",
+            ),
+        }
+        for project, baseline in pairs:
+            row_id, title, baseline_title, target = titles[project]
+            ratios = [a / b for a, b in zip(results[project], results[baseline], strict=True)]
+            row = Row(
+                row_id,
+                title,
+                baseline_title,
+                target,
+                project=statistics.median(results[project]),
+                baseline=statistics.median(results[baseline]),
+                unit="req/s",
+                ratio=statistics.median(ratios),
+                spread=(min(ratios), max(ratios)),
+            )
+            row.extra = {
+                "round_ratios": [round(x, 3) for x in ratios],
+                "non_2xx_or_errors": bad[project] + bad[baseline],
+                "server": server.describe(),
+                "load_generator": generator(),
+                "connections": HTTP_CONNECTIONS,
+                "seconds_each": seconds,
+            }
+            row.note = f"{server.describe()}, load by {generator()}"
+            if bad[project] or bad[baseline]:
+                row.note += f"; {bad[project] + bad[baseline]} non-2xx/errors"
+            row.judge()
+            rows.append(row)
+        return rows
+
+
+def _profile(bench: Bench, row_id: str) -> None:
+    from pyinstrument import Profiler
+
+    ops = {
+        "warm": bench.warm_ops,
+        "cold": bench.cold_ops,
+        "append": bench.append_ops,
+        "cold_big": bench.cold_big_ops,
+        "http_get": bench.client_ops,
+        "http_post": bench.client_ops,
+    }
+    if row_id not in ops:
+        raise SystemExit(f"--profile takes one of {', '.join(ops)}")
+    project, baseline = ops[row_id]()
+    if row_id == "http_post":
+        project = baseline
+    n = bench.args.per_round * bench.args.rounds
+    profiler = Profiler(interval=0.0001)
+    profiler.start()
+    for _ in range(n):
+        project()
+    profiler.stop()
+    print(profiler.output_text(unicode=True, color=False, show_all=bench.args.profile_all))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--only", default="", help=f"comma-separated rows of {', '.join(ROWS)}")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--per-round", type=int, default=40)
+    parser.add_argument("--per-round-blob", type=int, default=6)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--http-rounds", type=int, default=8)
+    parser.add_argument("--http-seconds", type=float, default=2.0)
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--profile", default="", help="profile one row's project operation")
+    parser.add_argument(
+        "--reseed", action="store_true", help="seed the million turns again even if kept"
+    )
+    parser.add_argument("--profile-all", action="store_true", help="show library frames too")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    wanted = set(args.only.split(",")) if args.only else set(ROWS)
+    unknown = wanted - set(ROWS)
+    if unknown:
+        raise SystemExit(f"unknown rows: {', '.join(sorted(unknown))}")
+    started = time.perf_counter()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    from bench import settings as bench_settings
+    from bench.seed import database_create
+
+    database_create(bench_settings.DATABASE_URL)
+    _django_setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+    bench = Bench(args)
+    bench.seed()
+    if args.profile:
+        _profile(bench, args.profile)
+        return 0
+    rows: list[Row] = []
+    for row_id in ROWS:
+        if row_id not in wanted or row_id.startswith("http"):
+            continue
+        row_started = time.perf_counter()
+        row = getattr(bench, f"row_{row_id}")()
+        row.extra["seconds"] = round(time.perf_counter() - row_started, 1)
+        print(f"  {row_id}: {row.ratio:.2f} ({row.extra['seconds']} s)", flush=True)
+        rows.append(row)
+    if wanted & {"http_get", "http_post"}:
+        http_started = time.perf_counter()
+        for row in bench.rows_http(wanted):
+            row.extra["seconds"] = round(time.perf_counter() - http_started, 1)
+            print(f"  {row.id}: {row.ratio:.2f}", flush=True)
+            rows.append(row)
+    order = {row_id: i for i, row_id in enumerate(ROWS)}
+    rows.sort(key=lambda row: order[row.id])
+    bench.keys_clear()
+    elapsed = time.perf_counter() - started
+    print()
+    print(table(rows))
+    print()
+    for row in rows:
+        if row.note:
+            print(f"{row.id}: {row.note}")
+    print(f"\nbench took {elapsed:.0f} s")
+    import django
+
+    result = {
+        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "seconds": round(elapsed, 1),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "django": django.get_version(),
+        },
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "seed": bench.timings,
+        "rows": [
+            {
+                "id": row.id,
+                "title": row.title,
+                "baseline_title": row.baseline_title,
+                "unit": "seconds" if row.unit == "us" else row.unit,
+                "project": row.project,
+                "baseline": row.baseline,
+                "ratio": row.ratio,
+                "target": row.target,
+                "met": row.met,
+                "note": row.note,
+                **row.extra,
+            }
+            for row in rows
+        ],
+        "table": table(rows),
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.json.relative_to(ROOT) if args.json.is_relative_to(ROOT) else args.json}")
+    return 0

@@ -1,0 +1,10 @@
+"""URLs of the benchmark server: the demo project's, plus the bare baseline view."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from bench.views import BareView
+from memoryproj.urls import urlpatterns as project_urlpatterns
+
+urlpatterns = [*project_urlpatterns, path("bench/bare/", BareView.as_view(), name="bench-bare")]
