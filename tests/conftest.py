@@ -51,6 +51,12 @@ def memory_settings() -> Any:
 
 
 @pytest.fixture
+def write(django_capture_on_commit_callbacks: Any) -> Any:
+    """``with write():`` commits what happens inside and runs its on-commit cache updates."""
+    return lambda: django_capture_on_commit_callbacks(execute=True)
+
+
+@pytest.fixture
 def redis_client() -> Any:
     """The raw redis-py client of the memory alias (the shared test Redis)."""
     return caches["memory"].client.get_client(write=True)

@@ -21,12 +21,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def write(django_capture_on_commit_callbacks):
-    """``with write():`` runs the on-commit cache updates of what happens inside."""
-    return lambda: django_capture_on_commit_callbacks(execute=True)
-
-
-@pytest.fixture
 def chat(write):
     """Wang told the assistant his name in two tabs, then chatted; Li said one thing."""
     with write():

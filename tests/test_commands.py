@@ -20,12 +20,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def write(django_capture_on_commit_callbacks):
-    """``with write():`` runs the on-commit cache updates of what happens inside."""
-    return lambda: django_capture_on_commit_callbacks(execute=True)
-
-
-@pytest.fixture
 def chat(write):
     """Wang chatted 10 turns over two tabs and has two facts; Li, written last, said one thing."""
     with write():
