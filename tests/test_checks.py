@@ -145,7 +145,7 @@ def test_no_memory_alias_and_no_cache_alias_means_no_cache():
 
 
 def test_cache_must_be_django_redis():
-    local = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    local = {"BACKEND": "django.core.cache.backends.dummy.DummyCache"}
     assert ids(CACHES=caches(loc=local), MEMORY=memory(CACHE_ALIAS="loc")) == [
         "memory.E008",
         "memory.W004",

@@ -116,7 +116,7 @@ REST_FRAMEWORK = {{
     ],
 }}
 CACHES = {{
-    "default": {{"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
+    "default": {{"BACKEND": "django.core.cache.backends.dummy.DummyCache"}},
     "memory": {{
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": {redis_url!r},

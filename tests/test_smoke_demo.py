@@ -95,3 +95,17 @@ def test_demo_runs_on_sqlite_without_cache(demo_env):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_demo_searches_on_sqlite_by_substring(demo_env):
+    """Search falls back to a substring match where there is no Postgres index."""
+    _manage(demo_env, "migrate", "--noinput", "-v", "0")
+    script = (
+        "from memory import selectors, services\n"
+        "for text in ['I like basketball', '我喜欢打篮球']:\n"
+        "    services.turn_append(owner_id='wang', session_id='s', role='user', content=text)\n"
+        "print([t['content'] for t in selectors.turn_search(owner_id='wang', q='BASKET')])\n"
+        "print([t['content'] for t in selectors.turn_search(owner_id='wang', q='篮球')])\n"
+    )
+    out = _manage(demo_env, "shell", "-v", "0", "-c", script).splitlines()
+    assert out[-2:] == ["['I like basketball']", "['我喜欢打篮球']"]
