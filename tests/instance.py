@@ -2,13 +2,58 @@
 
 Used by the tests to write and read one owner from processes with their own connections and
 Redis pools, and (``token <username>``) to make a staff user's API token. Prints JSON.
+``spawn``/``run`` start such a process from a test, on that test's database and key prefix.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def environment() -> dict[str, str]:
+    """The environment of another instance of the running test's app: the same test database
+    (committed rows only: use it from ``transaction=True`` tests) and the same Redis prefix."""
+    from django.conf import settings
+    from django.db import connection
+
+    db = connection.settings_dict
+    password = f":{db['PASSWORD']}" if db["PASSWORD"] else ""
+    url = (
+        f"postgres://{db['USER'] or 'postgres'}{password}@{db['HOST'] or '127.0.0.1'}"
+        f":{db['PORT'] or 5432}/{db['NAME']}"
+    )
+    return {
+        **os.environ,
+        "DATABASE_URL": url,
+        "MEMORY_TEST_KEY_PREFIX": settings.TEST_KEY_PREFIX,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+    }
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    """Start ``python -m tests.instance *args`` as another instance; read its JSON on stdout."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.instance", *args],
+        cwd=ROOT,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run(*args: str) -> Any:
+    """Run ``python -m tests.instance *args`` to its end and return what it printed."""
+    out, err = (proc := spawn(*args)).communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return json.loads(out)
 
 
 def main(argv: list[str]) -> None:

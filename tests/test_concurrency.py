@@ -4,22 +4,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.db import connection
 
 from memory import selectors, services, store
 from memory.models import Owner, Session, Turn
+from tests import instance
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class Thread(threading.Thread):
@@ -96,24 +90,8 @@ def test_concurrent_appends_from_threads_number_1_to_n_in_commit_order():
 
 
 def test_concurrent_appends_from_separate_processes():
-    env = {
-        **os.environ,
-        "DATABASE_URL": _database_url(),
-        "MEMORY_TEST_KEY_PREFIX": settings.TEST_KEY_PREFIX,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-    }
     selectors.context_get(owner_id="wang")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.instance", "append", "wang", "40", f"instance-{i}"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(4)
-    ]
+    procs = [instance.spawn("append", "wang", "40", f"instance-{i}") for i in range(4)]
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
@@ -121,27 +99,10 @@ def test_concurrent_appends_from_separate_processes():
         results.append(json.loads(out))
     assert sorted(seq for seqs in results for seq in seqs) == list(range(1, 161))
     # Every instance reads the same context, from its own process and Redis pool.
-    reader = subprocess.run(
-        [sys.executable, "-m", "tests.instance", "context", "wang", "30"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    theirs = json.loads(reader.stdout)
+    theirs = instance.run("context", "wang", "30")
     ours = selectors.context_get(owner_id="wang", turns=30)
     assert theirs["turns"] == ours["turns"] == selectors._database_read("wang", 30)[0].turns
     assert [t["seq"] for t in ours["turns"]] == list(range(131, 161))
-
-
-def _database_url() -> str:
-    db = connection.settings_dict
-    host = db["HOST"] or "127.0.0.1"
-    user = db["USER"] or "postgres"
-    password = f":{db['PASSWORD']}" if db["PASSWORD"] else ""
-    return f"postgres://{user}{password}@{host}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 def test_cold_read_stampede_rehydrates_once():

@@ -4,25 +4,19 @@ two app instances."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from memory import selectors, services
 from memory.models import CacheInvalidation, Fact, FactVersion, Owner, Session, Turn
 from memory.services import LinkResult
 from memory.signals import memory_forgotten
-from tests.test_concurrency import Thread, _database_url
+from tests import instance
+from tests.test_concurrency import Thread
 
-ROOT = Path(__file__).resolve().parent.parent
 ANON = "anon-7f3a"
 
 db = pytest.mark.django_db
@@ -407,35 +401,17 @@ def test_no_stale_copy_on_two_instances():
         append(ANON, text)
     services.fact_put(owner_id=ANON, key="name", value="Jim")
 
-    def instance(*args: str) -> Any:
-        env = {
-            **os.environ,
-            "DATABASE_URL": _database_url(),
-            "MEMORY_TEST_KEY_PREFIX": settings.TEST_KEY_PREFIX,
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-        }
-        out = subprocess.run(
-            [sys.executable, "-m", "tests.instance", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        )
-        return json.loads(out.stdout)
-
     # Instance A and this process both hold warm copies of both owners.
-    warm = instance("contexts", "10", "2", "wang", ANON)
+    warm = instance.run("contexts", "10", "2", "wang", ANON)
     assert [context["source"] for context in warm] == ["database", "database", "cache", "cache"]
     for owner_id in ("wang", ANON):
         assert selectors.context_get(owner_id=owner_id, turns=10)["source"] == "cache"
     # Instance B links.
-    assert instance("link", "wang", ANON) == {"turns_moved": 2, "facts_moved": 1}
+    assert instance.run("link", "wang", ANON) == {"turns_moved": 2, "facts_moved": 1}
     # Neither another instance nor this one reads a stale copy of either owner (the copies
     # live in Redis, shared by every instance; a process keeps none of its own).
     for wang, anon in (
-        instance("contexts", "10", "1", "wang", ANON),
+        instance.run("contexts", "10", "1", "wang", ANON),
         [selectors.context_get(owner_id=owner_id, turns=10) for owner_id in ("wang", ANON)],
     ):
         assert [(t["seq"], t["content"]) for t in wang["turns"]] == [
