@@ -154,12 +154,12 @@ class Bench:
 
     def keys_clear(self) -> int:
         """Delete every Redis key under the bench's own prefix; never anything else."""
-        from memory import store
+        from memory import cache
 
         keys = list(self.redis.scan_iter(match=f"{self.settings.KEY_PREFIX}:*", count=1000))
         for start in range(0, len(keys), 1000):
             self.redis.delete(*keys[start : start + 1000])
-        store.health.reset()
+        cache.reset()
         return len(keys)
 
     def pool_size(self) -> int:
@@ -273,12 +273,12 @@ class Bench:
 
     def warm_ops(self) -> tuple[Callable[[], float], Callable[[], float]]:
         from bench.timing import timed
-        from memory import selectors, store
+        from memory import cache, selectors
         from memory.conf import conf
 
         selectors.context_get(owner_id="ctx")
         assert selectors.context_get(owner_id="ctx")["source"] == "cache"
-        key = store.owner_key("ctx")
+        key = cache.owner_key("ctx")
         ttl = conf.CACHE_TTL
         redis_client = self.redis
         # The baseline knows which fields the context needs and fetches just those.
@@ -317,10 +317,10 @@ class Bench:
         return read
 
     def cold_op(self, owner_id: str) -> Callable[[], float]:
-        from memory import selectors, store
+        from memory import cache, selectors
 
         def op() -> float:
-            store.memory_evict(owner_id=owner_id)
+            cache.copy_evict(owner_id=owner_id)
             started = time.perf_counter()
             context = selectors.context_get(owner_id=owner_id)
             elapsed = time.perf_counter() - started
@@ -484,15 +484,15 @@ class Bench:
     def row_herd(self) -> Row:
         from django.db import connection
 
-        from memory import reconcile, selectors, store
+        from memory import cache, selectors
 
         readers = 100
 
         def burst() -> tuple[int, list[str]]:
             """Evict the owner, let ``readers`` threads read it at once; count rehydrations."""
-            reconcile.cache_reconcile()
-            store.memory_evict(owner_id="herd")
-            before = store.stats()["counters"].get("rehydrations", 0)
+            cache.run_once()
+            cache.copy_evict(owner_id="herd")
+            before = cache.stats()["counters"].get("rehydrations", 0)
             barrier = threading.Barrier(readers)
             sources: list[str] = []
             errors: list[BaseException] = []
@@ -513,7 +513,7 @@ class Bench:
                 thread.join()
             if errors:
                 raise errors[0]
-            return store.stats()["counters"].get("rehydrations", 0) - before, sources
+            return cache.stats()["counters"].get("rehydrations", 0) - before, sources
 
         # NOTE: a first burst warms this process (100 Redis connections, loaded scripts), as a
         # server's threads are warm; it is reported, not judged.
@@ -545,12 +545,12 @@ class Bench:
     def row_redis_mem(self) -> Row:
         import orjson
 
-        from memory import selectors, store
+        from memory import cache, selectors
         from memory.models import Fact, Turn
 
-        store.memory_evict(owner_id="mem")
+        cache.copy_evict(owner_id="mem")
         selectors.context_get(owner_id="mem")
-        used = self.redis.memory_usage(store.owner_key("mem"), samples=0) or 0
+        used = self.redis.memory_usage(cache.owner_key("mem"), samples=0) or 0
         contents = Turn.objects.filter(owner__external_id="mem").values_list("content", flat=True)
         facts = Fact.objects.filter(owner__external_id="mem").values_list("key", "value")
         raw = sum(len(text.encode()) for text in contents)

@@ -12,3 +12,8 @@ class MemoryConfig(AppConfig):
 
     def ready(self) -> None:
         from memory import checks, signals  # noqa: F401  (registers checks and receivers)
+        from memory.conf import conf
+
+        # NOTE: under any server, not only manage.py: a MEMORY value of the wrong type or
+        # range stops the start with a message naming it (the system checks list them all).
+        conf.validate()

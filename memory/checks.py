@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django.conf import settings
@@ -10,7 +9,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 from django.utils.module_loading import import_string
 
-from memory.conf import DEFAULTS
+from memory.conf import DEFAULTS, as_int, conf
 
 # One id per problem:
 #   E001 MEMORY is not a dict                E007 the cache alias is not in CACHES
@@ -19,7 +18,7 @@ from memory.conf import DEFAULTS
 #   E004 KEY_PREFIX is not a usable prefix   E010 FILL_WAIT_MS is not an integer >= 0
 #   E005 CONTEXT_TURNS > MAX_CONTEXT_TURNS   E011 CACHE_ALIAS is not a string
 #   E006 OWNER_RESOLVER cannot be imported   E012 OWNER_RESOLVER is not callable
-#   E013 FACT_EXTRACTOR cannot be imported
+#   E013 FACT_EXTRACTOR cannot be imported   E020 REPAIR_THREAD is not a bool
 #   W001 unknown MEMORY keys                 W004 the cache has no socket timeouts
 #   W002 CACHE_TURNS < CONTEXT_TURNS         W005 the database is not PostgreSQL
 
@@ -32,17 +31,16 @@ COUNTS = (
     "MAX_JSON_BYTES",
 )
 DURATIONS = ("RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW")
-# NOTE: braces would break the per-owner hash tag, and glob characters the SCAN that finds
-# the app's keys (stats, clean-up) by prefix.
-PREFIX_FORBIDDEN = "{}*?[]\\ \t\r\n"
+VALUE_IDS = {
+    **{name: "memory.E003" for name in DURATIONS},
+    "KEY_PREFIX": "memory.E004",
+    "FILL_WAIT_MS": "memory.E010",
+    "REPAIR_THREAD": "memory.E020",
+}
 
 
 def _int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return as_int(value) is not None
 
 
 def _user_memory() -> Any:
@@ -72,32 +70,11 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
             )
         )
     values = {name: user.get(name, DEFAULTS[name]) for name in DEFAULTS}
-    for name in COUNTS:
-        if not (_int(values[name]) and values[name] > 0):
-            unit = " (seconds)" if name == "CACHE_TTL" else ""
-            errors.append(
-                Error(
-                    f"MEMORY['{name}'] must be a positive integer{unit}, not {values[name]!r}.",
-                    id="memory.E002",
-                )
-            )
-    for name in DURATIONS:
-        if not (_number(values[name]) and values[name] >= 0):
-            errors.append(
-                Error(
-                    f"MEMORY['{name}'] must be a number of seconds >= 0, not {values[name]!r}.",
-                    id="memory.E003",
-                )
-            )
-    prefix = values["KEY_PREFIX"]
-    if not isinstance(prefix, str) or not prefix or any(c in PREFIX_FORBIDDEN for c in prefix):
-        errors.append(
-            Error(
-                "MEMORY['KEY_PREFIX'] must be a non-empty string without braces, glob "
-                f"characters (* ? [ ] \\) or spaces, not {prefix!r}.",
-                id="memory.E004",
-            )
-        )
+    # NOTE: the values' own rules are conf's, which applies them on every read as well.
+    problems = conf.problems()
+    for name in (*COUNTS, *DURATIONS, "KEY_PREFIX", "FILL_WAIT_MS", "REPAIR_THREAD"):
+        if name in problems:
+            errors.append(Error(problems[name], id=VALUE_IDS.get(name, "memory.E002")))
     context, most = values["CONTEXT_TURNS"], values["MAX_CONTEXT_TURNS"]
     cached = values["CACHE_TURNS"]
     if all(_int(n) and n > 0 for n in (context, most)) and context > most:
@@ -114,15 +91,6 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
                 f"MEMORY['CACHE_TURNS'] ({cached}) is below MEMORY['CONTEXT_TURNS'] ({context}): "
                 "default contexts of owners with more turns will always read the database.",
                 id="memory.W002",
-            )
-        )
-    wait = values["FILL_WAIT_MS"]
-    if not (_int(wait) and wait >= 0):
-        errors.append(
-            Error(
-                "MEMORY['FILL_WAIT_MS'] must be an integer number of milliseconds >= 0, "
-                f"not {wait!r}.",
-                id="memory.E010",
             )
         )
     errors += _check_resolver(values["OWNER_RESOLVER"])

@@ -1,10 +1,13 @@
-"""The app's settings: one ``MEMORY`` dict in the host's settings, read here on every access."""
+"""The app's settings: one ``MEMORY`` dict in the host's settings, read here on every access,
+validated and coerced as it is read (a bad value raises ``ImproperlyConfigured`` naming it)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 DEFAULTS: dict[str, Any] = {
     # The django-redis alias in CACHES; None means "memory" if that alias exists, else no cache.
@@ -23,86 +26,193 @@ DEFAULTS: dict[str, Any] = {
     "MAX_JSON_BYTES": 16384,
     # Prefix of every Redis key the app writes.
     "KEY_PREFIX": "memory",
-    # Seconds between two checks, per process, for owners whose cache update did not land.
+    # Seconds between two sweeps, per process, for owners whose cache update did not land.
     "RECONCILE_INTERVAL": 1.0,
-    # Seconds a write's own cache update may take before other processes drop that copy.
+    # Seconds (of the database's clock) a write's own cache update may take before any
+    # process drops that copy.
     "RECONCILE_GRACE": 2.0,
-    # Seconds after a Redis error during which every cached read is first reconciled.
+    # Seconds after a Redis error during which every cached read is checked against the database.
     "SUSPECT_WINDOW": 10.0,
     # Milliseconds a cold reader waits for another process's rehydration before reading itself.
     "FILL_WAIT_MS": 200,
+    # Whether each process runs a repairer thread (memory.cache.repair); off, repairs happen
+    # only when something calls memory.cache.run_once (the test suite drives it so).
+    "REPAIR_THREAD": True,
     # Dotted path of the callable mapping a request's user to the owner ids they may reach.
     "OWNER_RESOLVER": "memory.permissions.default_owner_id",
     # Dotted path of the fact extractor run on each user turn (docs/extraction.md); None: off.
     "FACT_EXTRACTOR": "memory.extraction.RuleBasedExtractor",
 }
 
+# NOTE: braces would break the per-owner hash tag, and glob characters the SCAN that finds
+# the app's keys (stats, clean-up) by prefix.
+PREFIX_FORBIDDEN = "{}*?[]\\ \t\r\n"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def as_int(value: Any) -> int | None:
+    """``value`` as an int if it is one, or a float with no fraction (``200.0``); else None."""
+    if _is_int(value):
+        return int(value)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _as_seconds(value: Any) -> float | None:
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    ):
+        return float(value)
+    return None
+
 
 class Settings:
-    """Typed access to ``settings.MEMORY``; every property re-reads the host's settings."""
+    """Typed access to ``settings.MEMORY``; every property re-reads the host's settings and
+    raises ``ImproperlyConfigured`` for a value of the wrong type or range."""
 
     def _get(self, name: str) -> Any:
         user = getattr(settings, "MEMORY", None) or {}
+        if not isinstance(user, dict):
+            raise ImproperlyConfigured(f"MEMORY must be a dict, not {type(user).__name__}.")
         return user.get(name, DEFAULTS[name])
+
+    def _count(self, name: str, *, unit: str = "") -> int:
+        value = self._get(name)
+        number = as_int(value)
+        if number is None or number <= 0:
+            raise ImproperlyConfigured(
+                f"MEMORY['{name}'] must be a positive integer{unit}, not {value!r}."
+            )
+        return number
+
+    def _seconds(self, name: str) -> float:
+        value = self._get(name)
+        seconds = _as_seconds(value)
+        if seconds is None:
+            raise ImproperlyConfigured(
+                f"MEMORY['{name}'] must be a number of seconds >= 0, not {value!r}."
+            )
+        return seconds
+
+    def _dotted(self, name: str, *, optional: bool = False) -> Any:
+        value = self._get(name)
+        if (value is None and optional) or (isinstance(value, str) and value):
+            return value
+        raise ImproperlyConfigured(
+            f"MEMORY['{name}'] must be a dotted import path{' or None' if optional else ''}, "
+            f"not {value!r}."
+        )
 
     @property
     def CACHE_ALIAS(self) -> str | None:
         alias = self._get("CACHE_ALIAS")
+        if alias is not None and not isinstance(alias, str):
+            raise ImproperlyConfigured(
+                f"MEMORY['CACHE_ALIAS'] must be the name of a cache in CACHES, not {alias!r}."
+            )
         if alias is None and "memory" in settings.CACHES:
             return "memory"
         return alias or None
 
     @property
     def CACHE_TTL(self) -> int:
-        return self._get("CACHE_TTL")  # type: ignore[no-any-return]
+        return self._count("CACHE_TTL", unit=" (seconds)")
 
     @property
     def CACHE_TURNS(self) -> int:
-        return self._get("CACHE_TURNS")  # type: ignore[no-any-return]
+        return self._count("CACHE_TURNS")
 
     @property
     def CONTEXT_TURNS(self) -> int:
-        return self._get("CONTEXT_TURNS")  # type: ignore[no-any-return]
+        return self._count("CONTEXT_TURNS")
 
     @property
     def MAX_CONTEXT_TURNS(self) -> int:
-        return self._get("MAX_CONTEXT_TURNS")  # type: ignore[no-any-return]
+        return self._count("MAX_CONTEXT_TURNS")
 
     @property
     def MAX_TURN_CHARS(self) -> int:
-        return self._get("MAX_TURN_CHARS")  # type: ignore[no-any-return]
+        return self._count("MAX_TURN_CHARS")
 
     @property
     def MAX_JSON_BYTES(self) -> int:
-        return self._get("MAX_JSON_BYTES")  # type: ignore[no-any-return]
+        return self._count("MAX_JSON_BYTES")
 
     @property
     def KEY_PREFIX(self) -> str:
-        return self._get("KEY_PREFIX")  # type: ignore[no-any-return]
+        value = self._get("KEY_PREFIX")
+        if not isinstance(value, str) or not value or any(c in PREFIX_FORBIDDEN for c in value):
+            raise ImproperlyConfigured(
+                "MEMORY['KEY_PREFIX'] must be a non-empty string without braces, glob "
+                f"characters (* ? [ ] \\) or spaces, not {value!r}."
+            )
+        return value
 
     @property
     def RECONCILE_INTERVAL(self) -> float:
-        return float(self._get("RECONCILE_INTERVAL"))
+        return self._seconds("RECONCILE_INTERVAL")
 
     @property
     def RECONCILE_GRACE(self) -> float:
-        return float(self._get("RECONCILE_GRACE"))
+        return self._seconds("RECONCILE_GRACE")
 
     @property
     def SUSPECT_WINDOW(self) -> float:
-        return float(self._get("SUSPECT_WINDOW"))
+        return self._seconds("SUSPECT_WINDOW")
 
     @property
     def FILL_WAIT_MS(self) -> int:
-        return self._get("FILL_WAIT_MS")  # type: ignore[no-any-return]
+        value = self._get("FILL_WAIT_MS")
+        number = as_int(value)
+        if number is None or number < 0:
+            raise ImproperlyConfigured(
+                "MEMORY['FILL_WAIT_MS'] must be an integer number of milliseconds >= 0, "
+                f"not {value!r}."
+            )
+        return number
+
+    @property
+    def REPAIR_THREAD(self) -> bool:
+        value = self._get("REPAIR_THREAD")
+        if not isinstance(value, bool):
+            raise ImproperlyConfigured(
+                f"MEMORY['REPAIR_THREAD'] must be True or False, not {value!r}."
+            )
+        return value
 
     @property
     def OWNER_RESOLVER(self) -> str:
-        return self._get("OWNER_RESOLVER")  # type: ignore[no-any-return]
+        return self._dotted("OWNER_RESOLVER")  # type: ignore[no-any-return]
 
     @property
     def FACT_EXTRACTOR(self) -> str | None:
-        return self._get("FACT_EXTRACTOR")  # type: ignore[no-any-return]
+        return self._dotted("FACT_EXTRACTOR", optional=True)  # type: ignore[no-any-return]
+
+    def problems(self) -> dict[str, str]:
+        """Every key whose value is not usable, with the message its property raises."""
+        user = getattr(settings, "MEMORY", None) or {}
+        if not isinstance(user, dict):
+            return {"": f"MEMORY must be a dict, not {type(user).__name__}."}
+        found: dict[str, str] = {}
+        for name in DEFAULTS:
+            try:
+                getattr(self, name)
+            except ImproperlyConfigured as e:
+                found[name] = str(e)
+        return found
+
+    def validate(self) -> None:
+        """Raise ``ImproperlyConfigured`` for the first unusable key (at startup, any server)."""
+        problems = self.problems()
+        if problems:
+            raise ImproperlyConfigured(" ".join(problems.values()))
 
 
 conf = Settings()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Now
 
 
 class Owner(models.Model):
@@ -174,7 +175,8 @@ class CacheInvalidation(models.Model):
 
     external_id = models.CharField(max_length=128)
     stamp = models.BigIntegerField()
-    created_at = models.DateTimeField(auto_now_add=True)
+    # NOTE: the database's clock, as every grace of the cache protocol is measured on it.
+    created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
         default_permissions = ()

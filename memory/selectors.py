@@ -8,8 +8,6 @@ failures are never seen by callers.
 from __future__ import annotations
 
 import functools
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any, Literal, TypedDict
 
@@ -20,7 +18,7 @@ from django.db.models import BigIntegerField, QuerySet, Value
 from django.db.models.functions import Cast
 from psycopg import Pipeline
 
-from memory import codec, reconcile, search, store
+from memory import cache, codec, search
 from memory.conf import conf
 from memory.exceptions import database_guard
 from memory.models import Fact, FactVersion, Owner, Session, Turn
@@ -40,10 +38,6 @@ from memory.payloads import (
 )
 from memory.validators import validate_fact_key, validate_owner_id
 
-# A reader waiting for another's rehydration polls after 5 ms, then twice as long each time.
-FILL_POLL_SECONDS = 0.005
-FILL_POLL_MAX_SECONDS = 0.05
-
 
 class HealthPayload(TypedDict):
     database: Literal["ok", "down"]
@@ -58,7 +52,7 @@ def _check_owner(owner_id: str) -> None:
 
 
 def _context(
-    owner_id: str, memory: store.CachedMemory, source: Literal["cache", "database"]
+    owner_id: str, memory: cache.Snapshot, source: Literal["cache", "database"]
 ) -> ContextPayload:
     return {
         "user_id": owner_id,
@@ -68,11 +62,7 @@ def _context(
     }
 
 
-def _tail(turns: list[TurnPayload], n: int) -> list[TurnPayload]:
-    return turns[max(len(turns) - n, 0) :] if n else []
-
-
-def _database_read(owner_id: str, turns: int) -> tuple[store.CachedMemory, bool]:
+def _database_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
     """The owner's stamp, last ``turns`` turns and facts; and whether those are all its turns.
 
     Three queries whatever the history length (the (owner, seq) index serves the turns); on
@@ -82,7 +72,7 @@ def _database_read(owner_id: str, turns: int) -> tuple[store.CachedMemory, bool]
         return _postgres_read(owner_id, turns)
     row = Owner.objects.filter(external_id=owner_id).values_list("pk", "stamp").first()
     if row is None:
-        return store.CachedMemory(stamp=0, turns=[], facts=[]), True
+        return cache.Snapshot(stamp=0, turns=[], facts=[]), True
     owner_pk, stamp = row
     rows = list(
         Turn.objects.filter(owner_id=owner_pk).order_by("-seq").values_list(*TURN_FIELDS)[:turns]
@@ -92,7 +82,7 @@ def _database_read(owner_id: str, turns: int) -> tuple[store.CachedMemory, bool]
         fact_payload_from_row(fact)
         for fact in Fact.objects.filter(owner_id=owner_pk).order_by("key").values_list(*FACT_FIELDS)
     ]
-    memory = store.CachedMemory(
+    memory = cache.Snapshot(
         stamp=stamp, turns=[turn_payload_from_row(turn) for turn in rows], facts=facts
     )
     return memory, len(rows) < turns
@@ -134,7 +124,7 @@ def _postgres_read_sql() -> tuple[str, str, str]:
     )
 
 
-def _postgres_read(owner_id: str, turns: int) -> tuple[store.CachedMemory, bool]:
+def _postgres_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
     """``_database_read`` in one round trip, with the payloads built straight from the rows.
 
     NOTE: building the three querysets cost the ORM more than the database took to answer
@@ -158,7 +148,7 @@ def _postgres_read(owner_id: str, turns: int) -> tuple[store.CachedMemory, bool]
         for cursor in cursors:
             cursor.close()
     if not owner_rows:
-        return store.CachedMemory(stamp=0, turns=[], facts=[]), True
+        return cache.Snapshot(stamp=0, turns=[], facts=[]), True
     rows.reverse()
     # NOTE: jsonb arrives as text (Django's loader). Decoded with orjson, as the cached copy
     # is: every value was written through memory.validators, which orjson could encode.
@@ -183,81 +173,8 @@ def _postgres_read(owner_id: str, turns: int) -> tuple[store.CachedMemory, bool]
         }
         for key, value, session_id, updated_at, version in fact_rows
     ]
-    memory = store.CachedMemory(stamp=owner_rows[0][0], turns=turn_list, facts=facts)
+    memory = cache.Snapshot(stamp=owner_rows[0][0], turns=turn_list, facts=facts)
     return memory, len(rows) < turns
-
-
-def _rehydrate(owner_id: str, turns: int, fill_token: str | None) -> store.CachedMemory:
-    """Read the owner from the database, store a copy in Redis, return the last ``turns``."""
-    depth = conf.CACHE_TURNS
-    memory, complete = _database_read(owner_id, max(turns, depth + 1))
-    store.health.count("rehydrations")
-    store.memory_fill(
-        owner_id=owner_id,
-        stamp=memory.stamp,
-        turns=_tail(memory.turns, depth),
-        facts=memory.facts,
-        complete=complete,
-        fill_token=fill_token,
-    )
-    return store.CachedMemory(
-        stamp=memory.stamp, turns=_tail(memory.turns, turns), facts=memory.facts
-    )
-
-
-class _Flights:
-    """The rehydrations this process is running, by owner: a reader that finds one waits on it
-    instead of polling Redis."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.running: dict[str, threading.Event] = {}
-
-    def start(self, owner_id: str) -> threading.Event:
-        done = threading.Event()
-        with self.lock:
-            self.running.setdefault(owner_id, done)
-        return done
-
-    def end(self, owner_id: str, done: threading.Event) -> None:
-        with self.lock:
-            if self.running.get(owner_id) is done:
-                del self.running[owner_id]
-        done.set()
-
-    def get(self, owner_id: str) -> threading.Event | None:
-        return self.running.get(owner_id)
-
-
-_flights = _Flights()
-
-
-def _wait_for_fill(owner_id: str, turns: int) -> store.CachedMemory | store.Miss | None:
-    """Another reader is rehydrating this owner: wait for its copy, for at most
-    ``FILL_WAIT_MS``. Returns the copy; or a ``Miss`` with a fill token when that reader's
-    lock went without leaving a copy (its fill was refused) and this one took it over; or
-    ``None``: read the database yourself.
-
-    A rehydration in this process is waited on directly; one in another process is polled
-    for in Redis, backing off.
-    """
-    deadline = time.monotonic() + conf.FILL_WAIT_MS / 1000
-    delay = FILL_POLL_SECONDS
-    # NOTE: a hundred threads polling every 10 ms kept the one rehydrating thread of their own
-    # process off the CPU until they all gave up and read the database (docs/performance.md).
-    while (remaining := deadline - time.monotonic()) > 0:
-        running = _flights.get(owner_id)
-        if running is not None:
-            running.wait(remaining)
-        else:
-            time.sleep(min(delay, remaining))
-            delay = min(delay * 2, FILL_POLL_MAX_SECONDS)
-        # NOTE: only the cache is trusted, never the other reader's rows: its fill is refused
-        # if a write moved the owner on meanwhile, and then this reader takes over.
-        cached = store.memory_read(owner_id=owner_id, turns=turns)
-        if cached is None or isinstance(cached, store.CachedMemory) or cached.fill_token:
-            return cached
-    return None
 
 
 @database_guard()
@@ -278,48 +195,23 @@ def context_get(*, owner_id: str, turns: int | None = None) -> ContextPayload:
         raise ValidationError(
             {"turns": [f"Ensure this value is between 0 and {conf.MAX_CONTEXT_TURNS}."]}
         )
-    if store.enabled():
-        if reconcile.reconcile_due():
-            reconcile.cache_reconcile()
-        cached = store.memory_read(owner_id=owner_id, turns=n)
-        if isinstance(cached, store.CachedMemory):
-            return _context(owner_id, cached, "cache")
-        if isinstance(cached, store.Miss):
-            if cached.fill_token is None and conf.FILL_WAIT_MS > 0:
-                waited = _wait_for_fill(owner_id, n)
-                if isinstance(waited, store.CachedMemory):
-                    return _context(owner_id, waited, "cache")
-                if waited is not None:
-                    cached = waited
-            if cached.fill_token is None:
-                return _context(owner_id, _rehydrate(owner_id, n, None), "database")
-            running = _flights.start(owner_id)
-            try:
-                memory = _rehydrate(owner_id, n, cached.fill_token)
-            finally:
-                _flights.end(owner_id, running)
-            return _context(owner_id, memory, "database")
-    memory, _ = _database_read(owner_id, n)
-    return _context(owner_id, memory, "database")
+    memory, source = cache.read_through(
+        owner_id=owner_id, turns=n, load=functools.partial(_database_read, owner_id)
+    )
+    return _context(owner_id, memory, source)
 
 
 @database_guard()
 def fact_list(*, owner_id: str) -> list[FactPayload]:
-    """All facts of the owner, by key; from the cached copy when there is one.
+    """All facts of the owner, by key; read through the cached copy as ``context_get`` reads.
 
     Raises ``MemoryUnavailable`` when the database is needed and cannot be reached.
     """
     _check_owner(owner_id)
-    if store.enabled():
-        cached = store.memory_read(owner_id=owner_id, turns=0, claim_fill=False)
-        if isinstance(cached, store.CachedMemory):
-            return cached.facts
-    return [
-        fact_payload_from_row(row)
-        for row in Fact.objects.filter(owner__external_id=owner_id)
-        .order_by("key")
-        .values_list(*FACT_FIELDS)
-    ]
+    memory, _ = cache.read_through(
+        owner_id=owner_id, turns=0, load=functools.partial(_database_read, owner_id)
+    )
+    return memory.facts
 
 
 @database_guard()
@@ -377,7 +269,7 @@ def health_get() -> HealthPayload:
         database = "down"
         # NOTE: drop the broken connection so that the next request reconnects by itself.
         connection.close()
-    return {"database": database, "cache": store.ping()}
+    return {"database": database, "cache": cache.ping()}
 
 
 def owner_exists(*, owner_id: str) -> bool:
@@ -464,7 +356,7 @@ def stats_get() -> StatsPayload:
     """Row counts of the app's tables, and the cache's state, counters and memory in Redis.
 
     Counts are exact (``COUNT(*)``), as slow as a scan of each table. ``cache`` is
-    ``store.stats()``: ``{"cache": "disabled"}``, ``{"cache": "down", ...}`` or ``{"cache": "ok",
+    ``cache.stats()``: ``{"cache": "disabled"}``, ``{"cache": "down", ...}`` or ``{"cache": "ok",
     "keys", "memory_bytes", "counters", ...}``; Redis failures never raise. Raises
     ``MemoryUnavailable`` when the database cannot be reached.
     """
@@ -473,7 +365,7 @@ def stats_get() -> StatsPayload:
         "sessions": Session.objects.count(),
         "turns": Turn.objects.count(),
         "facts": Fact.objects.count(),
-        "cache": store.stats(),
+        "cache": cache.stats(),
     }
 
 

@@ -2,12 +2,11 @@
 
 Every service runs in one transaction under the owner's row lock, commits to the database
 first, and only then (``transaction.on_commit``) updates the Redis copy. A write that raises
-stored nothing; a Redis failure never fails a write (see ``memory.reconcile``).
+stored nothing; a Redis failure never fails a write (``memory.cache`` states the protocol).
 """
 
 from __future__ import annotations
 
-import contextvars
 import datetime as dt
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -28,10 +27,10 @@ from django.db.models import (
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
-from memory import extraction, reconcile, store
+from memory import cache, extraction
 from memory.exceptions import FactNotFound, FactVersionConflict, database_guard
 from memory.models import CacheInvalidation, Fact, FactVersion, Owner, Role, Session, Turn
-from memory.payloads import FactPayload, TurnPayload, fact_payload, turn_payload
+from memory.payloads import fact_payload, turn_payload
 from memory.signals import memory_forgotten
 from memory.validators import (
     validate_content,
@@ -43,22 +42,12 @@ from memory.validators import (
     validate_session_id,
 )
 
-# NOTE: set while a service writes, so that the signal safety net (memory.signals) leaves
-# the cache to the service's own on-commit update.
-in_service: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "memory_in_service", default=False
-)
-
 
 @contextmanager
 def _service() -> Iterator[None]:
     """One service's transaction; a lost database becomes ``MemoryUnavailable``."""
-    token = in_service.set(True)
-    try:
-        with database_guard(), transaction.atomic():
-            yield
-    finally:
-        in_service.reset(token)
+    with cache.service_write(), database_guard(), transaction.atomic():
+        yield
 
 
 def _check(field: str, validator: Any, value: Any) -> None:
@@ -78,77 +67,6 @@ def _owner_lock(owner_id: str, *, create: bool) -> Owner | None:
         owner, _ = Owner.objects.select_for_update().get_or_create(external_id=owner_id)
         return owner
     return Owner.objects.select_for_update().filter(external_id=owner_id).first()
-
-
-def _owner_bump(owner: Owner, *, turns: int = 0) -> int:
-    """Give this change a new stamp (and reserve ``turns`` seqs); return the previous stamp.
-
-    Postgres draws the stamp from the sequence ``memory_stamp_seq``, so stamps grow across a
-    forget and a re-creation of the same owner id; other databases count per owner.
-    """
-    prev = owner.stamp
-    now = timezone.now()
-    dirty = store.enabled()
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {Owner._meta.db_table} SET stamp = nextval('memory_stamp_seq'),"
-                " last_seq = last_seq + %s, cache_dirty = cache_dirty OR %s, updated_at = %s"
-                " WHERE id = %s RETURNING stamp, last_seq",
-                [turns, dirty, now, owner.pk],
-            )
-            owner.stamp, owner.last_seq = cursor.fetchone()
-    else:
-        owner.stamp += 1
-        owner.last_seq += turns
-        owner.cache_dirty = owner.cache_dirty or dirty
-        owner.updated_at = now
-        Owner.objects.filter(pk=owner.pk).update(
-            stamp=owner.stamp,
-            last_seq=owner.last_seq,
-            cache_dirty=owner.cache_dirty,
-            updated_at=now,
-        )
-    return prev
-
-
-def _cache_update(
-    owner: Owner,
-    prev_stamp: int,
-    *,
-    turns: list[TurnPayload] | None = None,
-    facts: list[FactPayload] | None = None,
-    deleted_keys: list[str] | None = None,
-    drop: bool = False,
-    pending_pk: int | None = None,
-) -> None:
-    """After commit, bring the owner's cached copy up to this write, or record that it could not."""
-    if not store.enabled():
-        return
-    owner_pk, owner_id, stamp = owner.pk, owner.external_id, owner.stamp
-
-    def update() -> None:
-        if drop:
-            ok = store.memory_drop(owner_id=owner_id, stamp=stamp)
-        else:
-            ok = store.memory_apply(
-                owner_id=owner_id,
-                prev_stamp=prev_stamp,
-                stamp=stamp,
-                turns=turns or [],
-                facts=facts or [],
-                deleted_keys=deleted_keys or [],
-            )
-        if ok and pending_pk is not None:
-            reconcile.invalidation_done(pk=pending_pk)
-        elif ok:
-            reconcile.owner_dirty_clear(owner_pk=owner_pk, stamp=stamp)
-        else:
-            reconcile.owner_remember(
-                owner_pk=owner_pk, owner_id=owner_id, stamp=stamp, pending_pk=pending_pk
-            )
-
-    transaction.on_commit(update, robust=True)
 
 
 def _session_touch(owner: Owner, session_id: str, at: Any, turns: int = 1) -> None:
@@ -206,7 +124,7 @@ def turn_append(
             existing = Turn.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
             if existing is not None:
                 return existing
-        prev = _owner_bump(owner, turns=1)
+        prev = cache.stamp_take(owner, turns=1)
         turn = Turn.objects.create(
             owner=owner,
             seq=owner.last_seq,
@@ -219,7 +137,7 @@ def turn_append(
         )
         _session_touch(owner, session_id, turn.created_at)
         facts = _turn_facts_extract(owner, turn) if role == Role.USER else []
-        _cache_update(
+        cache.write_commit(
             owner, prev, turns=[turn_payload(turn)], facts=[fact_payload(f) for f in facts]
         )
         return turn
@@ -371,9 +289,9 @@ def fact_put(
         )
         if written is None:
             return Fact.objects.get(owner=owner, key=key), False
-        prev = _owner_bump(owner)
+        prev = cache.stamp_take(owner)
         fact, created = written
-        _cache_update(owner, prev, facts=[fact_payload(fact)])
+        cache.write_commit(owner, prev, facts=[fact_payload(fact)])
         return fact, created
 
 
@@ -409,8 +327,8 @@ def facts_merge(
             if written is not None:
                 changed.append(written[0])
         if changed:
-            prev = _owner_bump(owner)
-            _cache_update(owner, prev, facts=[fact_payload(fact) for fact in changed])
+            prev = cache.stamp_take(owner)
+            cache.write_commit(owner, prev, facts=[fact_payload(fact) for fact in changed])
         return list(Fact.objects.filter(owner=owner).order_by("key"))
 
 
@@ -441,8 +359,8 @@ def fact_delete(*, owner_id: str, key: str, expected_version: int | None = None)
             updated_at=timezone.now(),
         )
         fact.delete()
-        prev = _owner_bump(owner)
-        _cache_update(owner, prev, deleted_keys=[key])
+        prev = cache.stamp_take(owner)
+        cache.write_commit(owner, prev, deleted_keys=[key])
 
 
 def turn_delete(*, owner_id: str, seq: int) -> bool:
@@ -461,8 +379,8 @@ def turn_delete(*, owner_id: str, seq: int) -> bool:
             return False
         turn.delete()
         _sessions_uncount(owner, {turn.session_id: 1})
-        _owner_bump(owner)
-        _cache_update(owner, 0, drop=True)
+        cache.stamp_take(owner)
+        cache.write_commit(owner, 0, drop=True)
         return True
 
 
@@ -478,11 +396,11 @@ def memory_forget(*, owner_id: str) -> bool:
         owner = _owner_lock(owner_id, create=False)
         if owner is None:
             return False
-        _owner_bump(owner)
+        cache.stamp_take(owner)
         # NOTE: the owner row goes, and with it its dirty mark; this row is the durable
         # record that its cached copy must still go, deleted once Redis confirmed.
         pending = CacheInvalidation.objects.create(external_id=owner_id, stamp=owner.stamp)
-        _cache_update(owner, 0, drop=True, pending_pk=pending.pk)
+        cache.write_commit(owner, 0, drop=True, outbox_pk=pending.pk)
         owner.delete()
         transaction.on_commit(
             lambda: memory_forgotten.send(sender=Owner, owner_id=owner_id), robust=True
@@ -494,8 +412,7 @@ def cache_drop(*, owner_id: str) -> bool:
     """Drop the owner's cached copy so that the next read rehydrates; return whether Redis
     confirmed. Needs no database write; never raises for a Redis failure."""
     _check("user_id", validate_owner_id, owner_id)
-    stamp = Owner.objects.filter(external_id=owner_id).values_list("stamp", flat=True).first()
-    return store.memory_drop(owner_id=owner_id, stamp=stamp or 0)
+    return cache.copy_drop(owner_id=owner_id, stamp=cache.stamp_get(owner_id))
 
 
 def _prunable_turns(
@@ -583,8 +500,8 @@ def turns_prune(
             for _, session_id in rows:
                 per_session[session_id] = per_session.get(session_id, 0) + 1
             _sessions_uncount(owner, per_session)
-            _owner_bump(owner)
-            _cache_update(owner, 0, drop=True)
+            cache.stamp_take(owner)
+            cache.write_commit(owner, 0, drop=True)
         deleted += len(rows)
         if len(rows) < batch_size:
             return deleted
@@ -743,7 +660,7 @@ def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
         facts_moved = _facts_link(source, target)
         turns_moved = _turns_link(source, target, base)
         _sessions_link(source, target)
-        _owner_bump(target, turns=turns_moved)
-        _cache_update(target, 0, drop=True)
+        cache.stamp_take(target, turns=turns_moved)
+        cache.write_commit(target, 0, drop=True)
         memory_forget(owner_id=from_owner_id)
         return LinkResult(turns_moved, facts_moved)

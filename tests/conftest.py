@@ -14,7 +14,7 @@ from django.core.cache import caches
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from memory import reconcile, store
+from memory import cache
 from tests.servers import RedisServer
 
 
@@ -30,8 +30,7 @@ def _clean_keys() -> None:
 
 
 def _reset_process_state() -> None:
-    store.health.reset()
-    reconcile.reset()
+    cache.reset()
 
 
 @pytest.fixture(autouse=True)

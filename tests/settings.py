@@ -13,7 +13,9 @@ from memoryproj.settings import CACHES, DATABASES, MEMORY
 # NOTE: a prefix of this run's own, so that the suite can share a Redis with anything else
 # and clean up after itself without FLUSHDB.
 TEST_KEY_PREFIX = os.environ.get("MEMORY_TEST_KEY_PREFIX") or f"memtest{os.getpid()}"
-MEMORY = {**MEMORY, "KEY_PREFIX": TEST_KEY_PREFIX}
+# NOTE: no repairer thread in the test process: tests drive repair step by step
+# (memory.cache.run_once), and a thread of its own would hold a connection to the test database.
+MEMORY = {**MEMORY, "KEY_PREFIX": TEST_KEY_PREFIX, "REPAIR_THREAD": False}
 for _alias in CACHES.values():
     if "django_redis" in _alias["BACKEND"] and _alias.get("KEY_PREFIX") == "memoryproj":
         _alias["KEY_PREFIX"] = f"{TEST_KEY_PREFIX}-site"

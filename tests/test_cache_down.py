@@ -9,7 +9,7 @@ import time
 import pytest
 import redis
 
-from memory import reconcile, selectors, services, store
+from memory import cache, selectors, services
 from memory.models import CacheInvalidation, Owner
 
 pytestmark = pytest.mark.django_db
@@ -25,8 +25,7 @@ def contents(context) -> list[str]:
 
 def another_instance() -> None:
     """From here on, act as a process that never saw this one's errors or pending updates."""
-    store.health.reset()
-    reconcile.reset()
+    cache.reset()
 
 
 def test_redis_unreachable_reads_and_writes_use_postgres(
@@ -50,7 +49,7 @@ def test_redis_outage_is_logged_once(dead_cache, caplog, django_capture_on_commi
             selectors.context_get(owner_id="wang")
     warnings = [r for r in caplog.records if "unreachable" in r.getMessage()]
     assert len(warnings) == 1
-    assert store.health.outages == 1
+    assert cache.breaker.outages == 1
 
 
 @pytest.mark.faults
@@ -88,10 +87,18 @@ def test_write_while_redis_paused_is_not_hidden_by_the_older_copy(
         assert contents(selectors.context_get(owner_id="wang")) == ["one", "said while Redis hung"]
     finally:
         own_redis.resume()
-    time.sleep(store.BREAKER_SECONDS + 0.1)
-    context = selectors.context_get(owner_id="wang")
-    assert contents(context) == ["one", "said while Redis hung"]
+    # NOTE: Redis answers again, but the writer's lost update is not repaired yet: the writer
+    # does not serve the copy it knows to be behind.
+    assert cache.pending_count() == 1
+    assert contents(selectors.context_get(owner_id="wang")) == ["one", "said while Redis hung"]
+    # The repairer's next round (every REPAIR_POLL seconds in a server process).
+    assert cache.run_once() == 1
+    assert cache.pending_count() == 0
     assert Owner.objects.get(external_id="wang").cache_dirty is False
+    assert contents(selectors.context_get(owner_id="wang")) == ["one", "said while Redis hung"]
+    context = selectors.context_get(owner_id="wang")
+    assert context["source"] == "cache"
+    assert contents(context) == ["one", "said while Redis hung"]
 
 
 @pytest.mark.faults
@@ -123,7 +130,11 @@ def test_writer_gone_between_commit_and_cache_update(
     with django_capture_on_commit_callbacks(execute=False):
         append("wang", "two")
     another_instance()
+    with memory_settings(RECONCILE_GRACE=60):
+        assert cache.run_once() == 0
     with memory_settings(RECONCILE_GRACE=0):
+        # Any process's repairer, once the grace has passed on the database's clock.
+        assert cache.run_once() == 1
         context = selectors.context_get(owner_id="wang")
     assert contents(context) == ["one", "two"]
 
@@ -138,8 +149,8 @@ def test_reads_within_grace_leave_fresh_writes_alone(
         append("wang", "two")
     another_instance()
     with memory_settings(RECONCILE_GRACE=60):
-        assert reconcile.cache_reconcile() == 0
-    assert redis_client.hexists(store.owner_key("wang"), "rev")
+        assert cache.run_once() == 0
+    assert redis_client.hexists(cache.owner_key("wang"), "rev")
 
 
 @pytest.mark.faults
@@ -158,6 +169,7 @@ def test_forget_while_redis_paused_is_completed_when_it_is_back(
     assert CacheInvalidation.objects.filter(external_id="wang").exists()
     another_instance()
     with memory_settings(CACHE_ALIAS="own", RECONCILE_GRACE=0):
+        assert cache.run_once() == 1
         context = selectors.context_get(owner_id="wang")
     assert context["turns"] == [] and context["facts"] == {}
     assert not CacheInvalidation.objects.exists()
@@ -176,6 +188,6 @@ def test_cache_flushed_during_outage_rehydrates(own_redis, django_capture_on_com
         append("wang", "two")
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
     own_redis.start()
-    time.sleep(store.BREAKER_SECONDS + 0.1)
+    cache.breaker.expire()
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]

@@ -9,7 +9,7 @@ import threading
 import pytest
 from django.db import connection
 
-from memory import selectors, services, store
+from memory import cache, selectors, services
 from memory.models import Owner, Session, Turn
 from tests import instance
 
@@ -110,8 +110,8 @@ def test_cold_read_stampede_rehydrates_once():
     rehydration instead of all reading the database."""
     for i in range(30):
         services.turn_append(owner_id="wang", session_id="s", role="user", content=f"t{i}")
-    store.memory_evict(owner_id="wang")
-    before = store.stats()["counters"].get("rehydrations", 0)
+    cache.copy_evict(owner_id="wang")
+    before = cache.stats()["counters"].get("rehydrations", 0)
     barrier = threading.Barrier(16)
 
     def read() -> list[int]:
@@ -125,4 +125,4 @@ def test_cold_read_stampede_rehydrates_once():
         thread.join()
     assert all(thread.error is None for thread in readers)
     assert all(thread.result == list(range(11, 31)) for thread in readers)
-    assert store.stats()["counters"]["rehydrations"] - before <= 2
+    assert cache.stats()["counters"]["rehydrations"] - before <= 2

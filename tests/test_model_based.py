@@ -1,6 +1,8 @@
-"""A model-based test: hypothesis interleaves appends, fact changes, deletes, forgets, cache
-flushes, key deletions, expiries and lost cache updates, and after every step the context
-served (cache or database) must equal a plain Python model of what it must be."""
+"""A model-based test: hypothesis interleaves appends, fact changes, deletes, forgets, ORM writes
+that bypass the services, cache flushes, key deletions, expiries, lost floors during a fill,
+Redis outages (breaker states) and writers dying between commit and cache update; after every
+step the context, the facts and their history served (cache or database) must equal a plain
+Python model of what they must be, within the protocol's bounds (memory.cache)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,17 @@ import uuid
 from typing import Any
 
 import pytest
-from django.test import TestCase
+from django.conf import settings as django_settings
+from django.db import transaction
+from django.test import TestCase, override_settings
+from django.utils import timezone
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from memory import reconcile, selectors, services, store
+from memory import cache, selectors, services
 from memory.exceptions import FactNotFound
+from memory.models import Fact, Owner
 
 OWNERS = ["wang", "li"]
 SESSIONS = ["laptop", "phone", "reconnect"]
@@ -39,14 +45,17 @@ class MemoryMachine(RuleBasedStateMachine):
         self.run = uuid.uuid4().hex[:8]
         self.turns: dict[str, list[tuple[str, str]]] = {owner: [] for owner in OWNERS}
         self.facts: dict[str, dict[str, Any]] = {owner: {} for owner in OWNERS}
+        self.versions: dict[str, dict[str, int]] = {owner: {} for owner in OWNERS}
+        # NOTE: a writer died between commit and cache update: until some process's repairer
+        # runs its next round, another process may serve the older copy (the stated bound).
+        self.unrepaired = False
 
     def owner_id(self, owner: str) -> str:
         return f"{owner}-{self.run}"
 
     @initialize()
     def quiet_process(self) -> None:
-        store.health.reset()
-        reconcile.reset()
+        cache.reset()
 
     @rule(
         owner=st.sampled_from(OWNERS),
@@ -97,23 +106,78 @@ class MemoryMachine(RuleBasedStateMachine):
                 owner_id=self.owner_id(owner), session_id="laptop", role="user", content=text
             )
         self.turns[owner].append(("laptop", text))
-        reconcile.reset()
-        store.health.reset()
+        cache.reset()
+        self.unrepaired = True
+
+    @rule(owner=st.sampled_from(OWNERS), text=st.just("said while Redis was down"))
+    def append_while_redis_is_down(self, owner: str, text: str) -> None:
+        """Redis unreachable for this write: the breaker opens, the update waits for repair."""
+        down = override_settings(MEMORY={**django_settings.MEMORY, "CACHE_ALIAS": "dead"})
+        with down, committed():
+            services.turn_append(
+                owner_id=self.owner_id(owner), session_id="phone", role="user", content=text
+            )
+        self.turns[owner].append(("phone", text))
+
+    @rule()
+    def breaker_window_ends(self) -> None:
+        cache.breaker.expire()
+
+    @rule()
+    def repairer_round(self) -> None:
+        cache.run_once()
+        self.unrepaired = False
+
+    @rule(owner=st.sampled_from(OWNERS), key=st.sampled_from(KEYS), value=VALUES)
+    def orm_write(self, owner: str, key: str, value: Any) -> None:
+        """A fact written through the ORM in a shell, bypassing the services."""
+        owner_row = Owner.objects.filter(external_id=self.owner_id(owner)).first()
+        if owner_row is None:
+            return
+        with committed(), transaction.atomic():
+            Fact.objects.update_or_create(
+                owner=owner_row,
+                key=key,
+                defaults={"value": value, "updated_at": timezone.now()},
+            )
+        self.facts[owner][key] = value
+
+    @rule(owner=st.sampled_from(OWNERS), lose=st.sampled_from(["delete", "evict"]))
+    def fill_races_a_write_and_loses_the_floor(self, owner: str, lose: str) -> None:
+        """A cold reader reads the database; a write commits and lands (leaving a floor); the
+        floor is deleted or evicted; only then does the reader store what it read."""
+        owner_id = self.owner_id(owner)
+        cache.copy_evict(owner_id=owner_id)
+
+        def load(n: int) -> Any:
+            stale = selectors._database_read(owner_id, n)
+            with committed():
+                services.turn_append(
+                    owner_id=owner_id, session_id="reconnect", role="user", content="racer"
+                )
+            cache.copy_evict(owner_id=owner_id)
+            return stale
+
+        cache.read_through(owner_id=owner_id, turns=CONTEXT_TURNS, load=load)
+        self.turns[owner].append(("reconnect", "racer"))
 
     @rule()
     def flush_cache(self) -> None:
         for owner in OWNERS:
-            store.memory_evict(owner_id=self.owner_id(owner))
+            cache.copy_evict(owner_id=self.owner_id(owner))
 
     @rule(owner=st.sampled_from(OWNERS))
     def expire_key(self, owner: str) -> None:
         from django.core.cache import caches
 
         client = caches["memory"].client.get_client(write=True)
-        client.pexpire(store.owner_key(self.owner_id(owner)), 1)
+        client.pexpire(cache.owner_key(self.owner_id(owner)), 1)
 
     @invariant()
     def context_matches_model(self) -> None:
+        if self.unrepaired:
+            cache.run_once()
+            self.unrepaired = False
         for owner in OWNERS:
             for _ in range(2):  # the first read may rehydrate, the second is a hit
                 context = selectors.context_get(owner_id=self.owner_id(owner), turns=CONTEXT_TURNS)
@@ -124,6 +188,8 @@ class MemoryMachine(RuleBasedStateMachine):
                     range(total - len(expected) + 1, total + 1)
                 )
                 assert context["facts"] == self.facts[owner]
+                facts = selectors.fact_list(owner_id=self.owner_id(owner))
+                assert {fact["key"]: fact["value"] for fact in facts} == self.facts[owner]
 
 
 @pytest.mark.django_db

@@ -6,7 +6,7 @@ import pytest
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from memory import selectors, services, store
+from memory import cache, selectors, services
 from memory.exceptions import FactNotFound, FactVersionConflict
 from memory.models import CacheInvalidation, Fact, FactVersion, Owner, Session, Turn
 
@@ -219,8 +219,8 @@ def test_memory_forget_removes_every_row(django_capture_on_commit_callbacks, red
     context = selectors.context_get(owner_id="wang")
     assert context["turns"] == [] and context["facts"] == {}
     # Only a content-free guard (a stamp under a digest of the id) remains, for a minute.
-    assert redis_client.hgetall(store.owner_key("wang")).keys() == {b"floor"}
-    assert 0 < redis_client.ttl(store.owner_key("wang")) <= store.GUARD_TTL
+    assert redis_client.hgetall(cache.owner_key("wang")).keys() == {b"floor"}
+    assert 0 < redis_client.ttl(cache.owner_key("wang")) <= cache.GUARD_TTL
     for key in redis_client.scan_iter(match=f"{settings.TEST_KEY_PREFIX}*"):
         if redis_client.type(key) == b"hash":
             assert b"Wang" not in b"".join(redis_client.hvals(key))

@@ -1,11 +1,11 @@
-"""Tests of memory.store: key layout, payloads, and the stamps that keep stale copies out."""
+"""Tests of memory.cache: key layout, payloads, and the stamps that keep stale copies out."""
 
 from __future__ import annotations
 
 import orjson
 import pytest
 
-from memory import selectors, services, store
+from memory import cache, selectors, services
 from memory.models import Owner
 
 pytestmark = pytest.mark.django_db
@@ -20,12 +20,12 @@ def contents(context) -> list[str]:
 
 
 def test_owner_key_has_prefix_schema_and_hash_tag_without_the_id(settings):
-    key = store.owner_key("wang@example.com")
+    key = cache.owner_key("wang@example.com")
     prefix = f"{settings.MEMORY['KEY_PREFIX']}:v1:{{"
     assert key.startswith(prefix) and key.endswith("}")
     assert "wang" not in key
-    assert key != store.owner_key("wang@example.org")
-    assert key == store.owner_key("wang@example.com")
+    assert key != cache.owner_key("wang@example.org")
+    assert key == cache.owner_key("wang@example.com")
 
 
 def test_cached_payload_is_plain_json_shaped_like_the_api(
@@ -35,7 +35,7 @@ def test_cached_payload_is_plain_json_shaped_like_the_api(
         append("wang", "我叫王建国")
         services.fact_put(owner_id="wang", key="name", value="王建国")
     context = selectors.context_get(owner_id="wang")
-    raw = redis_client.hgetall(store.owner_key("wang"))
+    raw = redis_client.hgetall(cache.owner_key("wang"))
     assert orjson.loads(raw[b"t:1"]) == context["turns"][0]
     assert orjson.loads(raw[b"f:name"])["value"] == "王建国"
     assert "我叫王建国".encode() in raw[b"t:1"]
@@ -52,9 +52,7 @@ def test_stale_fill_after_a_write_is_refused(django_capture_on_commit_callbacks)
     stale, complete = selectors._database_read("wang", 51)
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "two")
-    stored = store.memory_fill(
-        owner_id="wang", stamp=stale.stamp, turns=stale.turns, facts=stale.facts, complete=complete
-    )
+    stored = cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
     assert stored is False
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
@@ -70,9 +68,7 @@ def test_fill_before_a_committed_writes_cache_update_is_caught_up(
     stale, complete = selectors._database_read("wang", 51)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         append("wang", "two")
-    assert store.memory_fill(
-        owner_id="wang", stamp=stale.stamp, turns=stale.turns, facts=stale.facts, complete=complete
-    )
+    assert cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
     for callback in callbacks:
         callback()
     context = selectors.context_get(owner_id="wang")
@@ -89,8 +85,10 @@ def test_fill_that_already_holds_the_write_is_not_doubled(django_capture_on_comm
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         append("wang", "two")
     mixed, complete = selectors._database_read("wang", 51)
-    assert store.memory_fill(
-        owner_id="wang", stamp=before, turns=mixed.turns, facts=mixed.facts, complete=complete
+    assert cache.copy_fill(
+        owner_id="wang",
+        snapshot=cache.Snapshot(before, mixed.turns, mixed.facts),
+        complete=complete,
     )
     for callback in callbacks:
         callback()
@@ -105,9 +103,7 @@ def test_stale_fill_after_forget_cannot_resurrect_memory(django_capture_on_commi
     stale, complete = selectors._database_read("wang", 51)
     with django_capture_on_commit_callbacks(execute=True):
         services.memory_forget(owner_id="wang")
-    assert not store.memory_fill(
-        owner_id="wang", stamp=stale.stamp, turns=stale.turns, facts=stale.facts, complete=complete
-    )
+    assert not cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
     assert selectors.context_get(owner_id="wang")["turns"] == []
 
 
@@ -117,9 +113,7 @@ def test_stale_fill_after_fact_change_is_refused(django_capture_on_commit_callba
     stale, complete = selectors._database_read("wang", 51)
     with django_capture_on_commit_callbacks(execute=True):
         services.fact_put(owner_id="wang", key="name", value="Wang Jianguo")
-    assert not store.memory_fill(
-        owner_id="wang", stamp=stale.stamp, turns=stale.turns, facts=stale.facts, complete=complete
-    )
+    assert not cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
     assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang Jianguo"}
 
 
@@ -133,7 +127,7 @@ def test_delta_on_a_copy_that_missed_a_write_drops_it(
         append("wang", "two (its cache update is lost)")
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "three")
-    raw = redis_client.hgetall(store.owner_key("wang"))
+    raw = redis_client.hgetall(cache.owner_key("wang"))
     assert b"rev" not in raw
     assert int(raw[b"floor"]) == Owner.objects.get(external_id="wang").stamp
     assert contents(selectors.context_get(owner_id="wang")) == [
@@ -153,7 +147,7 @@ def test_fact_keys_follow_every_delta(django_capture_on_commit_callbacks, redis_
         services.fact_put(owner_id="wang", key="pet", value="cat")
         services.fact_put(owner_id="wang", key="name", value="Jianguo")
         services.fact_delete(owner_id="wang", key="city")
-    fkeys = redis_client.hget(store.owner_key("wang"), "fkeys")
+    fkeys = redis_client.hget(cache.owner_key("wang"), "fkeys")
     assert sorted(fkeys.split()) == [b"name", b"pet"]
     context = selectors.context_get(owner_id="wang")
     assert context["source"] == "cache"
@@ -167,10 +161,10 @@ def test_copy_without_fact_keys_is_still_read_whole(
     with django_capture_on_commit_callbacks(execute=True):
         services.fact_put(owner_id="wang", key="name", value="Wang")
     selectors.context_get(owner_id="wang")
-    redis_client.hdel(store.owner_key("wang"), "fkeys")
+    redis_client.hdel(cache.owner_key("wang"), "fkeys")
     with django_capture_on_commit_callbacks(execute=True):
         services.fact_put(owner_id="wang", key="pet", value="cat")
-    assert not redis_client.hexists(store.owner_key("wang"), "fkeys")
+    assert not redis_client.hexists(cache.owner_key("wang"), "fkeys")
     context = selectors.context_get(owner_id="wang")
     assert context["source"] == "cache"
     assert context["facts"] == {"name": "Wang", "pet": "cat"}
@@ -181,25 +175,25 @@ def test_evicted_owner_goes_whole(django_capture_on_commit_callbacks, redis_clie
         append("wang", "one")
         services.fact_put(owner_id="wang", key="name", value="Wang")
     selectors.context_get(owner_id="wang")
-    keys = list(redis_client.scan_iter(match=f"{store.owner_key('wang')}*"))
-    assert keys == [store.owner_key("wang").encode()]
+    keys = list(redis_client.scan_iter(match=f"{cache.owner_key('wang')}*"))
+    assert keys == [cache.owner_key("wang").encode()]
 
 
 def test_concurrent_cold_reads_wait_for_one_rehydration(django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "one")
-    first = store.memory_read(owner_id="wang", turns=20)
-    second = store.memory_read(owner_id="wang", turns=20)
-    assert isinstance(first, store.Miss) and first.fill_token
-    assert isinstance(second, store.Miss) and second.fill_token is None
+    first = cache.copy_read(owner_id="wang", turns=20)
+    second = cache.copy_read(owner_id="wang", turns=20)
+    assert isinstance(first, cache.Miss) and first.fill_token
+    assert isinstance(second, cache.Miss) and second.fill_token is None
 
 
 def test_dead_cache_reads_and_writes_answer_false_without_raising(dead_cache):
-    assert store.memory_read(owner_id="wang", turns=20) is None
-    assert store.memory_apply(owner_id="wang", prev_stamp=0, stamp=1) is False
-    assert store.memory_drop(owner_id="wang", stamp=1) is False
-    assert store.ping() == "down"
-    assert store.stats()["cache"] == "down"
+    assert cache.copy_read(owner_id="wang", turns=20) is cache.Outcome.DOWN
+    assert cache.copy_apply(owner_id="wang", prev_stamp=0, stamp=1) is False
+    assert cache.copy_drop(owner_id="wang", stamp=1) is False
+    assert cache.ping() == "down"
+    assert cache.stats()["cache"] == "down"
 
 
 def test_stats_count_hits_misses_and_rehydrations(django_capture_on_commit_callbacks):
@@ -207,8 +201,8 @@ def test_stats_count_hits_misses_and_rehydrations(django_capture_on_commit_callb
         append("wang", "one")
     selectors.context_get(owner_id="wang")
     selectors.context_get(owner_id="wang")
-    counters = store.stats()["counters"]
+    counters = cache.stats()["counters"]
     assert counters["misses"] >= 1
     assert counters["hits"] >= 1
     assert counters["rehydrations"] >= 1
-    assert store.stats()["keys"] >= 1
+    assert cache.stats()["keys"] >= 1

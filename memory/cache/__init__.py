@@ -1,0 +1,125 @@
+"""The cache protocol: every Redis read and write of the app, and every rule that keeps the
+Redis copy of an owner's memory from ever serving a state older than the database's.
+
+**The invariant.** Postgres is the truth; Redis holds at most one copy per owner, stamped with
+the database state it reflects. A read served from a copy reflects every write acknowledged
+before the read began, except within these bounds:
+
+- a write acknowledged while Redis could not be reached is served by every process within
+  ``REPAIR_POLL`` (0.1 s) plus one socket timeout of Redis answering again, as long as its
+  writer lives; by any process within ``RECONCILE_GRACE + RECONCILE_INTERVAL`` (3 s by default)
+  of the write if its writer died between commit and cache update;
+- a process that saw Redis down within ``SUSPECT_WINDOW`` seconds serves no stale copy at all:
+  it checks each copy's stamp against the database first.
+
+**The rules that keep it** (each in the module named):
+
+1. *Stamps* (``stamps``). Every write draws a new stamp from the Postgres sequence
+   ``memory_stamp_seq`` in its own transaction, under the owner's row lock, and marks the owner
+   ``cache_dirty`` in that transaction. Stamps only grow, across a forget and a re-creation.
+2. *Deltas after commit* (``writes``, ``copy``). After commit, and never before (a rolled-back
+   write never reaches Redis), one Lua script applies the write's delta only to a copy at the
+   stamp just before it, in O(delta); any other copy is dropped to a content-free *floor* at
+   the new stamp. The breaker never skips a write's update. Redis confirmed: the dirty mark is
+   cleared (by the repairer, batched). Not confirmed: *repair*.
+3. *Fills* (``readthrough``, ``copy``). A miss rehydrates from the database (a bounded number
+   of queries whatever the history length) under a fill lock, so concurrent readers wait for
+   one rehydration. The fill script refuses a copy older than the stored one or the floor.
+   Then the fill is *verified*: the owner's stamp is read again from the database, and a fill
+   that a write overtook is dropped. No floor is load-bearing: one deleted, evicted (it has
+   the shortest TTL) or flushed between a fill's read and its store lets the fill in, and the
+   verification takes it out before the fill's reader returns.
+4. *Validity* (``readthrough.copy_valid``; ``aio`` for async callers, natively async on a
+   hit). Every read served from a copy, whatever the path
+   (context, facts, messages, sync or async), passes it: a copy of an owner with an update
+   this process could not land is not served; while this process is suspect, a copy whose
+   stamp is not the database's is not served.
+5. *Repair* (``repair``). An unconfirmed update is remembered and retried as a drop by the
+   process's repairer thread every ``REPAIR_POLL`` seconds: it is also the probe that finds
+   Redis back. Every ``RECONCILE_INTERVAL`` seconds the repairer drops the copy of every
+   owner still dirty (or forgotten, ``CacheInvalidation``) after ``RECONCILE_GRACE`` seconds,
+   measured on the database's clock: writers that died. Repairs only ever drop.
+6. *Writes that bypass the services* (``writes.orm_write``, from ``memory.signals``): a turn or
+   fact saved or a fact deleted through the ORM takes a stamp and a dirty mark in its own
+   transaction and drops the copy after commit, as a service write does.
+7. *One failure boundary* (``client``). Connection errors, timeouts, a loading, read-only or
+   cluster-down server mean "down": the call answers a miss or "not confirmed", and reads
+   skip Redis for ``BREAKER_SECONDS``, then one probe at a time. Any other Redis error
+   (``WRONGTYPE``, a script error) is a bug: logged as an error naming the command, never an
+   outage. No Redis error reaches a caller.
+
+Redis keys: ``<KEY_PREFIX>:v1:{<digest of owner id>}`` (a hash; the braces are a cluster hash
+tag, so an owner's keys share a slot and every script touches one slot), ``...:fill`` (the
+fill lock), ``<KEY_PREFIX>:v1:stats`` (shared counters).
+"""
+
+from __future__ import annotations
+
+from memory.cache.aio import aread_through
+from memory.cache.client import Outcome, breaker, enabled
+from memory.cache.copy import (
+    GUARD_TTL,
+    Hit,
+    Miss,
+    Short,
+    Snapshot,
+    copy_apply,
+    copy_drop,
+    copy_evict,
+    copy_fill,
+    copy_read,
+    ping,
+    stats,
+)
+from memory.cache.keys import key_pattern, lock_key, owner_key
+from memory.cache.readthrough import Refused, Source, cache_lookup, fill_verify, read_through
+from memory.cache.repair import pending_count, repair_pending, repairer_ensure, run_once, sweep
+from memory.cache.stamps import stamp_get, stamp_take
+from memory.cache.writes import orm_write, service_write, write_commit
+
+
+def reset() -> None:
+    """Forget this process's cache state: breaker, counters, pending repairs (tests, forks)."""
+    from memory.cache import repair
+
+    breaker.reset()
+    repair.reset()
+
+
+__all__ = [
+    "GUARD_TTL",
+    "Hit",
+    "Miss",
+    "Outcome",
+    "Refused",
+    "Short",
+    "Snapshot",
+    "Source",
+    "aread_through",
+    "breaker",
+    "cache_lookup",
+    "copy_apply",
+    "copy_drop",
+    "copy_evict",
+    "copy_fill",
+    "copy_read",
+    "enabled",
+    "fill_verify",
+    "key_pattern",
+    "lock_key",
+    "orm_write",
+    "owner_key",
+    "pending_count",
+    "ping",
+    "read_through",
+    "repair_pending",
+    "repairer_ensure",
+    "reset",
+    "run_once",
+    "service_write",
+    "stamp_get",
+    "stamp_take",
+    "stats",
+    "sweep",
+    "write_commit",
+]

@@ -1,0 +1,259 @@
+"""The Redis copy of an owner's memory: its Lua scripts and the calls that read, fill, change and
+drop it. Each call is one round trip and one owner's keys (one cluster slot); none raises.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from redis.commands.core import Script
+
+from memory import codec
+from memory.cache.client import Answer, Outcome, breaker, counts_flush, redis_call
+from memory.cache.keys import key_pattern, lock_key, owner_key
+from memory.conf import conf
+from memory.payloads import FactPayload, TurnPayload
+
+# An owner's cached memory is one hash, so that eviction takes it whole or not at all:
+#   rev       stamp of the database state the payload reflects (absent: no payload, a miss)
+#   floor     highest stamp any writer announced; a fill older than it is refused
+#   complete  "1" if the cached turns are all of the owner's turns
+#   seqs      the cached turn seqs, oldest first, space-separated
+#   fkeys     the keys of the cached facts, space-separated (a copy filled before it existed
+#             lacks it; reads then list the hash's fields instead)
+#   t:<seq>   a turn payload;  f:<key>  a fact payload
+
+LUA = Path(__file__).resolve().parent / "lua"
+
+
+def _script(name: str) -> Script:
+    # NOTE: registered with no client: each call passes the alias's client, which loads the
+    # script on its first NOSCRIPT (a restarted or flushed Redis) and runs EVALSHA after.
+    return Script(None, (LUA / f"{name}.lua").read_bytes())  # type: ignore[arg-type]
+
+
+_READ = _script("read")
+_FILL = _script("fill")
+_APPLY = _script("apply")
+_DROP = _script("drop")
+
+# NOTE: how long a floor outlives the payload it guards. It saves a refused fill a round trip;
+# it is not load-bearing: every fill is verified against the database after it is stored.
+GUARD_TTL = 60
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An owner's memory at one ``stamp``: its last turns (oldest first) and facts (by key)."""
+
+    stamp: int
+    turns: list[TurnPayload]
+    facts: list[FactPayload]
+
+
+@dataclass(frozen=True)
+class Hit:
+    """Redis holds a copy at ``snapshot.stamp`` with the turns asked for."""
+
+    snapshot: Snapshot
+
+
+@dataclass(frozen=True)
+class Miss:
+    """No copy; ``fill_token`` is set when this caller won the right to rehydrate."""
+
+    fill_token: str | None
+
+
+@dataclass(frozen=True)
+class Short:
+    """A copy, but with fewer turns than asked for: read the database."""
+
+
+ReadResult = Hit | Miss | Short | Outcome
+
+
+def _fact_key(fact: FactPayload) -> str:
+    return fact["key"]
+
+
+def copy_read(*, owner_id: str, turns: int, claim_fill: bool = True) -> ReadResult:
+    """Read the owner's copy with its last ``turns`` turns and every fact; renew its TTL.
+
+    ``Hit`` on a hit; ``Miss`` when there is no copy (with a fill token when ``claim_fill`` and
+    this caller took the fill lock); ``Short`` when the copy holds fewer turns than asked; an
+    ``Outcome`` when no cache is configured, the breaker skipped Redis, or Redis failed.
+    One round trip. Never raises.
+    """
+    token = secrets.token_hex(8) if claim_fill else ""
+    lock_ms = conf.FILL_WAIT_MS * 2 if claim_fill else 0
+    answer = redis_call(
+        "read",
+        lambda redis: _READ(
+            keys=[owner_key(owner_id), lock_key(owner_id)],
+            args=[conf.CACHE_TTL, lock_ms, token, turns],
+            client=redis,
+        ),
+    )
+    if not isinstance(answer, Answer):
+        return answer
+    counts_flush()
+    reply = answer.value
+    if reply[0] == 0:
+        breaker.count("misses")
+        return Miss(fill_token=token if (claim_fill and reply[1] == 1) else None)
+    if reply[0] == 2:
+        breaker.count("short")
+        return Short()
+    breaker.count("hits")
+    facts: list[FactPayload] = codec.loads(reply[3])
+    facts.sort(key=_fact_key)
+    return Hit(Snapshot(stamp=int(reply[1]), turns=codec.loads(reply[2]), facts=facts))
+
+
+def copy_fill(
+    *, owner_id: str, snapshot: Snapshot, complete: bool, fill_token: str | None = None
+) -> bool | Outcome:
+    """Store a copy read from the database, unless a writer announced a newer stamp.
+
+    ``snapshot.turns`` are the owner's last turns, oldest first; ``complete`` says they are all
+    of them. Returns whether the copy was stored, or the ``Outcome`` that stopped it (after
+    ``Outcome.DOWN`` the copy may still be stored later: a paused Redis runs what it received).
+    Never raises.
+    """
+    turns, facts = snapshot.turns, snapshot.facts
+    names = [f"t:{turn['seq']}" for turn in turns] + [f"f:{fact['key']}" for fact in facts]
+    payloads = [codec.dumps(turn) for turn in turns] + [codec.dumps(fact) for fact in facts]
+    args: list[Any] = [
+        snapshot.stamp,
+        conf.CACHE_TTL,
+        "1" if complete else "0",
+        fill_token or "",
+        " ".join(str(turn["seq"]) for turn in turns),
+        " ".join(f"{name} {len(payload)}" for name, payload in zip(names, payloads, strict=True)),
+        b"".join(payloads),
+    ]
+    answer = redis_call(
+        "fill",
+        lambda redis: _FILL(
+            keys=[owner_key(owner_id), lock_key(owner_id)], args=args, client=redis
+        ),
+    )
+    if not isinstance(answer, Answer):
+        return answer
+    breaker.count("fills" if answer.value else "fills_refused")
+    return bool(answer.value)
+
+
+def copy_apply(
+    *,
+    owner_id: str,
+    prev_stamp: int,
+    stamp: int,
+    turns: list[TurnPayload] | tuple[()] = (),
+    facts: list[FactPayload] | tuple[()] = (),
+    deleted_keys: list[str] | tuple[()] = (),
+) -> bool:
+    """Bring the copy from ``prev_stamp`` to ``stamp`` with this delta, in O(delta).
+
+    A copy at another stamp, or none, is replaced by a content-free floor at ``stamp``.
+    Call only after the write committed. Returns whether Redis confirmed (applied or dropped);
+    ``False``: the copy may be stale, and the caller must have it repaired. A write: the
+    breaker never skips it. Never raises.
+    """
+    args: list[Any] = [prev_stamp, stamp, conf.CACHE_TTL, GUARD_TTL, conf.CACHE_TURNS, len(turns)]
+    for turn in turns:
+        args += [turn["seq"], codec.dumps(turn)]
+    args.append(len(facts))
+    for fact in facts:
+        args += [fact["key"], codec.dumps(fact)]
+    args.append(len(deleted_keys))
+    args += list(deleted_keys)
+    answer = redis_call(
+        "write",
+        lambda redis: _APPLY(keys=[owner_key(owner_id)], args=args, client=redis),
+        write=True,
+    )
+    if not isinstance(answer, Answer):
+        return False
+    breaker.count("deltas" if answer.value else "drops")
+    return True
+
+
+def copy_drop(*, owner_id: str, stamp: int) -> bool:
+    """Remove the owner's copy, leaving a content-free floor at ``stamp`` for ``GUARD_TTL``.
+
+    Returns whether Redis confirmed. A write: the breaker never skips it. Never raises.
+    """
+    answer = redis_call(
+        "drop",
+        lambda redis: _DROP(keys=[owner_key(owner_id)], args=[stamp, GUARD_TTL], client=redis),
+        write=True,
+    )
+    if not isinstance(answer, Answer):
+        return False
+    breaker.count("drops")
+    return True
+
+
+def copy_evict(*, owner_id: str) -> bool:
+    """Delete the owner's keys outright, as eviction would (operators, tests). Never raises."""
+    answer = redis_call(
+        "evict",
+        lambda redis: redis.delete(owner_key(owner_id), lock_key(owner_id)),
+        write=True,
+    )
+    return isinstance(answer, Answer)
+
+
+def ping() -> Literal["ok", "down", "disabled"]:
+    """The cache's state for the health endpoint; a probe, whatever the breaker. Never raises."""
+    answer = redis_call("ping", lambda redis: redis.ping(), write=True)
+    if answer is Outcome.DISABLED:
+        return "disabled"
+    return "ok" if isinstance(answer, Answer) or answer is Outcome.ERROR else "down"
+
+
+def _memory_usage(redis: Any, keys: list[bytes]) -> int:
+    pipe = redis.pipeline(transaction=False)
+    for key in keys:
+        pipe.memory_usage(key)
+    return sum(size or 0 for size in pipe.execute()) if keys else 0
+
+
+def stats() -> dict[str, Any]:
+    """Counters (shared ones from Redis, this process's outages) and the app's Redis memory.
+
+    Returns ``{"cache": "disabled"}`` or ``{"cache": "down", ...}`` instead of raising.
+    """
+    from memory.cache.client import stats_key
+
+    local = {"outages": breaker.outages, "errors": breaker.errors, "bugs": breaker.bugs}
+    counts_flush(force=True)
+
+    def collect(redis: Any) -> tuple[dict[bytes, bytes], int, int]:
+        shared = redis.hgetall(stats_key())
+        keys = used = 0
+        batch: list[bytes] = []
+        # NOTE: MEMORY USAGE pipelined by the thousand: one round trip per batch, not per key.
+        for key in redis.scan_iter(match=key_pattern(), count=1000):
+            batch.append(key)
+            if len(batch) == 1000:
+                used += _memory_usage(redis, batch)
+                keys += len(batch)
+                batch = []
+        used += _memory_usage(redis, batch)
+        keys += len(batch)
+        return shared, keys, used
+
+    answer = redis_call("stats", collect, write=True)
+    if answer is Outcome.DISABLED:
+        return {"cache": "disabled", **local}
+    if not isinstance(answer, Answer):
+        return {"cache": "down", **local}
+    shared, keys, used = answer.value
+    counters = {name.decode(): int(value) for name, value in shared.items()}
+    return {"cache": "ok", "keys": keys, "memory_bytes": used, "counters": counters, **local}

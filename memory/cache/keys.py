@@ -1,0 +1,35 @@
+"""Names of the Redis keys the app writes: one hash per owner, its fill lock, the counters."""
+
+from __future__ import annotations
+
+import hashlib
+
+from memory.conf import conf
+
+# NOTE: bumped whenever the shape of a cached payload changes, so that an old copy is never
+# read as a new one.
+SCHEMA = "v1"
+
+
+def prefix() -> str:
+    return f"{conf.KEY_PREFIX}:{SCHEMA}"
+
+
+def owner_key(owner_id: str) -> str:
+    """The owner's memory hash; the ``{...}`` hash tag keeps all its keys in one cluster slot.
+
+    The tag is a digest of the owner id, not the id itself: key names show up in monitoring,
+    slow logs and ``--bigkeys`` output, and a forgotten owner's floor must not name them.
+    """
+    digest = hashlib.blake2b(owner_id.encode(), digest_size=12).hexdigest()
+    return f"{prefix()}:{{{digest}}}"
+
+
+def lock_key(owner_id: str) -> str:
+    """The owner's fill lock: held by the one reader rehydrating the owner."""
+    return f"{owner_key(owner_id)}:fill"
+
+
+def key_pattern() -> str:
+    """A SCAN pattern matching every key this app writes under the configured prefix."""
+    return f"{prefix()}:*"

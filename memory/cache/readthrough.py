@@ -1,0 +1,191 @@
+"""The read side of the protocol: serve a copy only once it passed the validity step, else read
+the database and rehydrate, one reader per owner, with every fill verified after it is stored.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Literal
+
+from django.db import DatabaseError
+
+from memory.cache.client import Outcome, breaker, enabled
+from memory.cache.copy import Hit, Miss, ReadResult, Snapshot, copy_drop, copy_fill, copy_read
+from memory.cache.repair import Pending, pending_for, remember, repairer_ensure
+from memory.cache.stamps import stamp_get
+from memory.conf import conf
+
+Source = Literal["cache", "database"]
+# ``load(n)``: the owner's stamp, last ``n`` turns and facts from the database, and whether
+# those are all of its turns. Raises what the database raises.
+Loader = Callable[[int], tuple[Snapshot, bool]]
+
+# A reader waiting for another's rehydration polls after 5 ms, then twice as long each time.
+FILL_POLL_SECONDS = 0.005
+FILL_POLL_MAX_SECONDS = 0.05
+
+
+class Refused:
+    """A copy that failed the validity step: this process holds an unconfirmed update of the
+    owner (``stale`` False), or the copy's stamp is not the database's (``stale`` True)."""
+
+    def __init__(self, *, stale: bool) -> None:
+        self.stale = stale
+
+
+def copy_valid(owner_id: str, result: ReadResult) -> ReadResult | Refused:
+    """The validity step every read served from a copy passes.
+
+    A copy is refused while this process holds an update of that owner that Redis did not
+    confirm; and, while this process saw Redis down within ``MEMORY["SUSPECT_WINDOW"]``
+    seconds, unless its stamp is the owner's stamp in the database (one query): an update
+    lost by another process may not be repaired yet. Raises what the database raises.
+    """
+    if not isinstance(result, Hit):
+        return result
+    if pending_for(owner_id):
+        return Refused(stale=False)
+    if breaker.suspect() and stamp_get(owner_id) != result.snapshot.stamp:
+        breaker.count("stale_refused")
+        return Refused(stale=True)
+    return result
+
+
+def cache_lookup(owner_id: str, turns: int, *, claim_fill: bool = True) -> ReadResult | Refused:
+    """One validated read of the owner's copy (see ``copy_read`` and ``copy_valid``)."""
+    repairer_ensure()
+    return copy_valid(owner_id, copy_read(owner_id=owner_id, turns=turns, claim_fill=claim_fill))
+
+
+class _Flights:
+    """The rehydrations this process is running, by owner: a reader that finds one waits on it
+    instead of polling Redis."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: dict[str, threading.Event] = {}
+
+    def start(self, owner_id: str) -> threading.Event:
+        done = threading.Event()
+        with self.lock:
+            self.running.setdefault(owner_id, done)
+        return done
+
+    def end(self, owner_id: str, done: threading.Event) -> None:
+        with self.lock:
+            if self.running.get(owner_id) is done:
+                del self.running[owner_id]
+        done.set()
+
+    def get(self, owner_id: str) -> threading.Event | None:
+        return self.running.get(owner_id)
+
+
+_flights = _Flights()
+
+
+def _tail(turns: list, n: int) -> list:  # type: ignore[type-arg]
+    return turns[max(len(turns) - n, 0) :] if n else []
+
+
+def fill_verify(owner_id: str, stamp: int) -> bool:
+    """After a fill at ``stamp`` was stored, check it against the owner's stamp in the
+    database; a fill that a write overtook is dropped again. Returns whether it stands.
+
+    NOTE: this, not the floor, is what keeps a stale fill out: a floor deleted, evicted or
+    flushed between the fill's database read and its store lets the fill in, and this catches
+    it. A write that commits after this check finds the copy at its previous stamp or not.
+    """
+    try:
+        current = stamp_get(owner_id)
+    except DatabaseError:
+        current = -1
+    if current == stamp:
+        return True
+    breaker.count("fills_reverted")
+    if not copy_drop(owner_id=owner_id, stamp=max(current, stamp)):
+        remember(Pending(owner_pk=None, owner_id=owner_id, stamp=max(current, stamp)))
+    return False
+
+
+def _rehydrate(owner_id: str, turns: int, load: Loader, fill_token: str | None) -> Snapshot:
+    """Read the owner from the database, store a verified copy, return the last ``turns``."""
+    depth = conf.CACHE_TURNS
+    snapshot, complete = load(max(turns, depth + 1))
+    breaker.count("rehydrations")
+    cached = Snapshot(snapshot.stamp, _tail(snapshot.turns, depth), snapshot.facts)
+    stored = copy_fill(
+        owner_id=owner_id,
+        snapshot=cached,
+        complete=complete and len(snapshot.turns) <= depth,
+        fill_token=fill_token,
+    )
+    if stored is True:
+        fill_verify(owner_id, snapshot.stamp)
+    elif stored is Outcome.DOWN:
+        # NOTE: a Redis that timed out may still run the fill once it answers again.
+        remember(Pending(owner_pk=None, owner_id=owner_id, stamp=snapshot.stamp))
+    return Snapshot(snapshot.stamp, _tail(snapshot.turns, turns), snapshot.facts)
+
+
+def _wait_for_fill(owner_id: str, turns: int) -> ReadResult | Refused | None:
+    """Another reader is rehydrating this owner: wait for its copy, for at most
+    ``FILL_WAIT_MS``. Returns the validated copy; or a ``Miss`` with a fill token when that
+    reader's lock went without leaving a copy and this one took it over; or ``None``: read
+    the database yourself. A rehydration in this process is waited on directly; one in
+    another process is polled for in Redis, backing off.
+    """
+    deadline = time.monotonic() + conf.FILL_WAIT_MS / 1000
+    delay = FILL_POLL_SECONDS
+    # NOTE: a hundred threads polling every 10 ms kept the one rehydrating thread of their own
+    # process off the CPU until they all gave up and read the database (docs/performance.md).
+    while (remaining := deadline - time.monotonic()) > 0:
+        running = _flights.get(owner_id)
+        if running is not None:
+            running.wait(remaining)
+        else:
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, FILL_POLL_MAX_SECONDS)
+        # NOTE: only the cache is trusted, never the other reader's rows: its fill is refused
+        # if a write moved the owner on meanwhile, and then this reader takes over.
+        result = cache_lookup(owner_id, turns)
+        if not isinstance(result, Miss) or result.fill_token:
+            return result
+    return None
+
+
+def read_through(*, owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, Source]:
+    """The owner's memory with its last ``turns`` turns, and where it was read from.
+
+    A valid copy answers in one Redis round trip and no query. A miss rehydrates: concurrent
+    readers of one owner wait (``FILL_WAIT_MS``) for a single reader's verified fill. A copy
+    with too few turns, a refused copy, or a Redis that is down, skipped or erring: the
+    database (``load``), with no fill unless the copy was stale. Raises what ``load`` raises;
+    never a Redis error.
+    """
+    if not enabled():
+        return load(turns)[0], "database"
+    result = cache_lookup(owner_id, turns)
+    if isinstance(result, Hit):
+        return result.snapshot, "cache"
+    if isinstance(result, Refused) and result.stale:
+        return _rehydrate(owner_id, turns, load, None), "database"
+    if not isinstance(result, Miss):
+        return load(turns)[0], "database"
+    if result.fill_token is None and conf.FILL_WAIT_MS > 0:
+        waited = _wait_for_fill(owner_id, turns)
+        if isinstance(waited, Hit):
+            return waited.snapshot, "cache"
+        if isinstance(waited, Miss):
+            result = waited
+        elif waited is not None and not (isinstance(waited, Refused) and waited.stale):
+            return load(turns)[0], "database"
+    if result.fill_token is None:
+        return _rehydrate(owner_id, turns, load, None), "database"
+    running = _flights.start(owner_id)
+    try:
+        return _rehydrate(owner_id, turns, load, result.fill_token), "database"
+    finally:
+        _flights.end(owner_id, running)

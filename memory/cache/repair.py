@@ -1,0 +1,230 @@
+"""Repair: cache updates that did not land are made good as soon as Redis answers again.
+
+A write whose update Redis did not confirm is remembered here (its owner is also left dirty in
+the database). This process's repairer thread retries it every ``REPAIR_POLL`` seconds until
+Redis answers, and every ``RECONCILE_INTERVAL`` sweeps the database for owners any process left
+dirty (or forgot) more than ``RECONCILE_GRACE`` seconds ago, by the database's clock: writers
+that died between commit and cache update. A repair is always a drop to a floor, never a fill.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from django.db import DatabaseError, connection
+
+from memory.cache.client import breaker, enabled
+from memory.cache.copy import copy_drop
+from memory.cache.stamps import dirty_clear, outbox_done, overdue
+from memory.conf import conf
+
+logger = logging.getLogger("memory.store")
+
+# Most owners one sweep reads of each kind; the rest wait for the next sweep.
+BATCH = 500
+# NOTE: how often the repairer retries this process's own failed updates: it is also the probe
+# that finds Redis back, so this bounds how long a lost update outlives Redis's return.
+REPAIR_POLL = 0.1
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A cache update of ``owner_id`` at ``stamp`` that Redis did not confirm: a write's (its
+    owner row ``owner_pk`` stays dirty), a forget's (its ``outbox_pk`` row stays), or a fill's
+    that timed out and may still land (neither)."""
+
+    owner_pk: int | None
+    owner_id: str
+    stamp: int
+    outbox_pk: int | None = None
+
+
+class _State:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.reset()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.pending: dict[str, Pending] = {}
+            self.confirmed: set[tuple[int, int]] = set()
+            self.next_sweep = 0.0
+            self.thread: threading.Thread | None = None
+            self.pid = os.getpid()
+            self.sweeps = 0
+            self.dropped = 0
+
+
+_state = _State()
+# NOTE: Redis answering again wakes the repairer at once, whoever saw it answer.
+breaker.listeners.append(_state.wake.set)
+
+
+def reset() -> None:
+    """Forget this process's pending repairs and schedule (tests, a forked worker)."""
+    _state.reset()
+
+
+def pending_for(owner_id: str) -> bool:
+    """Whether this process holds an unconfirmed update of the owner: its copy is not served."""
+    return bool(_state.pending) and owner_id in _state.pending
+
+
+def pending_count() -> int:
+    return len(_state.pending)
+
+
+def remember(item: Pending) -> None:
+    """Note a cache update Redis did not confirm, to be repaired as soon as it answers."""
+    with _state.lock:
+        held = _state.pending.get(item.owner_id)
+        # NOTE: one drop at the highest stamp repairs every lost update of the owner.
+        if held is None or held.stamp <= item.stamp:
+            _state.pending[item.owner_id] = item
+    repairer_ensure()
+    _state.wake.set()
+
+
+def confirmed(*, owner_pk: int, stamp: int, outbox_pk: int | None = None) -> None:
+    """Redis confirmed the update of the owner at ``stamp``: clear its mark (or its outbox row).
+
+    With the repairer running the mark is cleared by it, batched, off the request; else here.
+    """
+    if outbox_pk is not None:
+        outbox_done(outbox_pk)
+        return
+    if _repairer_alive():
+        with _state.lock:
+            _state.confirmed.add((owner_pk, stamp))
+        return
+    dirty_clear([(owner_pk, stamp)])
+
+
+def _confirmed_flush() -> None:
+    with _state.lock:
+        batch, _state.confirmed = _state.confirmed, set()
+    dirty_clear(batch)
+
+
+def repair_pending() -> int:
+    """Drop the copy of every owner whose update this process could not land; return how many.
+
+    Stops at the first drop Redis does not confirm (it is down: the rest would fail too).
+    Never raises.
+    """
+    with _state.lock:
+        items = list(_state.pending.values())
+    done = 0
+    for item in items:
+        if not copy_drop(owner_id=item.owner_id, stamp=item.stamp):
+            break
+        with _state.lock:
+            if _state.pending.get(item.owner_id) == item:
+                del _state.pending[item.owner_id]
+        if item.outbox_pk is not None:
+            outbox_done(item.outbox_pk)
+        elif item.owner_pk is not None:
+            dirty_clear([(item.owner_pk, item.stamp)])
+        done += 1
+    _state.dropped += done
+    return done
+
+
+def sweep(*, grace: float | None = None) -> int:
+    """Drop the copy of every owner left dirty, or forgotten with its drop pending, for more
+    than ``grace`` seconds (default ``MEMORY["RECONCILE_GRACE"]``) of the database's clock:
+    its writer did not confirm the update, and may be gone. Returns how many were dropped.
+
+    Stops quietly while Redis is unreachable and when the database fails. Never raises.
+    """
+    if not enabled():
+        return 0
+    _state.sweeps += 1
+    try:
+        forgotten, dirty = overdue(
+            grace=conf.RECONCILE_GRACE if grace is None else grace, limit=BATCH
+        )
+    except DatabaseError as e:
+        logger.warning("Could not read owners with pending cache updates: %s", e)
+        return 0
+    dropped = 0
+    for pk, owner_id, stamp in forgotten:
+        if not copy_drop(owner_id=owner_id, stamp=stamp):
+            return dropped
+        outbox_done(pk)
+        dropped += 1
+    cleared = []
+    for owner_pk, owner_id, stamp in dirty:
+        if not copy_drop(owner_id=owner_id, stamp=stamp):
+            break
+        cleared.append((owner_pk, stamp))
+        dropped += 1
+    dirty_clear(cleared)
+    if dropped:
+        breaker.count("reconcile_drops", dropped)
+        logger.info(
+            "Dropped %d cached cop%s whose update had not landed.",
+            dropped,
+            "y" if dropped == 1 else "ies",
+        )
+    _state.dropped += dropped
+    return dropped
+
+
+def run_once(*, grace: float | None = None) -> int:
+    """One round of the repairer: this process's pending repairs, confirmed marks, and a
+    sweep; return how many copies were dropped (tests drive this step by step). Never raises."""
+    dropped = repair_pending() if _state.pending else 0
+    _confirmed_flush()
+    return dropped + sweep(grace=grace)
+
+
+def _repairer_alive() -> bool:
+    thread = _state.thread
+    return thread is not None and thread.is_alive() and _state.pid == os.getpid()
+
+
+def repairer_ensure() -> None:
+    """Start this process's repairer thread if ``MEMORY["REPAIR_THREAD"]`` and none runs.
+
+    Called by every cache read and write; cheap once it runs. After a fork, the child starts
+    its own.
+    """
+    if _repairer_alive() or not enabled() or not conf.REPAIR_THREAD:
+        return
+    with _state.lock:
+        if _repairer_alive():
+            return
+        if _state.pid != os.getpid():
+            # NOTE: a forked child inherits the parent's pending work but not its thread.
+            _state.pid = os.getpid()
+            _state.confirmed = set()
+        thread = threading.Thread(target=_repairer_loop, name="memory-cache-repair", daemon=True)
+        _state.thread = thread
+    thread.start()
+
+
+def _repairer_loop() -> None:
+    me = threading.current_thread()
+    while _state.thread is me and conf.REPAIR_THREAD and enabled():
+        try:
+            if _state.pending:
+                repair_pending()
+            _confirmed_flush()
+            if time.monotonic() >= _state.next_sweep:
+                _state.next_sweep = time.monotonic() + conf.RECONCILE_INTERVAL
+                sweep()
+        except Exception:  # the thread must outlive any bug it meets
+            logger.exception("The cache repairer failed; it carries on.")
+        # NOTE: the thread keeps its connection between rounds, but not one that failed: the
+        # next round reconnects to a restarted database by itself.
+        if connection.errors_occurred:
+            connection.close()
+        wait = REPAIR_POLL if (_state.pending or _state.confirmed) else conf.RECONCILE_INTERVAL
+        _state.wake.wait(wait)
+        _state.wake.clear()

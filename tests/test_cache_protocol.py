@@ -1,0 +1,343 @@
+"""Regression tests of the cache protocol (memory.cache), one per hole it closes, driven step by
+step: a loader that races a write in, a breaker told its window is over, repair rounds run by
+hand. Each names the stale path it shuts."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import threading
+
+import pytest
+import redis
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection, transaction
+
+from memory import cache, selectors, services
+from memory.cache import client as cache_client
+from memory.conf import conf
+from memory.models import CacheInvalidation, Fact, Owner, Turn
+from tests.instance import ROOT
+
+pytestmark = pytest.mark.django_db
+
+
+def append(owner_id: str, content: str) -> None:
+    services.turn_append(owner_id=owner_id, session_id="s", role="user", content=content)
+
+
+def contents(context) -> list[str]:
+    return [turn["content"] for turn in context["turns"]]
+
+
+def another_instance() -> None:
+    """From here on, act as a process that never saw this one's errors or pending updates."""
+    cache.reset()
+
+
+def copy_stamp(client, owner_id: str) -> int | None:
+    rev = client.hget(cache.owner_key(owner_id), "rev")
+    return int(rev) if rev is not None else None
+
+
+def db_stamp(owner_id: str) -> int:
+    return Owner.objects.get(external_id=owner_id).stamp
+
+
+# 1. Every read served from a copy passes the same validity step (facts/ used to skip it).
+
+
+@pytest.mark.faults
+def test_facts_are_not_served_from_a_copy_behind_a_write_lost_while_redis_was_paused(
+    own_redis, write
+):
+    with write():
+        services.fact_put(owner_id="wang", key="name", value="Bob")
+    assert selectors.fact_list(owner_id="wang")[0]["value"] == "Bob"
+    own_redis.pause()
+    client = redis.Redis.from_url(own_redis.url)
+    try:
+        with write():
+            services.fact_put(owner_id="wang", key="name", value="Wang Jianguo")
+    finally:
+        own_redis.resume()
+    # NOTE: Redis received nothing of that write while paused, so the copy is still at "Bob"
+    # unless the paused Redis ran the buffered update on resume; make it stale for certain.
+    client.hset(cache.owner_key("wang"), "f:name", json.dumps({"key": "name", "value": "Bob"}))
+    # The writer knows its update did not land: neither facts nor context serve the copy.
+    assert [f["value"] for f in selectors.fact_list(owner_id="wang")] == ["Wang Jianguo"]
+    assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang Jianguo"}
+    # Another process that saw no error either: the writer's repair (its next round) drops it.
+    assert cache.run_once() == 1
+    another_instance()
+    assert [f["value"] for f in selectors.fact_list(owner_id="wang")] == ["Wang Jianguo"]
+    assert [f["value"] for f in selectors.fact_list(owner_id="wang")] == ["Wang Jianguo"]
+
+
+def test_a_suspect_process_checks_each_copy_against_the_database(write, redis_client):
+    with write():
+        services.fact_put(owner_id="wang", key="name", value="Bob")
+    selectors.context_get(owner_id="wang")
+    # A copy left behind by another process's lost update: its stamp is the old one.
+    with transaction.atomic():
+        Owner.objects.filter(external_id="wang").update(stamp=db_stamp("wang") + 1000)
+        Fact.objects.filter(owner__external_id="wang").update(value="Wang Jianguo")
+    assert selectors.fact_list(owner_id="wang")[0]["value"] == "Bob"  # not suspect: the bound
+    cache.breaker.failed(OSError("seen down"), "test")
+    cache.breaker.succeeded()
+    assert cache.breaker.suspect()
+    assert selectors.fact_list(owner_id="wang")[0]["value"] == "Wang Jianguo"
+    assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang Jianguo"}
+    assert copy_stamp(redis_client, "wang") == db_stamp("wang")
+
+
+# 2./3. Writes after recovery land; the breaker's half-open admits one probe.
+
+
+@pytest.mark.faults
+def test_a_write_right_after_a_stall_updates_the_copy_although_the_breaker_is_open(
+    own_redis, write
+):
+    with write():
+        append("wang", "one")
+    selectors.context_get(owner_id="wang")
+    own_redis.pause()
+    try:
+        assert selectors.context_get(owner_id="wang")["source"] == "database"
+    finally:
+        own_redis.resume()
+    assert cache.breaker.state == "open"
+    with write():
+        append("wang", "two")
+    client = redis.Redis.from_url(own_redis.url)
+    assert copy_stamp(client, "wang") == db_stamp("wang")
+    assert cache.breaker.state == "closed"
+    another_instance()
+    context = selectors.context_get(owner_id="wang")
+    assert context["source"] == "cache"
+    assert contents(context) == ["one", "two"]
+
+
+def test_half_open_breaker_admits_one_probe_and_writes_wait_for_it():
+    breaker = cache_client.Breaker()
+    assert breaker.admit(write=False) is True
+    breaker.failed(OSError("down"), "test")
+    assert breaker.admit(write=False) is False  # open: reads skip
+    breaker.expire()
+    assert breaker.admit(write=False) is True  # half-open: this reader is the probe
+    assert breaker.admit(write=False) is False  # every other reader keeps skipping
+    probe = breaker.admit(write=True)
+    assert isinstance(probe, threading.Event) and not probe.is_set()  # a write waits for it
+    breaker.succeeded()
+    assert probe.is_set()
+    assert breaker.admit(write=False) is True and breaker.state == "closed"
+
+
+def test_an_open_breaker_never_skips_a_write():
+    breaker = cache_client.Breaker()
+    breaker.failed(OSError("down"), "test")
+    assert breaker.state == "open"
+    assert breaker.admit(write=True) is True  # no probe in flight: the write is the probe
+
+
+# 4. Writes that bypass the services follow the protocol.
+
+
+def test_an_orm_fact_edit_takes_a_stamp_and_a_dirty_mark_in_its_transaction(
+    write, dead_cache, memory_settings
+):
+    with write():
+        services.fact_put(owner_id="wang", key="name", value="Bob")
+    before = db_stamp("wang")
+    with write(), transaction.atomic():
+        fact = Fact.objects.get(owner__external_id="wang", key="name")
+        fact.value = "Wang Jianguo"
+        fact.save()
+        owner = Owner.objects.get(external_id="wang")
+        assert owner.stamp > before and owner.cache_dirty
+    # Redis was down for the drop: the mark stays until a repair lands.
+    assert Owner.objects.get(external_id="wang").cache_dirty
+    assert cache.pending_count() == 1
+
+
+def test_an_orm_write_drops_the_copy_after_commit(write, redis_client):
+    with write():
+        append("wang", "one")
+    selectors.context_get(owner_id="wang")
+    with write(), transaction.atomic():
+        turn = Turn.objects.get(owner__external_id="wang", seq=1)
+        turn.content = "corrected"
+        turn.save()
+    assert not redis_client.hexists(cache.owner_key("wang"), "rev")
+    assert Owner.objects.get(external_id="wang").cache_dirty is False
+    assert contents(selectors.context_get(owner_id="wang")) == ["corrected"]
+    with write():
+        Fact.objects.create(
+            owner=Owner.objects.get(external_id="wang"),
+            key="name",
+            value="W",
+            updated_at="2026-01-01T00:00Z",
+        )
+    assert selectors.fact_list(owner_id="wang")[0]["value"] == "W"
+    with write():
+        Fact.objects.get(owner__external_id="wang", key="name").delete()
+    assert selectors.fact_list(owner_id="wang") == []
+
+
+# 5. No floor key is load-bearing: every fill is verified after it is stored.
+
+
+def _racing_load(owner_id: str, write, lose_floor):
+    """A loader that reads the database, then lets a write commit and its cache update land
+    (leaving a floor), then loses that floor, and only then hands back what it read."""
+
+    def load(n: int):
+        stale = selectors._database_read(owner_id, n)
+        with write():
+            append(owner_id, "written during the fill")
+        lose_floor()
+        return stale
+
+    return load
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("loss", ["delete", "flushall"])
+def test_a_lost_floor_cannot_let_a_stale_fill_stay(loss, write, own_redis):
+    with write():
+        append("wang", "one")
+    client = redis.Redis.from_url(own_redis.url)
+
+    def lose_floor() -> None:
+        assert client.hget(cache.owner_key("wang"), "floor") is not None
+        if loss == "delete":
+            client.delete(cache.owner_key("wang"))
+        else:
+            client.flushall()
+
+    snapshot, source = cache.read_through(
+        owner_id="wang", turns=20, load=_racing_load("wang", write, lose_floor)
+    )
+    assert source == "database" and [t["content"] for t in snapshot.turns] == ["one"]
+    # The fill was stored (no floor stopped it), then verified and taken out again.
+    assert copy_stamp(client, "wang") in (None, db_stamp("wang"))
+    another_instance()
+    for _ in range(2):
+        assert contents(selectors.context_get(owner_id="wang")) == [
+            "one",
+            "written during the fill",
+        ]
+
+
+@pytest.mark.faults
+def test_an_evicted_floor_cannot_let_a_stale_fill_stay(write, own_redis):
+    """volatile-ttl eviction takes the key with the shortest TTL first: the floor."""
+    with write():
+        append("wang", "one")
+    client = redis.Redis.from_url(own_redis.url)
+
+    def evict_floor() -> None:
+        client.config_set("maxmemory-policy", "volatile-ttl")
+        used = client.info("memory")["used_memory"]
+        client.config_set("maxmemory", used + 200_000)
+        for i in range(2000):
+            client.set(f"filler:{i}", "x" * 1000, ex=86400)
+            if not client.exists(cache.owner_key("wang")):
+                break
+        assert not client.exists(cache.owner_key("wang"))
+        client.config_set("maxmemory", 0)
+
+    cache.read_through(owner_id="wang", turns=20, load=_racing_load("wang", write, evict_floor))
+    assert copy_stamp(client, "wang") in (None, db_stamp("wang"))
+    another_instance()
+    assert contents(selectors.context_get(owner_id="wang")) == ["one", "written during the fill"]
+
+
+# 6. Errors are not outages; settings are validated and coerced when read.
+
+
+def test_a_wrongtype_error_is_logged_as_a_bug_and_opens_no_breaker(redis_client, caplog, write):
+    with write():
+        append("wang", "one")
+    redis_client.set(cache.owner_key("wang"), "not a hash")
+    with caplog.at_level(logging.ERROR, logger="memory.store"):
+        context = selectors.context_get(owner_id="wang")
+    assert contents(context) == ["one"] and context["source"] == "database"
+    assert cache.breaker.state == "closed" and cache.breaker.outages == 0
+    assert cache.breaker.bugs >= 1
+    [record] = [r for r in caplog.records if r.levelno == logging.ERROR][:1]
+    assert "read" in record.getMessage() and "WRONGTYPE" in record.getMessage()
+
+
+def test_a_float_fill_wait_is_coerced_and_the_fill_lock_works(memory_settings, write):
+    with write():
+        append("wang", "one")
+    with memory_settings(FILL_WAIT_MS=200.0):
+        assert conf.FILL_WAIT_MS == 200 and isinstance(conf.FILL_WAIT_MS, int)
+        first = cache.copy_read(owner_id="wang", turns=20)
+        assert isinstance(first, cache.Miss) and first.fill_token
+    assert cache.breaker.bugs == 0 and cache.breaker.outages == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("FILL_WAIT_MS", 1.5), ("CACHE_TTL", "3600"), ("RECONCILE_GRACE", -1), ("REPAIR_THREAD", 1)],
+)
+def test_bad_settings_raise_naming_the_key_when_read(memory_settings, name, value):
+    with memory_settings(**{name: value}), pytest.raises(ImproperlyConfigured, match=name):
+        getattr(conf, name)
+
+
+def test_a_misconfigured_app_does_not_start_under_any_server():
+    env = {
+        "DJANGO_SETTINGS_MODULE": "tests.instance_settings",
+        "MEMORY_OVERRIDES": json.dumps({"FILL_WAIT_MS": "soon"}),
+        "PATH": "/usr/bin:/bin",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env={**env, "DJANGO_SECRET_KEY": "x" * 50, "DJANGO_DEBUG": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "MEMORY['FILL_WAIT_MS']" in done.stderr
+
+
+# 7. One clock: graces are measured on the database's.
+
+
+def test_the_dirty_sweep_measures_the_grace_on_the_database_clock(
+    write, django_capture_on_commit_callbacks
+):
+    with write():
+        append("wang", "one")
+    selectors.context_get(owner_id="wang")
+    with django_capture_on_commit_callbacks(execute=False):
+        append("wang", "two")
+    another_instance()
+    assert cache.run_once(grace=60) == 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memory_owner SET updated_at = statement_timestamp() - interval '61 seconds'"
+            " WHERE external_id = %s",
+            ["wang"],
+        )
+    assert cache.run_once(grace=60) == 1
+    assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
+
+
+def test_a_forget_outbox_row_is_stamped_by_the_database(write, django_capture_on_commit_callbacks):
+    with write():
+        append("wang", "one")
+    with django_capture_on_commit_callbacks(execute=False):
+        services.memory_forget(owner_id="wang")
+    row = CacheInvalidation.objects.get(external_id="wang")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        (now,) = cursor.fetchone()
+    assert abs((now - row.created_at).total_seconds()) < 60
