@@ -53,7 +53,7 @@ def test_stale_fill_after_a_write_is_refused(django_capture_on_commit_callbacks)
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "two")
     stored = cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
-    assert stored is False
+    assert stored is cache.Fill.REFUSED
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
 
@@ -68,7 +68,9 @@ def test_fill_before_a_committed_writes_cache_update_is_caught_up(
     stale, complete = selectors._database_read("wang", 51)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         append("wang", "two")
-    assert cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
+    assert (
+        cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete) is cache.Fill.UNCLAIMED
+    )
     for callback in callbacks:
         callback()
     context = selectors.context_get(owner_id="wang")
@@ -85,10 +87,13 @@ def test_fill_that_already_holds_the_write_is_not_doubled(django_capture_on_comm
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         append("wang", "two")
     mixed, complete = selectors._database_read("wang", 51)
-    assert cache.copy_fill(
-        owner_id="wang",
-        snapshot=cache.Snapshot(before, mixed.turns, mixed.facts),
-        complete=complete,
+    assert (
+        cache.copy_fill(
+            owner_id="wang",
+            snapshot=cache.Snapshot(before, mixed.turns, mixed.facts),
+            complete=complete,
+        )
+        is cache.Fill.UNCLAIMED
     )
     for callback in callbacks:
         callback()
@@ -103,7 +108,7 @@ def test_stale_fill_after_forget_cannot_resurrect_memory(django_capture_on_commi
     stale, complete = selectors._database_read("wang", 51)
     with django_capture_on_commit_callbacks(execute=True):
         services.memory_forget(owner_id="wang")
-    assert not cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
+    assert cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete) is cache.Fill.REFUSED
     assert selectors.context_get(owner_id="wang")["turns"] == []
 
 
@@ -113,7 +118,7 @@ def test_stale_fill_after_fact_change_is_refused(django_capture_on_commit_callba
     stale, complete = selectors._database_read("wang", 51)
     with django_capture_on_commit_callbacks(execute=True):
         services.fact_put(owner_id="wang", key="name", value="Wang Jianguo")
-    assert not cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
+    assert cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete) is cache.Fill.REFUSED
     assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang Jianguo"}
 
 

@@ -24,11 +24,12 @@ before the read began, except within these bounds:
    cleared (by the repairer, batched). Not confirmed: *repair*.
 3. *Fills* (``readthrough``, ``copy``). A miss rehydrates from the database (a bounded number
    of queries whatever the history length) under a fill lock, so concurrent readers wait for
-   one rehydration. The fill script refuses a copy older than the stored one or the floor.
-   Then the fill is *verified*: the owner's stamp is read again from the database, and a fill
-   that a write overtook is dropped. No floor is load-bearing: one deleted, evicted (it has
-   the shortest TTL) or flushed between a fill's read and its store lets the fill in, and the
-   verification takes it out before the fill's reader returns.
+   one rehydration; the miss also leaves the reader's *claim* in the owner's hash. The fill
+   script refuses a copy older than the stored one or the floor. No floor is load-bearing:
+   every write's update and every loss (eviction, flush, delete) removes the hash whole, claim
+   included, so a fill that no longer finds its claim is *verified*: the owner's stamp is read
+   again from the database, and a fill that a write overtook is dropped before its reader
+   returns. A fill that finds its claim needs no check (nothing touched the hash since).
 4. *Validity* (``readthrough.copy_valid``; ``aio`` for async callers, natively async on a
    hit). Every read served from a copy, whatever the path
    (context, facts, messages, sync or async), passes it: a copy of an owner with an update
@@ -59,6 +60,7 @@ from memory.cache.aio import aread_through
 from memory.cache.client import Outcome, breaker, enabled
 from memory.cache.copy import (
     GUARD_TTL,
+    Fill,
     Hit,
     Miss,
     Short,
@@ -88,6 +90,7 @@ def reset() -> None:
 
 __all__ = [
     "GUARD_TTL",
+    "Fill",
     "Hit",
     "Miss",
     "Outcome",

@@ -4,6 +4,7 @@ drop it. Each call is one round trip and one owner's keys (one cluster slot); no
 
 from __future__ import annotations
 
+import enum
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +41,9 @@ _FILL = _script("fill")
 _APPLY = _script("apply")
 _DROP = _script("drop")
 
-# NOTE: how long a floor outlives the payload it guards. It saves a refused fill a round trip;
-# it is not load-bearing: every fill is verified against the database after it is stored.
+# NOTE: how long a floor outlives the payload it guards. It refuses a stale fill in Redis; it is
+# not load-bearing: a fill that finds the floor gone (with its own claim) is verified against
+# the database after it is stored.
 GUARD_TTL = 60
 
 
@@ -114,15 +116,24 @@ def copy_read(*, owner_id: str, turns: int, claim_fill: bool = True) -> ReadResu
     return Hit(Snapshot(stamp=int(reply[1]), turns=codec.loads(reply[2]), facts=facts))
 
 
+class Fill(enum.Enum):
+    """What a fill did: stored over its own claim (nothing touched the hash since the miss
+    that took it), stored without it (``verify`` it against the database), or refused."""
+
+    REFUSED = 0
+    CLAIMED = 1
+    UNCLAIMED = 2
+
+
 def copy_fill(
     *, owner_id: str, snapshot: Snapshot, complete: bool, fill_token: str | None = None
-) -> bool | Outcome:
+) -> Fill | Outcome:
     """Store a copy read from the database, unless a writer announced a newer stamp.
 
     ``snapshot.turns`` are the owner's last turns, oldest first; ``complete`` says they are all
-    of them. Returns whether the copy was stored, or the ``Outcome`` that stopped it (after
-    ``Outcome.DOWN`` the copy may still be stored later: a paused Redis runs what it received).
-    Never raises.
+    of them; ``fill_token`` is the claim ``copy_read`` took before the database was read.
+    Returns what the fill did, or the ``Outcome`` that stopped it (after ``Outcome.DOWN`` the
+    copy may still be stored later: a paused Redis runs what it received). Never raises.
     """
     turns, facts = snapshot.turns, snapshot.facts
     names = [f"t:{turn['seq']}" for turn in turns] + [f"f:{fact['key']}" for fact in facts]
@@ -144,8 +155,9 @@ def copy_fill(
     )
     if not isinstance(answer, Answer):
         return answer
-    breaker.count("fills" if answer.value else "fills_refused")
-    return bool(answer.value)
+    result = Fill(int(answer.value))
+    breaker.count("fills_refused" if result is Fill.REFUSED else "fills")
+    return result
 
 
 def copy_apply(

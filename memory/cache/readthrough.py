@@ -12,7 +12,16 @@ from typing import Literal
 from django.db import DatabaseError
 
 from memory.cache.client import Outcome, breaker, enabled
-from memory.cache.copy import Hit, Miss, ReadResult, Snapshot, copy_drop, copy_fill, copy_read
+from memory.cache.copy import (
+    Fill,
+    Hit,
+    Miss,
+    ReadResult,
+    Snapshot,
+    copy_drop,
+    copy_fill,
+    copy_read,
+)
 from memory.cache.repair import Pending, pending_for, remember, repairer_ensure
 from memory.cache.stamps import stamp_get
 from memory.conf import conf
@@ -91,12 +100,16 @@ def _tail(turns: list, n: int) -> list:  # type: ignore[type-arg]
 
 
 def fill_verify(owner_id: str, stamp: int) -> bool:
-    """After a fill at ``stamp`` was stored, check it against the owner's stamp in the
-    database; a fill that a write overtook is dropped again. Returns whether it stands.
+    """After a fill at ``stamp`` was stored without its claim, check it against the owner's
+    stamp in the database; a fill that a write overtook is dropped again. Returns whether it
+    stands.
 
     NOTE: this, not the floor, is what keeps a stale fill out: a floor deleted, evicted or
     flushed between the fill's database read and its store lets the fill in, and this catches
-    it. A write that commits after this check finds the copy at its previous stamp or not.
+    it. A fill that still finds its own claim needs no check: the claim was written into the
+    owner's hash before the database read, and every write's cache update and every loss of
+    the hash removes it whole. A write that commits after this check finds the copy at its
+    previous stamp or not at all.
     """
     try:
         current = stamp_get(owner_id)
@@ -122,7 +135,7 @@ def _rehydrate(owner_id: str, turns: int, load: Loader, fill_token: str | None) 
         complete=complete and len(snapshot.turns) <= depth,
         fill_token=fill_token,
     )
-    if stored is True:
+    if stored is Fill.UNCLAIMED:
         fill_verify(owner_id, snapshot.stamp)
     elif stored is Outcome.DOWN:
         # NOTE: a Redis that timed out may still run the fill once it answers again.

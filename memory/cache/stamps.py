@@ -80,8 +80,13 @@ def stamp_take_by_pk(owner_pk: int) -> tuple[str, int] | None:
 
 def stamp_get(owner_id: str) -> int:
     """The owner's current stamp in the database; 0 for an owner it does not hold."""
-    stamp = Owner.objects.filter(external_id=owner_id).values_list("stamp", flat=True).first()
-    return stamp or 0
+    # NOTE: one statement of our own: building the queryset cost more than the query.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT stamp FROM {Owner._meta.db_table} WHERE external_id = %s", [owner_id]
+        )
+        row = cursor.fetchone()
+    return row[0] if row else 0
 
 
 def dirty_clear(confirmed: Iterable[tuple[int, int]]) -> None:

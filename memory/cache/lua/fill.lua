@@ -1,10 +1,12 @@
 -- Store a rehydrated copy unless a writer moved past it (memory/cache/copy.py: copy_fill).
 -- KEYS: memory hash, fill lock.
 -- ARGV: stamp, ttl, complete, lock token, seqs, fields ("name length" pairs), payloads joined.
--- Returns 1 stored, 0 refused (the copy is at or past the stamp, or a floor is above it).
+-- Returns 1 stored over this caller's claim, 2 stored without it (the hash was removed since
+-- the miss: verify the fill), 0 refused (the copy is at or past the stamp, or a floor is above it).
 -- NOTE: two arguments for all payloads, not two per payload: packing a command's arguments is
 -- most of the client's time for a fill of 50 turns.
 if redis.call('GET', KEYS[2]) == ARGV[4] then redis.call('DEL', KEYS[2]) end
+local claimed = ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'claim') == ARGV[4]
 local stamp = tonumber(ARGV[1])
 local cur = redis.call('HGET', KEYS[1], 'rev')
 local floor = redis.call('HGET', KEYS[1], 'floor')
@@ -24,4 +26,5 @@ for i = 1, #fields, 1000 do
   redis.call('HSET', KEYS[1], unpack(fields, i, math.min(i + 999, #fields)))
 end
 redis.call('EXPIRE', KEYS[1], ARGV[2])
-return 1
+if claimed then return 1 end
+return 2

@@ -2,7 +2,8 @@
 -- KEYS: memory hash, fill lock. ARGV: ttl, lock ms, lock token, turns wanted.
 -- A hit returns {1, rev, turns, facts}: the last turns wanted and every fact, each as one JSON
 -- array joined here from the stored payloads; {2} when the copy holds fewer turns than wanted.
--- A miss returns {0, 1} when this caller took the fill lock, else {0, 0}.
+-- A miss returns {0, 1} when this caller took the fill lock (and left its claim in the hash),
+-- else {0, 0}.
 -- NOTE: the joined arrays make a hit three bulk replies whatever the turn count, and leave out
 -- the cached turns the caller did not ask for: parsing replies is most of a hit's client time.
 local key = KEYS[1]
@@ -42,5 +43,13 @@ if meta[1] then
 end
 if ARGV[2] == '0' then return {0, 0} end
 local got = redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', ARGV[2])
-if got then return {0, 1} end
-return {0, 0}
+if not got then return {0, 0} end
+-- NOTE: the claim, in the owner's hash itself: any write's update, eviction, flush or delete
+-- removes the hash whole, so a fill that still finds its claim knows none happened since.
+if redis.call('EXISTS', key) == 0 then
+  redis.call('HSET', key, 'claim', ARGV[3])
+  redis.call('PEXPIRE', key, ARGV[2])
+else
+  redis.call('HSET', key, 'claim', ARGV[3])
+end
+return {0, 1}
