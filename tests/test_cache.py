@@ -211,3 +211,37 @@ def test_stats_count_hits_misses_and_rehydrations(django_capture_on_commit_callb
     assert counters["hits"] >= 1
     assert counters["rehydrations"] >= 1
     assert cache.stats()["keys"] >= 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_warm_async_read_is_native_and_a_cold_one_takes_one_thread_hop(monkeypatch):
+    import asyncio
+
+    from django.db import connections
+
+    from memory.cache import aio
+
+    services.turn_append(owner_id="wang", session_id="s", role="user", content="one")
+    hops: list[str] = []
+    real = aio.sync_to_async
+
+    def counted(fn, *args, **kwargs):
+        hops.append(getattr(fn, "__name__", repr(fn)))
+        return real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(aio, "sync_to_async", counted)
+
+    def load(n):
+        return selectors._database_read("wang", n)
+
+    async def twice():
+        first = await cache.aread_through(owner_id="wang", turns=20, load=load)
+        second = await cache.aread_through(owner_id="wang", turns=20, load=load)
+        # NOTE: the thread-sensitive worker opened a connection of its own; close it there.
+        await real(connections.close_all)()
+        return first, second
+
+    (cold, cold_source), (warm, warm_source) = asyncio.run(twice())
+    assert (cold_source, warm_source) == ("database", "cache")
+    assert cold == warm and [t["content"] for t in warm.turns] == ["one"]
+    assert hops == ["read_through"]  # the cold read only
