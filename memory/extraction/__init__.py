@@ -3,7 +3,8 @@
 ``base`` holds the extractor protocol and its loader, ``merge`` how extracted facts merge into
 an owner's current facts, ``rules`` the built-in extractor (its rules in ``english`` and
 ``chinese``, their shared helpers in ``text``), and ``llm`` an extractor for any
-``complete(prompt) -> str``. ``memory.services.turn_append`` runs ``MEMORY["FACT_EXTRACTOR"]``.
+``complete(prompt) -> str``. ``memory.services.turn_append`` runs ``MEMORY["FACT_EXTRACTOR"]``
+in the turn's transaction, or, for a deferred extractor, ``deferred`` runs it in a worker.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from memory.extraction.base import (
     FactExtractor,
     LazyFacts,
     Op,
+    extractor_deferred,
     extractor_get,
     logger,
 )
@@ -38,6 +40,7 @@ __all__ = [
     "LazyFacts",
     "Op",
     "RuleBasedExtractor",
+    "extractor_deferred",
     "extractor_get",
     "facts_apply",
     "logger",

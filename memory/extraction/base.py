@@ -46,7 +46,10 @@ class FactExtractor(Protocol):
     """What ``MEMORY["FACT_EXTRACTOR"]`` names: such a class, a factory of one, or an instance.
 
     One instance is made per dotted path and shared by every thread, so it must hold no
-    per-turn state. It runs inside the turn's transaction, under the owner's row lock.
+    per-turn state. An extractor is *inline* unless it has a true ``deferred`` attribute: an
+    inline one (the built-in rules) runs inside the turn's transaction, under the owner's row
+    lock; a *deferred* one (``LLMExtractor``) runs after commit, as a task of a django-tasks
+    worker (``memory.extraction.deferred``), with no lock held while it works.
     """
 
     def extract(self, text: str, *, facts: Mapping[str, Any]) -> Iterable[ExtractedFact]:
@@ -70,6 +73,11 @@ def extractor_get() -> FactExtractor | None:
     if not isinstance(path, str):
         raise ImproperlyConfigured(f"MEMORY['FACT_EXTRACTOR'] must be a dotted path, not {path!r}.")
     return _extractor_load(path)
+
+
+def extractor_deferred(extractor: FactExtractor) -> bool:
+    """Whether ``extractor`` runs after commit, in a worker, not in the turn's transaction."""
+    return bool(getattr(extractor, "deferred", False))
 
 
 @functools.lru_cache(maxsize=16)

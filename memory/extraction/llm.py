@@ -41,14 +41,18 @@ class LLMExtractor:
 
     ``complete`` is any callable (an API client call with its own timeout). A reply that is
     not JSON raises ``ValueError`` (the turn is then stored without facts); entries with an
-    unknown key, a bad op or a value that is not a short string are dropped.
+    unknown key, a bad op or a value that is not a short string are dropped. It is deferred:
+    it runs in a worker after the turn commits, never under the owner's lock; pass
+    ``deferred=False`` for a model fast enough to run inside the append.
     """
 
     prompt = LLM_PROMPT
     keys: frozenset[str] = LIST_KEYS | STRING_KEYS
+    deferred = True
 
-    def __init__(self, complete: Callable[[str], str]) -> None:
+    def __init__(self, complete: Callable[[str], str], *, deferred: bool = True) -> None:
         self.complete = complete
+        self.deferred = deferred
 
     def extract(self, text: str, *, facts: Mapping[str, Any]) -> list[ExtractedFact]:
         known = {k: v for k, v in facts.items() if k in self.keys}
