@@ -946,3 +946,11 @@ def test_a_process_killed_between_commit_and_extraction_leaves_the_turn_to_a_wor
     assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Nadia"}
     assert not PendingExtraction.objects.exists()
 
+
+def test_check_warns_of_a_deferred_extractor_whose_tasks_run_in_the_request():
+    deferred_rules = {"FACT_EXTRACTOR": "tests.test_extraction.DeferredRules"}
+    assert "memory.W006" not in _check_ids(deferred_rules)
+    immediate = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
+    with override_settings(TASKS=immediate):
+        assert "memory.W006" in _check_ids(deferred_rules)
+        assert "memory.W006" not in _check_ids({})
