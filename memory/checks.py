@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from typing import Any
 
 from django.conf import settings
@@ -18,9 +19,11 @@ from memory.conf import DEFAULTS, as_int, conf
 #   E004 KEY_PREFIX is not a usable prefix   E010 FILL_WAIT_MS is not an integer >= 0
 #   E005 CONTEXT_TURNS > MAX_CONTEXT_TURNS   E011 CACHE_ALIAS is not a string
 #   E006 OWNER_RESOLVER cannot be imported   E012 OWNER_RESOLVER is not callable
-#   E013 FACT_EXTRACTOR cannot be imported   E020 REPAIR_THREAD is not a bool
+#   E013 FACT_EXTRACTOR cannot be imported   E014 a deferred extractor without django-tasks
+#   E020 REPAIR_THREAD is not a bool
 #   W001 unknown MEMORY keys                 W004 the cache has no socket timeouts
 #   W002 CACHE_TURNS < CONTEXT_TURNS         W005 the database is not PostgreSQL
+#   W006 a deferred extractor whose tasks run immediately, inside the request
 
 COUNTS = (
     "CACHE_TTL",
@@ -37,6 +40,8 @@ VALUE_IDS = {
     "FILL_WAIT_MS": "memory.E010",
     "REPAIR_THREAD": "memory.E020",
 }
+# django-tasks' default when TASKS is not set: a task runs where it is enqueued.
+IMMEDIATE_BACKEND = "django_tasks.backends.immediate.ImmediateBackend"
 
 
 def _int(value: Any) -> bool:
@@ -111,6 +116,42 @@ def _check_extractor(path: Any) -> list[CheckMessage]:
                 f"MEMORY['FACT_EXTRACTOR'] {path!r} cannot be imported: {e}",
                 hint="Name an extractor class, factory or instance, or None to turn it off.",
                 id="memory.E013",
+            )
+        ]
+    return _check_deferred(path)
+
+
+def _check_deferred(path: str) -> list[CheckMessage]:
+    """A deferred extractor needs django-tasks, and a backend that runs tasks in a worker."""
+    from memory.extraction.base import _extractor_load, extractor_deferred
+
+    try:
+        deferred = extractor_deferred(_extractor_load(path))
+    except Exception:
+        # NOTE: a factory that fails here fails at run time too, where it is logged per turn.
+        return []
+    if not deferred:
+        return []
+    if find_spec("django_tasks") is None:
+        return [
+            Error(
+                f"MEMORY['FACT_EXTRACTOR'] {path!r} is deferred, but django-tasks is not "
+                "installed.",
+                hint="pip install django-memory[deferred] and a task backend "
+                "(django-tasks-db), and set TASKS.",
+                id="memory.E014",
+            )
+        ]
+    tasks = getattr(settings, "TASKS", None) or {}
+    backend = tasks.get("default", {}).get("BACKEND", IMMEDIATE_BACKEND)
+    if backend == IMMEDIATE_BACKEND:
+        return [
+            Warning(
+                f"MEMORY['FACT_EXTRACTOR'] {path!r} is deferred, but TASKS runs tasks "
+                "immediately: each extraction runs inside the request, after its commit.",
+                hint='Set TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}} '
+                "and run `manage.py db_worker`, or another worker backend.",
+                id="memory.W006",
             )
         ]
     return []

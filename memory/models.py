@@ -184,3 +184,33 @@ class CacheInvalidation(models.Model):
 
     def __str__(self) -> str:
         return f"drop cache of {self.external_id} at {self.stamp}"
+
+
+class PendingExtraction(models.Model):
+    """A user turn whose deferred fact extraction has not run yet; deleted once it has.
+
+    Written in the turn's own transaction, so that a process that dies between the commit and
+    the task (or a queue that loses the task) leaves a turn to retry, never a turn silently
+    unextracted (docs/extraction.md). Normally lives for as long as the model call takes.
+    """
+
+    # NOTE: no database constraint and no cascade: a forget or prune deletes turns in bulk
+    # (a cascade would make Django load every turn to delete its record); a record left
+    # without its turn is deleted by the task that finds it so. A link moves the turn, and
+    # the record follows it.
+    turn = models.OneToOneField(
+        Turn, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    created_at = models.DateTimeField()
+    # When a task for it was last handed to the task backend (``memory_extract --pending``
+    # hands it again after a grace).
+    enqueued_at = models.DateTimeField()
+
+    class Meta:
+        default_permissions = ()
+        indexes = [models.Index(fields=["enqueued_at"], name="memory_pending_enqueued_idx")]
+
+    def __str__(self) -> str:
+        return (
+            f"extraction of turn {self.turn_id} pending since {self.created_at:%Y-%m-%d %H:%M:%S}"
+        )

@@ -43,8 +43,14 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "django_tasks",
+    "django_tasks_db",
     "memory",
 ]
+
+# Deferred fact extraction (docs/extraction.md) runs as django-tasks tasks; their database
+# backend keeps the queue in Postgres, run by `manage.py db_worker`.
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

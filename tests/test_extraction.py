@@ -6,14 +6,24 @@ that the rule-based extractor generalises; the service tests run on real Postgre
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import override_settings
+from django.utils import timezone
+from django_tasks_db.management.commands.db_worker import Worker
+from django_tasks_db.models import DBTaskResult
 
 from memory import selectors, services
 from memory.checks import check_memory_settings
@@ -23,10 +33,13 @@ from memory.extraction import (
     LazyFacts,
     LLMExtractor,
     RuleBasedExtractor,
+    deferred,
+    extractor_deferred,
     extractor_get,
     facts_apply,
 )
-from memory.models import Fact, FactVersion, Turn
+from memory.models import Fact, FactVersion, PendingExtraction, Turn
+from tests import instance
 
 # --- the rule-based extractor: sentences and the facts they state ---------------------------
 
@@ -622,7 +635,7 @@ def test_an_unchanged_fact_keeps_its_version_and_source(django_capture_on_commit
 
 @pytest.mark.django_db
 def test_llm_extractor_plugged_in_by_its_factory(
-    memory_settings, django_capture_on_commit_callbacks
+    memory_settings, immediate_tasks, django_capture_on_commit_callbacks
 ):
     services.fact_put(owner_id="wang", key="location", value="Oslo")
     with (
@@ -631,6 +644,313 @@ def test_llm_extractor_plugged_in_by_its_factory(
     ):
         turn = append("I'm Nadia and I love bouldering")
         append("what's the weather like?")
+        # NOTE: deferred: nothing is extracted inside the turns' transactions.
+        assert facts_of() == {"location": "Oslo"}
     assert facts_of() == {"location": "Oslo", "name": "Nadia", "likes": ["bouldering"]}
     assert Fact.objects.get(owner__external_id="wang", key="name").source_turn_seq == turn.seq
     assert '"location": "Oslo"' in prompts[-2]
+
+
+# --- deferred extraction: after commit, in a django-tasks worker ---------------------------------
+
+
+class DeferredRules(RuleBasedExtractor):
+    """The built-in rules, run as a deferred extractor is (a stand-in for a slow model)."""
+
+    deferred = True
+
+
+class DeferredBroken(BrokenExtractor):
+    deferred = True
+
+
+# Set when the blocking extractor has started; it returns only once ``release`` is set.
+entered = threading.Event()
+release = threading.Event()
+
+
+class BlockingExtractor(DeferredRules):
+    """A deferred extractor that waits, as a model call does, until the test lets it go on."""
+
+    def extract(self, text: str, *, facts: Any = None) -> list[ExtractedFact]:
+        entered.set()
+        # NOTE: a bound only so that a broken test cannot hang the suite; no timing is asserted.
+        assert release.wait(timeout=60)
+        return super().extract(text, facts=facts)
+
+
+@pytest.fixture
+def deferred_rules(memory_settings: Any) -> Iterator[None]:
+    with memory_settings(FACT_EXTRACTOR="tests.test_extraction.DeferredRules"):
+        yield
+
+
+@pytest.fixture
+def immediate_tasks() -> Iterator[None]:
+    """django-tasks' own ImmediateBackend: a task runs when it is enqueued (after commit)."""
+    backend = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
+    with override_settings(TASKS=backend):
+        yield
+
+
+def worker_run() -> None:
+    """Run the database backend's worker (``manage.py db_worker --batch``) until the queue is
+    empty, on a connection of its own that it closes."""
+    try:
+        Worker(
+            queue_names=["default"],
+            interval=0,
+            batch=True,
+            backend_name="default",
+            startup_delay=False,
+            max_tasks=None,
+            worker_id="test-worker",
+            excluded_queue_names=[],
+        ).run()
+    finally:
+        connection.close()
+
+
+def test_an_extractor_is_inline_unless_it_says_deferred():
+    assert not extractor_deferred(RuleBasedExtractor())
+    assert not extractor_deferred(sloppy_instance)
+    assert extractor_deferred(DeferredRules())
+    assert extractor_deferred(LLMExtractor(complete=fake_complete))
+    assert not extractor_deferred(LLMExtractor(complete=fake_complete, deferred=False))
+
+
+@pytest.mark.django_db
+def test_deferred_extraction_writes_a_record_with_the_turn_and_enqueues_after_commit(
+    deferred_rules, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        turn = append("My name is Nadia Ilić, I love bouldering", session_id="phone")
+        pending = PendingExtraction.objects.get()
+        assert pending.turn_id == turn.pk
+        assert not DBTaskResult.objects.exists()
+    assert facts_of() == {}
+    task = DBTaskResult.objects.get()
+    assert (task.task_path, task.args_kwargs["args"]) == (
+        "memory.extraction.deferred.extraction_run",
+        [pending.pk],
+    )
+    assert deferred.extraction_run.call(pending.pk) == 2
+    name = Fact.objects.get(owner__external_id="wang", key="name")
+    assert (name.value, name.session_id, name.source_turn_seq) == ("Nadia Ilić", "phone", turn.seq)
+    assert facts_of()["likes"] == ["bouldering"]
+    assert not PendingExtraction.objects.exists()
+
+
+@pytest.mark.django_db
+def test_deferred_extraction_run_twice_writes_once(deferred_rules, write):
+    with write():
+        turn = append("I live in Tromsø")
+    pending = PendingExtraction.objects.get()
+    with write():
+        assert deferred.extraction_run.call(pending.pk) == 1
+        assert deferred.extraction_run.call(pending.pk) == 0
+        assert services.turn_facts_extract(owner_id="wang", seq=turn.seq) == []
+    assert FactVersion.objects.filter(owner__external_id="wang").count() == 1
+
+
+@pytest.mark.django_db
+def test_deferred_facts_reach_the_cached_context(deferred_rules, write):
+    with write():
+        append("hello")
+        turn = append("我叫王建国，我喜欢打篮球")
+    assert selectors.context_get(owner_id="wang")["facts"] == {}
+    with write():
+        services.turn_facts_extract(owner_id="wang", seq=turn.seq)
+    warm = selectors.context_get(owner_id="wang")
+    assert warm["source"] == "cache"
+    assert warm["facts"] == {"name": "王建国", "likes": ["打篮球"]}
+
+
+@pytest.mark.django_db
+def test_deferred_turns_of_an_owner_are_extracted_in_their_order(deferred_rules, write):
+    with write():
+        append("Please call me Jimmy")
+        later = append("Actually, call me Jim")
+    with write():
+        # NOTE: the later turn's task first: the earlier pending turn is extracted before it.
+        assert [f.value for f in services.turn_facts_extract(owner_id="wang", seq=later.seq)] == [
+            "Jimmy",
+            "Jim",
+        ]
+        assert services.turn_facts_extract(owner_id="wang", seq=1) == []
+    fact = Fact.objects.get(owner__external_id="wang", key="preferred_name")
+    assert (fact.value, fact.version, fact.source_turn_seq) == ("Jim", 2, later.seq)
+
+
+@pytest.mark.django_db
+def test_deferred_extraction_leaves_a_fact_changed_after_the_turn(deferred_rules, write):
+    with write():
+        turn = append("My name is Nadia and I live in Bergen")
+        services.fact_put(owner_id="wang", key="name", value="Nadia Ilić")
+        services.turn_facts_extract(owner_id="wang", seq=turn.seq)
+    assert facts_of() == {"name": "Nadia Ilić", "location": "Bergen"}
+
+
+@pytest.mark.django_db
+def test_deferred_extraction_of_a_forgotten_owner_writes_nothing(deferred_rules, write):
+    with write():
+        append("My name is Nadia")
+    pending = PendingExtraction.objects.get()
+    with write():
+        services.memory_forget(owner_id="wang")
+        assert deferred.extraction_run.call(pending.pk) == 0
+    assert not Fact.objects.exists()
+    assert not PendingExtraction.objects.exists()
+    assert selectors.context_get(owner_id="wang")["facts"] == {}
+
+
+@pytest.mark.django_db
+def test_deferred_extraction_follows_a_turn_linked_to_another_owner(deferred_rules, write):
+    with write():
+        services.turn_append(owner_id="wang", session_id="s", role="user", content="hello")
+        services.turn_append(
+            owner_id="anon-1", session_id="web", role="user", content="I live in Bergen"
+        )
+    pending = PendingExtraction.objects.get(turn__owner__external_id="anon-1")
+    with write():
+        services.memory_link(owner_id="wang", from_owner_id="anon-1")
+        assert deferred.extraction_run.call(pending.pk) == 1
+    fact = Fact.objects.get(owner__external_id="wang", key="location")
+    assert (fact.value, fact.session_id, fact.source_turn_seq) == ("Bergen", "web", 2)
+
+
+@pytest.mark.django_db
+def test_failing_deferred_extractor_keeps_the_turn(memory_settings, caplog, write):
+    with (
+        memory_settings(FACT_EXTRACTOR="tests.test_extraction.DeferredBroken"),
+        caplog.at_level(logging.ERROR, logger="memory.extraction"),
+    ):
+        with write():
+            turn = append("My name is Wang Jianguo")
+        with write():
+            assert services.turn_facts_extract(owner_id="wang", seq=turn.seq) == []
+    assert "the model timed out" in caplog.text
+    assert Turn.objects.filter(pk=turn.pk).exists()
+    assert not PendingExtraction.objects.exists()
+    assert facts_of() == {}
+
+
+@pytest.mark.django_db
+def test_memory_extract_pending_enqueues_the_records_past_their_grace(deferred_rules, write):
+    with write():
+        old = append("I live in Bergen")
+        append("I like chess")
+    PendingExtraction.objects.filter(turn_id=old.pk).update(
+        enqueued_at=timezone.now() - dt.timedelta(minutes=5)
+    )
+    assert DBTaskResult.objects.count() == 2
+    old_pk, new_pk = PendingExtraction.objects.order_by("pk").values_list("pk", flat=True)
+    call_command("memory_extract", "--pending", "--older-than", "1m")
+    # NOTE: the first run moved the record's enqueued_at to now: a second finds nothing due.
+    call_command("memory_extract", "--pending", "--older-than", "1m")
+    tasks = sorted(t.args_kwargs["args"] for t in DBTaskResult.objects.all())
+    assert tasks == [[old_pk], [old_pk], [new_pk]]
+    with pytest.raises(CommandError, match="--pending"):
+        call_command("memory_extract")
+    with pytest.raises(CommandError, match="--older-than"):
+        call_command("memory_extract", "--pending", "--older-than", "soon")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_deferred_extractor_does_not_hold_up_the_next_append(memory_settings):
+    entered.clear()
+    release.clear()
+    appended: list[Turn] = []
+
+    def append_second() -> None:
+        try:
+            appended.append(append("I live in Bergen", session_id="phone"))
+        finally:
+            connection.close()
+
+    with memory_settings(FACT_EXTRACTOR="tests.test_extraction.BlockingExtractor"):
+        first = append("My name is Nadia")
+        assert not entered.is_set()
+        worker = threading.Thread(target=worker_run)
+        worker.start()
+        try:
+            assert entered.wait(timeout=60)
+            second = threading.Thread(target=append_second)
+            second.start()
+            second.join(timeout=60)
+            # NOTE: the second append committed while the first turn's model call still runs.
+            assert not second.is_alive()
+            assert [t.seq for t in appended] == [2]
+            assert facts_of() == {}
+        finally:
+            release.set()
+            worker.join(timeout=60)
+        assert not worker.is_alive()
+    name = Fact.objects.get(owner__external_id="wang", key="name")
+    location = Fact.objects.get(owner__external_id="wang", key="location")
+    assert (name.value, name.session_id, name.source_turn_seq) == ("Nadia", "tab-1", first.seq)
+    assert (location.value, location.session_id, location.source_turn_seq) == ("Bergen", "phone", 2)
+    assert selectors.context_get(owner_id="wang")["facts"] == {
+        "name": "Nadia",
+        "location": "Bergen",
+    }
+    assert not PendingExtraction.objects.exists()
+
+
+CRASH_AFTER_COMMIT = textwrap.dedent(
+    """
+    import os
+
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.db import transaction
+
+    from memory import services
+
+    settings.MEMORY = {**settings.MEMORY, "FACT_EXTRACTOR": "tests.test_extraction.DeferredRules"}
+    with transaction.atomic():
+        # NOTE: registered first, so it runs first after the commit: the process dies with the
+        # turn committed and its extraction task not yet enqueued.
+        transaction.on_commit(lambda: os._exit(17))
+        services.turn_append(
+            owner_id="wang", session_id="phone", role="user", content="My name is Nadia"
+        )
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_process_killed_between_commit_and_extraction_leaves_the_turn_to_a_worker(
+    deferred_rules,
+):
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH_AFTER_COMMIT],
+        cwd=instance.ROOT,
+        env=instance.environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 17, proc.stderr
+    turn = Turn.objects.get(owner__external_id="wang")
+    assert PendingExtraction.objects.filter(turn=turn).exists()
+    assert not DBTaskResult.objects.exists()
+    assert facts_of() == {}
+    call_command("memory_extract", "--pending", "--older-than", "0")
+    worker_run()
+    name = Fact.objects.get(owner__external_id="wang", key="name")
+    assert (name.value, name.session_id, name.source_turn_seq) == ("Nadia", "phone", turn.seq)
+    assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Nadia"}
+    assert not PendingExtraction.objects.exists()
+
+
+def test_check_warns_of_a_deferred_extractor_whose_tasks_run_in_the_request():
+    deferred_rules = {"FACT_EXTRACTOR": "tests.test_extraction.DeferredRules"}
+    assert "memory.W006" not in _check_ids(deferred_rules)
+    immediate = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
+    with override_settings(TASKS=immediate):
+        assert "memory.W006" in _check_ids(deferred_rules)
+        assert "memory.W006" not in _check_ids({})

@@ -10,7 +10,10 @@ local claimed = ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'claim') == ARGV[4
 local stamp = tonumber(ARGV[1])
 local cur = redis.call('HGET', KEYS[1], 'rev')
 local floor = redis.call('HGET', KEYS[1], 'floor')
-if (cur and tonumber(cur) >= stamp) or (floor and tonumber(floor) > stamp) then return 0 end
+if (cur and tonumber(cur) >= stamp) or (floor and tonumber(floor) > stamp) then
+  if claimed then redis.call('HDEL', KEYS[1], 'claim') end
+  return 0
+end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'rev', ARGV[1], 'floor', ARGV[1], 'complete', ARGV[3], 'seqs', ARGV[5])
 local fields, fkeys, pos = {}, {}, 1

@@ -1,0 +1,47 @@
+"""Fact extraction: what a user turn states about its author, as facts (``name``, ``likes``...).
+
+``base`` holds the extractor protocol and its loader, ``merge`` how extracted facts merge into
+an owner's current facts, ``rules`` the built-in extractor (its rules in ``english`` and
+``chinese``, their shared helpers in ``text``), and ``llm`` an extractor for any
+``complete(prompt) -> str``. ``memory.services.turn_append`` runs ``MEMORY["FACT_EXTRACTOR"]``
+in the turn's transaction, or, for a deferred extractor, ``deferred`` runs it in a worker.
+"""
+
+from __future__ import annotations
+
+from memory.extraction.base import (
+    LIST_KEYS,
+    MAX_LIST_ITEMS,
+    MAX_VALUE_CHARS,
+    OPS,
+    STRING_KEYS,
+    ExtractedFact,
+    FactExtractor,
+    LazyFacts,
+    Op,
+    extractor_deferred,
+    extractor_get,
+    logger,
+)
+from memory.extraction.llm import LLM_PROMPT, LLMExtractor
+from memory.extraction.merge import facts_apply
+from memory.extraction.rules import RuleBasedExtractor
+
+__all__ = [
+    "LIST_KEYS",
+    "LLM_PROMPT",
+    "MAX_LIST_ITEMS",
+    "MAX_VALUE_CHARS",
+    "OPS",
+    "STRING_KEYS",
+    "ExtractedFact",
+    "FactExtractor",
+    "LLMExtractor",
+    "LazyFacts",
+    "Op",
+    "RuleBasedExtractor",
+    "extractor_deferred",
+    "extractor_get",
+    "facts_apply",
+    "logger",
+]

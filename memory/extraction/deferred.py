@@ -1,0 +1,92 @@
+"""Deferred extraction: the django-tasks task that runs a deferred extractor in a worker, its
+enqueueing after the turn's commit, and the re-enqueueing of turns whose task never ran.
+
+Needs the ``django-tasks`` backport (``pip install django-memory[deferred]``) and a task
+backend in ``TASKS``: its database backend (``django_tasks_db``, worker ``manage.py
+db_worker``) or any other (RQ, Celery). Imported only when a deferred extractor is configured.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.db import transaction
+from django.utils import timezone
+from django_tasks import task
+
+from memory import services
+from memory.exceptions import database_guard
+from memory.extraction.base import logger
+from memory.models import PendingExtraction
+
+# Records re-enqueued per statement by ``pending_enqueue``.
+BATCH = 500
+
+
+@task()
+def extraction_run(pending_pk: int) -> int:
+    """Extract the facts of the turn of ``PendingExtraction`` ``pending_pk``; return how many
+    changed. Runs in the worker; a record already done or gone does nothing.
+
+    Raises ``MemoryUnavailable`` when the database cannot be reached; the record stays and
+    ``memory_extract --pending`` enqueues it again.
+    """
+    with database_guard():
+        turn = (
+            PendingExtraction.objects.filter(pk=pending_pk)
+            .values_list("turn__owner__external_id", "turn__seq")
+            .first()
+        )
+        if turn is None:
+            # NOTE: done already, or its turn is gone (deleted, forgotten): the join finds
+            # no turn for a record left behind, which goes now.
+            PendingExtraction.objects.filter(pk=pending_pk).delete()
+            return 0
+    owner_id, seq = turn
+    return len(services.turn_facts_extract(owner_id=owner_id, seq=seq))
+
+
+def extraction_enqueue(*, pending_pk: int) -> bool:
+    """Hand the task for one pending record to the task backend; return whether it took it.
+
+    Called after the turn's commit. Never raises: a backend that fails (a broker down) is
+    logged, and the record waits for ``memory_extract --pending``.
+    """
+    try:
+        extraction_run.enqueue(pending_pk)
+    except Exception:
+        logger.exception(
+            "The extraction of pending record %s could not be enqueued; "
+            "`manage.py memory_extract --pending` will enqueue it again.",
+            pending_pk,
+        )
+        return False
+    return True
+
+
+def pending_enqueue(*, grace: dt.timedelta) -> int:
+    """Enqueue again every pending extraction last enqueued more than ``grace`` ago; return
+    how many were handed to the task backend.
+
+    For turns whose process died between commit and enqueue, or whose task was lost or failed.
+    Each record is claimed (its ``enqueued_at`` moved to now) before its task is enqueued, so
+    two runs at once do not both enqueue it; a record enqueued twice is still extracted once.
+    Raises ``MemoryUnavailable`` when the database cannot be reached.
+    """
+    enqueued = 0
+    last_pk = 0
+    while True:
+        now = timezone.now()
+        with database_guard(), transaction.atomic():
+            pks = list(
+                PendingExtraction.objects.select_for_update(skip_locked=True)
+                .filter(pk__gt=last_pk, enqueued_at__lt=now - grace)
+                .order_by("pk")
+                .values_list("pk", flat=True)[:BATCH]
+            )
+            PendingExtraction.objects.filter(pk__in=pks).update(enqueued_at=now)
+        for pk in pks:
+            enqueued += extraction_enqueue(pending_pk=pk)
+        if len(pks) < BATCH:
+            return enqueued
+        last_pk = pks[-1]
