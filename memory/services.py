@@ -27,7 +27,7 @@ from django.db.models import (
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
-from memory import cache, extraction
+from memory import cache, codec, extraction
 from memory.exceptions import (
     FactNotFound,
     FactVersionConflict,
@@ -132,6 +132,13 @@ def turn_append(
     _check("metadata", validate_metadata, metadata)
     if idempotency_key is not None:
         _check("idempotency_key", validate_idempotency_key, idempotency_key)
+    if idempotency_key is None and connection.vendor == "postgresql":
+        found = _turn_facts_find(owner_id, role, content)
+        if found is None:
+            with cache.service_write(), database_guard():
+                turn = _turn_append_statement(owner_id, session_id, role, content, metadata)
+            if turn is not None:
+                return turn
     with _service():
         owner = _owner_lock(owner_id, create=True)
         if idempotency_key is not None:
@@ -155,6 +162,102 @@ def turn_append(
             owner, prev, turns=[turn_payload(turn)], facts=[fact_payload(f) for f in facts]
         )
         return turn
+
+
+def _turn_facts_find(owner_id: str, role: str, content: str) -> list[Any] | None:
+    """What the inline extractor finds in a user turn, before any write: ``None`` when there
+    is nothing to write (not a user turn, no extractor, nothing found), else a list (empty for
+    a deferred extractor, whose record the turn's transaction must write). An extractor that
+    fails is left to ``_turn_facts_extract``, which logs it inside the turn's transaction.
+
+    NOTE: the facts the extractor is shown are read without the owner's lock; only what it
+    finds is applied under it, to the facts read then (``facts_apply``).
+    """
+    if role != Role.USER:
+        return None
+    try:
+        extractor = extraction.extractor_get()
+        if extractor is None:
+            return None
+        if extraction.extractor_deferred(extractor):
+            return []
+        facts = extraction.LazyFacts(
+            lambda: dict(
+                Fact.objects.filter(owner__external_id=owner_id).values_list("key", "value")
+            )
+        )
+        if connection.in_atomic_block:
+            # NOTE: inside a caller's transaction, a query of the extractor that fails must not
+            # abort it; in autocommit (the usual request) it aborts nothing and costs nothing.
+            with transaction.atomic():
+                found = list(extractor.extract(content, facts=facts))
+        else:
+            found = list(extractor.extract(content, facts=facts))
+    except Exception:
+        return []
+    return found or None
+
+
+def _turn_append_statement(
+    owner_id: str, session_id: str, role: str, content: str, metadata: dict[str, Any]
+) -> Turn | None:
+    """``turn_append`` with nothing else to write, as one statement: lock and bump the owner
+    (a new stamp and seq, ``cache.stamp_take_cte``), touch the session, insert the turn; in
+    autocommit that is its own transaction and one round trip. Returns the turn, or ``None``
+    when the owner does not exist yet (the caller takes the general path, which creates it).
+
+    NOTE: the path of nearly every append, so it is written out: the ORM's lock, update,
+    insert, session update and extraction savepoint cost nine round trips (docs/performance.md).
+    """
+    q = connection.ops.quote_name
+    turns, sessions = q(Turn._meta.db_table), q(Session._meta.db_table)
+    at = timezone.now()
+    sql = (
+        f"WITH {cache.stamp_take_cte()},"
+        f" touched AS (INSERT INTO {sessions}"
+        " (owner_id, session_id, first_seen, last_seen, turn_count)"
+        " SELECT id, %(session_id)s, %(at)s, %(at)s, 1 FROM bumped"
+        " ON CONFLICT (owner_id, session_id) DO UPDATE SET last_seen = EXCLUDED.last_seen,"
+        f" turn_count = {sessions}.turn_count + 1),"
+        f" inserted AS (INSERT INTO {turns}"
+        " (owner_id, seq, session_id, role, content, metadata, idempotency_key, created_at)"
+        " SELECT id, last_seq, %(session_id)s, %(role)s, %(content)s, %(metadata)s::jsonb,"
+        " NULL, %(at)s FROM bumped RETURNING id, owner_id, seq)"
+        " SELECT inserted.id, inserted.owner_id, inserted.seq, bumped.stamp, bumped.prev_stamp"
+        " FROM inserted, bumped"
+    )
+    params = {
+        "owner_id": owner_id,
+        "turns": 1,
+        "dirty": cache.enabled(),
+        "session_id": session_id,
+        "at": at,
+        "role": role,
+        "content": content,
+        "metadata": codec.dumps(metadata).decode(),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    turn_pk, owner_pk, seq, stamp, prev = row
+    turn = Turn(
+        id=turn_pk,
+        owner_id=owner_pk,
+        seq=seq,
+        session_id=session_id,
+        role=role,
+        content=content,
+        metadata=metadata,
+        idempotency_key=None,
+        created_at=at,
+    )
+    turn._state.adding = False
+    turn._state.db = connection.alias
+    owner = Owner(pk=owner_pk, external_id=owner_id, stamp=stamp)
+    cache.write_commit(owner, prev, turns=[turn_payload(turn)])
+    return turn
 
 
 def _turn_facts_extract(owner: Owner, turn: Turn) -> list[Fact]:

@@ -13,14 +13,13 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import transaction
 from django.test import TestCase, override_settings
-from django.utils import timezone
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from memory import cache, selectors, services
 from memory.exceptions import FactNotFound
-from memory.models import Fact, Owner
+from memory.models import Fact
 
 OWNERS = ["wang", "li"]
 SESSIONS = ["laptop", "phone", "reconnect"]
@@ -130,16 +129,13 @@ class MemoryMachine(RuleBasedStateMachine):
 
     @rule(owner=st.sampled_from(OWNERS), key=st.sampled_from(KEYS), value=VALUES)
     def orm_write(self, owner: str, key: str, value: Any) -> None:
-        """A fact written through the ORM in a shell, bypassing the services."""
-        owner_row = Owner.objects.filter(external_id=self.owner_id(owner)).first()
-        if owner_row is None:
+        """A fact's value edited through the ORM in a shell, bypassing the services."""
+        fact = Fact.objects.filter(owner__external_id=self.owner_id(owner), key=key).first()
+        if fact is None:
             return
         with committed(), transaction.atomic():
-            Fact.objects.update_or_create(
-                owner=owner_row,
-                key=key,
-                defaults={"value": value, "updated_at": timezone.now()},
-            )
+            fact.value = value
+            fact.save()
         self.facts[owner][key] = value
 
     @rule(owner=st.sampled_from(OWNERS), lose=st.sampled_from(["delete", "evict"]))

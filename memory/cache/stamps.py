@@ -56,6 +56,27 @@ def stamp_take(owner: Owner, *, turns: int = 0) -> int:
     return prev
 
 
+def stamp_take_cte(*, name: str = "bumped") -> str:
+    """``stamp_take`` as a CTE for a write done in one statement: ``<name> AS (...)`` over the
+    owner whose external id is the parameter ``%(owner_id)s``, reserving ``%(turns)s`` seqs and
+    marking the owner dirty when ``%(dirty)s`` (``enabled()``). It locks the owner's row until
+    commit, and returns ``id``, ``last_seq``, ``stamp`` and ``prev_stamp``; no row when there
+    is no such owner. PostgreSQL only.
+
+    NOTE: the FOR UPDATE sub-select takes the lock before the UPDATE reads the row, so under
+    concurrency ``prev_stamp`` is the stamp of the write committed just before this one.
+    """
+    table = Owner._meta.db_table
+    return (
+        f"{name} AS (UPDATE {table} SET stamp = nextval('memory_stamp_seq'),"
+        " last_seq = last_seq + %(turns)s, cache_dirty = cache_dirty OR %(dirty)s,"
+        " updated_at = statement_timestamp()"
+        f" FROM (SELECT id, stamp FROM {table} WHERE external_id = %(owner_id)s FOR UPDATE) prev"
+        f" WHERE {table}.id = prev.id"
+        f" RETURNING {table}.id, {table}.last_seq, {table}.stamp, prev.stamp AS prev_stamp)"
+    )
+
+
 def stamp_take_by_pk(owner_pk: int) -> tuple[str, int] | None:
     """``stamp_take`` for a write that bypassed the services and holds no owner row: marks
     the owner dirty with a new stamp; returns its id and stamp (``None``: no such owner)."""
