@@ -35,6 +35,9 @@ DEFAULTS: dict[str, Any] = {
     "OWNER_RESOLVER": "memory.permissions.default_owner_id",
     # Dotted path of the fact extractor run on each user turn (docs/extraction.md); None: off.
     "FACT_EXTRACTOR": "memory.extraction.RuleBasedExtractor",
+    # Dotted path of the callable ``str -> int`` counting tokens for ``max_tokens`` budgets
+    # (memory.tokens: the default estimate, or tiktoken_counter).
+    "TOKEN_COUNTER": "memory.tokens.estimate_counter",
 }
 
 
@@ -103,6 +106,10 @@ class Settings:
     @property
     def FACT_EXTRACTOR(self) -> str | None:
         return self._get("FACT_EXTRACTOR")  # type: ignore[no-any-return]
+
+    @property
+    def TOKEN_COUNTER(self) -> str:
+        return self._get("TOKEN_COUNTER")  # type: ignore[no-any-return]
 
 
 conf = Settings()

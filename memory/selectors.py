@@ -10,9 +10,10 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal, TypedDict
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, connection
@@ -20,16 +21,18 @@ from django.db.models import BigIntegerField, QuerySet, Value
 from django.db.models.functions import Cast
 from psycopg import Pipeline
 
-from memory import codec, reconcile, search, store
+from memory import aio, codec, reconcile, search, store, tokens
 from memory.conf import conf
 from memory.exceptions import database_guard
 from memory.models import Fact, FactVersion, Owner, Session, Turn
 from memory.payloads import (
     FACT_FIELDS,
     TURN_FIELDS,
+    ContextMessagesPayload,
     ContextPayload,
     FactPayload,
     FactVersionPayload,
+    MessagePayload,
     SessionPayload,
     TurnPayload,
     fact_payload_from_row,
@@ -303,6 +306,118 @@ def context_get(*, owner_id: str, turns: int | None = None) -> ContextPayload:
     return _context(owner_id, memory, "database")
 
 
+@aio.twin_of(context_get)
+async def acontext_get(*, owner_id: str, turns: int | None = None) -> ContextPayload:
+    # NOTE: its own function, not aio.twin(context_get), so that the warm path can become a
+    # native redis.asyncio read here while the cold path keeps one hop to context_get.
+    return await _context_get_hop(owner_id=owner_id, turns=turns)
+
+
+_context_get_hop = sync_to_async(context_get, thread_sensitive=True)
+
+
+def _max_tokens_check(max_tokens: int | None) -> None:
+    if max_tokens is not None and (
+        not isinstance(max_tokens, int)
+        or isinstance(max_tokens, bool)
+        or not 1 <= max_tokens <= tokens.MAX_TOKENS
+    ):
+        raise ValidationError(
+            {"max_tokens": [f"Ensure this value is between 1 and {tokens.MAX_TOKENS}."]}
+        )
+
+
+def _messages_turns(max_tokens: int | None, turns: int | None) -> int | None:
+    """How many turns ``context_messages`` reads: as asked; with a budget, at most them all."""
+    return conf.MAX_CONTEXT_TURNS if turns is None and max_tokens is not None else turns
+
+
+def _facts_text(facts: dict[str, Any]) -> str:
+    """The owner's facts as the text of the context's system message, one ``- key: value``
+    line per fact, by key.
+
+    A string is written as it is, Chinese included, unless it holds a line break or another
+    control character: then, like any other value, it is written as JSON (non-ASCII kept), so
+    that no value can pose as another line.
+    """
+    if not facts:
+        return "Known facts about the user: none yet."
+    lines = ["Known facts about the user:"]
+    for key, value in facts.items():
+        plain = isinstance(value, str) and value.isprintable()
+        text = value if plain else codec.dumps(value).decode()
+        lines.append(f"- {key}: {text}")
+    return "\n".join(lines)
+
+
+def _context_messages(context: ContextPayload, max_tokens: int | None) -> ContextMessagesPayload:
+    """``context`` as model messages, its turns cut to ``max_tokens`` (see ``context_messages``)."""
+    count = tokens.counter_get()
+    system: MessagePayload = {"role": "system", "content": _facts_text(context["facts"])}
+    used = count(system["content"])
+    if max_tokens is not None and used > max_tokens:
+        raise ValidationError(
+            {
+                "max_tokens": [
+                    f"The user's facts alone take {used} tokens, more than {max_tokens}: "
+                    "ask for at least that many."
+                ]
+            }
+        )
+    kept: list[MessagePayload] = []
+    for turn in reversed(context["turns"]):
+        cost = count(turn["content"])
+        if max_tokens is not None and used + cost > max_tokens:
+            # NOTE: the newest turns that fit, with no gap: an older, shorter turn after one
+            # that did not fit would be a reply without its question.
+            break
+        used += cost
+        kept.append({"role": turn["role"], "content": turn["content"]})
+    kept.reverse()
+    return {
+        "user_id": context["user_id"],
+        "messages": [system, *kept],
+        "facts": context["facts"],
+        "source": context["source"],
+        "tokens": used,
+    }
+
+
+def context_messages(
+    *, owner_id: str, max_tokens: int | None = None, turns: int | None = None
+) -> ContextMessagesPayload:
+    """The owner's context as the messages an LLM chat API takes, oldest first.
+
+    The first message is ``{"role": "system", "content": ...}``, the facts as text (``- key:
+    value`` lines, by key; "none yet" when there are none); then one ``{"role", "content"}``
+    per turn, content kept exactly. Without ``max_tokens``, the turns are the last ``turns``
+    (as for ``context_get``). With ``max_tokens`` (1..``tokens.MAX_TOKENS``), they are the
+    newest of the last ``turns`` (default: ``MEMORY["MAX_CONTEXT_TURNS"]``) that fit in
+    ``max_tokens`` together with the system message: whole turns, the newest first, stopping at
+    the first one that does not fit, in their order. ``tokens`` is what the messages' contents
+    count by ``MEMORY["TOKEN_COUNTER"]`` (roles and a chat API's per-message overhead are not
+    counted); with ``max_tokens`` it is never above it. ``facts`` and ``source`` are the context's.
+
+    Read through ``context_get`` (cache first, the same facts and turns when Redis fails).
+    Raises ``ValidationError`` for a bad owner id, turn count or ``max_tokens``, and
+    (``{"max_tokens": ...}``) when the facts' message alone exceeds ``max_tokens``: facts are
+    never cut. Raises ``MemoryUnavailable`` when the database cannot be reached and
+    ``ImproperlyConfigured`` for a bad ``MEMORY["TOKEN_COUNTER"]``.
+    """
+    _max_tokens_check(max_tokens)
+    context = context_get(owner_id=owner_id, turns=_messages_turns(max_tokens, turns))
+    return _context_messages(context, max_tokens)
+
+
+@aio.twin_of(context_messages)
+async def acontext_messages(
+    *, owner_id: str, max_tokens: int | None = None, turns: int | None = None
+) -> ContextMessagesPayload:
+    _max_tokens_check(max_tokens)
+    context = await acontext_get(owner_id=owner_id, turns=_messages_turns(max_tokens, turns))
+    return _context_messages(context, max_tokens)
+
+
 @database_guard()
 def fact_list(*, owner_id: str) -> list[FactPayload]:
     """All facts of the owner, by key; from the cached copy when there is one.
@@ -322,6 +437,9 @@ def fact_list(*, owner_id: str) -> list[FactPayload]:
     ]
 
 
+afact_list = aio.twin(fact_list)
+
+
 @database_guard()
 def fact_history(*, owner_id: str, key: str) -> list[FactVersionPayload]:
     """Every version of one fact of the owner, newest first (empty if it never existed)."""
@@ -332,6 +450,9 @@ def fact_history(*, owner_id: str, key: str) -> list[FactVersionPayload]:
         raise ValidationError({"key": e.messages}) from e
     versions = FactVersion.objects.filter(owner__external_id=owner_id, key=key).order_by("-version")
     return [fact_version_payload(version) for version in versions]
+
+
+afact_history = aio.twin(fact_history)
 
 
 @database_guard()
@@ -357,6 +478,9 @@ def turn_list(
     return [turn_payload_from_row(row) for row in rows[:limit]], len(rows) > limit
 
 
+aturn_list = aio.twin(turn_list)
+
+
 @database_guard()
 def session_list(*, owner_id: str) -> list[SessionPayload]:
     """The owner's sessions, most recently seen first."""
@@ -365,6 +489,9 @@ def session_list(*, owner_id: str) -> list[SessionPayload]:
         "-last_seen", "session_id"
     )
     return [session_payload(session) for session in sessions]
+
+
+asession_list = aio.twin(session_list)
 
 
 def health_get() -> HealthPayload:
@@ -380,9 +507,15 @@ def health_get() -> HealthPayload:
     return {"database": database, "cache": store.ping()}
 
 
+ahealth_get = aio.twin(health_get)
+
+
 def owner_exists(*, owner_id: str) -> bool:
     """Whether the database holds anything of this owner."""
     return Owner.objects.filter(external_id=owner_id).exists()
+
+
+aowner_exists = aio.twin(owner_exists)
 
 
 class OwnerSummary(TypedDict):
@@ -427,6 +560,9 @@ def owner_summary_get(*, owner_id: str) -> OwnerSummary | None:
     }
 
 
+aowner_summary_get = aio.twin(owner_summary_get)
+
+
 @database_guard()
 def owner_recent_list(*, limit: int) -> list[str]:
     """The ids of the ``limit`` owners written to most recently, newest first (one index scan).
@@ -435,6 +571,9 @@ def owner_recent_list(*, limit: int) -> list[str]:
     """
     owners = Owner.objects.order_by("-updated_at").values_list("external_id", flat=True)
     return list(owners[:limit])
+
+
+aowner_recent_list = aio.twin(owner_recent_list)
 
 
 def owner_id_iter(*, min_last_seq: int = 0, chunk_size: int = 1000) -> Iterator[str]:
@@ -446,12 +585,33 @@ def owner_id_iter(*, min_last_seq: int = 0, chunk_size: int = 1000) -> Iterator[
     """
     after = 0
     while True:
-        with database_guard():
-            rows = list(
-                Owner.objects.filter(pk__gt=after, last_seq__gt=min_last_seq)
-                .order_by("pk")
-                .values_list("pk", "external_id")[:chunk_size]
-            )
+        rows = _owner_id_chunk(min_last_seq, after, chunk_size)
+        for pk, owner_id in rows:
+            after = pk
+            yield owner_id
+        if len(rows) < chunk_size:
+            return
+
+
+@database_guard()
+def _owner_id_chunk(min_last_seq: int, after: int, chunk_size: int) -> list[tuple[int, str]]:
+    """The next ``chunk_size`` (pk, owner id) of ``owner_id_iter`` after the pk ``after``."""
+    return list(
+        Owner.objects.filter(pk__gt=after, last_seq__gt=min_last_seq)
+        .order_by("pk")
+        .values_list("pk", "external_id")[:chunk_size]
+    )
+
+
+_aowner_id_chunk = sync_to_async(_owner_id_chunk, thread_sensitive=True)
+
+
+@aio.twin_of(owner_id_iter)
+async def aowner_id_iter(*, min_last_seq: int = 0, chunk_size: int = 1000) -> AsyncIterator[str]:
+    # NOTE: one hop per chunk of ids, not per id.
+    after = 0
+    while True:
+        rows = await _aowner_id_chunk(min_last_seq, after, chunk_size)
         for pk, owner_id in rows:
             after = pk
             yield owner_id
@@ -475,6 +635,9 @@ def stats_get() -> StatsPayload:
         "facts": Fact.objects.count(),
         "cache": store.stats(),
     }
+
+
+astats_get = aio.twin(stats_get)
 
 
 def _owner_turns(owner_pk: int) -> QuerySet[Turn]:
@@ -511,6 +674,12 @@ def turn_search(*, owner_id: str, q: str, limit: int = 20) -> list[TurnPayload]:
     return [turn_payload_from_row(row) for row in rows]
 
 
+aturn_search = aio.twin(turn_search)
+
+# NOTE: the name the issue asked for; the Django way names it aturn_search.
+asearch = aturn_search
+
+
 @database_guard()
 def turn_search_queryset(*, q: str, queryset: QuerySet[Turn] | None = None) -> QuerySet[Turn]:
     """The turns of ``queryset`` (every owner's by default) that match ``q`` as in
@@ -529,8 +698,27 @@ def turn_search_queryset(*, q: str, queryset: QuerySet[Turn] | None = None) -> Q
     return matches
 
 
+aturn_search_queryset = aio.twin(turn_search_queryset)
+
+
 __all__ = [
+    "acontext_get",
+    "acontext_messages",
+    "afact_history",
+    "afact_list",
+    "ahealth_get",
+    "aowner_exists",
+    "aowner_id_iter",
+    "aowner_recent_list",
+    "aowner_summary_get",
+    "asearch",
+    "asession_list",
+    "astats_get",
+    "aturn_list",
+    "aturn_search",
+    "aturn_search_queryset",
     "context_get",
+    "context_messages",
     "fact_history",
     "fact_list",
     "health_get",

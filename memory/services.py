@@ -28,7 +28,7 @@ from django.db.models import (
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
-from memory import extraction, reconcile, store
+from memory import aio, extraction, reconcile, store
 from memory.exceptions import FactNotFound, FactVersionConflict, database_guard
 from memory.models import CacheInvalidation, Fact, FactVersion, Owner, Role, Session, Turn
 from memory.payloads import FactPayload, TurnPayload, fact_payload, turn_payload
@@ -225,6 +225,9 @@ def turn_append(
         return turn
 
 
+aturn_append = aio.twin(turn_append)
+
+
 def _turn_facts_extract(owner: Owner, turn: Turn) -> list[Fact]:
     """Write the facts the configured extractor finds in a user turn; return those that changed.
 
@@ -377,6 +380,9 @@ def fact_put(
         return fact, created
 
 
+afact_put = aio.twin(fact_put)
+
+
 def facts_merge(
     *, owner_id: str, facts: Mapping[str, Any], session_id: str | None = None
 ) -> list[Fact]:
@@ -414,6 +420,9 @@ def facts_merge(
         return list(Fact.objects.filter(owner=owner).order_by("key"))
 
 
+afacts_merge = aio.twin(facts_merge)
+
+
 def fact_delete(*, owner_id: str, key: str, expected_version: int | None = None) -> None:
     """Delete one fact of the owner, leaving a last ``deleted`` version in its history.
 
@@ -445,6 +454,9 @@ def fact_delete(*, owner_id: str, key: str, expected_version: int | None = None)
         _cache_update(owner, prev, deleted_keys=[key])
 
 
+afact_delete = aio.twin(fact_delete)
+
+
 def turn_delete(*, owner_id: str, seq: int) -> bool:
     """Delete one turn (an operator's correction); return whether it existed.
 
@@ -464,6 +476,9 @@ def turn_delete(*, owner_id: str, seq: int) -> bool:
         _owner_bump(owner)
         _cache_update(owner, 0, drop=True)
         return True
+
+
+aturn_delete = aio.twin(turn_delete)
 
 
 def memory_forget(*, owner_id: str) -> bool:
@@ -490,12 +505,18 @@ def memory_forget(*, owner_id: str) -> bool:
         return True
 
 
+amemory_forget = aio.twin(memory_forget)
+
+
 def cache_drop(*, owner_id: str) -> bool:
     """Drop the owner's cached copy so that the next read rehydrates; return whether Redis
     confirmed. Needs no database write; never raises for a Redis failure."""
     _check("user_id", validate_owner_id, owner_id)
     stamp = Owner.objects.filter(external_id=owner_id).values_list("stamp", flat=True).first()
     return store.memory_drop(owner_id=owner_id, stamp=stamp or 0)
+
+
+acache_drop = aio.twin(cache_drop)
 
 
 def _prunable_turns(
@@ -588,6 +609,9 @@ def turns_prune(
         deleted += len(rows)
         if len(rows) < batch_size:
             return deleted
+
+
+aturns_prune = aio.twin(turns_prune)
 
 
 class LinkResult(NamedTuple):
@@ -747,3 +771,29 @@ def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
         _cache_update(target, 0, drop=True)
         memory_forget(owner_id=from_owner_id)
         return LinkResult(turns_moved, facts_moved)
+
+
+amemory_link = aio.twin(memory_link)
+
+
+__all__ = [
+    "LinkResult",
+    "acache_drop",
+    "afact_delete",
+    "afact_put",
+    "afacts_merge",
+    "amemory_forget",
+    "amemory_link",
+    "aturn_append",
+    "aturn_delete",
+    "aturns_prune",
+    "cache_drop",
+    "fact_delete",
+    "fact_put",
+    "facts_merge",
+    "memory_forget",
+    "memory_link",
+    "turn_append",
+    "turn_delete",
+    "turns_prune",
+]
