@@ -385,9 +385,7 @@ def test_max_tokens_reads_at_most_max_context_turns(history, memory_settings):
     history()
     with memory_settings(MAX_CONTEXT_TURNS=25):
         sent = selectors.context_messages(owner_id="wang", max_tokens=100_000)
-        assert [m["content"] for m in sent["messages"][1:]] == [
-            f"turn {i}" for i in range(6, 31)
-        ]
+        assert [m["content"] for m in sent["messages"][1:]] == [f"turn {i}" for i in range(6, 31)]
         fewer = selectors.context_messages(owner_id="wang", max_tokens=100_000, turns=4)
         assert len(fewer["messages"]) == 1 + 4
 

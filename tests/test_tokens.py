@@ -62,9 +62,11 @@ def test_the_counter_is_the_setting_read_on_each_call():
     "path", ["memory.tokens.nothing", "nowhere.at_all", "memory.tokens.MAX_TOKENS", 7]
 )
 def test_a_bad_counter_path_is_improperly_configured_naming_the_setting(path):
-    with override_settings(MEMORY={"TOKEN_COUNTER": path}):
-        with pytest.raises(ImproperlyConfigured, match=r"MEMORY\['TOKEN_COUNTER'\]"):
-            tokens.counter_get()
+    with (
+        override_settings(MEMORY={"TOKEN_COUNTER": path}),
+        pytest.raises(ImproperlyConfigured, match=r"MEMORY\['TOKEN_COUNTER'\]"),
+    ):
+        tokens.counter_get()
 
 
 def test_tiktoken_counter_without_its_encoding_cached_never_downloads(monkeypatch, tmp_path):
