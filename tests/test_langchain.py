@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import pytest
 import redis
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
-from django.db import connections
+from django.db import connection, connections
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -294,3 +295,21 @@ def test_without_langchain_core_the_import_error_names_the_extra():
     ).stdout
     assert out.startswith("memory.integrations.langchain needs langchain-core")
     assert 'pip install "django-memory[langchain]"' in out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_opened_in_a_worker_thread_is_closed_after_use():
+    # NOTE: LangChain's executor threads are such threads: no request ever closes theirs.
+    seen: dict[str, Any] = {}
+
+    def work() -> None:
+        history = MemoryChatMessageHistory(owner_id="wang", session_id="s")
+        history.add_user_message("hi")
+        seen["after_add"] = connection.connection is not None
+        seen["messages"] = [m.content for m in history.messages]
+        seen["after_read"] = connection.connection is not None
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    assert seen == {"after_add": False, "messages": ["hi"], "after_read": False}

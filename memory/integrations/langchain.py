@@ -18,8 +18,12 @@ except ImportError as e:  # pragma: no cover - the test runs it in a process wit
         'memory.integrations.langchain needs langchain-core: pip install "django-memory[langchain]"'
     ) from e
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
+
+from django.db import connection
 
 from memory import selectors, services
 from memory.payloads import ContextMessagesPayload, MessagePayload
@@ -60,6 +64,27 @@ def message_from_payload(message: MessagePayload) -> BaseMessage:
         return SystemMessage(content=content)
     # NOTE: a turn keeps no tool call id; the model sees the tool's text all the same.
     return ToolMessage(content=content, tool_call_id="")
+
+
+@contextmanager
+def _thread_connection() -> Iterator[None]:
+    """Close the database connection this block opened, if it opened one outside the main
+    thread.
+
+    NOTE: LangChain runs a history's sync methods in worker threads of its own executor
+    (``RunnableWithMessageHistory`` loads history through ``RunnableParallel``); a Django
+    connection opened there is no request's, so nothing would close it but the thread's end. A
+    connection that was open before (a request's, a transaction's) is left as it was, and so is
+    the main thread's (a script's, a worker's), which the next call reuses.
+    """
+    opened = connection.connection is None and threading.current_thread() is not (
+        threading.main_thread()
+    )
+    try:
+        yield
+    finally:
+        if opened and not connection.in_atomic_block:
+            connection.close()
 
 
 class MemoryChatMessageHistory(BaseChatMessageHistory):
@@ -112,11 +137,11 @@ class MemoryChatMessageHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        return self._messages(
-            selectors.context_messages(
+        with _thread_connection():
+            context = selectors.context_messages(
                 owner_id=self.owner_id, max_tokens=self.max_tokens, turns=self.turns
             )
-        )
+        return self._messages(context)
 
     async def aget_messages(self) -> list[BaseMessage]:
         return self._messages(
@@ -128,8 +153,9 @@ class MemoryChatMessageHistory(BaseChatMessageHistory):
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         # NOTE: every message is checked before the first is stored.
         turns = [self._turn(message) for message in messages]
-        for turn in turns:
-            services.turn_append(**turn)
+        with _thread_connection():
+            for turn in turns:
+                services.turn_append(**turn)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         turns = [self._turn(message) for message in messages]
@@ -137,7 +163,8 @@ class MemoryChatMessageHistory(BaseChatMessageHistory):
             await services.aturn_append(**turn)
 
     def clear(self) -> None:
-        services.memory_forget(owner_id=self.owner_id)
+        with _thread_connection():
+            services.memory_forget(owner_id=self.owner_id)
 
     async def aclear(self) -> None:
         await services.amemory_forget(owner_id=self.owner_id)
