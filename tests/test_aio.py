@@ -12,10 +12,10 @@ import pytest
 import redis
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
-from django.db import connections
+from django.db import connection, connections
 
 from memory import selectors, services
-from memory.exceptions import FactNotFound, FactVersionConflict
+from memory.exceptions import FactNotFound, FactVersionConflict, MemoryUnavailable
 
 # NOTE: the twins' sync code runs in another thread, with its own connection: it sees only
 # committed rows, and commits its own.
@@ -322,3 +322,53 @@ def test_async_twins_with_redis_down_answer_from_the_database(dead_cache):
     assert context["source"] == "database"
     assert [t["content"] for t in context["turns"]] == ["hi"]
     assert health == {"database": "ok", "cache": "down"}
+
+
+@real_db
+def test_async_twins_with_the_database_unreachable_raise_memory_unavailable():
+    # NOTE: the thread that serves the twins' sync code gets a connection to a port where no
+    # database listens (as test_cache_down does for Redis); other threads keep theirs.
+    def unreachable() -> dict[str, Any]:
+        saved = connection.settings_dict
+        connection.close()
+        connection.settings_dict = {**saved, "HOST": "127.0.0.1", "PORT": "1"}
+        return saved
+
+    def reachable(saved: dict[str, Any]) -> None:
+        connection.close()
+        connection.settings_dict = saved
+
+    async def main() -> tuple[list[str], dict[str, str], int]:
+        saved = await sync_to_async(unreachable, thread_sensitive=True)()
+        failed = []
+        try:
+            for twin, kwargs in [
+                (services.aturn_append, {"session_id": "s", "role": "user", "content": "lost"}),
+                (services.afact_put, {"key": "k", "value": 1}),
+                (selectors.acontext_get, {}),
+                (selectors.acontext_messages, {"max_tokens": 100}),
+                (selectors.aturn_list, {}),
+            ]:
+                try:
+                    await twin(owner_id="wang", **kwargs)
+                except MemoryUnavailable:
+                    failed.append(twin.__name__)
+            health = await selectors.ahealth_get()
+        finally:
+            await sync_to_async(reachable, thread_sensitive=True)(saved)
+        turn = await services.aturn_append(
+            owner_id="wang", session_id="s", role="user", content="stored"
+        )
+        return failed, health, turn.seq
+
+    failed, health, seq = run(main)
+    assert failed == [
+        "aturn_append",
+        "afact_put",
+        "acontext_get",
+        "acontext_messages",
+        "aturn_list",
+    ]
+    assert health["database"] == "down"
+    assert seq == 1
+    assert [t["content"] for t in selectors.context_get(owner_id="wang")["turns"]] == ["stored"]
