@@ -175,6 +175,7 @@ def test_messages_map_to_roles_and_back(write):
                 AIMessage(content="你好！"),
                 ToolMessage(content='{"temp": 21}', tool_call_id="call-1"),
                 ChatMessage(role="assistant", content="It is 21 degrees."),
+                ChatMessage(role="human", content="Thanks"),
             ]
         )
     turns = selectors.context_get(owner_id="wang")["turns"]
@@ -184,6 +185,7 @@ def test_messages_map_to_roles_and_back(write):
         ("assistant", "tab"),
         ("tool", "tab"),
         ("assistant", "tab"),
+        ("user", "tab"),
     ]
     messages = history.messages
     assert [type(m) for m in messages] == [
@@ -193,6 +195,7 @@ def test_messages_map_to_roles_and_back(write):
         AIMessage,
         ToolMessage,
         AIMessage,
+        HumanMessage,
     ]
     assert messages[0].content == "Known facts about the user:\n- name: 王建国"
     assert [m.content for m in messages[1:]] == [
@@ -201,6 +204,7 @@ def test_messages_map_to_roles_and_back(write):
         "你好！",
         '{"temp": 21}',
         "It is 21 degrees.",
+        "Thanks",
     ]
 
 

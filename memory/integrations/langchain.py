@@ -13,7 +13,7 @@ try:
         SystemMessage,
         ToolMessage,
     )
-except ImportError as e:  # pragma: no cover - the test runs it in a process without it
+except ImportError as e:
     raise ImportError(
         'memory.integrations.langchain needs langchain-core: pip install "django-memory[langchain]"'
     ) from e
@@ -34,18 +34,27 @@ ROLES: dict[type[BaseMessage], str] = {
     SystemMessage: "system",
     ToolMessage: "tool",
 }
+# The roles a ChatMessage may have, with LangChain's own names for two of them.
+CHAT_ROLES = {
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "ai": "assistant",
+    "system": "system",
+    "tool": "tool",
+}
 
 
 def message_role(message: BaseMessage) -> str:
     """The turn role of a LangChain message: user, assistant, system or tool.
 
-    A ``ChatMessage`` keeps its own role when it is one of those. Raises ``ValueError`` for any
-    other message (a ``FunctionMessage``, a ``ChatMessage`` of another role) or for content that
-    is not text (a list of content blocks): a turn holds text only.
+    A ``ChatMessage`` keeps its own role when it is one of those (or ``human``, ``ai``). Raises
+    ``ValueError`` for any other message (a ``FunctionMessage``, a ``ChatMessage`` of another
+    role) or for content that is not text (a list of content blocks): a turn holds text only.
     """
     role = next((r for cls, r in ROLES.items() if isinstance(message, cls)), None)
-    if isinstance(message, ChatMessage) and message.role in ROLES.values():
-        role = message.role
+    if isinstance(message, ChatMessage):
+        role = CHAT_ROLES.get(message.role)
     if role is None:
         raise ValueError(f"A {type(message).__name__} cannot be stored as a memory turn.")
     if not isinstance(message.content, str):
