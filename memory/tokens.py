@@ -41,8 +41,10 @@ def estimate_counter(text: str) -> int:
     Each CJK character (Chinese, Japanese, Korean, and their punctuation) counts one; each run of
     other letters and digits (a word) counts one per started four characters; every other
     character that is not white space (punctuation, a symbol, an emoji) counts one; white space
-    counts nothing. Real tokenizers give about as many tokens for English and fewer for Chinese,
-    so budgets kept with it are rarely exceeded. Never raises for a string.
+    counts nothing. It leans high for English (a 5-8 letter word counts two); for Chinese, real
+    tokenizers differ by model (about one token a character or fewer in o200k_base, often more
+    in cl100k_base). Where a budget is a hard limit, count with the model's own tokenizer.
+    Never raises for a string.
     """
     # NOTE: a piece of one character counts one whatever it is; only words are longer.
     return sum((len(piece) + 3) // 4 for piece in _PIECES.findall(text))
