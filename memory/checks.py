@@ -10,6 +10,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 from django.utils.module_loading import import_string
 
+from memory import tokens
 from memory.conf import DEFAULTS, as_int, conf
 
 # One id per problem:
@@ -20,6 +21,8 @@ from memory.conf import DEFAULTS, as_int, conf
 #   E005 CONTEXT_TURNS > MAX_CONTEXT_TURNS   E011 CACHE_ALIAS is not a string
 #   E006 OWNER_RESOLVER cannot be imported   E012 OWNER_RESOLVER is not callable
 #   E013 FACT_EXTRACTOR cannot be imported   E014 a deferred extractor without django-tasks
+#   E015 TOKEN_COUNTER is tiktoken_counter, which cannot count here (no package, no cached file)
+#   E016 TOKEN_COUNTER cannot be imported or called
 #   E020 REPAIR_THREAD is not a bool
 #   W001 unknown MEMORY keys                 W004 the cache has no socket timeouts
 #   W002 CACHE_TURNS < CONTEXT_TURNS         W005 the database is not PostgreSQL
@@ -100,7 +103,38 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
         )
     errors += _check_resolver(values["OWNER_RESOLVER"])
     errors += _check_extractor(values["FACT_EXTRACTOR"])
+    errors += _check_token_counter(values["TOKEN_COUNTER"])
     return errors
+
+
+def _check_token_counter(path: Any) -> list[CheckMessage]:
+    hint = "Name a callable str -> int, such as memory.tokens.estimate_counter (the default)."
+    try:
+        if not isinstance(path, str):
+            raise ImportError("not a dotted path string")
+        counter = import_string(path)
+    except ImportError as e:
+        return [
+            Error(
+                f"MEMORY['TOKEN_COUNTER'] {path!r} cannot be imported: {e}",
+                hint=hint,
+                id="memory.E016",
+            )
+        ]
+    if not callable(counter):
+        return [
+            Error(f"MEMORY['TOKEN_COUNTER'] {path!r} is not callable.", hint=hint, id="memory.E016")
+        ]
+    problem = tokens.tiktoken_unavailable() if counter is tokens.tiktoken_counter else None
+    if problem is not None:
+        return [
+            Error(
+                f"MEMORY['TOKEN_COUNTER'] is {path!r}, but {problem}.",
+                hint="Or keep the default estimate, memory.tokens.estimate_counter.",
+                id="memory.E015",
+            )
+        ]
+    return []
 
 
 def _check_extractor(path: Any) -> list[CheckMessage]:

@@ -42,6 +42,9 @@ DEFAULTS: dict[str, Any] = {
     "OWNER_RESOLVER": "memory.permissions.default_owner_id",
     # Dotted path of the fact extractor run on each user turn (docs/extraction.md); None: off.
     "FACT_EXTRACTOR": "memory.extraction.RuleBasedExtractor",
+    # Dotted path of the callable ``str -> int`` counting tokens for ``max_tokens`` budgets
+    # (memory.tokens: the default estimate, or tiktoken_counter).
+    "TOKEN_COUNTER": "memory.tokens.estimate_counter",
 }
 
 # NOTE: braces would break the per-owner hash tag, and glob characters the SCAN that finds
@@ -213,6 +216,10 @@ class Settings:
         problems = self.problems()
         if problems:
             raise ImproperlyConfigured(" ".join(problems.values()))
+
+    @property
+    def TOKEN_COUNTER(self) -> str:
+        return self._dotted("TOKEN_COUNTER")  # type: ignore[no-any-return]
 
 
 conf = Settings()

@@ -50,6 +50,19 @@ class ContextPayload(TypedDict):
     source: Literal["cache", "database"]
 
 
+class MessagePayload(TypedDict):
+    role: str
+    content: str
+
+
+class ContextMessagesPayload(TypedDict):
+    user_id: str
+    messages: list[MessagePayload]
+    facts: dict[str, Any]
+    source: Literal["cache", "database"]
+    tokens: int
+
+
 def isoformat(value: dt.datetime) -> str:
     """ISO-8601 the way DRF writes it: UTC as ``Z``."""
     text = value.isoformat()

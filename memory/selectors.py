@@ -8,9 +8,10 @@ failures are never seen by callers.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal, TypedDict
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, connection
@@ -18,16 +19,18 @@ from django.db.models import BigIntegerField, QuerySet, Value
 from django.db.models.functions import Cast
 from psycopg import Pipeline
 
-from memory import cache, codec, search
+from memory import aio, cache, codec, search, tokens
 from memory.conf import conf
 from memory.exceptions import database_guard
 from memory.models import Fact, FactVersion, Owner, Session, Turn
 from memory.payloads import (
     FACT_FIELDS,
     TURN_FIELDS,
+    ContextMessagesPayload,
     ContextPayload,
     FactPayload,
     FactVersionPayload,
+    MessagePayload,
     SessionPayload,
     TurnPayload,
     fact_payload_from_row,
@@ -189,16 +192,136 @@ def context_get(*, owner_id: str, turns: int | None = None) -> ContextPayload:
     single rehydration. An unknown owner has an empty context. Raises ``ValidationError`` for a
     bad owner id or turn count and ``MemoryUnavailable`` when the database cannot be reached.
     """
-    _check_owner(owner_id)
-    n = conf.CONTEXT_TURNS if turns is None else turns
-    if not isinstance(n, int) or not 0 <= n <= conf.MAX_CONTEXT_TURNS:
-        raise ValidationError(
-            {"turns": [f"Ensure this value is between 0 and {conf.MAX_CONTEXT_TURNS}."]}
-        )
+    n = _context_turns(owner_id, turns)
     memory, source = cache.read_through(
         owner_id=owner_id, turns=n, load=functools.partial(_database_read, owner_id)
     )
     return _context(owner_id, memory, source)
+
+
+def _context_turns(owner_id: str, turns: int | None) -> int:
+    """Check a context's arguments; return how many turns it holds."""
+    _check_owner(owner_id)
+    n = conf.CONTEXT_TURNS if turns is None else turns
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= conf.MAX_CONTEXT_TURNS:
+        raise ValidationError(
+            {"turns": [f"Ensure this value is between 0 and {conf.MAX_CONTEXT_TURNS}."]}
+        )
+    return n
+
+
+@aio.twin_of(context_get)
+async def acontext_get(*, owner_id: str, turns: int | None = None) -> ContextPayload:
+    # NOTE: not aio.twin(context_get): a warm read is natively async (memory.cache.aio, no
+    # thread hop); a cold one takes one hop into the same sync read path.
+    n = _context_turns(owner_id, turns)
+    with database_guard():
+        memory, source = await cache.aread_through(
+            owner_id=owner_id, turns=n, load=functools.partial(_database_read, owner_id)
+        )
+    return _context(owner_id, memory, source)
+
+
+def _max_tokens_check(max_tokens: int | None) -> None:
+    if max_tokens is not None and (
+        not isinstance(max_tokens, int)
+        or isinstance(max_tokens, bool)
+        or not 1 <= max_tokens <= tokens.MAX_TOKENS
+    ):
+        raise ValidationError(
+            {"max_tokens": [f"Ensure this value is between 1 and {tokens.MAX_TOKENS}."]}
+        )
+
+
+def _messages_turns(max_tokens: int | None, turns: int | None) -> int | None:
+    """How many turns ``context_messages`` reads: as asked; with a budget, at most them all."""
+    return conf.MAX_CONTEXT_TURNS if turns is None and max_tokens is not None else turns
+
+
+def _facts_text(facts: dict[str, Any]) -> str:
+    """The owner's facts as the text of the context's system message, one ``- key: value``
+    line per fact, by key.
+
+    A string is written as it is, Chinese included, unless it holds a line break or another
+    control character: then, like any other value, it is written as JSON (non-ASCII kept), so
+    that no value can pose as another line.
+    """
+    if not facts:
+        return "Known facts about the user: none yet."
+    lines = ["Known facts about the user:"]
+    for key, value in facts.items():
+        plain = isinstance(value, str) and value.isprintable()
+        text = value if plain else codec.dumps(value).decode()
+        lines.append(f"- {key}: {text}")
+    return "\n".join(lines)
+
+
+def _context_messages(context: ContextPayload, max_tokens: int | None) -> ContextMessagesPayload:
+    """``context`` as model messages, its turns cut to ``max_tokens`` (see ``context_messages``)."""
+    count = tokens.counter_get()
+    system: MessagePayload = {"role": "system", "content": _facts_text(context["facts"])}
+    used = count(system["content"])
+    if max_tokens is not None and used > max_tokens:
+        raise ValidationError(
+            {
+                "max_tokens": [
+                    f"The user's facts alone take {used} tokens, more than {max_tokens}: "
+                    "ask for at least that many."
+                ]
+            }
+        )
+    kept: list[MessagePayload] = []
+    for turn in reversed(context["turns"]):
+        cost = count(turn["content"])
+        if max_tokens is not None and used + cost > max_tokens:
+            # NOTE: the newest turns that fit, with no gap: an older, shorter turn after one
+            # that did not fit would be a reply without its question.
+            break
+        used += cost
+        kept.append({"role": turn["role"], "content": turn["content"]})
+    kept.reverse()
+    return {
+        "user_id": context["user_id"],
+        "messages": [system, *kept],
+        "facts": context["facts"],
+        "source": context["source"],
+        "tokens": used,
+    }
+
+
+def context_messages(
+    *, owner_id: str, max_tokens: int | None = None, turns: int | None = None
+) -> ContextMessagesPayload:
+    """The owner's context as the messages an LLM chat API takes, oldest first.
+
+    The first message is ``{"role": "system", "content": ...}``, the facts as text (``- key:
+    value`` lines, by key; "none yet" when there are none); then one ``{"role", "content"}``
+    per turn, content kept exactly. Without ``max_tokens``, the turns are the last ``turns``
+    (as for ``context_get``). With ``max_tokens`` (1..``tokens.MAX_TOKENS``), they are the
+    newest of the last ``turns`` (default: ``MEMORY["MAX_CONTEXT_TURNS"]``) that fit in
+    ``max_tokens`` together with the system message: whole turns, the newest first, stopping at
+    the first one that does not fit, in their order. ``tokens`` is what the messages' contents
+    count by ``MEMORY["TOKEN_COUNTER"]`` (roles and a chat API's per-message overhead are not
+    counted); with ``max_tokens`` it is never above it. ``facts`` and ``source`` are the context's.
+
+    Read through ``context_get`` (cache first, the same facts and turns when Redis fails).
+    Raises ``ValidationError`` for a bad owner id, turn count or ``max_tokens``, and
+    (``{"max_tokens": ...}``) when the facts' message alone exceeds ``max_tokens``: facts are
+    never cut. Raises ``MemoryUnavailable`` when the database cannot be reached and
+    ``ImproperlyConfigured`` for a bad ``MEMORY["TOKEN_COUNTER"]``.
+    """
+    _max_tokens_check(max_tokens)
+    context = context_get(owner_id=owner_id, turns=_messages_turns(max_tokens, turns))
+    return _context_messages(context, max_tokens)
+
+
+@aio.twin_of(context_messages)
+async def acontext_messages(
+    *, owner_id: str, max_tokens: int | None = None, turns: int | None = None
+) -> ContextMessagesPayload:
+    _max_tokens_check(max_tokens)
+    context = await acontext_get(owner_id=owner_id, turns=_messages_turns(max_tokens, turns))
+    return _context_messages(context, max_tokens)
 
 
 @database_guard()
@@ -214,6 +337,17 @@ def fact_list(*, owner_id: str) -> list[FactPayload]:
     return memory.facts
 
 
+@aio.twin_of(fact_list)
+async def afact_list(*, owner_id: str) -> list[FactPayload]:
+    # NOTE: natively async on a warm copy, as acontext_get.
+    _check_owner(owner_id)
+    with database_guard():
+        memory, _ = await cache.aread_through(
+            owner_id=owner_id, turns=0, load=functools.partial(_database_read, owner_id)
+        )
+    return memory.facts
+
+
 @database_guard()
 def fact_history(*, owner_id: str, key: str) -> list[FactVersionPayload]:
     """Every version of one fact of the owner, newest first (empty if it never existed)."""
@@ -224,6 +358,9 @@ def fact_history(*, owner_id: str, key: str) -> list[FactVersionPayload]:
         raise ValidationError({"key": e.messages}) from e
     versions = FactVersion.objects.filter(owner__external_id=owner_id, key=key).order_by("-version")
     return [fact_version_payload(version) for version in versions]
+
+
+afact_history = aio.twin(fact_history)
 
 
 @database_guard()
@@ -249,6 +386,9 @@ def turn_list(
     return [turn_payload_from_row(row) for row in rows[:limit]], len(rows) > limit
 
 
+aturn_list = aio.twin(turn_list)
+
+
 @database_guard()
 def session_list(*, owner_id: str) -> list[SessionPayload]:
     """The owner's sessions, most recently seen first."""
@@ -257,6 +397,9 @@ def session_list(*, owner_id: str) -> list[SessionPayload]:
         "-last_seen", "session_id"
     )
     return [session_payload(session) for session in sessions]
+
+
+asession_list = aio.twin(session_list)
 
 
 def health_get() -> HealthPayload:
@@ -272,9 +415,15 @@ def health_get() -> HealthPayload:
     return {"database": database, "cache": cache.ping()}
 
 
+ahealth_get = aio.twin(health_get)
+
+
 def owner_exists(*, owner_id: str) -> bool:
     """Whether the database holds anything of this owner."""
     return Owner.objects.filter(external_id=owner_id).exists()
+
+
+aowner_exists = aio.twin(owner_exists)
 
 
 class OwnerSummary(TypedDict):
@@ -319,6 +468,9 @@ def owner_summary_get(*, owner_id: str) -> OwnerSummary | None:
     }
 
 
+aowner_summary_get = aio.twin(owner_summary_get)
+
+
 @database_guard()
 def owner_recent_list(*, limit: int) -> list[str]:
     """The ids of the ``limit`` owners written to most recently, newest first (one index scan).
@@ -327,6 +479,9 @@ def owner_recent_list(*, limit: int) -> list[str]:
     """
     owners = Owner.objects.order_by("-updated_at").values_list("external_id", flat=True)
     return list(owners[:limit])
+
+
+aowner_recent_list = aio.twin(owner_recent_list)
 
 
 def owner_id_iter(*, min_last_seq: int = 0, chunk_size: int = 1000) -> Iterator[str]:
@@ -338,12 +493,33 @@ def owner_id_iter(*, min_last_seq: int = 0, chunk_size: int = 1000) -> Iterator[
     """
     after = 0
     while True:
-        with database_guard():
-            rows = list(
-                Owner.objects.filter(pk__gt=after, last_seq__gt=min_last_seq)
-                .order_by("pk")
-                .values_list("pk", "external_id")[:chunk_size]
-            )
+        rows = _owner_id_chunk(min_last_seq, after, chunk_size)
+        for pk, owner_id in rows:
+            after = pk
+            yield owner_id
+        if len(rows) < chunk_size:
+            return
+
+
+@database_guard()
+def _owner_id_chunk(min_last_seq: int, after: int, chunk_size: int) -> list[tuple[int, str]]:
+    """The next ``chunk_size`` (pk, owner id) of ``owner_id_iter`` after the pk ``after``."""
+    return list(
+        Owner.objects.filter(pk__gt=after, last_seq__gt=min_last_seq)
+        .order_by("pk")
+        .values_list("pk", "external_id")[:chunk_size]
+    )
+
+
+_aowner_id_chunk = sync_to_async(_owner_id_chunk, thread_sensitive=True)
+
+
+@aio.twin_of(owner_id_iter)
+async def aowner_id_iter(*, min_last_seq: int = 0, chunk_size: int = 1000) -> AsyncIterator[str]:
+    # NOTE: one hop per chunk of ids, not per id.
+    after = 0
+    while True:
+        rows = await _aowner_id_chunk(min_last_seq, after, chunk_size)
         for pk, owner_id in rows:
             after = pk
             yield owner_id
@@ -367,6 +543,9 @@ def stats_get() -> StatsPayload:
         "facts": Fact.objects.count(),
         "cache": cache.stats(),
     }
+
+
+astats_get = aio.twin(stats_get)
 
 
 def _owner_turns(owner_pk: int) -> QuerySet[Turn]:
@@ -403,6 +582,12 @@ def turn_search(*, owner_id: str, q: str, limit: int = 20) -> list[TurnPayload]:
     return [turn_payload_from_row(row) for row in rows]
 
 
+aturn_search = aio.twin(turn_search)
+
+# NOTE: the name the issue asked for; the Django way names it aturn_search.
+asearch = aturn_search
+
+
 @database_guard()
 def turn_search_queryset(*, q: str, queryset: QuerySet[Turn] | None = None) -> QuerySet[Turn]:
     """The turns of ``queryset`` (every owner's by default) that match ``q`` as in
@@ -421,8 +606,27 @@ def turn_search_queryset(*, q: str, queryset: QuerySet[Turn] | None = None) -> Q
     return matches
 
 
+aturn_search_queryset = aio.twin(turn_search_queryset)
+
+
 __all__ = [
+    "acontext_get",
+    "acontext_messages",
+    "afact_history",
+    "afact_list",
+    "ahealth_get",
+    "aowner_exists",
+    "aowner_id_iter",
+    "aowner_recent_list",
+    "aowner_summary_get",
+    "asearch",
+    "asession_list",
+    "astats_get",
+    "aturn_list",
+    "aturn_search",
+    "aturn_search_queryset",
     "context_get",
+    "context_messages",
     "fact_history",
     "fact_list",
     "health_get",

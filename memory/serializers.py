@@ -16,6 +16,7 @@ from rest_framework import serializers
 from memory.conf import conf
 from memory.models import Role
 from memory.search import MAX_QUERY_CHARS, MAX_RESULTS
+from memory.tokens import MAX_TOKENS
 from memory.validators import (
     SESSION_ID_RE,
     validate_content,
@@ -141,6 +142,23 @@ class ContextQuerySerializer(serializers.Serializer):
     )
 
 
+class ContextMessagesQuerySerializer(serializers.Serializer):
+    """The query of ``GET users/{user_id}/context/messages/``."""
+
+    max_tokens = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_TOKENS,
+        help_text='Token budget of all the messages, counted by MEMORY["TOKEN_COUNTER"]: the '
+        "facts' message, then the newest whole turns that fit. 400 if the facts alone exceed it.",
+    )
+    turns = ContextTurnsField(
+        required=False,
+        help_text='Most turns; default MEMORY["CONTEXT_TURNS"], or with max_tokens '
+        'MEMORY["MAX_CONTEXT_TURNS"].',
+    )
+
+
 class FactPutInputSerializer(serializers.Serializer):
     """The body of ``PUT users/{user_id}/facts/{key}/``."""
 
@@ -235,6 +253,23 @@ class ContextSerializer(serializers.Serializer):
     facts = serializers.DictField(child=serializers.JSONField(allow_null=True))
     turns = TurnSerializer(many=True)
     source = serializers.ChoiceField(choices=["cache", "database"])
+
+
+class MessageSerializer(serializers.Serializer):
+    """One message of an LLM chat API."""
+
+    role = serializers.ChoiceField(choices=Role.choices)
+    content = serializers.CharField(allow_blank=True)
+
+
+class ContextMessagesSerializer(serializers.Serializer):
+    """The context as model messages: the facts as a system message, then the turns."""
+
+    user_id = serializers.CharField()
+    messages = MessageSerializer(many=True)
+    facts = serializers.DictField(child=serializers.JSONField(allow_null=True))
+    source = serializers.ChoiceField(choices=["cache", "database"])
+    tokens = serializers.IntegerField(min_value=0)
 
 
 class FactSerializer(serializers.Serializer):

@@ -27,7 +27,7 @@ from django.db.models import (
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
-from memory import cache, codec, extraction
+from memory import aio, cache, codec, extraction
 from memory.exceptions import (
     FactNotFound,
     FactVersionConflict,
@@ -162,6 +162,9 @@ def turn_append(
             owner, prev, turns=[turn_payload(turn)], facts=[fact_payload(f) for f in facts]
         )
         return turn
+
+
+aturn_append = aio.twin(turn_append)
 
 
 def _turn_facts_find(owner_id: str, role: str, content: str) -> list[Any] | None:
@@ -557,6 +560,9 @@ def fact_put(
         return fact, created
 
 
+afact_put = aio.twin(fact_put)
+
+
 def facts_merge(
     *, owner_id: str, facts: Mapping[str, Any], session_id: str | None = None
 ) -> list[Fact]:
@@ -594,6 +600,9 @@ def facts_merge(
         return list(Fact.objects.filter(owner=owner).order_by("key"))
 
 
+afacts_merge = aio.twin(facts_merge)
+
+
 def fact_delete(*, owner_id: str, key: str, expected_version: int | None = None) -> None:
     """Delete one fact of the owner, leaving a last ``deleted`` version in its history.
 
@@ -625,6 +634,9 @@ def fact_delete(*, owner_id: str, key: str, expected_version: int | None = None)
         cache.write_commit(owner, prev, deleted_keys=[key])
 
 
+afact_delete = aio.twin(fact_delete)
+
+
 def turn_delete(*, owner_id: str, seq: int) -> bool:
     """Delete one turn (an operator's correction); return whether it existed.
 
@@ -644,6 +656,9 @@ def turn_delete(*, owner_id: str, seq: int) -> bool:
         cache.stamp_take(owner)
         cache.write_commit(owner, 0, drop=True)
         return True
+
+
+aturn_delete = aio.twin(turn_delete)
 
 
 def memory_forget(*, owner_id: str) -> bool:
@@ -670,11 +685,17 @@ def memory_forget(*, owner_id: str) -> bool:
         return True
 
 
+amemory_forget = aio.twin(memory_forget)
+
+
 def cache_drop(*, owner_id: str) -> bool:
     """Drop the owner's cached copy so that the next read rehydrates; return whether Redis
     confirmed. Needs no database write; never raises for a Redis failure."""
     _check("user_id", validate_owner_id, owner_id)
     return cache.copy_drop(owner_id=owner_id, stamp=cache.stamp_get(owner_id))
+
+
+acache_drop = aio.twin(cache_drop)
 
 
 def _prunable_turns(
@@ -767,6 +788,9 @@ def turns_prune(
         deleted += len(rows)
         if len(rows) < batch_size:
             return deleted
+
+
+aturns_prune = aio.twin(turns_prune)
 
 
 class LinkResult(NamedTuple):
@@ -926,3 +950,29 @@ def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
         cache.write_commit(target, 0, drop=True)
         memory_forget(owner_id=from_owner_id)
         return LinkResult(turns_moved, facts_moved)
+
+
+amemory_link = aio.twin(memory_link)
+
+
+__all__ = [
+    "LinkResult",
+    "acache_drop",
+    "afact_delete",
+    "afact_put",
+    "afacts_merge",
+    "amemory_forget",
+    "amemory_link",
+    "aturn_append",
+    "aturn_delete",
+    "aturns_prune",
+    "cache_drop",
+    "fact_delete",
+    "fact_put",
+    "facts_merge",
+    "memory_forget",
+    "memory_link",
+    "turn_append",
+    "turn_delete",
+    "turns_prune",
+]

@@ -44,6 +44,11 @@ urlpatterns: list[URLPattern] = [
     path("users/<owner:user_id>/", views.UserView.as_view(), name="user"),
     path("users/<owner:user_id>/turns/", views.TurnsView.as_view(), name="turns"),
     path("users/<owner:user_id>/context/", views.ContextView.as_view(), name="context"),
+    path(
+        "users/<owner:user_id>/context/messages/",
+        views.ContextMessagesView.as_view(),
+        name="context-messages",
+    ),
     path("users/<owner:user_id>/facts/", views.FactsView.as_view(), name="facts"),
     path("users/<owner:user_id>/facts/<fact_key:key>/", views.FactView.as_view(), name="fact"),
     path(

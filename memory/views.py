@@ -32,6 +32,8 @@ from memory.exceptions import FactNotFound, FactVersionConflict, MemoryUnavailab
 from memory.payloads import fact_payload, turn_payload
 from memory.permissions import CanReachOwner, can_reach
 from memory.serializers import (
+    ContextMessagesQuerySerializer,
+    ContextMessagesSerializer,
     ContextQuerySerializer,
     ContextSerializer,
     ErrorSerializer,
@@ -265,6 +267,21 @@ class ContextView(MemoryView):
         if request.query_params:
             turns = _validated(ContextQuerySerializer, request.query_params.dict()).get("turns")
         return Response(selectors.context_get(owner_id=user_id, turns=turns))
+
+
+class ContextMessagesView(MemoryView):
+    """``users/{user_id}/context/messages/``: the context as an LLM chat API's messages."""
+
+    @extend_schema(
+        tags=["context"],
+        parameters=[USER_ID, ContextMessagesQuerySerializer],
+        responses=_responses({200: ContextMessagesSerializer}, READ_ERRORS),
+        summary="The context as model messages, within a token budget",
+        operation_id="context_messages",
+    )
+    def get(self, request: Request, user_id: str) -> Response:
+        query = _validated(ContextMessagesQuerySerializer, request.query_params.dict())
+        return Response(selectors.context_messages(owner_id=user_id, **query))
 
 
 class FactsView(MemoryView):

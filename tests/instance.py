@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,21 +38,23 @@ def environment() -> dict[str, str]:
     }
 
 
-def spawn(*args: str) -> subprocess.Popen[str]:
-    """Start ``python -m tests.instance *args`` as another instance; read its JSON on stdout."""
+def spawn(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start ``python -m tests.instance *args`` as another instance; read its JSON on stdout.
+    ``env`` adds to its environment (``{"REDIS_URL": own_redis.url}``: a Redis of the test's own).
+    """
     return subprocess.Popen(
         [sys.executable, "-m", "tests.instance", *args],
         cwd=ROOT,
-        env=environment(),
+        env={**environment(), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
 
 
-def run(*args: str) -> Any:
+def run(*args: str, env: Mapping[str, str] | None = None) -> Any:
     """Run ``python -m tests.instance *args`` to its end and return what it printed."""
-    out, err = (proc := spawn(*args)).communicate(timeout=120)
+    out, err = (proc := spawn(*args, env=env)).communicate(timeout=120)
     assert proc.returncode == 0, err
     return json.loads(out)
 
@@ -94,6 +97,13 @@ def main(argv: list[str]) -> None:
             for other in owner_ids
         ]
         print(json.dumps(contexts, ensure_ascii=False))
+    elif command == "langchain":
+        # langchain <owner id> <session id> <input> <reply>: one turn of tests/test_langchain.py's
+        # chain; prints what its model was given, as [[type, content]...].
+        from tests.test_langchain import chain_turn
+
+        seen = chain_turn(owner_id=owner_id, session_id=argv[2], text=argv[3], reply=argv[4])
+        print(json.dumps(seen, ensure_ascii=False))
     elif command == "link":
         result = services.memory_link(owner_id=owner_id, from_owner_id=argv[2])
         print(json.dumps(result._asdict()))

@@ -27,6 +27,7 @@ OPERATIONS = [
     "turn_append",
     "turn_list",
     "context_get",
+    "context_messages",
     "fact_list",
     "facts_merge",
     "fact_put",
@@ -40,9 +41,17 @@ OPERATIONS = [
 ]
 # NOTE: operations that rightly refuse some schema-valid input with a 400, as OpenAPI 3.0
 # cannot say it: free JSON (turn metadata, fact values: "no NUL in any nested string, at most
-# 32 levels, 16 KiB"), a link of a user to itself, and a search text that is blank or holds a
-# NUL (its schema has no pattern yet). Every other check still applies to them.
-REFUSES_SOME_VALID_INPUT = {"turn_append", "facts_merge", "fact_put", "memory_link", "turn_search"}
+# 32 levels, 16 KiB"), a link of a user to itself, a search text that is blank or holds a
+# NUL (its schema has no pattern yet), and a max_tokens below what the user's facts take.
+# Every other check still applies to them.
+REFUSES_SOME_VALID_INPUT = {
+    "turn_append",
+    "facts_merge",
+    "fact_put",
+    "memory_link",
+    "turn_search",
+    "context_messages",
+}
 # Operations with nothing to make invalid.
 NO_INPUT = {"health_get"}
 

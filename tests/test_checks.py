@@ -171,3 +171,25 @@ def test_cache_must_not_ignore_exceptions():
 def test_cache_without_socket_timeouts_warns():
     slow = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:6379/0"}
     assert ids(CACHES=caches(slow=slow), MEMORY=memory(CACHE_ALIAS="slow")) == ["memory.W004"]
+
+
+@pytest.mark.parametrize("value", ["memory.tokens.no_such_counter", "nowhere.count", 42, None])
+def test_token_counter_must_import(value):
+    found = messages(MEMORY=memory(TOKEN_COUNTER=value))
+    assert [m.id for m in found] == ["memory.E016"]
+    assert "MEMORY['TOKEN_COUNTER']" in found[0].msg
+
+
+def test_token_counter_must_be_callable():
+    assert ids(MEMORY=memory(TOKEN_COUNTER="memory.tokens.MAX_TOKENS")) == ["memory.E016"]
+
+
+def test_token_counter_may_be_any_callable():
+    assert ids(MEMORY=memory(TOKEN_COUNTER="builtins.len")) == []
+
+
+def test_tiktoken_counter_needs_its_encoding_cached(monkeypatch, tmp_path):
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    found = messages(MEMORY=memory(TOKEN_COUNTER="memory.tokens.tiktoken_counter"))
+    assert [m.id for m in found] == ["memory.E015"]
+    assert "o200k_base" in found[0].msg

@@ -1,0 +1,182 @@
+"""LangChain's chat history over the memory: ``MemoryChatMessageHistory(owner_id=...,
+session_id=...)``, sync and async. Needs the extra: ``pip install "django-memory[langchain]"``."""
+
+from __future__ import annotations
+
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        ChatMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+    )
+except ImportError as e:
+    raise ImportError(
+        'memory.integrations.langchain needs langchain-core: pip install "django-memory[langchain]"'
+    ) from e
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import connection
+
+from memory import selectors, services
+from memory.payloads import ContextMessagesPayload, MessagePayload
+
+ROLES: dict[type[BaseMessage], str] = {
+    HumanMessage: "user",
+    AIMessage: "assistant",
+    SystemMessage: "system",
+    ToolMessage: "tool",
+}
+# The roles a ChatMessage may have, with LangChain's own names for two of them.
+CHAT_ROLES = {
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "ai": "assistant",
+    "system": "system",
+    "tool": "tool",
+}
+
+
+def message_role(message: BaseMessage) -> str:
+    """The turn role of a LangChain message: user, assistant, system or tool.
+
+    A ``ChatMessage`` keeps its own role when it is one of those (or ``human``, ``ai``). Raises
+    ``ValueError`` for any other message (a ``FunctionMessage``, a ``ChatMessage`` of another
+    role) or for content that is not text (a list of content blocks): a turn holds text only.
+    """
+    role = next((r for cls, r in ROLES.items() if isinstance(message, cls)), None)
+    if isinstance(message, ChatMessage):
+        role = CHAT_ROLES.get(message.role)
+    if role is None:
+        raise ValueError(f"A {type(message).__name__} cannot be stored as a memory turn.")
+    if not isinstance(message.content, str):
+        raise ValueError("Only text content can be stored as a memory turn.")
+    return role
+
+
+def message_from_payload(message: MessagePayload) -> BaseMessage:
+    """The LangChain message of one of ``context_messages``' messages."""
+    role, content = message["role"], message["content"]
+    if role == "user":
+        return HumanMessage(content=content)
+    if role == "assistant":
+        return AIMessage(content=content)
+    if role == "system":
+        return SystemMessage(content=content)
+    # NOTE: a turn keeps no tool call id; the model sees the tool's text all the same.
+    return ToolMessage(content=content, tool_call_id="")
+
+
+@contextmanager
+def _thread_connection() -> Iterator[None]:
+    """Close the database connection this block opened, if it opened one outside the main
+    thread.
+
+    NOTE: LangChain runs a history's sync methods in worker threads of its own executor
+    (``RunnableWithMessageHistory`` loads history through ``RunnableParallel``); a Django
+    connection opened there is no request's, so nothing would close it but the thread's end. A
+    connection that was open before (a request's, a transaction's) is left as it was, and so is
+    the main thread's (a script's, a worker's), which the next call reuses.
+    """
+    opened = connection.connection is None and threading.current_thread() is not (
+        threading.main_thread()
+    )
+    try:
+        yield
+    finally:
+        if opened and not connection.in_atomic_block:
+            connection.close()
+
+
+class MemoryChatMessageHistory(BaseChatMessageHistory):
+    """The chat history of one session of a memory owner, for LangChain
+    (``RunnableWithMessageHistory``'s ``get_session_history``).
+
+    ``messages`` is the owner's whole context, not this session's alone: the facts as a system
+    message (left out while the owner has none, so that a new history is empty), then the
+    owner's last turns of every session, oldest first (``selectors.context_messages`` with
+    ``turns`` and ``max_tokens``, as given here). ``add_messages`` appends each message as a
+    turn of ``session_id`` (``services.turn_append``): a ``HumanMessage`` as ``user``, an
+    ``AIMessage`` as ``assistant``, a ``SystemMessage`` as ``system``, a ``ToolMessage`` as
+    ``tool``. ``clear`` forgets the owner (``services.memory_forget``): every session's turns
+    and all facts, since a session owns nothing of its own.
+
+    The ``a...`` methods are the async twins. Errors are the services' and selectors':
+    ``ValidationError`` for a bad id or message, ``MemoryUnavailable`` when the database cannot
+    be reached; ``ValueError`` for a message that is not a text turn (``message_role``).
+    """
+
+    def __init__(
+        self,
+        *,
+        owner_id: str,
+        session_id: str,
+        turns: int | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.owner_id = owner_id
+        self.session_id = session_id
+        self.turns = turns
+        self.max_tokens = max_tokens
+
+    def _messages(self, context: ContextMessagesPayload) -> list[BaseMessage]:
+        system, *turns = context["messages"]
+        messages = [message_from_payload(message) for message in turns]
+        if context["facts"]:
+            messages.insert(0, message_from_payload(system))
+        return messages
+
+    def _turn(self, message: BaseMessage) -> dict[str, Any]:
+        role = message_role(message)
+        return {
+            "owner_id": self.owner_id,
+            "session_id": self.session_id,
+            "role": role,
+            "content": message.content,
+        }
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        with _thread_connection():
+            context = selectors.context_messages(
+                owner_id=self.owner_id, max_tokens=self.max_tokens, turns=self.turns
+            )
+        return self._messages(context)
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        return self._messages(
+            await selectors.acontext_messages(
+                owner_id=self.owner_id, max_tokens=self.max_tokens, turns=self.turns
+            )
+        )
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        # NOTE: every message is checked before the first is stored.
+        turns = [self._turn(message) for message in messages]
+        with _thread_connection():
+            for turn in turns:
+                services.turn_append(**turn)
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        turns = [self._turn(message) for message in messages]
+        for turn in turns:
+            await services.aturn_append(**turn)
+
+    def clear(self) -> None:
+        with _thread_connection():
+            services.memory_forget(owner_id=self.owner_id)
+
+    async def aclear(self) -> None:
+        await services.amemory_forget(owner_id=self.owner_id)
+
+
+__all__ = ["MemoryChatMessageHistory", "message_from_payload", "message_role"]

@@ -1,0 +1,132 @@
+"""Token counters for ``MEMORY["TOKEN_COUNTER"]``: the default estimate, tiktoken's count when it
+works offline, and ``counter_get()``, which resolves the setting on each use."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from memory.conf import conf
+
+TokenCounter = Callable[[str], int]
+
+# Largest ``max_tokens`` a caller may ask for: above any model's context window.
+MAX_TOKENS = 10_000_000
+
+# The encoding ``tiktoken_counter`` counts with (GPT-4o and later models).
+TIKTOKEN_ENCODING = "o200k_base"
+
+# Characters of scripts written without spaces, each about one token (or more) to a model's
+# tokenizer: CJK ideographs and their extensions, radicals, kana, bopomofo, Hangul, CJK and
+# full-width punctuation.
+_CJK = (
+    "\u1100-\u11ff\u2e80-\u2fdf\u2ff0-\u9fff\ua960-\ua97f\uac00-\ud7ff"
+    "\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003ffff"
+)
+# A CJK character, a word of other letters and digits, or any other character but white space.
+_PIECES = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|\S")
+
+
+def estimate_counter(text: str) -> int:
+    """An estimate of ``text``'s tokens that needs no tokenizer (the default counter).
+
+    Each CJK character (Chinese, Japanese, Korean, and their punctuation) counts one; each run of
+    other letters and digits (a word) counts one per started four characters; every other
+    character that is not white space (punctuation, a symbol, an emoji) counts one; white space
+    counts nothing. It leans high for English (a 5-8 letter word counts two); for Chinese, real
+    tokenizers differ by model (about one token a character or fewer in o200k_base, often more
+    in cl100k_base). Where a budget is a hard limit, count with the model's own tokenizer.
+    Never raises for a string.
+    """
+    # NOTE: a piece of one character counts one whatever it is; only words are longer.
+    return sum((len(piece) + 3) // 4 for piece in _PIECES.findall(text))
+
+
+def _tiktoken_cache_path(encoding: str) -> str | None:
+    """Where tiktoken keeps ``encoding``'s file once fetched, by its own rules; ``None`` when its
+    cache is turned off (``TIKTOKEN_CACHE_DIR=""``)."""
+    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
+    if cache_dir is None:
+        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    if cache_dir == "":
+        return None
+    blob = f"https://openaipublic.blob.core.windows.net/encodings/{encoding}.tiktoken"
+    return os.path.join(cache_dir, hashlib.sha1(blob.encode()).hexdigest())
+
+
+def tiktoken_unavailable() -> str | None:
+    """Why ``tiktoken_counter`` cannot count here, or ``None`` when it can.
+
+    It can when the ``tiktoken`` package is installed and the ``o200k_base`` encoding is in
+    tiktoken's cache (``TIKTOKEN_CACHE_DIR``), since the app never lets it fetch the file.
+    """
+    try:
+        import tiktoken.registry
+    except ImportError:
+        return "the tiktoken package is not installed (pip install tiktoken)"
+    if TIKTOKEN_ENCODING in tiktoken.registry.ENCODINGS:
+        return None
+    path = _tiktoken_cache_path(TIKTOKEN_ENCODING)
+    if path is None or not os.path.exists(path):
+        return (
+            f"tiktoken's {TIKTOKEN_ENCODING} encoding is not in its cache "
+            f"({path or 'TIKTOKEN_CACHE_DIR is empty: caching is off'}); fetch it once where the "
+            "network is reachable and point TIKTOKEN_CACHE_DIR at a copy"
+        )
+    return None
+
+
+@functools.cache
+def _tiktoken_encoding() -> Any:
+    # NOTE: checked first, because tiktoken would download a missing encoding: the app reaches
+    # no outside host at run time. A failure is not cached; a success is, for the process.
+    problem = tiktoken_unavailable()
+    if problem is not None:
+        raise ImproperlyConfigured(f"memory.tokens.tiktoken_counter cannot count: {problem}.")
+    import tiktoken
+
+    return tiktoken.get_encoding(TIKTOKEN_ENCODING)
+
+
+def tiktoken_counter(text: str) -> int:
+    """``text``'s tokens in tiktoken's ``o200k_base`` encoding (GPT-4o and later).
+
+    Text that looks like a special token (``<|endoftext|>``) counts as plain text. Raises
+    ``ImproperlyConfigured`` when tiktoken is not installed or the encoding is not cached
+    (``tiktoken_unavailable()`` says which); it never downloads anything.
+    """
+    return len(_tiktoken_encoding().encode(text, disallowed_special=()))
+
+
+@functools.lru_cache(maxsize=8)
+def _counter_import(path: str) -> TokenCounter:
+    try:
+        counter = import_string(path)
+    except ImportError as e:
+        raise ImproperlyConfigured(
+            f"MEMORY['TOKEN_COUNTER'] {path!r} cannot be imported: {e}"
+        ) from e
+    if not callable(counter):
+        raise ImproperlyConfigured(f"MEMORY['TOKEN_COUNTER'] {path!r} is not callable.")
+    return counter  # type: ignore[no-any-return]
+
+
+def counter_get() -> TokenCounter:
+    """The callable ``MEMORY["TOKEN_COUNTER"]`` names (read on each call).
+
+    Raises ``ImproperlyConfigured``, naming the setting, when the path is not a string, cannot
+    be imported or names something that is not callable (``manage.py check`` says so first:
+    ``memory.E014``).
+    """
+    path = conf.TOKEN_COUNTER
+    if not isinstance(path, str):
+        raise ImproperlyConfigured(f"MEMORY['TOKEN_COUNTER'] must be a dotted path, not {path!r}.")
+    return _counter_import(path)
