@@ -123,7 +123,9 @@ def test_an_anonymous_visitor_talks_as_an_owner_of_their_session(client):
         "Nice to meet you, Wang Jianguo! I'll remember that you like basketball."
     )
     second = say(client, "phone", "hi")
-    assert second.context["reply"]["content"] == "Hello again, Wang Jianguo! Any news on basketball?"
+    assert second.context["reply"]["content"] == (
+        "Hello again, Wang Jianguo! Any news on basketball?"
+    )
     assert anon_id(client) == owner_id
     stored = selectors.turn_list(owner_id=owner_id)[0]
     assert [(t["session_id"], t["role"]) for t in stored] == [
