@@ -20,6 +20,7 @@ from asgiref.sync import sync_to_async
 from django import forms
 from django.contrib.auth import views as auth_views
 from django.core.exceptions import ValidationError
+from django.core.handlers.asgi import ASGIRequest
 from django.http import (
     Http404,
     HttpRequest,
@@ -316,7 +317,8 @@ async def _reply_events(
 async def chat_stream(request: HttpRequest) -> HttpResponseBase:
     """POST a message (the page's form fields): the reply streamed as it is produced, one JSON
     object a line (``application/x-ndjson``): ``context``, then ``delta`` chunks, then
-    ``done`` with the stored turn and the next ``exchange_id``.
+    ``done`` with the stored turn and the next ``exchange_id``. Under an ASGI server each line
+    is sent as it is produced; under WSGI the same lines come in one body at the end.
 
     Bad input is a 400 and a lost database a 503, both ``{"detail": ...}``, before anything is
     streamed; a 404 for an owner the visitor may not reach, as ``chat``. A failure after the
@@ -340,16 +342,19 @@ async def chat_stream(request: HttpRequest) -> HttpResponseBase:
         return JsonResponse({"detail": " ".join(e.messages)}, status=400)
     except MemoryUnavailable:
         return JsonResponse({"detail": UNAVAILABLE}, status=503)
-    response = StreamingHttpResponse(
-        _reply_events(
-            owner_id=speaker.owner_id,
-            session_id=data["session_id"],
-            message=data["message"],
-            exchange_id=data["exchange_id"],
-            context=context,
-        ),
-        content_type="application/x-ndjson; charset=utf-8",
+    events = _reply_events(
+        owner_id=speaker.owner_id,
+        session_id=data["session_id"],
+        message=data["message"],
+        exchange_id=data["exchange_id"],
+        context=context,
     )
+    content_type = "application/x-ndjson; charset=utf-8"
+    if not isinstance(request, ASGIRequest):
+        # NOTE: a WSGI server cannot send an async iterator as it goes (Django would gather it
+        # with a warning): the same lines, gathered here, in one body.
+        return HttpResponse(b"".join([event async for event in events]), content_type=content_type)
+    response = StreamingHttpResponse(events, content_type=content_type)
     # NOTE: a proxy such as nginx would otherwise buffer the whole reply.
     response["X-Accel-Buffering"] = "no"
     return response

@@ -376,6 +376,24 @@ def test_the_stream_view_refuses_what_the_page_refuses(client, settings):
     assert client.get("/chat/stream/").status_code == 405
 
 
+@commits
+def test_under_wsgi_the_stream_view_sends_the_same_lines_in_one_body(client, settings):
+    settings.MEMORYPROJ_RESPONDER = "tests.test_demo_chat.InstantResponder"
+    fields = {
+        "session_id": "laptop",
+        "message": "What's my name?",
+        "exchange_id": exchange_id_of(client, session_id="laptop"),
+    }
+    response = client.post("/chat/stream/", fields)
+    assert response.status_code == 200
+    assert not response.streaming
+    assert response["Content-Type"] == "application/x-ndjson; charset=utf-8"
+    events = [json.loads(line) for line in response.content.splitlines()]
+    reply = 'I don\'t know your name yet. Tell me: "My name is ...".'
+    assert [e["event"] for e in events] == ["context", *["delta"] * len(reply.split()), "done"]
+    assert events[-1]["turn"]["content"] == reply
+
+
 def test_a_responder_without_astream_is_one_chunk():
     async def chunks() -> list[str]:
         responder = ShoutingResponder()
