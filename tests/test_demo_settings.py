@@ -129,6 +129,7 @@ def _production_block() -> str:
     return re.search(r"```sh\n(.*?)```", section, re.DOTALL).group(1)
 
 
+@pytest.mark.slow
 def test_check_deploy_is_clean_with_the_documented_production_environment():
     block = _production_block()
     assert "export DJANGO_SECRET_KEY=" in block and "DJANGO_DEBUG" not in block
@@ -207,7 +208,17 @@ def _get(url: str) -> tuple[int, str, bytes]:
         return response.status, response.headers["Content-Type"], response.read()
 
 
-def test_static_files_are_served_with_debug_off_under_gunicorn(tmp_path):
+SERVERS = {
+    "gunicorn": ["-m", "gunicorn", "memoryproj.wsgi:application", "--workers", "1",
+                 "--log-level", "warning", "--bind", "127.0.0.1:{port}"],
+    "uvicorn": ["-m", "uvicorn", "memoryproj.asgi:application", "--log-level", "warning",
+                "--host", "127.0.0.1", "--port", "{port}"],
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server_name", sorted(SERVERS))
+def test_static_files_are_served_with_debug_off(tmp_path, server_name):
     env = _env(
         DJANGO_SECRET_KEY=KEY,
         DJANGO_STATIC_ROOT=str(tmp_path / "static"),
@@ -217,12 +228,10 @@ def test_static_files_are_served_with_debug_off_under_gunicorn(tmp_path):
     collected = _manage(env, "collectstatic", "--noinput", "-v", "0")
     assert collected.returncode == 0, collected.stderr
     port = free_port()
-    log = (tmp_path / "gunicorn.log").open("wb")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "memoryproj.wsgi:application",
-         "--bind", f"127.0.0.1:{port}", "--workers", "1", "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=log, stderr=log,
-    )  # fmt: skip
+    log_path = tmp_path / "server.log"
+    log = log_path.open("wb")
+    command = [sys.executable, *(a.format(port=port) for a in SERVERS[server_name])]
+    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -231,8 +240,8 @@ def test_static_files_are_served_with_debug_off_under_gunicorn(tmp_path):
                 status, kind, css = _get(f"{base}/static/admin/css/base.css")
                 break
             except OSError:
-                assert server.poll() is None, (tmp_path / "gunicorn.log").read_text()
-                assert time.monotonic() < deadline, "gunicorn did not start"
+                assert server.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, f"{server_name} did not start"
                 time.sleep(0.2)
         assert (status, kind.split(";")[0]) == (200, "text/css")
         assert b"body" in css
@@ -243,6 +252,7 @@ def test_static_files_are_served_with_debug_off_under_gunicorn(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=10)
+    assert "Warning" not in log_path.read_text()
 
 
 @pytest.mark.browser
