@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ from memory.models import Role, Turn
 from memory.payloads import ContextPayload, TurnPayload, turn_payload
 from memory.validators import validate_content, validate_owner_id, validate_session_id
 from memoryproj.responders import reply_chunks, responder_get
+
+logger = logging.getLogger(__name__)
 
 EXCHANGE_ID_RE = r"^[A-Za-z0-9_-]{8,64}$"
 # The visitor's anonymous owner id, kept in their Django session (server side: only the
@@ -291,9 +294,16 @@ async def _reply_events(
         turns=len(context["turns"]),
     )
     chunks: list[str] = []
-    async for chunk in reply_chunks(responder_get(), context=context, message=message):
-        chunks.append(chunk)
-        yield _event("delta", text=chunk)
+    try:
+        async for chunk in reply_chunks(responder_get(), context=context, message=message):
+            chunks.append(chunk)
+            yield _event("delta", text=chunk)
+    except Exception:
+        # NOTE: the status line went out with the first line: end the stream with an error
+        # the page shows, and log the traceback as a 500 would be.
+        logger.exception("The responder failed while streaming a reply to %s", owner_id)
+        yield _event("error", detail="The assistant failed to answer; try again.")
+        return
     try:
         # NOTE: sync services through sync_to_async, one thread hop per operation.
         reply = await sync_to_async(exchange_close)(

@@ -242,5 +242,6 @@ LOGGING = {
         # NOTE: a 500 with DEBUG off, logged with its traceback (Django's default sends it only
         # to ADMINS by mail, which the demo has not).
         "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+        "memoryproj": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }

@@ -10,7 +10,9 @@ update.
 from __future__ import annotations
 
 import json
+import logging
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -37,6 +39,17 @@ class ShoutingResponder:
 
     def respond(self, *, context: ContextPayload, message: str) -> str:
         return f"{message.upper()} ({len(context['facts'])} facts)"
+
+
+class FailingResponder(DeterministicResponder):
+    """Streams two words, then fails, as an LLM call cut off midway."""
+
+    delay = 0.0
+
+    async def astream(self, *, context: ContextPayload, message: str) -> AsyncIterator[str]:
+        yield "Hello "
+        yield "there"
+        raise ConnectionError("the model went away")
 
 
 class InstantResponder(DeterministicResponder):
@@ -156,7 +169,8 @@ def test_another_browser_has_its_own_anonymous_memory(client):
 def test_an_anonymous_visitor_cannot_pick_a_user_id(client):
     services.fact_put(owner_id="wang", key="name", value="Wang Jianguo")
     assert client.get("/chat/", {"user_id": "wang", "session_id": "x"}).status_code == 404
-    owner_id = exchange_id_of(client, session_id="x") and anon_id(client)
+    client.get("/chat/")
+    owner_id = anon_id(client)
     assert say(client, "x", "My name is Bob", user_id="wang").status_code == 404
     # NOTE: nor another visitor's anonymous id, which only that visitor's session holds.
     other = Client()
@@ -288,7 +302,8 @@ def test_a_resubmitted_message_is_stored_once(client):
 
 @commits
 def test_bad_input_is_a_400_and_stores_nothing(client):
-    owner_id = exchange_id_of(client, session_id="laptop") and anon_id(client)
+    client.get("/chat/")
+    owner_id = anon_id(client)
     bad_session = say(client, "s" * 129, "hi", exchange_id="bad-input-00")
     assert bad_session.status_code == 400
     assert "session_id:" in bad_session.content.decode()
@@ -392,6 +407,23 @@ def test_under_wsgi_the_stream_view_sends_the_same_lines_in_one_body(client, set
     reply = 'I don\'t know your name yet. Tell me: "My name is ...".'
     assert [e["event"] for e in events] == ["context", *["delta"] * len(reply.split()), "done"]
     assert events[-1]["turn"]["content"] == reply
+
+
+@commits
+def test_a_responder_failing_midway_ends_the_stream_with_an_error(
+    client, settings, caplog, monkeypatch
+):
+    settings.MEMORYPROJ_RESPONDER = "tests.test_demo_chat.FailingResponder"
+    # NOTE: the demo's LOGGING keeps "memoryproj" to its console handler; caplog listens at root.
+    monkeypatch.setattr(logging.getLogger("memoryproj"), "propagate", True)
+    status, events = _stream(client, "laptop", "hi")
+    assert status == 200
+    assert [e["event"] for e in events] == ["context", "delta", "delta", "error"]
+    assert events[-1]["detail"] == "The assistant failed to answer; try again."
+    assert "ConnectionError: the model went away" in caplog.text
+    # NOTE: the user's turn is stored; no half reply is.
+    stored = selectors.turn_list(owner_id=anon_id(client))[0]
+    assert [t["role"] for t in stored] == ["user"]
 
 
 def test_a_responder_without_astream_is_one_chunk():
