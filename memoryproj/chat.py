@@ -222,6 +222,7 @@ def _page(
             "speaker": speaker,
             "picked_user_id": cleaned.get("user_id") or "",
             "session_id": cleaned.get("session_id", form.data.get("session_id", "")),
+            "session_ok": "session_id" in cleaned,
             "message": form.data.get("message", "") if reply is None else "",
             "context": context,
             "facts": _fact_rows(context["facts"]) if context else [],
@@ -232,6 +233,14 @@ def _page(
         },
         status=status,
     )
+
+
+def _speaker_or_none(request: HttpRequest) -> Speaker | None:
+    """Who the visitor is, for a page that shows an input error: never raises."""
+    try:
+        return speaker_get(request, None)
+    except (Http404, MemoryUnavailable):
+        return None
 
 
 @never_cache
@@ -248,7 +257,7 @@ def chat(request: HttpRequest) -> HttpResponse:
         data.setdefault("session_id", DEFAULT_SESSION_ID)
         form = PickForm(data)
     if not form.is_valid():
-        return _page(request, form, status=400)
+        return _page(request, form, speaker=_speaker_or_none(request), status=400)
     data = form.cleaned_data
     try:
         speaker = speaker_get(request, data.get("user_id") or None)

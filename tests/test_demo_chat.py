@@ -307,9 +307,14 @@ def test_bad_input_is_a_400_and_stores_nothing(client):
     bad_session = say(client, "s" * 129, "hi", exchange_id="bad-input-00")
     assert bad_session.status_code == 400
     assert "session_id:" in bad_session.content.decode()
+    assert 'id="send"' not in bad_session.content.decode()
     bad_user = say(client, "laptop", "hi", user_id="wang jianguo", exchange_id="bad-input-01")
     assert bad_user.status_code == 400
     assert "user_id: Enter 1-128 characters" in bad_user.content.decode()
+    # NOTE: the page still says who is talking, and keeps the conversation for a bad message.
+    empty = say(client, "laptop", "", exchange_id="bad-input-02")
+    assert empty.context["speaker"].owner_id == owner_id
+    assert 'id="send"' in empty.content.decode()
     assert say(client, "laptop", "", exchange_id="bad-input-02").status_code == 400
     assert say(client, "laptop", "hi", exchange_id="x").status_code == 400
     assert say(client, "laptop", "a\x00b", exchange_id="bad-input-03").status_code == 400
