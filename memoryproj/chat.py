@@ -35,7 +35,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from memory import permissions, selectors, services
-from memory.exceptions import MemoryUnavailable
+from memory.exceptions import MemoryException, MemoryUnavailable
 from memory.models import Role, Turn
 from memory.payloads import ContextPayload, TurnPayload, turn_payload
 from memory.validators import validate_content, validate_owner_id, validate_session_id
@@ -284,6 +284,8 @@ def chat(request: HttpRequest) -> HttpResponse:
         return _page(request, form, speaker=speaker, error=" ".join(e.messages), status=400)
     except MemoryUnavailable:
         return _page(request, form, speaker=speaker, error=UNAVAILABLE, status=503)
+    except MemoryException as e:
+        return _page(request, form, speaker=speaker, error=str(e), status=409)
 
 
 def _event(kind: str, **data: Any) -> bytes:
@@ -310,7 +312,8 @@ async def _reply_events(
     except Exception:
         # NOTE: the status line went out with the first line: end the stream with an error
         # the page shows, and log the traceback as a 500 would be.
-        logger.exception("The responder failed while streaming a reply to %s", owner_id)
+        # The owner id stays out of the log, as out of the admin's.
+        logger.exception("The responder failed while streaming a reply")
         yield _event("error", detail="The assistant failed to answer; try again.")
         return
     try:
@@ -327,6 +330,10 @@ async def _reply_events(
         return
     except MemoryUnavailable:
         yield _event("error", detail=UNAVAILABLE)
+        return
+    except MemoryException as e:
+        # NOTE: e.g. a resubmitted exchange whose new reply differs from the one stored.
+        yield _event("error", detail=str(e))
         return
     yield _event("done", turn=turn_payload(reply), exchange_id=secrets.token_urlsafe(16))
 
