@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-faults bench lint format services-up services-down clean
+.PHONY: help install run run-asgi test test-faults bench lint format services-up services-down clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,9 +20,19 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 
 install: $(VENV)/.installed ## Create .venv with the pinned dev requirements
 
+# NOTE: the demo targets (and lint's system checks) turn DEBUG on, as on a developer's machine;
+# the project itself defaults to off.
+DJANGO_DEBUG ?= 1
+run run-asgi lint: export DJANGO_DEBUG := $(DJANGO_DEBUG)
+
 run: $(VENV)/.installed ## Migrate and serve the demo on ADDR=127.0.0.1:8000 (SQLite, no cache, unless DATABASE_URL/REDIS_URL)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py runserver $(ADDR)
+
+run-asgi: $(VENV)/.installed ## The same demo under uvicorn (ASGI): the chat page streams its replies
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py collectstatic --noinput -v 0
+	$(PY) -m uvicorn memoryproj.asgi:application --host $(firstword $(subst :, ,$(ADDR))) --port $(lastword $(subst :, ,$(ADDR)))
 
 test: $(VENV)/.installed ## Run the suite on real PostgreSQL and Redis (PYTEST_ARGS="-k ..." to narrow)
 	@scripts/ensure-chromium

@@ -12,6 +12,10 @@ import os
 
 import dj_database_url
 
+# NOTE: the demo project refuses to start without a key when DEBUG is off; the bench's own,
+# inherited by the gunicorn it spawns.
+os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-secret-key-" + "x" * 40)
+
 from memoryproj.settings import *  # noqa: F403
 from memoryproj.settings import MEMORY, REST_FRAMEWORK
 

@@ -3,6 +3,11 @@
 Every change goes through ``memory.services``, so the Redis copy never serves what the admin
 changed or deleted. Inlines, filters and counts are bounded: an owner with 100,000 turns costs
 the same queries as one with ten.
+
+Who may do what agrees with the API: every page needs ``memory.access_all_memories`` (the
+permission that makes a service caller; ``is_staff`` alone grants nothing), and then the
+model permission of the action: view, change (fact edits, dropping a cached copy) or delete
+(deleting facts and turns, forgetting owners).
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ORDER_VAR
+from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db import connections
@@ -30,7 +37,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
-from memory import selectors, services
+from memory import permissions, selectors, services
 from memory.conf import conf
 from memory.exceptions import FactNotFound, FactVersionConflict, MemoryException
 from memory.models import Fact, FactVersion, Owner, Session, Turn
@@ -143,10 +150,36 @@ class SessionFilter(admin.SimpleListFilter):
 
 
 class MemoryAdmin(admin.ModelAdmin):
-    """Shared behaviour: service refusals become an error message and a redirect, not a 500."""
+    """Shared behaviour: pages for service callers only, and service refusals become an error
+    message and a redirect, not a 500."""
 
     show_full_result_count = False
     paginator = EstimatedCountPaginator
+
+    # NOTE: the admin reads and changes every owner's memory, as a service caller does through
+    # the API: without ``access_all_memories`` no model permission opens a page.
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return permissions.is_service_caller(request.user) and super().has_module_permission(
+            request
+        )
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return permissions.is_service_caller(request.user) and super().has_view_permission(
+            request, obj
+        )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return permissions.is_service_caller(request.user) and super().has_add_permission(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return permissions.is_service_caller(request.user) and super().has_change_permission(
+            request, obj
+        )
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return permissions.is_service_caller(request.user) and super().has_delete_permission(
+            request, obj
+        )
 
     def _url(self, model: type[Any], view: str, *args: Any, **query: Any) -> str:
         opts = model._meta
@@ -282,7 +315,9 @@ class OwnerAdmin(MemoryAdmin):
     # harmless cache actions.
     def has_drop_cache_permission(self, request: HttpRequest) -> bool:
         opts = self.opts
-        return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
+        return permissions.is_service_caller(request.user) and request.user.has_perm(
+            f"{opts.app_label}.change_{opts.model_name}"
+        )
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)
@@ -328,13 +363,30 @@ class OwnerAdmin(MemoryAdmin):
         return deleted, totals, set(), []
 
     def delete_model(self, request: HttpRequest, obj: Owner) -> None:
+        # NOTE: the service also deletes the entry Django's delete view has just logged (it
+        # names the owner); the forget is then recorded without the id.
         try:
-            services.memory_forget(owner_id=obj.external_id)
+            forgotten = services.memory_forget(owner_id=obj.external_id)
         except (MemoryException, ValidationError) as e:
             raise Refused(f"{obj} was not forgotten: {_error_text(e)}") from e
+        self._log_forget(request, int(forgotten))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Owner]) -> None:
         self._forget(request, list(queryset.values_list("external_id", flat=True)))
+
+    def _log_forget(self, request: HttpRequest, count: int) -> None:
+        """Record in the admin log that ``count`` owners were forgotten, naming none of them."""
+        if count == 0:
+            return
+        noun = "memory owner" if count == 1 else "memory owners"
+        LogEntry.objects.create(
+            user_id=request.user.pk,
+            content_type=ContentType.objects.get_for_model(Owner),
+            object_id=None,
+            object_repr=f"{count} {noun} (ids not kept)",
+            action_flag=DELETION,
+            change_message=f"Forgot {count} {noun}: turns, facts, sessions and cached copy.",
+        )
 
     def _forget(self, request: HttpRequest, owner_ids: list[str]) -> int:
         forgotten, failed = 0, []
@@ -343,6 +395,7 @@ class OwnerAdmin(MemoryAdmin):
                 forgotten += services.memory_forget(owner_id=owner_id)
             except (MemoryException, ValidationError) as e:
                 failed.append(f"{owner_id} ({_error_text(e)})")
+        self._log_forget(request, forgotten)
         if failed:
             raise Refused(
                 f"Forgot {forgotten} owner(s); not forgotten: {', '.join(failed)}.",

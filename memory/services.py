@@ -661,11 +661,43 @@ def turn_delete(*, owner_id: str, seq: int) -> bool:
 aturn_delete = aio.twin(turn_delete)
 
 
+def _admin_log_scrub(owner: Owner) -> int:
+    """Delete the Django admin's log entries about ``owner``: those of its owner row (by pk, or
+    by the owner id as their ``object_repr``, which covers an earlier owner of the same id) and
+    of its sessions, turns, facts and fact versions (by pk); return how many went.
+
+    Nothing when ``django.contrib.admin`` is not installed. Runs in the caller's transaction.
+    """
+    # NOTE: imported here: the app works without the admin, and this decides at call time.
+    from django.apps import apps
+
+    if not apps.is_installed("django.contrib.admin"):
+        return 0
+    from django.contrib.admin.models import LogEntry
+    from django.contrib.contenttypes.models import ContentType
+    from django.db.models import Q, TextField
+    from django.db.models.functions import Cast
+
+    types = ContentType.objects.get_for_models(Owner, Session, Turn, Fact, FactVersion)
+    about = Q(content_type=types[Owner]) & (
+        Q(object_id=str(owner.pk)) | Q(object_repr=owner.external_id)
+    )
+    for model in (Session, Turn, Fact, FactVersion):
+        # NOTE: LogEntry.object_id is text; one subquery per model, bounded by the owner's rows
+        # (which the forget deletes anyway).
+        pks = model.objects.filter(owner=owner).values_list(Cast("pk", TextField()))
+        about |= Q(content_type=types[model], object_id__in=pks)
+    deleted, _ = LogEntry.objects.filter(about).delete()
+    return deleted
+
+
 def memory_forget(*, owner_id: str) -> bool:
     """Forget the owner: delete every turn, fact, fact version and session, then its cache.
 
-    Returns whether there was anything to forget. After commit the cached copy is replaced by
-    a content-free floor for a minute, so that a rehydration in flight cannot bring it back.
+    Returns whether there was anything to forget. The admin's log entries about the owner and
+    its rows go in the same transaction, so "Recent actions" never names a forgotten owner (the
+    admin records the forget itself without the id). After commit the cached copy is replaced
+    by a content-free floor for a minute, so that a rehydration in flight cannot bring it back.
     Raises ``MemoryUnavailable`` when the database cannot be reached; then nothing changed.
     """
     _check("user_id", validate_owner_id, owner_id)
@@ -673,6 +705,7 @@ def memory_forget(*, owner_id: str) -> bool:
         owner = _owner_lock(owner_id, create=False)
         if owner is None:
             return False
+        _admin_log_scrub(owner)
         cache.stamp_take(owner)
         # NOTE: the owner row goes, and with it its dirty mark; this row is the durable
         # record that its cached copy must still go, deleted once Redis confirmed.

@@ -1,11 +1,22 @@
-"""ASGI entry point of the demo project."""
+"""ASGI entry point of the demo project (``uvicorn memoryproj.asgi:application``, ``make
+run-asgi``): the same project as under WSGI, with the chat page's replies streamed."""
 
 from __future__ import annotations
 
 import os
+import warnings
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryproj.settings")
+
+# NOTE: WhiteNoise answers static files with a sync file iterator, which Django's ASGI handler
+# reads in a thread (fine for static files) and warns about on the first one; the project's
+# own streamed responses (the chat replies) are async iterators.
+warnings.filterwarnings(
+    "ignore",
+    message="StreamingHttpResponse must consume synchronous iterators",
+    module="django.core.handlers.asgi",
+)
 
 application = get_asgi_application()

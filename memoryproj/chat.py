@@ -1,39 +1,63 @@
-"""The demo chat page (``/chat/``): pick a user id and a session id, talk to the assistant, and see
-the context it answered from. Server-rendered over the app's services and selectors; open to
-anyone only while ``DEBUG`` is on (see ``chat``).
+"""The demo chat page (``/chat/``): talk to the assistant and see the context it answered from.
+
+A visitor who has not logged in talks as an anonymous owner bound to their browser session; a
+logged-in user talks as themselves, and logging in links the anonymous memory into theirs.
+Only service callers may pick another user id. The page posts to ``chat`` (server-rendered,
+works without JavaScript) or, with JavaScript, reads the reply as it is produced from
+``chat_stream`` (an async view: streamed under an ASGI server such as uvicorn).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import secrets
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django import forms
-from django.conf import settings
-from django.contrib.auth.views import redirect_to_login
+from django.contrib.auth import views as auth_views
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.core.handlers.asgi import ASGIRequest
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.shortcuts import render
-from django.urls import reverse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 
 from memory import permissions, selectors, services
-from memory.exceptions import MemoryUnavailable
+from memory.exceptions import MemoryException, MemoryUnavailable
 from memory.models import Role, Turn
 from memory.payloads import ContextPayload, TurnPayload, turn_payload
 from memory.validators import validate_content, validate_owner_id, validate_session_id
-from memoryproj.responders import responder_get
+from memoryproj.responders import reply_chunks, responder_get
+
+logger = logging.getLogger(__name__)
 
 EXCHANGE_ID_RE = r"^[A-Za-z0-9_-]{8,64}$"
+# The visitor's anonymous owner id, kept in their Django session (server side: only the
+# session cookie names it, and nobody else can pick it on this page).
+ANON_SESSION_KEY = "memoryproj_anon_owner_id"
+ANON_PREFIX = "anon-"
+DEFAULT_SESSION_ID = "web"
+UNAVAILABLE = "The memory database is unavailable; try again."
 
 
 class PickForm(forms.Form):
-    """Whose memory, and which session label the turns get."""
+    """Which session label the turns get, and (service callers only) whose memory."""
 
-    user_id = forms.CharField(label="User id", max_length=128, validators=[validate_owner_id])
+    user_id = forms.CharField(
+        label="User id", max_length=128, required=False, validators=[validate_owner_id]
+    )
     session_id = forms.CharField(
         label="Session id", max_length=128, validators=[validate_session_id]
     )
@@ -47,6 +71,15 @@ class MessageForm(PickForm):
 
 
 @dataclass(frozen=True)
+class Speaker:
+    """Whose memory the visitor talks as, and whether they may pick another one."""
+
+    owner_id: str
+    anonymous: bool
+    can_pick: bool
+
+
+@dataclass(frozen=True)
 class Exchange:
     """One message and its reply: the context the reply was computed from, and the reply."""
 
@@ -54,13 +87,61 @@ class Exchange:
     reply: Turn
 
 
-def chat_exchange(*, owner_id: str, session_id: str, message: str, exchange_id: str) -> Exchange:
-    """Store the user's message (fact extraction runs there), read the context, let the
-    responder answer from it, and store the answer.
+def anon_owner_id(request: HttpRequest) -> str:
+    """The visitor's anonymous owner id, made (``anon-`` and 128 random bits) on first use."""
+    owner_id = request.session.get(ANON_SESSION_KEY)
+    if not isinstance(owner_id, str):
+        owner_id = f"{ANON_PREFIX}{secrets.token_hex(16)}"
+        request.session[ANON_SESSION_KEY] = owner_id
+    return owner_id
 
-    Each turn's idempotency key derives from ``exchange_id``: a resubmitted exchange stores
-    nothing new and returns the reply first stored. Raises ``ValidationError`` for bad input
-    and ``MemoryUnavailable`` when the database cannot be reached.
+
+def anon_link(request: HttpRequest) -> int:
+    """Link the memory this browser session made anonymously into the logged-in user's; return
+    how many turns moved (0 when there was nothing, or nobody is logged in).
+
+    The session forgets its anonymous id only once the link committed, so a link that failed
+    (``MemoryUnavailable``, raised) is tried again on the next page.
+    """
+    anon = request.session.get(ANON_SESSION_KEY)
+    owner_id = permissions.owner_id_for(request.user) if request.user.is_authenticated else None
+    if not isinstance(anon, str) or owner_id is None:
+        return 0
+    result = services.memory_link(owner_id=owner_id, from_owner_id=anon)
+    del request.session[ANON_SESSION_KEY]
+    return result.turns_moved
+
+
+def speaker_get(request: HttpRequest, picked: str | None) -> Speaker:
+    """Whose memory this request talks as: a logged-in user's own (their anonymous memory
+    linked in first), the visitor's anonymous one, or ``picked`` for a service caller.
+
+    Raises ``Http404`` for a ``picked`` id the visitor may not reach (as the API answers: a
+    stranger learns nothing), or for a logged-in user the owner mapping gives no id;
+    ``MemoryUnavailable`` when the link cannot reach the database.
+    """
+    user = request.user
+    if not user.is_authenticated:
+        own = anon_owner_id(request)
+        if picked and picked != own:
+            raise Http404
+        return Speaker(owner_id=own, anonymous=True, can_pick=False)
+    anon_link(request)
+    service = permissions.is_service_caller(user)
+    own_id = permissions.owner_id_for(user)
+    owner_id = picked or own_id
+    if owner_id is None or (owner_id != own_id and not service):
+        raise Http404
+    return Speaker(owner_id=owner_id, anonymous=False, can_pick=service)
+
+
+def exchange_open(
+    *, owner_id: str, session_id: str, message: str, exchange_id: str
+) -> ContextPayload:
+    """Store the user's message (fact extraction runs there) and read the context after it.
+
+    Idempotent per ``exchange_id``. Raises ``ValidationError`` for bad input and
+    ``MemoryUnavailable`` when the database cannot be reached.
     """
     services.turn_append(
         owner_id=owner_id,
@@ -69,35 +150,65 @@ def chat_exchange(*, owner_id: str, session_id: str, message: str, exchange_id: 
         content=message,
         idempotency_key=f"chat-{exchange_id}-user",
     )
-    context = selectors.context_get(owner_id=owner_id)
-    reply = services.turn_append(
+    return selectors.context_get(owner_id=owner_id)
+
+
+def exchange_close(
+    *, owner_id: str, session_id: str, content: str, context: ContextPayload, exchange_id: str
+) -> Turn:
+    """Store the assistant's reply ``content``, computed from ``context``; idempotent per
+    ``exchange_id``, errors as ``exchange_open``."""
+    return services.turn_append(
         owner_id=owner_id,
         session_id=session_id,
         role=Role.ASSISTANT.value,
-        content=responder_get().respond(context=context, message=message),
+        content=content,
         metadata={"demo": "chat", "context_source": context["source"]},
         idempotency_key=f"chat-{exchange_id}-assistant",
+    )
+
+
+def chat_exchange(*, owner_id: str, session_id: str, message: str, exchange_id: str) -> Exchange:
+    """Store the user's message, read the context, let the responder answer from it, and store
+    the answer.
+
+    Each turn's idempotency key derives from ``exchange_id``: a resubmitted exchange stores
+    nothing new and returns the reply first stored. Raises ``ValidationError`` for bad input
+    and ``MemoryUnavailable`` when the database cannot be reached.
+    """
+    context = exchange_open(
+        owner_id=owner_id, session_id=session_id, message=message, exchange_id=exchange_id
+    )
+    reply = exchange_close(
+        owner_id=owner_id,
+        session_id=session_id,
+        content=responder_get().respond(context=context, message=message),
+        context=context,
+        exchange_id=exchange_id,
     )
     return Exchange(context=context, reply=reply)
 
 
 def _fact_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
-    return [
-        (key, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
-        for key, value in sorted(facts.items())
-    ]
+    return [(key, _fact_text(value)) for key, value in sorted(facts.items())]
+
+
+def _fact_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _page(
     request: HttpRequest,
     form: forms.Form,
     *,
+    speaker: Speaker | None = None,
     context: ContextPayload | None = None,
     reply: TurnPayload | None = None,
     error: str | None = None,
     status: int = 200,
 ) -> HttpResponse:
-    """The page: the pick form, the conversation, the message box and the context panel."""
+    """The page: who is talking, the session form, the conversation, the message box and the
+    context panel."""
     # NOTE: the fields that passed validation, even when another did not (an empty message).
     cleaned = getattr(form, "cleaned_data", {}) if form.is_bound else {}
     turns: list[TurnPayload] = list(context["turns"]) if context else []
@@ -108,9 +219,10 @@ def _page(
         "memoryproj/chat.html",
         {
             "form": form,
-            "user_id": cleaned.get("user_id", form.data.get("user_id", "")),
+            "speaker": speaker,
+            "picked_user_id": cleaned.get("user_id") or "",
             "session_id": cleaned.get("session_id", form.data.get("session_id", "")),
-            "picked": "user_id" in cleaned and "session_id" in cleaned,
+            "session_ok": "session_id" in cleaned,
             "message": form.data.get("message", "") if reply is None else "",
             "context": context,
             "facts": _fact_rows(context["facts"]) if context else [],
@@ -123,47 +235,166 @@ def _page(
     )
 
 
-def _check_access(request: HttpRequest, owner_id: str) -> None:
-    if not settings.DEBUG and not permissions.can_reach(request.user, owner_id):
-        # NOTE: 404, as the API answers: the page reveals nothing about other users.
-        raise Http404
+def _speaker_or_none(request: HttpRequest) -> Speaker | None:
+    """Who the visitor is, for a page that shows an input error: never raises."""
+    try:
+        return speaker_get(request, None)
+    except (Http404, MemoryUnavailable):
+        return None
 
 
 @never_cache
 @require_http_methods(["GET", "POST"])
 def chat(request: HttpRequest) -> HttpResponse:
-    """GET ``?user_id=&session_id=``: the user's memory now; POST a message: the reply, and the
-    context it was computed from.
-
-    While ``DEBUG`` is on (a demo on localhost), anyone may pick any user id. Otherwise the
-    visitor logs in first (through the admin's login page) and may pick only the user ids the
-    memory API lets them reach (``memory.permissions.can_reach``: their own, or every id for
-    staff); any other id is a 404.
+    """GET ``?session_id=``: the visitor's memory now; POST a message: the reply, and the
+    context it was computed from. ``user_id`` picks another owner, for service callers only
+    (``memory.permissions``); any other visitor gets a 404 for an id not their own.
     """
-    if not settings.DEBUG and not request.user.is_authenticated:
-        return redirect_to_login(request.get_full_path(), reverse("admin:login"))
-    form = MessageForm(request.POST) if request.method == "POST" else PickForm(request.GET or None)
-    if not form.is_bound:
-        return _page(request, form)
+    if request.method == "POST":
+        form: PickForm = MessageForm(request.POST)
+    else:
+        data = request.GET.copy()
+        data.setdefault("session_id", DEFAULT_SESSION_ID)
+        form = PickForm(data)
     if not form.is_valid():
-        return _page(request, form, status=400)
+        return _page(request, form, speaker=_speaker_or_none(request), status=400)
     data = form.cleaned_data
-    _check_access(request, data["user_id"])
+    try:
+        speaker = speaker_get(request, data.get("user_id") or None)
+    except MemoryUnavailable:
+        return _page(request, form, error=UNAVAILABLE, status=503)
     try:
         if isinstance(form, MessageForm):
             exchange = chat_exchange(
-                owner_id=data["user_id"],
+                owner_id=speaker.owner_id,
                 session_id=data["session_id"],
                 message=data["message"],
                 exchange_id=data["exchange_id"],
             )
             return _page(
-                request, form, context=exchange.context, reply=turn_payload(exchange.reply)
+                request,
+                form,
+                speaker=speaker,
+                context=exchange.context,
+                reply=turn_payload(exchange.reply),
             )
-        return _page(request, form, context=selectors.context_get(owner_id=data["user_id"]))
+        context = selectors.context_get(owner_id=speaker.owner_id)
+        return _page(request, form, speaker=speaker, context=context)
     except ValidationError as e:
-        return _page(request, form, error=" ".join(e.messages), status=400)
+        return _page(request, form, speaker=speaker, error=" ".join(e.messages), status=400)
     except MemoryUnavailable:
-        return _page(
-            request, form, error="The memory database is unavailable; try again.", status=503
+        return _page(request, form, speaker=speaker, error=UNAVAILABLE, status=503)
+    except MemoryException as e:
+        return _page(request, form, speaker=speaker, error=str(e), status=409)
+
+
+def _event(kind: str, **data: Any) -> bytes:
+    """One line of the stream: a JSON object with its ``event`` name."""
+    return json.dumps({"event": kind, **data}, ensure_ascii=False).encode() + b"\n"
+
+
+async def _reply_events(
+    *, owner_id: str, session_id: str, message: str, exchange_id: str, context: ContextPayload
+) -> AsyncIterator[bytes]:
+    """The stream of one exchange: the context, the reply chunk by chunk as the responder
+    produces it, then the stored reply turn (or an error, once the stream has begun)."""
+    yield _event(
+        "context",
+        facts=[{"key": key, "value": text} for key, text in _fact_rows(context["facts"])],
+        source=context["source"],
+        turns=len(context["turns"]),
+    )
+    chunks: list[str] = []
+    try:
+        async for chunk in reply_chunks(responder_get(), context=context, message=message):
+            chunks.append(chunk)
+            yield _event("delta", text=chunk)
+    except Exception:
+        # NOTE: the status line went out with the first line: end the stream with an error
+        # the page shows, and log the traceback as a 500 would be.
+        # The owner id stays out of the log, as out of the admin's.
+        logger.exception("The responder failed while streaming a reply")
+        yield _event("error", detail="The assistant failed to answer; try again.")
+        return
+    try:
+        # NOTE: sync services through sync_to_async, one thread hop per operation.
+        reply = await sync_to_async(exchange_close)(
+            owner_id=owner_id,
+            session_id=session_id,
+            content="".join(chunks),
+            context=context,
+            exchange_id=exchange_id,
         )
+    except ValidationError as e:
+        yield _event("error", detail=" ".join(e.messages))
+        return
+    except MemoryUnavailable:
+        yield _event("error", detail=UNAVAILABLE)
+        return
+    except MemoryException as e:
+        # NOTE: e.g. a resubmitted exchange whose new reply differs from the one stored.
+        yield _event("error", detail=str(e))
+        return
+    yield _event("done", turn=turn_payload(reply), exchange_id=secrets.token_urlsafe(16))
+
+
+@never_cache
+@require_POST
+async def chat_stream(request: HttpRequest) -> HttpResponseBase:
+    """POST a message (the page's form fields): the reply streamed as it is produced, one JSON
+    object a line (``application/x-ndjson``): ``context``, then ``delta`` chunks, then
+    ``done`` with the stored turn and the next ``exchange_id``. Under an ASGI server each line
+    is sent as it is produced; under WSGI the same lines come in one body at the end.
+
+    Bad input is a 400 and a lost database a 503, both ``{"detail": ...}``, before anything is
+    streamed; a 404 for an owner the visitor may not reach, as ``chat``. A failure after the
+    stream began ends it with an ``error`` line; the user's turn is then stored without reply.
+    """
+    form = MessageForm(request.POST)
+    if not form.is_valid():
+        errors = [f"{field}: {m}" for field, ms in form.errors.items() for m in ms]
+        return JsonResponse({"detail": "; ".join(errors)}, status=400)
+    data = form.cleaned_data
+    try:
+        # NOTE: the session and the user are sync (database) objects: resolve them in a thread.
+        speaker = await sync_to_async(speaker_get)(request, data.get("user_id") or None)
+        context = await sync_to_async(exchange_open)(
+            owner_id=speaker.owner_id,
+            session_id=data["session_id"],
+            message=data["message"],
+            exchange_id=data["exchange_id"],
+        )
+    except ValidationError as e:
+        return JsonResponse({"detail": " ".join(e.messages)}, status=400)
+    except MemoryUnavailable:
+        return JsonResponse({"detail": UNAVAILABLE}, status=503)
+    events = _reply_events(
+        owner_id=speaker.owner_id,
+        session_id=data["session_id"],
+        message=data["message"],
+        exchange_id=data["exchange_id"],
+        context=context,
+    )
+    content_type = "application/x-ndjson; charset=utf-8"
+    if not isinstance(request, ASGIRequest):
+        # NOTE: a WSGI server cannot send an async iterator as it goes (Django would gather it
+        # with a warning): the same lines, gathered here, in one body.
+        return HttpResponse(b"".join([event async for event in events]), content_type=content_type)
+    response = StreamingHttpResponse(events, content_type=content_type)
+    # NOTE: a proxy such as nginx would otherwise buffer the whole reply.
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+class LoginView(auth_views.LoginView):
+    """Django's login page; on success the visitor's anonymous memory joins theirs."""
+
+    template_name = "memoryproj/login.html"
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        response = super().form_valid(form)
+        # NOTE: should the link fail, the anonymous id stays in the session and the chat page
+        # links it on the next visit.
+        with contextlib.suppress(MemoryUnavailable):
+            anon_link(self.request)
+        return response

@@ -3,10 +3,13 @@ the deterministic default that answers from the memory alone (``MEMORYPROJ_RESPO
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import re
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
@@ -36,6 +39,30 @@ class Responder(Protocol):
         An LLM-backed responder puts both in its prompt; an exception is the page's 500.
         """
         ...
+
+
+class StreamingResponder(Responder, Protocol):
+    """A responder that can also produce its reply piece by piece, as an LLM streams tokens;
+    the page's streamed reply (``/chat/stream/``) uses ``astream`` when a responder has it."""
+
+    def astream(self, *, context: ContextPayload, message: str) -> AsyncIterator[str]:
+        """The reply to ``message`` in chunks whose concatenation is the whole reply."""
+        ...
+
+
+async def reply_chunks(
+    responder: Responder, *, context: ContextPayload, message: str
+) -> AsyncIterator[str]:
+    """The reply as chunks: from ``astream`` if the responder streams, else ``respond``'s whole
+    reply as one chunk (computed in a thread, as it may block)."""
+    astream = getattr(responder, "astream", None)
+    if astream is not None:
+        async for chunk in astream(context=context, message=message):
+            yield chunk
+        return
+    yield await sync_to_async(responder.respond, thread_sensitive=False)(
+        context=context, message=message
+    )
 
 
 def responder_get() -> Responder:
@@ -70,7 +97,18 @@ def _likes(facts: dict[str, Any]) -> list[str]:
 class DeterministicResponder:
     """Replies from the facts alone, the same words for the same memory: it greets the user by
     ``preferred_name`` or ``name``, mentions their latest like, answers "What's my name?", and
-    says what it does not know yet."""
+    says what it does not know yet. ``astream`` yields the same reply word by word, ``delay``
+    seconds apart, as a model producing tokens would."""
+
+    delay = 0.04
+
+    async def astream(self, *, context: ContextPayload, message: str) -> AsyncIterator[str]:
+        for i, word in enumerate(
+            re.findall(r"\S+\s*", self.respond(context=context, message=message))
+        ):
+            if i:
+                await asyncio.sleep(self.delay)
+            yield word
 
     def respond(self, *, context: ContextPayload, message: str) -> str:
         facts = context["facts"]

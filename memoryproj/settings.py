@@ -1,15 +1,19 @@
-"""Settings of the demo project, read from the environment (see README, "Configuration").
+"""Settings of the demo project, read from the environment (see README, "Configuration" and
+"Running it in production").
 
 ``DATABASE_URL`` (default: SQLite in ``db.sqlite3``) and ``REDIS_URL`` (default: unset, no
-cache) choose the storage; every other value has a development default.
+cache) choose the storage. Safe by default: DEBUG is off unless ``DJANGO_DEBUG=1``, and with
+DEBUG off the project refuses to start without ``DJANGO_SECRET_KEY``.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -21,17 +25,36 @@ def _env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-SECRET_KEY = os.environ.get(
-    "DJANGO_SECRET_KEY", "django-insecure-memory-demo-key-change-me-in-production"
-)
-DEBUG = _env_bool("DJANGO_DEBUG", True)
-ALLOWED_HOSTS = [
-    host.strip()
-    for host in os.environ.get(
-        "DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver"
-    ).split(",")
-    if host.strip()
-]
+def _env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = _env_bool("DJANGO_DEBUG", False)
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip()
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set and DEBUG is off: set DJANGO_SECRET_KEY (e.g. "
+            "python -c 'import secrets; print(secrets.token_urlsafe(50))'), or DJANGO_DEBUG=1 "
+            "for a local demo."
+        )
+    # NOTE: no built-in key, even for DEBUG: a key of this process's own, so sessions last
+    # until the next restart (runserver's reload logs you out; set the variable to keep them).
+    SECRET_KEY = f"django-insecure-{secrets.token_urlsafe(40)}"
+ALLOWED_HOSTS = _env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
+CSRF_TRUSTED_ORIGINS = _env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+
+# HTTPS in production (README, "Running it in production"); each off unless its variable says.
+SECURE_SSL_REDIRECT = _env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+SESSION_COOKIE_SECURE = _env_bool("DJANGO_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = _env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+# NOTE: trust X-Forwarded-Proto only when a TLS-terminating proxy in front sets it (and strips
+# a client's own); otherwise a client could claim HTTPS.
+if _env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -45,6 +68,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_tasks",
     "django_tasks_db",
+    "drf_spectacular_sidecar",
     "memory",
 ]
 
@@ -54,6 +78,9 @@ TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # NOTE: static files (the admin's CSS, Swagger UI) under gunicorn and uvicorn too, from
+    # STATIC_ROOT (manage.py collectstatic); with DEBUG on, straight from the apps.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -81,6 +108,7 @@ TEMPLATES = [
 ]
 
 WSGI_APPLICATION = "memoryproj.wsgi.application"
+ASGI_APPLICATION = "memoryproj.asgi.application"
 
 DATABASES = {
     "default": dj_database_url.parse(
@@ -146,7 +174,15 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", BASE_DIR / "staticfiles"))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # NOTE: compressed copies, no manifest: pages render before collectstatic has run.
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "chat"
+LOGOUT_REDIRECT_URL = "chat"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # NOTE: a turn is at most MAX_TURN_CHARS (32768) characters, and metadata at most 16 KiB of
@@ -179,22 +215,39 @@ REST_FRAMEWORK = {
         "user": _env_rate("MEMORY_THROTTLE_USER", "10000/hour"),
         "anon": _env_rate("MEMORY_THROTTLE_ANON", "1000/hour"),
     },
+    # NOTE: how many proxies in front append to X-Forwarded-For (DJANGO_NUM_PROXIES). 0: the
+    # anonymous throttle counts by the peer address and ignores the header a client can forge.
+    "NUM_PROXIES": int(os.environ.get("DJANGO_NUM_PROXIES", "0")),
 }
 
-# The OpenAPI 3 schema of the memory API, served at /api/schema/ with a Swagger UI at /api/docs/.
+# The OpenAPI 3 schema of the memory API, served at /api/schema/ with a Swagger UI at /api/docs/
+# and Redoc at /api/redoc/.
 SPECTACULAR_SETTINGS = {
     "TITLE": "memory",
     "DESCRIPTION": "Durable user-level memory for AI chat products: turns, facts and the "
     "context for the next model call.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # NOTE: Swagger UI and Redoc from drf-spectacular-sidecar's static files: nothing from a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # NOTE: no "valid" badge: Swagger UI would send the schema's address to validator.swagger.io.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
 }
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "memory": {"handlers": ["console"], "level": os.environ.get("MEMORY_LOG_LEVEL", "INFO")},
+        # NOTE: a 500 with DEBUG off, logged with its traceback (Django's default sends it only
+        # to ADMINS by mail, which the demo has not).
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+        "memoryproj": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }

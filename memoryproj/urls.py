@@ -1,13 +1,15 @@
 """URLs of the demo project: the admin, the memory API under ``/api/memory/``, its
-OpenAPI 3 schema (``/api/schema/``) with a Swagger UI (``/api/docs/``), and the demo chat page
-(``/chat/``, where ``/`` leads)."""
+OpenAPI 3 schema (``/api/schema/``) with Swagger UI (``/api/docs/``) and Redoc (``/api/redoc/``),
+the demo chat page (``/chat/``, where ``/`` leads; ``/chat/stream/`` streams a reply) and its
+login and logout pages (``/accounts/``)."""
 
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from memoryproj import chat
 
@@ -16,6 +18,10 @@ urlpatterns = [
     path("api/memory/", include("memory.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("chat/", chat.chat, name="chat"),
+    path("chat/stream/", chat.chat_stream, name="chat-stream"),
+    path("accounts/login/", chat.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", RedirectView.as_view(pattern_name="chat"), name="home"),
 ]

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import os
 
+# NOTE: the demo refuses to start without a key when DEBUG is off, as the suite runs it; set
+# here (not built into the project), and inherited by the instances the tests spawn.
+os.environ.setdefault("DJANGO_SECRET_KEY", "tests-only-secret-key-" + "x" * 40)
+
 from memoryproj.settings import *  # noqa: F403
 from memoryproj.settings import CACHES, DATABASES, MEMORY
 
@@ -42,3 +46,7 @@ REST_FRAMEWORK = {
     **REST_FRAMEWORK,  # noqa: F405
     "DEFAULT_THROTTLE_RATES": {"user": None, "anon": None},
 }
+
+# NOTE: the suite runs without collectstatic: WhiteNoise looks the files up per request instead
+# of warning that STATIC_ROOT does not exist (tests/test_demo_settings.py serves a collected one).
+WHITENOISE_AUTOREFRESH = True

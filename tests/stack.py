@@ -76,6 +76,7 @@ class AppStack:
             MEMORY_THROTTLE_USER="",
             MEMORY_THROTTLE_ANON="",
             DJANGO_DEBUG="0",
+            DJANGO_SECRET_KEY="stack-only-secret-key-" + "x" * 40,
             MEMORY_LOG_LEVEL="WARNING",
         )
         return env

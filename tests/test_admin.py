@@ -7,15 +7,18 @@ import json
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.contrib.auth.models import Permission
+from django.contrib.admin.models import CHANGE, DELETION, LogEntry
+from django.contrib.auth.models import Permission, User
+from django.contrib.contenttypes.models import ContentType
 from django.contrib.messages import get_messages
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from memory import selectors, services
-from memory.models import Fact, Owner, Session, Turn
+from memory.models import Fact, FactVersion, Owner, Session, Turn
 
 pytestmark = pytest.mark.django_db
 
@@ -416,13 +419,55 @@ def test_fact_bulk_delete_is_not_served_stale(admin_client, chat, write):
     assert selectors.context_get(owner_id="wang")["facts"] == {}
 
 
-# Permissions
+# Permissions: every memory page needs access_all_memories (as the API), then the model's own
 
 
-def _staff_with(client, staff_user, *codenames: str):
+MEMORY_MODEL_PERMISSIONS = [
+    f"{action}_{model}"
+    for action in ("view", "change", "delete", "add")
+    for model in ("owner", "fact", "turn", "session", "factversion")
+]
+
+
+def _staff_with(client, staff_user, *codenames: str, service: bool = True):
+    if service:
+        codenames = (*codenames, "access_all_memories")
     staff_user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
     client.force_login(staff_user)
     return client
+
+
+def test_staff_without_the_permission_sees_nothing_even_with_model_permissions(
+    client, staff_user, chat
+):
+    client = _staff_with(client, staff_user, *MEMORY_MODEL_PERMISSIONS, service=False)
+    index = client.get(reverse("admin:index"))
+    assert index.status_code == 200
+    assert [app["app_label"] for app in index.context["app_list"]] == []
+    fact = Fact.objects.get(owner=chat, key="name")
+    for page in (
+        url("owner", "changelist"),
+        url("owner", "change", chat.pk),
+        url("fact", "changelist"),
+        url("fact", "change", fact.pk),
+        url("turn", "changelist"),
+        url("session", "changelist"),
+    ):
+        assert client.get(page).status_code == 403, page
+    assert client.post(url("owner", "delete", chat.pk), {"post": "yes"}).status_code == 403
+    assert client.post(url("fact", "change", fact.pk), {"value": '"x"'}).status_code == 403
+    # NOTE: and the API agrees: an ordinary user, who reaches only the owner named "ops".
+    api = APIClient()
+    api.force_authenticate(staff_user)
+    assert api.get("/api/memory/users/wang/facts/").status_code == 404
+    assert api.delete("/api/memory/users/wang/").status_code == 404
+    assert selectors.context_get(owner_id="wang")["facts"]["name"] == "王建国"
+
+
+def test_staff_with_no_permission_at_all_sees_nothing(client, staff_user, chat):
+    client.force_login(staff_user)
+    assert client.get(reverse("admin:index")).context["app_list"] == []
+    assert client.get(url("owner", "changelist")).status_code == 403
 
 
 def test_view_only_staff_sees_facts_but_cannot_act(client, staff_user, chat):
@@ -440,6 +485,33 @@ def test_view_only_staff_sees_facts_but_cannot_act(client, staff_user, chat):
     assert post.status_code == 403
     turn = Turn.objects.get(owner=chat, seq=1)
     assert client.post(url("turn", "delete", turn.pk), {"post": "yes"}).status_code == 403
+    assert client.post(url("owner", "delete", chat.pk), {"post": "yes"}).status_code == 403
+    assert Owner.objects.filter(pk=chat.pk).exists()
+
+
+def test_fact_edits_need_the_change_permission(client, staff_user, chat, write):
+    client = _staff_with(client, staff_user, "view_fact", "view_owner")
+    fact = Fact.objects.get(owner=chat, key="name")
+    edit = {"value": json.dumps("王小明", ensure_ascii=False), "expected_version": "1"}
+    assert client.post(url("fact", "change", fact.pk), edit).status_code == 403
+    staff_user.user_permissions.add(Permission.objects.get(codename="change_fact"))
+    with write():
+        response = client.post(url("fact", "change", fact.pk), edit)
+    assert response.status_code == 302
+    assert selectors.context_get(owner_id="wang")["facts"]["name"] == "王小明"
+
+
+def test_forget_needs_the_delete_permission_on_owners(client, staff_user, chat, write):
+    client = _staff_with(client, staff_user, "view_owner", "change_owner")
+    forget = {"action": "forget_owners", ACTION_CHECKBOX_NAME: [chat.pk], "post": "yes"}
+    client.post(url("owner", "changelist"), forget)
+    assert client.post(url("owner", "delete", chat.pk), {"post": "yes"}).status_code == 403
+    assert Owner.objects.filter(pk=chat.pk).exists()
+    staff_user.user_permissions.add(Permission.objects.get(codename="delete_owner"))
+    with write():
+        response = client.post(url("owner", "changelist"), forget)
+    assert response.status_code == 302
+    assert not Owner.objects.filter(pk=chat.pk).exists()
 
 
 def test_cache_and_forget_actions_follow_owner_permissions(client, staff_user, chat):
@@ -453,6 +525,101 @@ def test_cache_and_forget_actions_follow_owner_permissions(client, staff_user, c
         "forget_owners",
         "drop_cached_copy",
     ]
+
+
+# Forget leaves no trace in the admin log
+
+
+def _log_naming(owner_id: str, row_ids: dict[type, list[int]]) -> list[LogEntry]:
+    """Admin log entries that name ``owner_id`` or one of the rows it had."""
+    named = []
+    for entry in LogEntry.objects.all():
+        model = entry.content_type.model_class()
+        by_name = owner_id in entry.object_repr or owner_id in entry.change_message
+        by_row = entry.object_id is not None and int(entry.object_id) in row_ids.get(model, [])
+        if by_name or by_row:
+            named.append(entry)
+    return named
+
+
+def _row_ids(owner: Owner) -> dict[type, list[int]]:
+    return {
+        model: list(model.objects.filter(owner=owner).values_list("pk", flat=True))
+        for model in (Session, Turn, Fact, FactVersion)
+    } | {Owner: [owner.pk]}
+
+
+def _operate_on_wang(admin_client, chat, write) -> None:
+    """An operator edits, adds and deletes through the admin: each logged, most naming wang."""
+    name = Fact.objects.get(owner=chat, key="name")
+    with write():
+        admin_client.post(
+            url("fact", "change", name.pk), {"value": '"王小明"', "expected_version": "1"}
+        )
+        admin_client.post(
+            url("fact", "add"), {"user_id": "wang", "key": "location", "value": '"上海"'}
+        )
+        admin_client.post(
+            url("turn", "delete", Turn.objects.get(owner=chat, seq=6).pk), {"post": "yes"}
+        )
+        li_fact = services.fact_put(owner_id="li", key="name", value="Li")[0]
+        admin_client.post(
+            url("fact", "change", li_fact.pk), {"value": '"Li Lei"', "expected_version": "1"}
+        )
+    # NOTE: an entry of an earlier owner of the same id (forgotten outside the admin), and the
+    # ones Django wrote for wang's rows, by pk and by name.
+    LogEntry.objects.create(
+        user_id=User.objects.get(username="admin").pk,
+        content_type=ContentType.objects.get_for_model(Owner),
+        object_id="999999",
+        object_repr="wang",
+        action_flag=CHANGE,
+        change_message="[]",
+    )
+    # NOTE: the fact changed, the fact added, the earlier owner (the deleted turn's entry names
+    # neither wang nor a row he still has).
+    assert len(_log_naming("wang", _row_ids(chat))) == 3
+
+
+def test_forgetting_an_owner_in_the_admin_leaves_no_entry_naming_it(admin_client, chat, write):
+    _operate_on_wang(admin_client, chat, write)
+    rows = _row_ids(Owner.objects.get(pk=chat.pk))
+    with write():
+        response = admin_client.post(url("owner", "delete", chat.pk), {"post": "yes"})
+    assert response.status_code == 302
+    assert not Owner.objects.filter(external_id="wang").exists()
+    assert _log_naming("wang", rows) == []
+    recorded = LogEntry.objects.get(action_flag=DELETION, content_type__model="owner")
+    assert (recorded.object_id, recorded.object_repr) == (None, "1 memory owner (ids not kept)")
+    assert recorded.user.username == "admin"
+    # NOTE: what the operator did to another owner stays on record.
+    assert LogEntry.objects.filter(object_repr="name v2", action_flag=CHANGE).count() == 1
+
+
+def test_the_bulk_forget_action_is_recorded_with_a_count_only(admin_client, chat, write):
+    _operate_on_wang(admin_client, chat, write)
+    li = Owner.objects.get(external_id="li")
+    rows = _row_ids(Owner.objects.get(pk=chat.pk))
+    li_rows = _row_ids(li)
+    selected = {"action": "forget_owners", ACTION_CHECKBOX_NAME: [chat.pk, li.pk], "post": "yes"}
+    with write():
+        response = admin_client.post(url("owner", "changelist"), selected)
+    assert response.status_code == 302
+    assert _log_naming("wang", rows) == [] and _log_naming("li", li_rows) == []
+    recorded = LogEntry.objects.get(action_flag=DELETION, content_type__model="owner")
+    assert recorded.object_repr == "2 memory owners (ids not kept)"
+    assert recorded.change_message == (
+        "Forgot 2 memory owners: turns, facts, sessions and cached copy."
+    )
+
+
+def test_a_forget_through_the_api_scrubs_the_admin_log_too(admin_client, chat, write):
+    _operate_on_wang(admin_client, chat, write)
+    rows = _row_ids(Owner.objects.get(pk=chat.pk))
+    with write():
+        assert services.memory_forget(owner_id="wang") is True
+    assert _log_naming("wang", rows) == []
+    assert LogEntry.objects.filter(object_repr="name v2").count() == 1
 
 
 def test_turn_search_ranks_best_match_first_in_english_and_chinese(admin_client, write):

@@ -1,106 +1,201 @@
-"""End to end in a real headless Chromium: the demo chat page remembers a user across sessions.
+"""End to end in a real headless Chromium: the demo chat page remembers its visitor.
 
-Tab A (session "laptop") introduces Wang Jianguo; the cache's own redis-server is flushed;
-tab B, a separate browser context (session "phone"), says "hi" and is greeted by name, with
-the like. Screenshots go to ``artifacts/``.
+1. Without a login: a visitor chats anonymously and says their name; another browser (a
+   context sharing no cookie) knows nothing of it; the visitor logs in and the assistant still
+   knows their name, now in their own memory.
+2. Under uvicorn (ASGI), the reply streamed as it is produced: tab A says its name, the
+   cache's own redis-server is flushed (FLUSHALL), and tab B, another session id, is told it.
+
+Screenshots go to ``artifacts/``.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from django.contrib.auth.models import User
 
 from memory import selectors
-from tests.servers import RedisServer
+from tests.instance import environment
+from tests.servers import RedisServer, free_port
 
+ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_MS = 15_000
 INTRO = "My name is Wang Jianguo, I like basketball"
+MET = "Nice to meet you, Wang Jianguo! I'll remember that you like basketball."
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def open_chat(page: Any, base_url: str, user_id: str, session_id: str) -> None:
-    """Pick a user and a session in the page's own form."""
+def new_page(browser: Any, **viewport: int) -> Any:
+    page = browser.new_context(viewport=viewport or {"width": 1100, "height": 800}).new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    return page
+
+
+def open_chat(page: Any, base_url: str, session_id: str) -> None:
+    """Open the chat page and pick a session id in the page's own form."""
     page.goto(f"{base_url}/chat/")
-    page.fill("#pick input[name=user_id]", user_id)
     page.fill("#pick input[name=session_id]", session_id)
     page.click("#pick button")
+    page.wait_for_url(f"**/chat/?session_id={session_id}")
     page.wait_for_selector("#send input[name=message]")
 
 
 def say(page: Any, message: str) -> str:
-    """Send a message; return the assistant's reply as the page shows it."""
+    """Send a message; return the assistant's reply once the page has all of it."""
     page.fill("#send input[name=message]", message)
+    # NOTE: the page's submit handler takes the id off the previous reply before it returns.
     page.press("#send input[name=message]", "Enter")
-    reply = page.locator("#reply p")
+    reply = page.locator("#reply.done")
     reply.wait_for()
-    return reply.inner_text()  # type: ignore[no-any-return]
+    return reply.locator("p").inner_text()  # type: ignore[no-any-return]
 
 
-def test_memory_carries_over_to_another_session_after_a_cache_flush(
-    live_server: Any,
-    own_redis: RedisServer,
-    settings: Any,
-    sync_playwright: Any,
-    chromium_options,
-    artifacts,
+def test_an_anonymous_chat_joins_the_users_memory_at_login(
+    live_server: Any, sync_playwright: Any, chromium_options: Any, artifacts: Path
 ) -> None:
-    # NOTE: the page is open to anyone only with DEBUG on, as on a developer's machine; the
-    # live server thread reads these settings, and the cache is this test's own redis-server.
-    settings.DEBUG = True
-    cache = redis.Redis(host="127.0.0.1", port=own_redis.port)
+    User.objects.create_user("wang", password="wang-pw-123")
 
     # NOTE: no ORM call inside this block: Playwright's sync API runs an event loop, where
     # Django refuses synchronous database access. The server runs in its own thread.
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(**chromium_options)
         try:
-            laptop = browser.new_context(viewport={"width": 1100, "height": 800}).new_page()
-            laptop.set_default_timeout(TIMEOUT_MS)
-            open_chat(laptop, live_server.url, "wang", "laptop")
-            assert laptop.locator("#facts").inner_text() == "No facts yet."
-            reply = say(laptop, INTRO)
-            assert (
-                reply == "Nice to meet you, Wang Jianguo! I'll remember that you like basketball."
-            )
-            assert laptop.locator('#facts dd[data-key="name"]').inner_text() == "Wang Jianguo"
-            laptop.screenshot(path=str(artifacts / "chat_1_laptop.png"), full_page=True)
+            visitor = new_page(browser)
+            open_chat(visitor, live_server.url, "laptop")
+            anon_id = visitor.locator("#anon-id").inner_text()
+            assert visitor.locator("#facts").inner_text() == "No facts yet."
+            assert say(visitor, INTRO) == MET
+            assert visitor.locator('#facts dd[data-key="name"]').inner_text() == "Wang Jianguo"
+            visitor.screenshot(path=str(artifacts / "chat_1_anonymous.png"), full_page=True)
+
+            # NOTE: another browser context shares no cookie: another visitor.
+            stranger = new_page(browser, width=480, height=900)
+            open_chat(stranger, live_server.url, "laptop")
+            stranger_id = stranger.locator("#anon-id").inner_text()
+            assert say(stranger, "What's my name?").startswith("I don't know your name yet.")
+            assert stranger.locator("#facts").inner_text() == "No facts yet."
+            stranger.screenshot(path=str(artifacts / "chat_2_stranger.png"), full_page=True)
+
+            visitor.click("#login")
+            visitor.fill("#id_username", "wang")
+            visitor.fill("#id_password", "wang-pw-123")
+            visitor.screenshot(path=str(artifacts / "chat_3_login.png"), full_page=True)
+            visitor.click("#login-form button")
+            visitor.wait_for_url("**/chat/?session_id=laptop")
+            assert visitor.locator("#username").inner_text() == "wang"
+            assert visitor.locator('#facts dd[data-key="name"]').inner_text() == "Wang Jianguo"
+            assert visitor.locator("#turns li.turn").count() == 2
+            assert say(visitor, "What's my name?") == "Your name is Wang Jianguo."
+            visitor.screenshot(path=str(artifacts / "chat_4_logged_in.png"), full_page=True)
+
+            stranger.reload()
+            assert stranger.locator("#facts").inner_text() == "No facts yet."
+            assert stranger.locator("#anon-id").inner_text() == stranger_id
+        finally:
+            browser.close()
+
+    assert anon_id != stranger_id
+    assert selectors.turn_list(owner_id=anon_id)[0] == []
+    turns = selectors.turn_list(owner_id="wang")[0]
+    assert [(t["role"], t["content"]) for t in turns] == [
+        ("user", INTRO),
+        ("assistant", MET),
+        ("user", "What's my name?"),
+        ("assistant", "Your name is Wang Jianguo."),
+    ]
+    assert selectors.context_get(owner_id=stranger_id)["facts"] == {}
+
+
+@pytest.fixture
+def uvicorn_server(own_redis: RedisServer) -> Iterator[str]:
+    """The demo project under uvicorn, on this test's database and its own redis-server."""
+    port = free_port()
+    env = {**environment(), "REDIS_URL": own_redis.url, "MEMORY_LOG_LEVEL": "WARNING"}
+    log_path = Path(f"/tmp/memory-uvicorn-{port}.log")
+    log = log_path.open("wb")
+    command = [
+        sys.executable, "-m", "uvicorn", "memoryproj.asgi:application",
+        "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+    ]  # fmt: skip
+    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/memory/health/", timeout=2) as response:
+                    assert response.status == 200
+                break
+            except OSError:
+                assert server.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "uvicorn did not start"
+                time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        log.close()
+        log_path.unlink(missing_ok=True)
+
+
+def test_two_tabs_under_uvicorn_share_memory_across_a_flushall(
+    uvicorn_server: str,
+    own_redis: RedisServer,
+    sync_playwright: Any,
+    chromium_options: Any,
+    artifacts: Path,
+) -> None:
+    cache = redis.Redis(host="127.0.0.1", port=own_redis.port)
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(**chromium_options)
+        try:
+            context = browser.new_context(viewport={"width": 1100, "height": 800})
+            context.set_default_timeout(TIMEOUT_MS)
+            tab_a = context.new_page()
+            open_chat(tab_a, uvicorn_server, "laptop")
+            anon_id = tab_a.locator("#anon-id").inner_text()
+            assert say(tab_a, INTRO) == MET
+            # NOTE: the reply came in pieces, as it was produced, not as one buffered body.
+            assert int(tab_a.locator("#reply").get_attribute("data-reads")) > 1
+            assert tab_a.locator('#facts dd[data-key="name"]').inner_text() == "Wang Jianguo"
+            tab_a.screenshot(path=str(artifacts / "chat_asgi_1_tab_a.png"), full_page=True)
 
             assert cache.dbsize() > 0
             cache.flushall()
             assert cache.dbsize() == 0
 
-            # NOTE: another browser context shares no cookie with the first: another device.
-            phone = browser.new_context(viewport={"width": 480, "height": 900}).new_page()
-            phone.set_default_timeout(TIMEOUT_MS)
-            open_chat(phone, live_server.url, "wang", "phone")
-            assert phone.locator("#source").inner_text() == "database"
-            assert phone.locator('#facts dd[data-key="likes"]').inner_text() == '["basketball"]'
-            phone.screenshot(path=str(artifacts / "chat_2_phone_opened.png"), full_page=True)
-            reply = say(phone, "hi")
-            assert reply == "Hello again, Wang Jianguo! Any news on basketball?"
-            assert phone.locator("#source").inner_text() == "cache"
-            phone.screenshot(path=str(artifacts / "chat_3_phone_reply.png"), full_page=True)
-
-            reply = say(laptop, "What's my name?")
-            assert reply == "Your name is Wang Jianguo."
-            assert laptop.locator("#turns li.turn.elsewhere").count() == 2
-            laptop.screenshot(path=str(artifacts / "chat_4_laptop_again.png"), full_page=True)
+            # NOTE: another tab of the same browser, with another session id: the same visitor.
+            # The first read after the flush rehydrates from the database.
+            tab_b = context.new_page()
+            tab_b.goto(f"{uvicorn_server}/chat/?session_id=phone")
+            assert tab_b.locator("#anon-id").inner_text() == anon_id
+            assert tab_b.locator("#source").inner_text() == "database"
+            assert tab_b.locator('#facts dd[data-key="likes"]').inner_text() == '["basketball"]'
+            assert say(tab_b, "What's my name?") == "Your name is Wang Jianguo."
+            assert tab_b.locator("#turns li.turn.elsewhere").count() == 2
+            tab_b.screenshot(path=str(artifacts / "chat_asgi_2_tab_b.png"), full_page=True)
         finally:
             browser.close()
 
-    turns, _ = selectors.turn_list(owner_id="wang")
+    turns = selectors.turn_list(owner_id=anon_id)[0]
     assert [(t["session_id"], t["role"]) for t in turns] == [
         ("laptop", "user"),
         ("laptop", "assistant"),
         ("phone", "user"),
         ("phone", "assistant"),
-        ("laptop", "user"),
-        ("laptop", "assistant"),
     ]
-    assert selectors.context_get(owner_id="wang")["facts"] == {
+    assert selectors.context_get(owner_id=anon_id)["facts"] == {
         "name": "Wang Jianguo",
         "likes": ["basketball"],
     }

@@ -1,28 +1,37 @@
-"""The demo chat page (memoryproj/chat.py) through Django's test client, and its responders.
+"""The demo chat page (memoryproj/chat.py) through Django's test clients, and its responders.
 
-The page's requests commit as in production (``transaction=True``): one exchange is three
-commits, and the context between them must see the first one's cache update.
+Who talks: an anonymous visitor as an ``anon-...`` owner bound to their browser session, a
+logged-in user as themselves (their anonymous memory linked in at login), and only service
+callers as anyone else. The page's requests commit as in production (``transaction=True``):
+one exchange is three commits, and the context between them must see the first one's cache
+update.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import Permission, User
 from django.core.exceptions import ImproperlyConfigured
-from django.test import Client
+from django.test import AsyncClient, Client
 
 from memory import selectors, services
 from memory.payloads import ContextPayload
-from memoryproj.responders import DeterministicResponder, responder_get
+from memoryproj.chat import ANON_SESSION_KEY
+from memoryproj.responders import DeterministicResponder, reply_chunks, responder_get
 
 # NOTE: only the tests that store turns commit; the others touch no database.
 commits = pytest.mark.django_db(transaction=True)
 
 INTRO = "My name is Wang Jianguo, I like basketball"
 EXCHANGE_ID_RE = re.compile(r'name="exchange_id" value="([^"]+)"')
+ANON_ID_RE = re.compile(r"^anon-[0-9a-f]{32}$")
 
 
 class ShoutingResponder:
@@ -32,27 +41,49 @@ class ShoutingResponder:
         return f"{message.upper()} ({len(context['facts'])} facts)"
 
 
-@pytest.fixture
-def demo(settings: Any) -> None:
-    """The page as on a developer's machine: DEBUG on, open to anyone."""
-    settings.DEBUG = True
+class FailingResponder(DeterministicResponder):
+    """Streams two words, then fails, as an LLM call cut off midway."""
+
+    delay = 0.0
+
+    async def astream(self, *, context: ContextPayload, message: str) -> AsyncIterator[str]:
+        yield "Hello "
+        yield "there"
+        raise ConnectionError("the model went away")
+
+
+class InstantResponder(DeterministicResponder):
+    """The default responder's words, streamed without a pause between them."""
+
+    delay = 0.0
+
+
+def exchange_id_of(client: Client, **query: str) -> str:
+    page = client.get("/chat/", query)
+    return EXCHANGE_ID_RE.search(page.content.decode()).group(1)
 
 
 def say(
-    client: Client, user_id: str, session_id: str, message: str, *, exchange_id: str | None = None
+    client: Client,
+    session_id: str,
+    message: str,
+    *,
+    user_id: str | None = None,
+    exchange_id: str | None = None,
 ) -> Any:
+    picked = {"user_id": user_id} if user_id is not None else {}
     if exchange_id is None:
-        page = client.get("/chat/", {"user_id": user_id, "session_id": session_id})
-        exchange_id = EXCHANGE_ID_RE.search(page.content.decode()).group(1)
+        exchange_id = exchange_id_of(client, session_id=session_id)
     return client.post(
         "/chat/",
-        {
-            "user_id": user_id,
-            "session_id": session_id,
-            "message": message,
-            "exchange_id": exchange_id,
-        },
+        {"session_id": session_id, "message": message, "exchange_id": exchange_id, **picked},
     )
+
+
+def anon_id(client: Client) -> str:
+    owner_id = client.session[ANON_SESSION_KEY]
+    assert ANON_ID_RE.match(owner_id)
+    return owner_id
 
 
 def context(user_id: str, *, facts: dict[str, Any] | None = None, turns: int = 1) -> ContextPayload:
@@ -74,115 +105,226 @@ def context(user_id: str, *, facts: dict[str, Any] | None = None, turns: int = 1
     }
 
 
-def test_home_leads_to_the_chat_page(client, demo):
+def service_login(client: Client) -> User:
+    user = User.objects.create_user("svc", password="pw")
+    user.user_permissions.add(Permission.objects.get(codename="access_all_memories"))
+    client.force_login(user)
+    return user
+
+
+def test_home_leads_to_the_chat_page(client):
     response = client.get("/")
     assert response.status_code == 302
     assert response["Location"] == "/chat/"
 
 
-def test_chat_page_asks_for_a_user_and_a_session(client, demo):
+@commits
+def test_an_anonymous_visitor_talks_as_an_owner_of_their_session(client):
     response = client.get("/chat/")
     assert response.status_code == 200
     html = response.content.decode()
-    assert 'id="pick"' in html
-    assert 'name="user_id"' in html and 'name="session_id"' in html
-    assert 'id="send"' not in html
+    owner_id = anon_id(client)
+    assert f'<code id="anon-id">{owner_id}</code>' in html
+    assert 'id="send"' in html and 'id="login"' in html
+    # NOTE: no user id to pick: only service callers get that field.
+    assert 'name="user_id"' not in html
+    assert response.context["session_id"] == "web"
 
-
-@commits
-def test_memory_carries_over_to_another_session(client, demo):
-    first = say(client, "wang", "laptop", INTRO)
+    first = say(client, "laptop", INTRO)
     assert first.status_code == 200
     assert first.context["reply"]["content"] == (
         "Nice to meet you, Wang Jianguo! I'll remember that you like basketball."
     )
-    assert first.context["context"]["facts"] == {"name": "Wang Jianguo", "likes": ["basketball"]}
-
-    second = say(client, "wang", "phone", "hi")
-    assert second.status_code == 200
-    reply = second.context["reply"]
-    assert reply["content"] == "Hello again, Wang Jianguo! Any news on basketball?"
-    assert reply["session_id"] == "phone"
-    used = second.context["context"]
-    assert used["facts"] == {"name": "Wang Jianguo", "likes": ["basketball"]}
-    assert [(t["session_id"], t["role"]) for t in used["turns"]] == [
+    second = say(client, "phone", "hi")
+    assert second.context["reply"]["content"] == (
+        "Hello again, Wang Jianguo! Any news on basketball?"
+    )
+    assert anon_id(client) == owner_id
+    stored = selectors.turn_list(owner_id=owner_id)[0]
+    assert [(t["session_id"], t["role"]) for t in stored] == [
         ("laptop", "user"),
         ("laptop", "assistant"),
         ("phone", "user"),
+        ("phone", "assistant"),
     ]
+    assert stored[3]["metadata"] == {"demo": "chat", "context_source": "cache"}
     html = second.content.decode()
-    assert 'id="reply"' in html
-    assert "Hello again, Wang Jianguo! Any news on basketball?" in html
     assert '<dd data-key="name">Wang Jianguo</dd>' in html
     assert '<dd data-key="likes">[&quot;basketball&quot;]</dd>' in html
-    stored = selectors.turn_list(owner_id="wang")[0]
-    assert [(t["seq"], t["session_id"], t["role"]) for t in stored] == [
-        (1, "laptop", "user"),
-        (2, "laptop", "assistant"),
-        (3, "phone", "user"),
-        (4, "phone", "assistant"),
-    ]
-    assert stored[3]["metadata"] == {"demo": "chat", "context_source": used["source"]}
 
 
 @commits
-def test_context_comes_from_the_database_after_the_cache_is_dropped(client, demo):
-    say(client, "wang", "laptop", INTRO)
-    assert client.get("/chat/", {"user_id": "wang", "session_id": "x"}).context["context"][
-        "source"
-    ] == ("cache")
-    services.cache_drop(owner_id="wang")
+def test_another_browser_has_its_own_anonymous_memory(client):
+    say(client, "laptop", INTRO)
+    stranger = Client()
+    response = say(stranger, "laptop", "What's my name?")
+    assert response.context["reply"]["content"] == (
+        'I don\'t know your name yet. Tell me: "My name is ...".'
+    )
+    assert response.context["context"]["facts"] == {}
+    assert anon_id(stranger) != anon_id(client)
 
-    page = client.get("/chat/", {"user_id": "wang", "session_id": "phone"})
+
+@commits
+def test_an_anonymous_visitor_cannot_pick_a_user_id(client):
+    services.fact_put(owner_id="wang", key="name", value="Wang Jianguo")
+    assert client.get("/chat/", {"user_id": "wang", "session_id": "x"}).status_code == 404
+    client.get("/chat/")
+    owner_id = anon_id(client)
+    assert say(client, "x", "My name is Bob", user_id="wang").status_code == 404
+    # NOTE: nor another visitor's anonymous id, which only that visitor's session holds.
+    other = Client()
+    say(other, "x", INTRO)
+    assert say(client, "x", "hi", user_id=anon_id(other)).status_code == 404
+    assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang Jianguo"}
+    assert len(selectors.turn_list(owner_id=anon_id(other))[0]) == 2
+    assert selectors.turn_list(owner_id=owner_id)[0] == []
+
+
+@commits
+def test_logging_in_links_the_anonymous_memory_into_the_users(client):
+    User.objects.create_user("wang", password="wang-pw-123")
+    services.turn_append(owner_id="wang", session_id="old", role="user", content="hello")
+    say(client, "laptop", INTRO)
+    owner_id = anon_id(client)
+
+    login_page = client.get("/accounts/login/", {"next": "/chat/?session_id=laptop"})
+    assert login_page.status_code == 200
+    response = client.post(
+        "/accounts/login/",
+        {"username": "wang", "password": "wang-pw-123", "next": "/chat/?session_id=laptop"},
+    )
+    assert response.status_code == 302
+    assert response["Location"] == "/chat/?session_id=laptop"
+    assert ANON_SESSION_KEY not in client.session
+    assert selectors.turn_list(owner_id=owner_id)[0] == []
+    assert [t["seq"] for t in selectors.turn_list(owner_id="wang")[0]] == [1, 2, 3]
+
+    page = client.get("/chat/", {"session_id": "laptop"})
+    html = page.content.decode()
+    assert 'Signed in as <strong id="username">wang</strong>' in html
+    assert page.context["context"]["facts"] == {"name": "Wang Jianguo", "likes": ["basketball"]}
+    reply = say(client, "laptop", "What's my name?")
+    assert reply.context["reply"]["content"] == "Your name is Wang Jianguo."
+
+
+@commits
+def test_a_login_elsewhere_links_on_the_next_page(client):
+    User.objects.create_user("wang", password="pw")
+    say(client, "laptop", INTRO)
+    owner_id = anon_id(client)
+    # NOTE: Django's login keeps the session's data (here through the admin's login page).
+    assert client.login(username="wang", password="pw")
+    assert client.session[ANON_SESSION_KEY] == owner_id
+    page = client.get("/chat/")
+    assert page.context["context"]["facts"]["name"] == "Wang Jianguo"
+    assert ANON_SESSION_KEY not in client.session
+    assert selectors.turn_list(owner_id=owner_id)[0] == []
+
+
+@commits
+def test_logging_out_starts_a_new_anonymous_memory(client):
+    User.objects.create_user("wang", password="pw")
+    client.login(username="wang", password="pw")
+    say(client, "laptop", INTRO)
+    assert client.post("/accounts/logout/").status_code == 302
+    response = say(client, "laptop", "What's my name?")
+    assert response.context["reply"]["content"].startswith("I don't know your name yet.")
+    assert ANON_ID_RE.match(response.context["speaker"].owner_id)
+
+
+@commits
+def test_a_user_reaches_only_their_own_memory(client):
+    User.objects.create_user("wang", password="pw")
+    client.login(username="wang", password="pw")
+    assert say(client, "laptop", INTRO).status_code == 200
+    assert 'name="user_id"' not in client.get("/chat/").content.decode()
+    assert client.get("/chat/", {"user_id": "li", "session_id": "x"}).status_code == 404
+    assert say(client, "laptop", "hi", user_id="li").status_code == 404
+    # NOTE: naming oneself is allowed: it is who they talk as anyway.
+    assert say(client, "laptop", "hi", user_id="wang").status_code == 200
+    assert selectors.turn_list(owner_id="li")[0] == []
+
+
+@commits
+def test_staff_without_the_permission_is_an_ordinary_user(client):
+    User.objects.create_user("ops", password="pw", is_staff=True)
+    client.login(username="ops", password="pw")
+    assert say(client, "laptop", "hi", user_id="li").status_code == 404
+    assert selectors.turn_list(owner_id="li")[0] == []
+
+
+@commits
+def test_a_service_caller_may_pick_any_user_id(client):
+    service_login(client)
+    page = client.get("/chat/", {"user_id": "li", "session_id": "x"})
+    assert page.status_code == 200
+    assert 'name="user_id" value="li"' in page.content.decode()
+    assert say(client, "x", INTRO, user_id="li").status_code == 200
+    assert selectors.context_get(owner_id="li")["facts"]["name"] == "Wang Jianguo"
+    # NOTE: without a pick, a service caller talks as themselves.
+    assert say(client, "x", "hi").context["speaker"].owner_id == "svc"
+
+
+@commits
+def test_context_comes_from_the_database_after_the_cache_is_dropped(client):
+    say(client, "laptop", INTRO)
+    owner_id = anon_id(client)
+    assert client.get("/chat/", {"session_id": "x"}).context["context"]["source"] == "cache"
+    services.cache_drop(owner_id=owner_id)
+
+    page = client.get("/chat/", {"session_id": "phone"})
     assert page.context["context"]["source"] == "database"
     assert page.context["context"]["facts"]["name"] == "Wang Jianguo"
     assert 'class="source database"' in page.content.decode()
-    reply = say(client, "wang", "phone", "hi")
+    reply = say(client, "phone", "hi")
     assert reply.context["context"]["source"] == "cache"
     assert reply.context["reply"]["content"] == "Hello again, Wang Jianguo! Any news on basketball?"
 
 
 @commits
-def test_chat_works_with_redis_down(client, demo, dead_cache):
-    say(client, "wang", "laptop", INTRO)
-    response = say(client, "wang", "phone", "What's my name?")
+def test_chat_works_with_redis_down(client, dead_cache):
+    say(client, "laptop", INTRO)
+    response = say(client, "phone", "What's my name?")
     assert response.status_code == 200
     assert response.context["reply"]["content"] == "Your name is Wang Jianguo."
     assert response.context["context"]["source"] == "database"
 
 
 @commits
-def test_a_resubmitted_message_is_stored_once(client, demo):
-    first = say(client, "wang", "laptop", INTRO, exchange_id="resubmit-0001")
-    again = say(client, "wang", "laptop", INTRO, exchange_id="resubmit-0001")
+def test_a_resubmitted_message_is_stored_once(client):
+    first = say(client, "laptop", INTRO, exchange_id="resubmit-0001")
+    again = say(client, "laptop", INTRO, exchange_id="resubmit-0001")
     assert again.status_code == 200
     assert again.context["reply"] == first.context["reply"]
-    assert len(selectors.turn_list(owner_id="wang")[0]) == 2
+    assert len(selectors.turn_list(owner_id=anon_id(client))[0]) == 2
 
 
 @commits
-def test_a_stranger_hears_that_they_are_not_known(client, demo):
-    response = say(client, "li", "tab", "hello")
-    assert response.context["reply"]["content"].startswith("Hello! I don't know your name yet.")
-    assert response.context["context"]["facts"] == {}
-
-
-@commits
-def test_bad_input_is_a_400_and_stores_nothing(client, demo):
-    bad_user = say(client, "wang jianguo", "laptop", "hi", exchange_id="bad-input-01")
+def test_bad_input_is_a_400_and_stores_nothing(client):
+    client.get("/chat/")
+    owner_id = anon_id(client)
+    bad_session = say(client, "s" * 129, "hi", exchange_id="bad-input-00")
+    assert bad_session.status_code == 400
+    assert "session_id:" in bad_session.content.decode()
+    assert 'id="send"' not in bad_session.content.decode()
+    bad_user = say(client, "laptop", "hi", user_id="wang jianguo", exchange_id="bad-input-01")
     assert bad_user.status_code == 400
     assert "user_id: Enter 1-128 characters" in bad_user.content.decode()
-    empty = say(client, "wang", "laptop", "", exchange_id="bad-input-02")
-    assert empty.status_code == 400
-    no_exchange = say(client, "wang", "laptop", "hi", exchange_id="x")
-    assert no_exchange.status_code == 400
-    assert selectors.turn_list(owner_id="wang")[0] == []
+    # NOTE: the page still says who is talking, and keeps the conversation for a bad message.
+    empty = say(client, "laptop", "", exchange_id="bad-input-02")
+    assert empty.context["speaker"].owner_id == owner_id
+    assert 'id="send"' in empty.content.decode()
+    assert say(client, "laptop", "", exchange_id="bad-input-02").status_code == 400
+    assert say(client, "laptop", "hi", exchange_id="x").status_code == 400
+    assert say(client, "laptop", "a\x00b", exchange_id="bad-input-03").status_code == 400
+    assert selectors.turn_list(owner_id=owner_id)[0] == []
 
 
 @commits
-def test_the_responder_is_the_configured_one(client, demo, settings):
+def test_the_responder_is_the_configured_one(client, settings):
     settings.MEMORYPROJ_RESPONDER = "tests.test_demo_chat.ShoutingResponder"
-    response = say(client, "wang", "laptop", INTRO)
+    response = say(client, "laptop", INTRO)
     assert response.context["reply"]["content"] == f"{INTRO.upper()} (2 facts)"
 
 
@@ -192,30 +334,121 @@ def test_an_unimportable_responder_names_the_setting(settings):
         responder_get()
 
 
+def _stream(client: Client, session_id: str, message: str, **extra: str) -> tuple[int, list[Any]]:
+    """POST to the stream view through Django's async client; the status and the events."""
+    fields = {
+        "session_id": session_id,
+        "message": message,
+        "exchange_id": exchange_id_of(client, session_id=session_id),
+        **extra,
+    }
+    cookies = client.cookies
+
+    async def post() -> tuple[int, list[Any]]:
+        async_client = AsyncClient()
+        async_client.cookies = cookies
+        response = await async_client.post("/chat/stream/", fields)
+        if not response.streaming:
+            is_json = response["Content-Type"] == "application/json"
+            return response.status_code, [json.loads(response.content)] if is_json else []
+        assert response["Content-Type"] == "application/x-ndjson; charset=utf-8"
+        body = b"".join([chunk async for chunk in response.streaming_content])
+        return response.status_code, [json.loads(line) for line in body.splitlines()]
+
+    return async_to_sync(post)()
+
+
 @commits
-def test_without_debug_the_page_needs_a_login(client):
-    response = client.get("/chat/", {"user_id": "wang", "session_id": "laptop"})
-    assert response.status_code == 302
-    assert response["Location"].startswith("/admin/login/?next=/chat/")
-    assert say(client, "wang", "laptop", "hi", exchange_id="anonymous-1").status_code == 302
+def test_the_stream_view_sends_the_reply_as_it_is_produced(client, settings):
+    settings.MEMORYPROJ_RESPONDER = "tests.test_demo_chat.InstantResponder"
+    status, events = _stream(client, "laptop", INTRO)
+    assert status == 200
+    kinds = [event["event"] for event in events]
+    reply = "Nice to meet you, Wang Jianguo! I'll remember that you like basketball."
+    assert kinds == ["context", *["delta"] * len(reply.split()), "done"]
+    assert events[0]["facts"] == [
+        {"key": "likes", "value": '["basketball"]'},
+        {"key": "name", "value": "Wang Jianguo"},
+    ]
+    assert "".join(event["text"] for event in events[1:-1]) == reply
+    done = events[-1]
+    assert (done["turn"]["seq"], done["turn"]["content"]) == (2, reply)
+    assert re.match(r"^[A-Za-z0-9_-]{8,64}$", done["exchange_id"])
+    stored = selectors.turn_list(owner_id=anon_id(client))[0]
+    assert [(t["role"], t["content"]) for t in stored] == [("user", INTRO), ("assistant", reply)]
+
+    # NOTE: another tab of the same browser (another session id) is the same owner.
+    status, events = _stream(client, "phone", "What's my name?")
+    assert "".join(e["text"] for e in events if e["event"] == "delta") == (
+        "Your name is Wang Jianguo."
+    )
+
+
+@commits
+def test_the_stream_view_refuses_what_the_page_refuses(client, settings):
+    settings.MEMORYPROJ_RESPONDER = "tests.test_demo_chat.InstantResponder"
+    status, events = _stream(client, "laptop", "")
+    assert status == 400 and "message" in events[0]["detail"]
+    status, _ = _stream(client, "laptop", "hi", user_id="wang")
+    assert status == 404
+    assert selectors.turn_list(owner_id=anon_id(client))[0] == []
     assert selectors.turn_list(owner_id="wang")[0] == []
+    assert client.get("/chat/stream/").status_code == 405
 
 
 @commits
-def test_without_debug_a_user_reaches_only_their_own_memory(client):
-    User.objects.create_user("wang", password="pw")
-    client.login(username="wang", password="pw")
-    assert say(client, "wang", "laptop", INTRO).status_code == 200
-    assert client.get("/chat/", {"user_id": "li", "session_id": "x"}).status_code == 404
-    assert say(client, "li", "laptop", "hi", exchange_id="foreign-01").status_code == 404
-    assert selectors.turn_list(owner_id="li")[0] == []
+def test_under_wsgi_the_stream_view_sends_the_same_lines_in_one_body(client, settings):
+    settings.MEMORYPROJ_RESPONDER = "tests.test_demo_chat.InstantResponder"
+    fields = {
+        "session_id": "laptop",
+        "message": "What's my name?",
+        "exchange_id": exchange_id_of(client, session_id="laptop"),
+    }
+    response = client.post("/chat/stream/", fields)
+    assert response.status_code == 200
+    assert not response.streaming
+    assert response["Content-Type"] == "application/x-ndjson; charset=utf-8"
+    events = [json.loads(line) for line in response.content.splitlines()]
+    reply = 'I don\'t know your name yet. Tell me: "My name is ...".'
+    assert [e["event"] for e in events] == ["context", *["delta"] * len(reply.split()), "done"]
+    assert events[-1]["turn"]["content"] == reply
 
 
 @commits
-def test_without_debug_staff_reach_every_memory(client):
-    User.objects.create_user("ops", password="pw", is_staff=True)
-    client.login(username="ops", password="pw")
-    assert say(client, "li", "laptop", "hi").status_code == 200
+def test_a_responder_failing_midway_ends_the_stream_with_an_error(
+    client, settings, caplog, monkeypatch
+):
+    settings.MEMORYPROJ_RESPONDER = "tests.test_demo_chat.FailingResponder"
+    # NOTE: the demo's LOGGING keeps "memoryproj" to its console handler; caplog listens at root.
+    monkeypatch.setattr(logging.getLogger("memoryproj"), "propagate", True)
+    status, events = _stream(client, "laptop", "hi")
+    assert status == 200
+    assert [e["event"] for e in events] == ["context", "delta", "delta", "error"]
+    assert events[-1]["detail"] == "The assistant failed to answer; try again."
+    assert "ConnectionError: the model went away" in caplog.text
+    # NOTE: the user's turn is stored; no half reply is.
+    stored = selectors.turn_list(owner_id=anon_id(client))[0]
+    assert [t["role"] for t in stored] == ["user"]
+
+
+def test_a_responder_without_astream_is_one_chunk():
+    async def chunks() -> list[str]:
+        responder = ShoutingResponder()
+        return [c async for c in reply_chunks(responder, context=context("w"), message="hi")]
+
+    assert async_to_sync(chunks)() == ["HI (0 facts)"]
+
+
+def test_the_deterministic_responder_streams_its_reply_word_by_word():
+    responder = InstantResponder()
+    ctx = context("wang", facts={"name": "Wang Jianguo", "likes": ["golf"]}, turns=3)
+
+    async def chunks() -> list[str]:
+        return [c async for c in reply_chunks(responder, context=ctx, message="hello")]
+
+    words = async_to_sync(chunks)()
+    assert words == ["Hello ", "again, ", "Wang ", "Jianguo! ", "Any ", "news ", "on ", "golf?"]
+    assert "".join(words) == responder.respond(context=ctx, message="hello")
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """Smoke test of the zero-setup demo: SQLite and no cache, as `make run` starts it when
-nothing is configured. The only place the suite runs on SQLite; storage tests use Postgres."""
+nothing is configured (DEBUG on, no secret key set). The only place the suite runs on SQLite;
+storage tests use Postgres."""
 
 from __future__ import annotations
 
@@ -34,9 +35,14 @@ def _request(url: str, *, token: str | None = None, body: dict | None = None) ->
 
 @pytest.fixture
 def demo_env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_URL"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"REDIS_URL", "DATABASE_URL"} and not k.startswith("DJANGO_")
+    }
     env.update(
         DJANGO_SETTINGS_MODULE="memoryproj.settings",
+        DJANGO_DEBUG="1",
         DATABASE_URL=f"sqlite:///{tmp_path / 'demo.sqlite3'}",
         DJANGO_SUPERUSER_PASSWORD="demo-pass-123",
     )

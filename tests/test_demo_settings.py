@@ -1,0 +1,286 @@
+"""The demo project's settings (memoryproj/settings.py) are safe by default: DEBUG off, no
+built-in secret, nothing loaded from another host, static files and 500s handled with DEBUG off,
+no trust in X-Forwarded-For, and a documented production environment that ``check --deploy``
+finds clean. Subprocess tests start the project as an operator would."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import runpy
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.http import HttpRequest, HttpResponse
+from django.test import Client
+from django.urls import path
+from rest_framework.test import APIRequestFactory
+from rest_framework.throttling import AnonRateThrottle
+
+from tests.servers import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+SETTINGS_FILE = ROOT / "memoryproj" / "settings.py"
+KEY = "settings-test-secret-key-" + "k" * 40
+
+
+def boom(request: HttpRequest) -> HttpResponse:
+    raise RuntimeError("boom in a view")
+
+
+# NOTE: the URLs of the logging test (pytest.mark.urls names this module).
+urlpatterns = [path("boom/", boom)]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """The environment of a fresh start of the demo project: none of the suite's Django vars."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "PYTEST")) and k not in {"MEMORY_TEST_KEY_PREFIX"}
+    }
+    return {**env, "DJANGO_SETTINGS_MODULE": "memoryproj.settings", **extra}
+
+
+def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> dict[str, Any]:
+    """The settings module's globals as it reads this environment."""
+    for name in list(os.environ):
+        if name.startswith("DJANGO_"):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return runpy.run_path(str(SETTINGS_FILE))
+
+
+def test_debug_is_off_and_hosts_are_local_by_default(monkeypatch):
+    settings = _settings(monkeypatch, DJANGO_SECRET_KEY=KEY)
+    assert settings["DEBUG"] is False
+    assert settings["ALLOWED_HOSTS"] == ["127.0.0.1", "localhost"]
+    assert settings["SECRET_KEY"] == KEY
+    assert settings["REST_FRAMEWORK"]["NUM_PROXIES"] == 0
+    assert settings["SECURE_SSL_REDIRECT"] is False
+    assert "SECURE_PROXY_SSL_HEADER" not in settings
+
+
+def test_without_a_key_and_debug_the_settings_refuse(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(ImproperlyConfigured, match="DJANGO_SECRET_KEY is not set"):
+        _settings(monkeypatch)
+
+
+def test_debug_without_a_key_uses_a_random_one(monkeypatch):
+    first = _settings(monkeypatch, DJANGO_DEBUG="1")
+    second = _settings(monkeypatch, DJANGO_DEBUG="1")
+    assert first["DEBUG"] is True
+    assert first["SECRET_KEY"] != second["SECRET_KEY"]
+    assert len(first["SECRET_KEY"]) > 50
+
+
+def test_environment_chooses_hosts_proxies_and_https(monkeypatch):
+    settings = _settings(
+        monkeypatch,
+        DJANGO_SECRET_KEY=KEY,
+        DJANGO_ALLOWED_HOSTS="chat.example.com, api.example.com",
+        DJANGO_NUM_PROXIES="2",
+        DJANGO_SECURE_SSL_REDIRECT="1",
+        DJANGO_SECURE_COOKIES="1",
+        DJANGO_SECURE_HSTS_SECONDS="600",
+        DJANGO_SECURE_PROXY_SSL_HEADER="1",
+    )
+    assert settings["ALLOWED_HOSTS"] == ["chat.example.com", "api.example.com"]
+    assert settings["REST_FRAMEWORK"]["NUM_PROXIES"] == 2
+    assert settings["SECURE_SSL_REDIRECT"] is True
+    assert settings["SESSION_COOKIE_SECURE"] is settings["CSRF_COOKIE_SECURE"] is True
+    assert settings["SECURE_HSTS_SECONDS"] == 600
+    assert settings["SECURE_PROXY_SSL_HEADER"] == ("HTTP_X_FORWARDED_PROTO", "https")
+
+
+def test_the_project_refuses_to_start_without_a_key():
+    result = _manage(_env(), "check")
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    error = "django.core.exceptions.ImproperlyConfigured: DJANGO_SECRET_KEY is not set"
+    assert last.startswith(f"{error} and DEBUG is off")
+    assert _manage(_env(DJANGO_DEBUG="1"), "check").returncode == 0
+
+
+def _production_block() -> str:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Running the demo in production", 1)[1]
+    return re.search(r"```sh\n(.*?)```", section, re.DOTALL).group(1)
+
+
+@pytest.mark.slow
+def test_check_deploy_is_clean_with_the_documented_production_environment():
+    block = _production_block()
+    assert "export DJANGO_SECRET_KEY=" in block and "DJANGO_DEBUG" not in block
+    # NOTE: the README's block as it is, in bash, with this interpreter as its `python`.
+    python = sys.executable
+    script = (
+        f'python() {{ {python} "$@"; }}\n{block}\n'
+        f"exec {python} manage.py check --deploy --fail-level WARNING\n"
+    )
+    result = subprocess.run(
+        ["bash", "-c", script],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "System check identified no issues (0 silenced)."
+    assert "WARNING" not in result.stderr and "?: (" not in result.stderr
+
+
+def test_check_deploy_without_that_environment_warns():
+    result = _manage(_env(DJANGO_SECRET_KEY="x" * 60), "check", "--deploy")
+    warned = set(re.findall(r"\(security\.(W\d+)\)", result.stdout + result.stderr))
+    assert {"W004", "W008", "W012", "W016"} <= warned
+
+
+@pytest.mark.parametrize("url", ["/api/docs/", "/api/redoc/"])
+def test_the_api_docs_load_nothing_from_another_host(client: Client, url: str):
+    response = client.get(url)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "/static/drf_spectacular_sidecar/" in html
+    # NOTE: every address in the page, attribute or script, is on this host.
+    assert re.findall(r"(?:https?:)?//[A-Za-z0-9.-]+\.[A-Za-z]{2,}", html) == []
+    assert "cdn" not in html.lower()
+    if url == "/api/docs/":
+        # NOTE: Swagger UI's default validator badge would send the schema's address out.
+        assert '"validatorUrl": null' in html
+
+
+@pytest.mark.urls("tests.test_demo_settings")
+def test_a_500_is_logged_with_its_traceback():
+    handler = logging.getLogger("django.request").handlers[0]
+    stream = io.StringIO()
+    previous = handler.setStream(stream)
+    try:
+        response = Client(raise_request_exception=False).get("/boom/")
+    finally:
+        handler.setStream(previous)
+    assert response.status_code == 500
+    logged = stream.getvalue()
+    assert "ERROR django.request: Internal Server Error: /boom/" in logged
+    assert "Traceback (most recent call last):" in logged
+    assert "RuntimeError: boom in a view" in logged
+
+
+def test_the_anonymous_throttle_ignores_x_forwarded_for(monkeypatch):
+    monkeypatch.setitem(AnonRateThrottle.THROTTLE_RATES, "anon", "2/minute")
+    factory = APIRequestFactory()
+    request = factory.get("/", HTTP_X_FORWARDED_FOR="203.0.113.9", REMOTE_ADDR="198.51.100.7")
+    assert AnonRateThrottle().get_ident(request) == "198.51.100.7"
+    # NOTE: through the schema endpoint, open to anonymous callers and throttled: a new
+    # forged address per request does not earn a new allowance.
+    client = Client()
+    statuses = [
+        client.get("/api/schema/", HTTP_X_FORWARDED_FOR=f"203.0.113.{i}").status_code
+        for i in range(3)
+    ]
+    assert statuses == [200, 200, 429]
+
+
+def _get(url: str) -> tuple[int, str, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.status, response.headers["Content-Type"], response.read()
+
+
+SERVERS = {
+    "gunicorn": ["-m", "gunicorn", "memoryproj.wsgi:application", "--workers", "1",
+                 "--log-level", "warning", "--bind", "127.0.0.1:{port}"],
+    "uvicorn": ["-m", "uvicorn", "memoryproj.asgi:application", "--log-level", "warning",
+                "--host", "127.0.0.1", "--port", "{port}"],
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server_name", sorted(SERVERS))
+def test_static_files_are_served_with_debug_off(tmp_path, server_name):
+    env = _env(
+        DJANGO_SECRET_KEY=KEY,
+        DJANGO_STATIC_ROOT=str(tmp_path / "static"),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+    )
+    env.pop("REDIS_URL", None)
+    collected = _manage(env, "collectstatic", "--noinput", "-v", "0")
+    assert collected.returncode == 0, collected.stderr
+    port = free_port()
+    log_path = tmp_path / "server.log"
+    log = log_path.open("wb")
+    command = [sys.executable, *(a.format(port=port) for a in SERVERS[server_name])]
+    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                status, kind, css = _get(f"{base}/static/admin/css/base.css")
+                break
+            except OSError:
+                assert server.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, f"{server_name} did not start"
+                time.sleep(0.2)
+        assert (status, kind.split(";")[0]) == (200, "text/css")
+        assert b"body" in css
+        status, kind, _ = _get(
+            f"{base}/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js"
+        )
+        assert (status, kind.split(";")[0]) == (200, "text/javascript")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert "Warning" not in log_path.read_text()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("url", ["/api/docs/", "/api/redoc/"])
+def test_the_api_docs_render_in_a_browser_from_this_host_alone(
+    live_server, sync_playwright, chromium_options, artifacts, url
+):
+    requested: list[str] = []
+    blocked: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(**chromium_options)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(15_000)
+            page.on("request", lambda request: requested.append(request.url))
+            page.on(
+                "requestfailed",
+                lambda r: blocked.append(r.url) if "csp" in (r.failure or "").lower() else None,
+            )
+            page.goto(f"{live_server.url}{url}")
+            # NOTE: the schema's operations drawn by the JavaScript bundle: it loaded and ran.
+            page.get_by_text("/api/memory/users/{user_id}/turns/").first.wait_for()
+            name = url.strip("/").replace("/", "_")
+            page.screenshot(path=str(artifacts / f"{name}.png"))
+        finally:
+            browser.close()
+    assert requested
+    # NOTE: blob: URLs (Redoc's web worker) are made by the page itself, on its own origin.
+    # Redoc's logo is asked for, and the page's own policy stops it in the browser.
+    own = (live_server.url, f"blob:{live_server.url}", "data:")
+    assert [u for u in requested if not u.startswith(own)] == blocked
