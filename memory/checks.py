@@ -19,7 +19,7 @@ from memory.conf import DEFAULTS
 #   E004 KEY_PREFIX is not a usable prefix   E010 FILL_WAIT_MS is not an integer >= 0
 #   E005 CONTEXT_TURNS > MAX_CONTEXT_TURNS   E011 CACHE_ALIAS is not a string
 #   E006 OWNER_RESOLVER cannot be imported   E012 OWNER_RESOLVER is not callable
-#   E013 FACT_EXTRACTOR cannot be imported
+#   E013 FACT_EXTRACTOR cannot be imported   E014 the cache alias sets its own KEY_PREFIX
 #   W001 unknown MEMORY keys                 W004 the cache has no socket timeouts
 #   W002 CACHE_TURNS < CONTEXT_TURNS         W005 the database is not PostgreSQL
 
@@ -215,6 +215,7 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
                 id="memory.E008",
             )
         )
+    errors += _check_alias_prefix(alias, config, user)
     options = config.get("OPTIONS") or {}
     if options.get("IGNORE_EXCEPTIONS") or getattr(
         settings, "DJANGO_REDIS_IGNORE_EXCEPTIONS", False
@@ -246,3 +247,24 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
             )
         )
     return errors
+
+
+def _check_alias_prefix(
+    alias: str, config: dict[str, Any], user: dict[str, Any]
+) -> list[CheckMessage]:
+    # NOTE: the app builds its own keys (``<MEMORY["KEY_PREFIX"]>:v1:...``) and sends them to
+    # Redis as they are, so Django's per-alias KEY_PREFIX never reaches them. A site that
+    # separates its keys that way would believe they are separated when they are not.
+    alias_prefix = config.get("KEY_PREFIX")
+    prefix = user.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"])
+    if not alias_prefix or alias_prefix == prefix:
+        return []
+    return [
+        Error(
+            f"CACHES[{alias!r}]['KEY_PREFIX'] is {alias_prefix!r}, but the memory app does not "
+            f"use it: its keys start with MEMORY['KEY_PREFIX'] ({prefix!r}).",
+            hint=f"Set MEMORY['KEY_PREFIX'] = {alias_prefix!r} and remove KEY_PREFIX from the "
+            f"cache alias {alias!r}.",
+            id="memory.E014",
+        )
+    ]

@@ -171,3 +171,21 @@ def test_cache_must_not_ignore_exceptions():
 def test_cache_without_socket_timeouts_warns():
     slow = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:6379/0"}
     assert ids(CACHES=caches(slow=slow), MEMORY=memory(CACHE_ALIAS="slow")) == ["memory.W004"]
+
+
+def test_a_key_prefix_on_the_cache_alias_is_an_error_naming_the_memory_setting():
+    prefixed = {**settings.CACHES["memory"], "KEY_PREFIX": "site-a"}
+    (found,) = messages(CACHES=caches(memory=prefixed), MEMORY=memory())
+    assert found.id == "memory.E014"
+    assert "CACHES['memory']['KEY_PREFIX'] is 'site-a'" in found.msg
+    assert "MEMORY['KEY_PREFIX']" in found.msg
+    assert "MEMORY['KEY_PREFIX'] = 'site-a'" in found.hint
+
+
+def test_a_key_prefix_on_the_cache_alias_equal_to_the_memory_one_passes():
+    prefix = settings.MEMORY["KEY_PREFIX"]
+    prefixed = {**settings.CACHES["memory"], "KEY_PREFIX": prefix}
+    assert ids(CACHES=caches(memory=prefixed), MEMORY=memory()) == []
+    default_prefixed = {**settings.CACHES["memory"], "KEY_PREFIX": "memory"}
+    without_prefix = {k: v for k, v in settings.MEMORY.items() if k != "KEY_PREFIX"}
+    assert ids(CACHES=caches(memory=default_prefixed), MEMORY=without_prefix) == []
