@@ -8,7 +8,10 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-faults bench lint format services-up services-down clean
+SUPERUSER ?= admin
+DIST_VENV = .tmp/dist-venv
+.PHONY: help install run superuser token test test-faults bench lint format docs screenshots dist \
+	services-up services-down clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,9 +23,20 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 
 install: $(VENV)/.installed ## Create .venv with the pinned dev requirements
 
-run: $(VENV)/.installed ## Migrate and serve the demo on ADDR=127.0.0.1:8000 (SQLite, no cache, unless DATABASE_URL/REDIS_URL)
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py runserver $(ADDR)
+run: $(VENV)/.installed ## Serve the demo on ADDR=127.0.0.1:8000, DEBUG on, with a throwaway Redis if redis-server is installed
+	PY=$(PY) ADDR=$(ADDR) scripts/run-demo
+
+superuser: $(VENV)/.installed ## Create the demo's admin account SUPERUSER=admin (asks for a password) for /admin/
+	$(PY) manage.py migrate --noinput -v 0
+	$(PY) manage.py createsuperuser --username $(SUPERUSER) --email $(SUPERUSER)@localhost \
+		$(if $(DJANGO_SUPERUSER_PASSWORD),--noinput)
+
+# NOTE: USER is also the login name in the environment; only one given on the command line
+# counts, so that `make token` alone never hands a token to whoever is logged in.
+token: $(VENV)/.installed ## Print the API token of service user USER=... (created, with memory.access_all_memories)
+	@test "$(origin USER)" = "command line" || { echo "usage: make token USER=<username>" >&2; exit 2; }
+	@$(PY) manage.py migrate --noinput -v 0
+	@SERVICE_USER=$(USER) $(PY) manage.py shell -v 0 -c "$$SERVICE_TOKEN"
 
 test: $(VENV)/.installed ## Run the suite on real PostgreSQL and Redis (PYTEST_ARGS="-k ..." to narrow)
 	@scripts/ensure-chromium
@@ -50,10 +64,37 @@ services-up: ## Start PostgreSQL and Redis in docker (docker-compose.yml) and wa
 services-down: ## Stop the docker services (their data volume is kept)
 	docker compose down
 
-.PHONY: dist
-dist: $(VENV)/.installed ## Build the app's wheel into dist/ (the package a site pip-installs)
-	$(PY) -m pip wheel --no-deps -q -w dist .
+docs: $(VENV)/.installed ## Build the docs site strictly into site/ (mkdocs serve to preview)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+screenshots: $(VENV)/.installed ## Retake docs/images/*.png (the chat page and the admin) in headless Chromium
+	@scripts/ensure-chromium
+	MEMORY_SCREENSHOTS_DIR=docs/images $(PY) -m pytest tests/test_docs.py -m browser -p no:cacheprovider -q
+
+# NOTE: only build and twine (their pins from requirements-dev.txt) in a venv of their own;
+# `python -m build` then makes its isolated build environment with setuptools from the index.
+$(DIST_VENV)/.installed: requirements-dev.txt
+	test -x $(DIST_VENV)/bin/python || $(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_VENV)/bin/python -m pip install -q $$(grep -E '^(build|twine)==' requirements-dev.txt)
+	touch $@
+
+dist: $(DIST_VENV)/.installed ## Build the sdist and the wheel into dist/ (python -m build) and twine-check them
+	rm -rf dist
+	$(DIST_VENV)/bin/python -m build --outdir dist .
+	$(DIST_VENV)/bin/python -m twine check --strict dist/*
 
 clean: ## Remove caches and build output (keeps .venv and db.sqlite3)
-	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis build dist *.egg-info
+	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis build dist site *.egg-info
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
+
+# The body of `make token`: get or create the user named by the argument, grant it
+# memory.access_all_memories, and print its DRF token key.
+define SERVICE_TOKEN
+import os
+from django.contrib.auth.models import Permission, User
+from rest_framework.authtoken.models import Token
+user, _ = User.objects.get_or_create(username=os.environ["SERVICE_USER"])
+user.user_permissions.add(Permission.objects.get(content_type__app_label="memory", codename="access_all_memories"))
+print(Token.objects.get_or_create(user=user)[0].key)
+endef
+export SERVICE_TOKEN
