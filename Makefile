@@ -26,6 +26,8 @@ install: $(VENV)/.installed ## Create .venv with the pinned dev requirements
 run: $(VENV)/.installed ## Serve the demo on ADDR=127.0.0.1:8000, DEBUG on, with a throwaway Redis if redis-server is installed
 	PY=$(PY) ADDR=$(ADDR) scripts/run-demo
 
+# NOTE: the demo's own targets run with its development settings, as `make run` does.
+superuser: export DJANGO_DEBUG ?= 1
 superuser: $(VENV)/.installed ## Create the demo's admin account SUPERUSER=admin (asks for a password) for /admin/
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py createsuperuser --username $(SUPERUSER) --email $(SUPERUSER)@localhost \
@@ -33,6 +35,7 @@ superuser: $(VENV)/.installed ## Create the demo's admin account SUPERUSER=admin
 
 # NOTE: USER is also the login name in the environment; only one given on the command line
 # counts, so that `make token` alone never hands a token to whoever is logged in.
+token: export DJANGO_DEBUG ?= 1
 token: $(VENV)/.installed ## Print the API token of service user USER=... (created, with memory.access_all_memories)
 	@test "$(origin USER)" = "command line" || { echo "usage: make token USER=<username>" >&2; exit 2; }
 	@$(PY) manage.py migrate --noinput -v 0
