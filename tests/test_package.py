@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -36,27 +35,10 @@ import pytest
 import redis
 
 import memory
-from tests import readme
+from tests import newcomer
 from tests.servers import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
 INTRO = "My name is Wang Jianguo, I like basketball"
-# What a build or a run leaves in a tree, as .gitignore lists it: never part of a release.
-LEFT_BEHIND = {
-    ".git",
-    ".venv",
-    ".tmp",
-    "__pycache__",
-    ".pytest_cache",
-    ".ruff_cache",
-    ".mypy_cache",
-    ".hypothesis",
-    "artifacts",
-    "build",
-    "dist",
-    "site",
-    "staticfiles",
-}
 
 pytestmark = pytest.mark.package
 
@@ -77,21 +59,6 @@ def run(args: list[str | Path], *, cwd: Path, env: dict[str, str] | None = None)
     return result.stdout
 
 
-def _left_behind(directory: str, names: list[str]) -> set[str]:
-    ignored = {name for name in names if name in LEFT_BEHIND}
-    ignored |= {n for n in names if n.endswith((".pyc", ".sqlite3", ".egg-info"))}
-    if Path(directory).name == "bench":
-        ignored.add("results")
-    return ignored
-
-
-def source_tree(dest: Path) -> Path:
-    """A copy of the project without what builds and runs leave behind, so that the build
-    writes its ``build/`` and ``*.egg-info`` there and not into the working tree."""
-    shutil.copytree(ROOT, dest, ignore=_left_behind, symlinks=False)
-    return dest
-
-
 @dataclass(frozen=True)
 class Build:
     source: Path
@@ -103,7 +70,7 @@ class Build:
 def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
     """The sdist and the wheel, as ``make dist`` builds them (the wheel from the sdist)."""
     base = tmp_path_factory.mktemp("build")
-    source = source_tree(base / "source")
+    source = newcomer.project_copy(base / "source")
     dist = base / "dist"
     run([sys.executable, "-m", "build", "--outdir", dist, source], cwd=base)
     (sdist,) = dist.glob("django_memory-*.tar.gz")
@@ -155,7 +122,7 @@ def key_prefix() -> Iterator[str]:
 def site_settings(*, database: dict[str, Any], redis_url: str, key_prefix: str) -> str:
     """README step 2's settings block as it is, but for this run's database, Redis and key
     prefix, put in its place by replacing the README's own values."""
-    (block,) = readme.section_blocks("Install into an existing site", "python")
+    (block,) = newcomer.section_blocks("Install into an existing site", "python")
     replacements = {
         '"NAME": "mysite"': f'"NAME": {database["NAME"]!r}',
         '"USER": "postgres"': f'"USER": {database["USER"]!r}',
@@ -175,7 +142,7 @@ def site_settings(*, database: dict[str, Any], redis_url: str, key_prefix: str) 
 def readme_commands(step: str) -> list[list[str]]:
     """The ``python manage.py ...`` commands of README step ``step``'s shell block, split as
     the shell would."""
-    for code in readme.section_blocks("Install into an existing site", "sh"):
+    for code in newcomer.section_blocks("Install into an existing site", "sh"):
         commands = [shlex.split(line) for line in code.splitlines() if line.strip()]
         if any(command[:3] == ["python", "manage.py", step] for command in commands):
             return commands
@@ -322,13 +289,13 @@ def test_sdist_holds_the_project_and_runs_its_tests_unpacked(tmp_path: Path, bui
     project = {
         path.relative_to(build.source).as_posix()
         for path in build.source.rglob("*")
-        if path.is_file() and not _left_behind(str(path.parent), [path.name])
+        if path.is_file() and not newcomer.left_behind(str(path.parent), [path.name])
     }
     # NOTE: everything of the project but the build's own output, tests and docs included.
     assert project - names == set()
     assert {"tests/test_package.py", "tests/conftest.py", "mkdocs.yml", "LICENSE"} <= names
     assert {"CHANGELOG.md", "SECURITY.md", "CONTRIBUTING.md", "Makefile", "manage.py"} <= names
-    assert not any(part in LEFT_BEHIND for name in names for part in name.split("/"))
+    assert not any(part in newcomer.LEFT_BEHIND for name in names for part in name.split("/"))
 
     with tarfile.open(build.sdist) as archive:
         archive.extractall(tmp_path, filter="data")
