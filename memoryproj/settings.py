@@ -11,6 +11,8 @@ from pathlib import Path
 
 import dj_database_url
 
+import memory
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -180,7 +182,7 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "memory",
     "DESCRIPTION": "Durable user-level memory for AI chat products: turns, facts and the "
     "context for the next model call.",
-    "VERSION": "0.1.0",
+    "VERSION": memory.__version__,
     "SERVE_INCLUDE_SCHEMA": False,
 }
 
