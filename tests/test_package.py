@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -68,11 +69,20 @@ class Build:
 
 @pytest.fixture(scope="module")
 def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
-    """The sdist and the wheel, as ``make dist`` builds them (the wheel from the sdist)."""
-    base = tmp_path_factory.mktemp("build")
-    source = newcomer.project_copy(base / "source")
-    dist = base / "dist"
-    run([sys.executable, "-m", "build", "--outdir", dist, source], cwd=base)
+    """The sdist and the wheel that ``make dist`` builds (the wheel from the sdist) in a copy
+    of the project, and checks with twine."""
+    source = newcomer.project_copy(tmp_path_factory.mktemp("build") / "source")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"PYTHONPATH", "VIRTUAL_ENV", "DJANGO_SETTINGS_MODULE", "MAKEFLAGS"}
+    }
+    output = run(["make", "dist"], cwd=source, env=env)
+    assert re.findall(r"Checking dist/(\S+): \S*PASSED", output) == [
+        f"django_memory-{memory.__version__}-py3-none-any.whl",
+        f"django_memory-{memory.__version__}.tar.gz",
+    ], output
+    dist = source / "dist"
     (sdist,) = dist.glob("django_memory-*.tar.gz")
     (wheel,) = dist.glob("django_memory-*.whl")
     return Build(source=source, sdist=sdist, wheel=wheel)
