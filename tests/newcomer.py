@@ -71,6 +71,20 @@ def left_behind(directory: str, names: list[str]) -> set[str]:
     return ignored
 
 
+def project_files(tree: Path) -> set[str]:
+    """The files of the project in ``tree`` (paths relative to it), without build or run
+    output anywhere in their path."""
+    files = set()
+    for path in tree.rglob("*"):
+        relative = path.relative_to(tree)
+        ancestors = [relative, *relative.parents[:-1]]
+        if path.is_file() and not any(
+            left_behind(str(tree / ancestor.parent), [ancestor.name]) for ancestor in ancestors
+        ):
+            files.add(relative.as_posix())
+    return files
+
+
 def project_copy(dest: Path) -> Path:
     """A copy of the project without what builds and runs leave behind: what a fresh clone or
     an unpacked sdist has."""

@@ -41,9 +41,9 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-5000:]
     site = tmp_path / "site"
-    rest = (site / "rest" / "index.html").read_text()
+    rest = (site / "rest.html").read_text()
     assert "/api/memory/users/{user_id}/turns/" in rest and "Idempotency-Key" in rest
-    api = (site / "python-api" / "index.html").read_text()
+    api = (site / "python-api.html").read_text()
     assert "turn_append" in api and "context_get" in api
     assert (site / "images" / "chat.png").is_file() and (site / "images" / "admin.png").is_file()
     # NOTE: nothing on a page loads from another host (the theme's web fonts are off); plain

@@ -296,11 +296,7 @@ def _sdist_names(sdist: Path) -> set[str]:
 @pytest.mark.slow
 def test_sdist_holds_the_project_and_runs_its_tests_unpacked(tmp_path: Path, build: Build) -> None:
     names = _sdist_names(build.sdist)
-    project = {
-        path.relative_to(build.source).as_posix()
-        for path in build.source.rglob("*")
-        if path.is_file() and not newcomer.left_behind(str(path.parent), [path.name])
-    }
+    project = newcomer.project_files(build.source)
     # NOTE: everything of the project but the build's own output, tests and docs included.
     assert project - names == set()
     assert {"tests/test_package.py", "tests/conftest.py", "mkdocs.yml", "LICENSE"} <= names
