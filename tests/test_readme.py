@@ -133,6 +133,10 @@ def demo(tmp_path: Path) -> Iterator[tuple[Path, str, subprocess.Popen[bytes], P
             server.wait(timeout=30)
 
 
+@pytest.mark.skipif(
+    shutil.which("redis-server") is None or shutil.which("curl") is None,
+    reason="the README's conversation needs curl, and make run's cache a local redis-server",
+)
 def test_the_readme_commands_work_pasted_into_a_fresh_copy(demo: Any, tmp_path: Path) -> None:
     tree, addr, server, log = demo
     base = f"http://{addr}"
