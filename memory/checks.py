@@ -23,6 +23,7 @@ from memory.conf import DEFAULTS, as_int, conf
 #   E013 FACT_EXTRACTOR cannot be imported   E014 a deferred extractor without django-tasks
 #   E015 TOKEN_COUNTER is tiktoken_counter, which cannot count here (no package, no cached file)
 #   E016 TOKEN_COUNTER cannot be imported or called
+#   E017 the cache alias sets its own KEY_PREFIX
 #   E020 REPAIR_THREAD is not a bool
 #   W001 unknown MEMORY keys                 W004 the cache has no socket timeouts
 #   W002 CACHE_TURNS < CONTEXT_TURNS         W005 the database is not PostgreSQL
@@ -258,6 +259,7 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
                 id="memory.E008",
             )
         )
+    errors += _check_alias_prefix(alias, config, user)
     options = config.get("OPTIONS") or {}
     if options.get("IGNORE_EXCEPTIONS") or getattr(
         settings, "DJANGO_REDIS_IGNORE_EXCEPTIONS", False
@@ -289,3 +291,24 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
             )
         )
     return errors
+
+
+def _check_alias_prefix(
+    alias: str, config: dict[str, Any], user: dict[str, Any]
+) -> list[CheckMessage]:
+    # NOTE: the app builds its own keys (``<MEMORY["KEY_PREFIX"]>:v1:...``) and sends them to
+    # Redis as they are, so Django's per-alias KEY_PREFIX never reaches them. A site that
+    # separates its keys that way would believe they are separated when they are not.
+    alias_prefix = config.get("KEY_PREFIX")
+    prefix = user.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"])
+    if not alias_prefix or alias_prefix == prefix:
+        return []
+    return [
+        Error(
+            f"CACHES[{alias!r}]['KEY_PREFIX'] is {alias_prefix!r}, but the memory app does not "
+            f"use it: its keys start with MEMORY['KEY_PREFIX'] ({prefix!r}).",
+            hint=f"Set MEMORY['KEY_PREFIX'] = {alias_prefix!r} and remove KEY_PREFIX from the "
+            f"cache alias {alias!r}.",
+            id="memory.E017",
+        )
+    ]

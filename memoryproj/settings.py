@@ -15,6 +15,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+import memory
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -226,7 +228,7 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "memory",
     "DESCRIPTION": "Durable user-level memory for AI chat products: turns, facts and the "
     "context for the next model call.",
-    "VERSION": "0.1.0",
+    "VERSION": memory.__version__,
     "SERVE_INCLUDE_SCHEMA": False,
     # NOTE: Swagger UI and Redoc from drf-spectacular-sidecar's static files: nothing from a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",

@@ -193,3 +193,21 @@ def test_tiktoken_counter_needs_its_encoding_cached(monkeypatch, tmp_path):
     found = messages(MEMORY=memory(TOKEN_COUNTER="memory.tokens.tiktoken_counter"))
     assert [m.id for m in found] == ["memory.E015"]
     assert "o200k_base" in found[0].msg
+
+
+def test_a_key_prefix_on_the_cache_alias_is_an_error_naming_the_memory_setting():
+    prefixed = {**settings.CACHES["memory"], "KEY_PREFIX": "site-a"}
+    (found,) = messages(CACHES=caches(memory=prefixed), MEMORY=memory())
+    assert found.id == "memory.E017"
+    assert "CACHES['memory']['KEY_PREFIX'] is 'site-a'" in found.msg
+    assert "MEMORY['KEY_PREFIX']" in found.msg
+    assert "MEMORY['KEY_PREFIX'] = 'site-a'" in found.hint
+
+
+def test_a_key_prefix_on_the_cache_alias_equal_to_the_memory_one_passes():
+    prefix = settings.MEMORY["KEY_PREFIX"]
+    prefixed = {**settings.CACHES["memory"], "KEY_PREFIX": prefix}
+    assert ids(CACHES=caches(memory=prefixed), MEMORY=memory()) == []
+    default_prefixed = {**settings.CACHES["memory"], "KEY_PREFIX": "memory"}
+    without_prefix = {k: v for k, v in settings.MEMORY.items() if k != "KEY_PREFIX"}
+    assert ids(CACHES=caches(memory=default_prefixed), MEMORY=without_prefix) == []

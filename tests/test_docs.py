@@ -1,60 +1,129 @@
-"""Tests of the docs: every Python block of docs/llm.md runs, in order, on the real servers, so
-that the examples cannot rot."""
+"""The docs site: it builds in strict mode (a broken link, anchor, image or docstring reference
+fails), its generated pages match the code, and its screenshots come from a real browser.
+
+The screenshots test writes ``chat.png`` and ``admin.png`` into ``artifacts/docs-images/``, or
+into the folder ``MEMORY_SCREENSHOTS_DIR`` names: ``make screenshots`` points it at
+``docs/images/`` to retake the committed pictures.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
-from django.db import connections
+from django.contrib.auth.models import User
 
-from memory import selectors, tokens
-from tests.instance import ROOT
+from memory import services
+from memory.conf import DEFAULTS
+from scripts import mkdocs_hooks
 
-LLM = ROOT / "docs" / "llm.md"
-PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
-
-
-def python_blocks(path):
-    return PYTHON_BLOCK.findall(path.read_text(encoding="utf-8"))
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+TIMEOUT_MS = 15_000
+INTRO = "My name is Wang Jianguo, I like basketball"
 
 
-def test_the_llm_page_shows_sync_async_and_langchain_code():
-    blocks = python_blocks(LLM)
-    assert len(blocks) == 4
-    assert "selectors.context_messages(" in blocks[1]
-    assert "asyncio.run(" in blocks[2] and "await selectors.acontext_messages(" in blocks[2]
-    assert "RunnableWithMessageHistory(" in blocks[3]
-    assert all("assert " in block for block in blocks)
+@pytest.mark.slow
+def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", tmp_path / "site"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    site = tmp_path / "site"
+    rest = (site / "rest.html").read_text()
+    assert "/api/memory/users/{user_id}/turns/" in rest and "Idempotency-Key" in rest
+    api = (site / "python-api.html").read_text()
+    assert "turn_append" in api and "context_get" in api
+    assert (site / "images" / "chat.png").is_file() and (site / "images" / "admin.png").is_file()
+    # NOTE: nothing on a page loads from another host (the theme's web fonts are off); plain
+    # links to other sites (the repository, the theme's credit) load nothing.
+    loads = re.compile(r"""(\ssrc=|<link[^>]*\shref=)["']?(https?:)?//""")
+    assert [page for page in site.rglob("*.html") if loads.search(page.read_text())] == []
 
 
-@pytest.mark.filterwarnings("ignore::langchain_core._api.deprecation.LangChainDeprecationWarning")
+def test_the_rest_reference_has_every_operation_of_the_schema() -> None:
+    schema = mkdocs_hooks.openapi_schema()
+    page = mkdocs_hooks.operations_markdown(schema)
+    for path, item in schema["paths"].items():
+        for method, op in item.items():
+            if method in mkdocs_hooks.METHODS:
+                assert f"## {method.upper()} `{path}`" in page
+                assert all(f"| {status} |" in page for status in op["responses"])
+    for name in schema["components"]["schemas"]:
+        assert f"### {name} {{#{name.lower()}}}" in page
+
+
+def test_the_settings_table_has_every_key_with_its_default() -> None:
+    rows = mkdocs_hooks.settings_rows()
+    assert [key for key, _, _ in rows] == list(DEFAULTS)
+    assert all(meaning for _, _, meaning in rows)
+    assert dict((key, eval(default)) for key, default, _ in rows) == DEFAULTS
+
+
+def test_every_page_and_image_of_the_docs_is_in_the_nav_or_used() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text()
+    pages = {p.name for p in DOCS.glob("*.md")}
+    assert {name for name in pages if f": {name}" not in nav} == set()
+    used = "".join(p.read_text() for p in DOCS.glob("*.md"))
+    assert {p.name for p in (DOCS / "images").glob("*.png") if p.name not in used} == set()
+
+
+@pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
-def test_every_python_block_of_the_llm_page_runs():
-    try:
-        for number, block in enumerate(python_blocks(LLM), 1):
-            code = compile(block, f"{LLM.name}, python block {number}", "exec")
-            exec(code, {"__name__": f"docs_llm_{number}"})
-    finally:
-        # NOTE: the async block's sync code ran in asgiref's thread, on a connection of its own.
-        asyncio.run(sync_to_async(connections.close_all, thread_sensitive=True)())
-    assert selectors.context_get(owner_id="wang")["facts"]["name"] == "Wang Jianguo"
-    assert [t["session_id"] for t in selectors.context_get(owner_id="han")["turns"]] == [
-        "laptop",
-        "laptop",
-        "phone",
-        "phone",
-    ]
+def test_screenshots_of_the_chat_page_and_the_admin(
+    live_server: Any, own_redis: Any, settings: Any, sync_playwright: Any, chromium_options: Any
+) -> None:
+    out = Path(os.environ.get("MEMORY_SCREENSHOTS_DIR") or ROOT / "artifacts" / "docs-images")
+    out.mkdir(parents=True, exist_ok=True)
+    settings.DEBUG = True
+    User.objects.create_superuser("admin", password="admin-pw-123")
+    services.turn_append(owner_id="li", session_id="web", role="user", content="我住在上海")
 
+    # NOTE: no ORM call inside this block: Playwright's sync API runs an event loop.
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(**chromium_options)
+        try:
+            page = browser.new_context(viewport={"width": 1100, "height": 760}).new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            # NOTE: a service caller (the superuser) may pick the user the page talks as.
+            page.goto(f"{live_server.url}/admin/login/?next=/chat/")
+            page.fill("#id_username", "admin")
+            page.fill("#id_password", "admin-pw-123")
+            page.click("input[type=submit]")
+            page.wait_for_url("**/chat/")
+            page.fill("#pick input[name=user_id]", "wang")
+            page.fill("#pick input[name=session_id]", "laptop")
+            page.click("#pick button")
+            for message in (INTRO, "What's my name?"):
+                page.fill("#send input[name=message]", message)
+                page.press("#send input[name=message]", "Enter")
+                # NOTE: the reply streams in; the page marks it done once it has all of it.
+                page.locator("#reply.done").wait_for()
+            chat_source = page.locator("#source").inner_text()
+            chat_reply = page.locator("#reply.done p").inner_text()
+            page.screenshot(path=str(out / "chat.png"))
 
-def test_the_example_context_counts_as_the_page_says():
-    messages = [
-        "Known facts about the user:\n- name: Wang Jianguo",
-        "My name is Wang Jianguo",
-        "Nice to meet you!",
-    ]
-    page = LLM.read_text(encoding="utf-8")
-    total = sum(tokens.estimate_counter(text) for text in messages)
-    assert f'"tokens": {total}}}' in page
+            page.goto(f"{live_server.url}/admin/memory/owner/")
+            page.click("#result_list a:text-is('wang')")
+            page.locator("#facts-group").wait_for()
+            admin_facts = page.locator("#facts-group").inner_text()
+            page.screenshot(path=str(out / "admin.png"), full_page=True)
+        finally:
+            browser.close()
+
+    assert chat_reply == "Your name is Wang Jianguo."
+    assert chat_source == "cache"
+    assert "Wang Jianguo" in admin_facts and "basketball" in admin_facts
+    for name in ("chat.png", "admin.png"):
+        assert (out / name).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

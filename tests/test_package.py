@@ -1,9 +1,12 @@
-"""`memory` as a package others install: build the wheel, install it with its dependencies from
-PyPI into a fresh virtual environment, and add it to a site made by `django-admin startproject`,
-as the README's "Install into an existing site in five steps" says; then call the API.
+"""`memory` as a package others install: build the sdist and the wheel as `make dist` does
+(`python -m build`, an isolated build with setuptools from the index), install the wheel with
+its dependencies into a fresh virtual environment, and add it to a site made by `django-admin
+startproject`, as the README's "Install into an existing site" says; then call the API. The
+sdist holds the whole project: unpacked, with no git, it runs part of the test suite.
 
-Nothing of this repository is importable in that environment: every command there runs with
-its own interpreter, a temp dir as working directory and no PYTHONPATH. Deselect with
+Nothing of this repository is importable in the new environment: every command there runs
+with its own interpreter, a temp dir as working directory and no PYTHONPATH. No git either:
+this file runs from an unpacked sdist as well as from a checkout. Deselect with
 ``-m "not package"``; it needs PyPI (or the index pip is configured with).
 """
 
@@ -11,14 +14,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.error
 import urllib.request
 import uuid
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,9 +35,10 @@ import psycopg
 import pytest
 import redis
 
+import memory
+from tests import newcomer
 from tests.servers import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
 INTRO = "My name is Wang Jianguo, I like basketball"
 
 pytestmark = pytest.mark.package
@@ -44,24 +52,40 @@ def run(args: list[str | Path], *, cwd: Path, env: dict[str, str] | None = None)
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
-    assert result.returncode == 0, f"{' '.join(map(str, args))}:\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, (
+        f"{' '.join(map(str, args))}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
     return result.stdout
 
 
-def source_tree(dest: Path) -> Path:
-    """A copy of the files a checkout has (tracked, or new and not ignored), so that the build
-    writes its ``build/`` and ``*.egg-info`` there and not into the working tree."""
-    listed = run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT
-    ).split("\0")
-    for name in filter(None, listed):
-        path = ROOT / name
-        if path.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            (dest / name).write_bytes(path.read_bytes())
-    return dest
+@dataclass(frozen=True)
+class Build:
+    source: Path
+    sdist: Path
+    wheel: Path
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
+    """The sdist and the wheel that ``make dist`` builds (the wheel from the sdist) in a copy
+    of the project, and checks with twine."""
+    source = newcomer.project_copy(tmp_path_factory.mktemp("build") / "source")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"PYTHONPATH", "VIRTUAL_ENV", "DJANGO_SETTINGS_MODULE", "MAKEFLAGS"}
+    }
+    output = run(["make", "dist"], cwd=source, env=env)
+    assert re.findall(r"Checking dist/(\S+): \S*PASSED", output) == [
+        f"django_memory-{memory.__version__}-py3-none-any.whl",
+        f"django_memory-{memory.__version__}.tar.gz",
+    ], output
+    dist = source / "dist"
+    (sdist,) = dist.glob("django_memory-*.tar.gz")
+    (wheel,) = dist.glob("django_memory-*.whl")
+    return Build(source=source, sdist=sdist, wheel=wheel)
 
 
 def request(base: str, path: str, *, token: str | None = None, body: Any = None) -> tuple[int, Any]:
@@ -105,42 +129,42 @@ def key_prefix() -> Iterator[str]:
     client.close()
 
 
-SITE_SETTINGS = """
+def site_settings(*, database: dict[str, Any], redis_url: str, key_prefix: str) -> str:
+    """README step 2's settings block as it is, but for this run's database, Redis and key
+    prefix, put in its place by replacing the README's own values."""
+    (block,) = newcomer.section_blocks("Install into an existing site", "python")
+    replacements = {
+        '"NAME": "mysite"': f'"NAME": {database["NAME"]!r}',
+        '"USER": "postgres"': f'"USER": {database["USER"]!r}',
+        '"PASSWORD": ""': f'"PASSWORD": {database["PASSWORD"] or ""!r}',
+        '"HOST": "127.0.0.1"': f'"HOST": {database["HOST"]!r}',
+        '"PORT": "5432"': f'"PORT": {str(database["PORT"])!r}',
+        '"redis://127.0.0.1:6379/0"': repr(redis_url),
+        '"KEY_PREFIX": "memory"': f'"KEY_PREFIX": {key_prefix!r}',
+        '"KEY_PREFIX": "mysite"': f'"KEY_PREFIX": {key_prefix + "-site"!r}',
+    }
+    for old, new in replacements.items():
+        assert old in block, f"README step 2 no longer says {old}"
+        block = block.replace(old, new)
+    return "\n\n# --- README.md, step 2 ---\n" + block
 
-# --- The memory app, as README.md "Install into an existing site in five steps" says. ---
-INSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "memory"]
-REST_FRAMEWORK = {{
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-}}
-CACHES = {{
-    "default": {{"BACKEND": "django.core.cache.backends.dummy.DummyCache"}},
-    "memory": {{
-        "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": {redis_url!r},
-        "OPTIONS": {{
-            "SOCKET_CONNECT_TIMEOUT": 0.25,
-            "SOCKET_TIMEOUT": 0.25,
-            "SERIALIZER": "memory.codec.OrjsonSerializer",
-        }},
-    }},
-}}
-MEMORY = {{"CACHE_TTL": 3600, "KEY_PREFIX": {key_prefix!r}}}
-DATABASES = {{"default": {database!r}}}
-"""
+
+def readme_commands(step: str) -> list[list[str]]:
+    """The ``python manage.py ...`` commands of README step ``step``'s shell block, split as
+    the shell would."""
+    for code in newcomer.section_blocks("Install into an existing site", "sh"):
+        commands = [shlex.split(line) for line in code.splitlines() if line.strip()]
+        if any(command[:3] == ["python", "manage.py", step] for command in commands):
+            return commands
+    raise AssertionError(f"README.md's install steps have no `python manage.py {step}`")
 
 
 def test_wheel_installs_into_a_new_site_and_serves_the_api(
-    tmp_path: Path, database: dict[str, Any], key_prefix: str
+    tmp_path: Path, build: Build, database: dict[str, Any], key_prefix: str
 ) -> None:
-    # 1. Build the wheel from a copy of the sources, with pip's isolated build (setuptools
-    #    from the index, as any user's build gets it).
-    source = source_tree(tmp_path / "source")
-    dist = tmp_path / "dist"
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, source], cwd=tmp_path)
-    (wheel,) = dist.glob("django_memory-*.whl")
+    # 1. The wheel holds the app alone, every file of it, and its version is the package's.
+    source, wheel = build.source, build.wheel
+    assert wheel.name == f"django_memory-{memory.__version__}-py3-none-any.whl"
     names = set(zipfile.ZipFile(wheel).namelist())
     app_files = {
         path.relative_to(source).as_posix()
@@ -150,6 +174,7 @@ def test_wheel_installs_into_a_new_site_and_serves_the_api(
     assert {"memory/py.typed", "memory/migrations/0001_initial.py"} <= app_files
     assert any(name.startswith("memory/templates/") for name in app_files)
     assert {name for name in names if not name.startswith("django_memory-")} == app_files
+    assert f"django_memory-{memory.__version__}.dist-info/licenses/LICENSE" in names
 
     # 2. A fresh environment with the wheel and its dependencies from the index.
     # NOTE: created without pip (ensurepip alone takes many seconds) and filled by this
@@ -172,16 +197,13 @@ def test_wheel_installs_into_a_new_site_and_serves_the_api(
         "PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin",
         "HOME": str(tmp_path),
         "LANG": "C.UTF-8",
-        "DJANGO_SUPERUSER_PASSWORD": "svc-pass-123",
     }
     python = venv / "bin" / "python"
     run([venv / "bin" / "django-admin", "startproject", "hostsite", site], cwd=tmp_path, env=env)
     settings_py = site / "hostsite" / "settings.py"
     settings_py.write_text(
         settings_py.read_text()
-        + SITE_SETTINGS.format(
-            redis_url=os.environ["REDIS_URL"], key_prefix=key_prefix, database=database
-        )
+        + site_settings(database=database, redis_url=os.environ["REDIS_URL"], key_prefix=key_prefix)
     )
     urls_py = site / "hostsite" / "urls.py"
     urls = urls_py.read_text()
@@ -196,20 +218,26 @@ def test_wheel_installs_into_a_new_site_and_serves_the_api(
     def manage(*args: str) -> str:
         return run([python, "manage.py", *args], cwd=site, env=env)
 
-    manage("migrate", "--noinput", "-v", "0")
-    assert "no issues" in manage("check")
+    # NOTE: README step 4's commands as written, with the venv's python as `python`.
+    migrate, check = readme_commands("migrate")
+    assert migrate == ["python", "manage.py", "migrate"]
+    manage(*migrate[2:], "--noinput", "-v", "0")
+    assert "no issues" in manage(*check[2:])
     manage("makemigrations", "--check", "--dry-run", "memory")
     # NOTE: the app's code and its templates come from the venv, not from this repository.
     where = manage(
         "shell",
         "-c",
         "import memory; from django.template.loader import get_template;"
-        "print(memory.__file__);"
+        "print(memory.__version__); print(memory.__file__);"
         "print(get_template('admin/memory/owner/forget_confirmation.html').origin.name)",
-    ).splitlines()[-2:]
-    assert all(Path(path).is_relative_to(venv / "lib") for path in where), where
-    manage("createsuperuser", "--noinput", "--username", "svc", "--email", "svc@example.com")
-    token = manage("drf_create_token", "svc").split()[2]
+    ).splitlines()[-3:]
+    assert where[0] == memory.__version__
+    assert all(Path(path).is_relative_to(venv / "lib") for path in where[1:]), where
+    # NOTE: the service user of README step 5: no superuser, only the permission.
+    grant, create_token = readme_commands("shell")
+    manage(*grant[2:])
+    token = manage(*create_token[2:]).split()[2]
 
     # 4. Its development server, called as a chat backend would.
     port = free_port()
@@ -253,3 +281,48 @@ def test_wheel_installs_into_a_new_site_and_serves_the_api(
         server.terminate()
         server.wait(timeout=10)
         log.close()
+
+
+def _sdist_names(sdist: Path) -> set[str]:
+    with tarfile.open(sdist) as archive:
+        top = sdist.name.removesuffix(".tar.gz")
+        return {
+            name.removeprefix(f"{top}/")
+            for name in archive.getnames()
+            if name.startswith(f"{top}/") and archive.getmember(name).isfile()
+        }
+
+
+@pytest.mark.slow
+def test_sdist_holds_the_project_and_runs_its_tests_unpacked(tmp_path: Path, build: Build) -> None:
+    names = _sdist_names(build.sdist)
+    project = newcomer.project_files(build.source)
+    # NOTE: everything of the project but the build's own output, tests and docs included.
+    assert project - names == set()
+    assert {"tests/test_package.py", "tests/conftest.py", "mkdocs.yml", "LICENSE"} <= names
+    assert {"CHANGELOG.md", "SECURITY.md", "CONTRIBUTING.md", "Makefile", "manage.py"} <= names
+    assert not any(part in newcomer.LEFT_BEHIND for name in names for part in name.split("/"))
+
+    with tarfile.open(build.sdist) as archive:
+        archive.extractall(tmp_path, filter="data")
+    unpacked = tmp_path / build.sdist.name.removesuffix(".tar.gz")
+    assert not (unpacked / ".git").exists()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in {"PYTHONPATH", "DJANGO_SETTINGS_MODULE", "MEMORY_TEST_DB", "MEMORY_TEST_KEY_PREFIX"}
+    }
+    where = run(
+        [sys.executable, "-c", "import memory; print(memory.__version__, memory.__file__)"],
+        cwd=unpacked,
+        env=env,
+    ).split()
+    assert where[0] == memory.__version__
+    assert Path(where[1]).is_relative_to(unpacked)
+    output = run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_conf.py"],
+        cwd=unpacked,
+        env=env,
+    )
+    assert " passed" in output and "failed" not in output and "error" not in output

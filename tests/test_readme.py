@@ -1,0 +1,226 @@
+"""The README's commands, pasted as written into a fresh copy of the project, as a newcomer
+does: ``make run`` in one terminal, then every shell block of "A conversation over HTTP" and
+"Operate it" in another, in one shell, against that demo; then Ctrl-C.
+
+What is changed, and only that: the demo's address (``127.0.0.1:8000`` becomes a free port,
+given to ``make run`` as ``ADDR=``), and the copy's ``.venv`` is this suite's environment seen
+through a ``.pth`` file, so that nothing is downloaded. The environment has no
+``DATABASE_URL`` or ``REDIS_URL``: the demo runs on SQLite in the copy, with the throwaway Redis
+that ``make run`` starts. ``make superuser`` gets ``DJANGO_SUPERUSER_PASSWORD`` instead of a
+terminal to ask on. Other blocks are run elsewhere: the install steps by tests/test_package.py,
+``make test`` and the development targets by CI itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import newcomer
+from tests.servers import free_port
+
+pytestmark = pytest.mark.slow
+
+DEMO_ADDR = "127.0.0.1:8000"
+SECTIONS = ("A conversation over HTTP", "Operate it")
+KEEP_ENV = ("HOME", "LANG", "LC_ALL", "TMPDIR", "PIP_CONFIG_FILE")
+
+
+def newcomer_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A shell's environment on a machine with nothing configured for this project."""
+    env = {k: os.environ[k] for k in KEEP_ENV if k in os.environ}
+    env.update(PATH=os.environ.get("PATH", "/usr/bin:/bin"), LANG="C.UTF-8", **extra)
+    env.setdefault("HOME", str(tmp_path))
+    return env
+
+
+def clone(tmp_path: Path) -> Path:
+    """A fresh copy of the project whose ``.venv`` is this suite's environment, ready: its
+    ``.installed`` mark is newer than the requirements, as after ``make install``."""
+    tree = newcomer.project_copy(tmp_path / "memory")
+    venv = tree / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    (site / "suite-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (venv / ".installed").touch()
+    return tree
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def health(base: str) -> dict[str, Any]:
+    status, body = get(f"{base}/api/memory/health/")
+    assert status == 200, body
+    return {k: v for k, v in json.loads(body).items() if k in {"database", "cache"}}
+
+
+def wait_until_serving(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            get(url)
+            return
+        except OSError:
+            assert server.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, f"the demo did not start:\n{log.read_text()}"
+            time.sleep(0.3)
+
+
+def json_stream(text: str) -> list[Any]:
+    """The JSON values printed one after another (curl adds no newline), other lines skipped."""
+    decoder, values, i = json.JSONDecoder(), [], 0
+    while i < len(text):
+        if text[i] in "{[":
+            value, i = decoder.raw_decode(text, i)
+            values.append(value)
+        else:
+            i += 1
+    return values
+
+
+def source_of_chat_page(base: str, user_id: str) -> str:
+    status, page = get(f"{base}/chat/?user_id={user_id}&session_id=tab")
+    assert status == 200
+    match = re.search(r'id="source"[^>]*>(\w+)<', page)
+    assert match, page[:2000]
+    return match[1]
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[tuple[Path, str, subprocess.Popen[bytes], Path]]:
+    """``make run`` of the README's first block, in a fresh copy, on a free port."""
+    (top,) = [b.code for b in newcomer.blocks() if b.section == "" and b.lang == "sh"]
+    commands = [line.split("#")[0].strip() for line in top.splitlines()]
+    assert commands == ["make run", "make test"]
+    tree = clone(tmp_path)
+    addr = f"127.0.0.1:{free_port()}"
+    log = tmp_path / "make-run.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            ["make", "run", f"ADDR={addr}"],
+            cwd=tree,
+            env=newcomer_env(tmp_path),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_until_serving(f"http://{addr}/api/memory/health/", server, log)
+        yield tree, addr, server, log
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=30)
+
+
+@pytest.mark.skipif(
+    shutil.which("redis-server") is None or shutil.which("curl") is None,
+    reason="the README's conversation needs curl, and make run's cache a local redis-server",
+)
+def test_the_readme_commands_work_pasted_into_a_fresh_copy(demo: Any, tmp_path: Path) -> None:
+    tree, addr, server, log = demo
+    base = f"http://{addr}"
+    assert health(base) == {"database": "ok", "cache": "ok"}
+    started = re.search(r"throwaway redis-server on (\S+) \(pid (\d+)\)", log.read_text())
+    assert started, log.read_text()
+    redis_pid = int(started[2])
+
+    blocks = [code for section in SECTIONS for code in newcomer.section_blocks(section, "sh")]
+    script = "set -euo pipefail\n" + "\n".join(
+        f"echo '::block {i}::'\n{code.replace(DEMO_ADDR, addr)}" for i, code in enumerate(blocks)
+    )
+    shell = subprocess.run(
+        ["bash", "-c", script],
+        cwd=tree,
+        env=newcomer_env(tmp_path, DJANGO_SUPERUSER_PASSWORD="admin-pass-123"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert shell.returncode == 0, f"{shell.stdout[-3000:]}\n{shell.stderr[-3000:]}"
+    out = dict(re.findall(r"::block (\d+)::\n(.*?)(?=::block \d+::|\Z)", shell.stdout, re.S))
+    assert len(out) == len(blocks)
+
+    # A conversation over HTTP: the token, the turn, two context reads, facts, sessions.
+    assert out["0"] == ""
+    (turn,) = json_stream(out["1"])
+    assert (turn["seq"], turn["session_id"]) == (1, "laptop")
+    first, second, phone_turn, facts, sessions = json_stream(out["2"])
+    assert first["facts"] == {"likes": ["basketball"], "name": "Wang Jianguo"}
+    assert (first["source"], second["source"]) == ("database", "cache")
+    assert second["turns"] == first["turns"]
+    assert phone_turn["seq"] == 2
+    assert {f["key"]: f["value"] for f in facts["facts"]} == {
+        "likes": ["basketball"],
+        "location": "上海",
+        "name": "Wang Jianguo",
+    }
+    assert [s["session_id"] for s in sessions["results"]] == ["phone", "laptop"]
+    # Operate it: the admin account, and the commands.
+    assert "Superuser created successfully." in out["3"]
+    assert re.search(r"owners\s+1\n", out["4"]) and "Dry run" in out["4"]
+
+    # The chat page: a user's first read from the database, the next from the cache.
+    assert [source_of_chat_page(base, "li") for _ in range(2)] == ["database", "cache"]
+    status, page = get(f"{base}/admin/login/")
+    assert status == 200 and "Django administration" in page
+
+    # Ctrl-C stops the demo and its redis-server.
+    os.killpg(server.pid, signal.SIGINT)
+    server.wait(timeout=30)
+    assert not Path(f"/proc/{redis_pid}").exists()
+    assert "stopped the demo's redis-server" in log.read_text()
+    with pytest.raises(OSError):
+        get(f"{base}/api/memory/health/")
+
+
+def test_make_run_without_any_redis_says_no_cache_is_configured(tmp_path: Path) -> None:
+    tree = clone(tmp_path)
+    # NOTE: a PATH with the few tools run-demo needs and no redis-server.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname", "env"):
+        found = shutil.which(tool)
+        assert found
+        (bin_dir / tool).symlink_to(found)
+    addr = f"127.0.0.1:{free_port()}"
+    log = tmp_path / "run-demo.log"
+    env = {**newcomer_env(tmp_path), "PATH": str(bin_dir), "ADDR": addr}
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            [tree / "scripts" / "run-demo"],
+            cwd=tree,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_until_serving(f"http://{addr}/api/memory/health/", server, log)
+        assert "run-demo: no cache configured" in log.read_text()
+        assert health(f"http://{addr}") == {"database": "ok", "cache": "disabled"}
+        sources = [source_of_chat_page(f"http://{addr}", "wang") for _ in range(2)]
+        assert sources == ["database", "database"]
+    finally:
+        os.killpg(server.pid, signal.SIGINT)
+        server.wait(timeout=30)
