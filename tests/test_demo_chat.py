@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
@@ -212,9 +212,12 @@ def test_without_debug_a_user_reaches_only_their_own_memory(client):
 
 
 @commits
-def test_without_debug_staff_reach_every_memory(client):
-    User.objects.create_user("ops", password="pw", is_staff=True)
+def test_without_debug_service_callers_reach_every_memory(client):
+    staff = User.objects.create_user("ops", password="pw", is_staff=True)
     client.login(username="ops", password="pw")
+    # NOTE: staff alone is an ordinary user; the service permission reaches every memory.
+    assert say(client, "li", "laptop", "hi", exchange_id="staff-only-1").status_code == 404
+    staff.user_permissions.add(Permission.objects.get(codename="access_all_memories"))
     assert say(client, "li", "laptop", "hi").status_code == 200
 
 
