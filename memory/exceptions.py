@@ -34,6 +34,18 @@ class FactVersionConflict(MemoryException):
         self.current = current
 
 
+class IdempotencyKeyReused(MemoryException):
+    """An idempotency key came back with a different request (session, role, content or
+    metadata) than the turn first stored under it; nothing was stored."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"Idempotency-Key {key!r} was already used for a different turn; "
+            "a retry must repeat the first request exactly. Nothing was stored."
+        )
+        self.key = key
+
+
 class MemoryUnavailable(MemoryException):
     """The database, the source of truth, could not be reached; nothing was stored."""
 

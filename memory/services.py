@@ -29,7 +29,12 @@ from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
 from memory import extraction, reconcile, store
-from memory.exceptions import FactNotFound, FactVersionConflict, database_guard
+from memory.exceptions import (
+    FactNotFound,
+    FactVersionConflict,
+    IdempotencyKeyReused,
+    database_guard,
+)
 from memory.models import CacheInvalidation, Fact, FactVersion, Owner, Role, Session, Turn
 from memory.payloads import FactPayload, TurnPayload, fact_payload, turn_payload
 from memory.signals import memory_forgotten
@@ -182,9 +187,11 @@ def turn_append(
     """Append a turn to the owner's history and return it, with the next ``seq`` of the owner.
 
     ``seq`` is 1, 2, 3... per owner in commit order, with no gap or repeat under any number of
-    concurrent writers. A repeated ``idempotency_key`` stores nothing and returns the turn
-    first stored under it. Raises ``ValidationError`` ({field: messages}) for bad input and
-    ``MemoryUnavailable`` when the database cannot be reached; then nothing was stored.
+    concurrent writers. A repeated ``idempotency_key`` with the same ``session_id``, ``role``,
+    ``content`` and ``metadata`` stores nothing and returns the turn first stored under it; with
+    any of them different it raises ``IdempotencyKeyReused`` and stores nothing. Raises
+    ``ValidationError`` ({field: messages}) for bad input and ``MemoryUnavailable`` when the
+    database cannot be reached; then nothing was stored.
 
     A user turn also goes through ``MEMORY["FACT_EXTRACTOR"]`` in the same transaction: the
     facts it states are written with the turn's ``session_id`` and ``seq`` (``source_turn_seq``).
@@ -203,8 +210,17 @@ def turn_append(
     with _service():
         owner = _owner_lock(owner_id, create=True)
         if idempotency_key is not None:
+            # NOTE: under the owner's lock, so a duplicate in flight waits for the first to
+            # commit and then finds its turn here: one turn is stored, however many race.
             existing = Turn.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
             if existing is not None:
+                if (existing.session_id, existing.role, existing.content, existing.metadata) != (
+                    session_id,
+                    role,
+                    content,
+                    metadata,
+                ):
+                    raise IdempotencyKeyReused(idempotency_key)
                 return existing
         prev = _owner_bump(owner, turns=1)
         turn = Turn.objects.create(

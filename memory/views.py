@@ -1,5 +1,5 @@
 """The HTTP API: one thin ``APIView`` per URL over the services and selectors, and the app's
-mapping of domain and database errors to statuses (412, 404, 413, 503), in one place.
+mapping of domain and database errors to statuses (412, 404, 413, 422, 503), in one place.
 
 Selectors already return the contract's dicts, so views hand them to ``Response`` as they are;
 the output serializers only describe them in the OpenAPI schema.
@@ -28,7 +28,12 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from memory import selectors, services
-from memory.exceptions import FactNotFound, FactVersionConflict, MemoryUnavailable
+from memory.exceptions import (
+    FactNotFound,
+    FactVersionConflict,
+    IdempotencyKeyReused,
+    MemoryUnavailable,
+)
 from memory.payloads import fact_payload, turn_payload
 from memory.permissions import CanReachOwner, can_reach
 from memory.serializers import (
@@ -63,6 +68,12 @@ class PreconditionFailed(exceptions.APIException):
     default_code = "precondition_failed"
 
 
+class UnprocessableEntity(exceptions.APIException):
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    default_detail = "The Idempotency-Key was already used for a different request."
+    default_code = "idempotency_key_reused"
+
+
 class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "The request body is larger than this server accepts."
@@ -80,6 +91,8 @@ def api_exception(exc: Exception) -> Exception:
     """The DRF exception an app or Django error stands for; any other error as it is."""
     if isinstance(exc, FactVersionConflict):
         return PreconditionFailed(str(exc))
+    if isinstance(exc, IdempotencyKeyReused):
+        return UnprocessableEntity(str(exc))
     if isinstance(exc, FactNotFound):
         return exceptions.NotFound(str(exc))
     if isinstance(exc, (MemoryUnavailable, OperationalError, InterfaceError)):
@@ -153,8 +166,9 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     OpenApiParameter.HEADER,
     required=False,
     pattern=r"^[\x20-\x7e]{1,128}$",
-    description="1-128 printable ASCII characters. A retry with the same key for the same "
-    "owner stores nothing new and answers with the turn first stored.",
+    description="1-128 printable ASCII characters. A retry with the same key and body for the "
+    "same owner stores nothing new and answers with the turn first stored; the same key with "
+    "a different body is a 422 and stores nothing.",
 )
 IF_MATCH = OpenApiParameter(
     "If-Match",
@@ -177,6 +191,10 @@ ERRORS: dict[int, OpenApiResponse] = {
         ErrorSerializer, description="Not found, or another user's memory (never revealed)."
     ),
     412: OpenApiResponse(ErrorSerializer, description="If-Match names a stale version."),
+    422: OpenApiResponse(
+        ErrorSerializer,
+        description="The Idempotency-Key was already used with a different body; nothing stored.",
+    ),
     413: OpenApiResponse(ErrorSerializer, description="The body is over the configured size."),
     415: OpenApiResponse(ErrorSerializer, description="The body is not JSON."),
     429: OpenApiResponse(ErrorSerializer, description="Throttled."),
@@ -223,7 +241,14 @@ class TurnsView(MemoryView):
         tags=["turns"],
         parameters=[USER_ID, IDEMPOTENCY_KEY],
         request=TurnInputSerializer,
-        responses=_responses({201: TurnSerializer}, WRITE_ERRORS),
+        responses=_responses(
+            {
+                201: OpenApiResponse(
+                    TurnSerializer, description="The turn, or on a retry the turn first stored."
+                )
+            },
+            (*WRITE_ERRORS, 422),
+        ),
         summary="Append a turn",
         operation_id="turn_append",
     )

@@ -190,8 +190,8 @@ def test_idempotency_keys_the_owner_used_are_cleared_on_moved_turns(
         append(ANON, "a1", idempotency_key="req-1")
         append(ANON, "a2", idempotency_key="req-2")
         link()
-        retry_mine = append("wang", "again", idempotency_key="req-1")
-        retry_theirs = append("wang", "again", idempotency_key="req-2")
+        retry_mine = append("wang", "w1", idempotency_key="req-1")
+        retry_theirs = append("wang", "a2", idempotency_key="req-2")
     assert retry_mine.pk == mine.pk
     assert (retry_theirs.seq, retry_theirs.content) == (3, "a2")
     moved = Turn.objects.get(owner__external_id="wang", content="a1")

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from memory import selectors, services, store
-from memory.exceptions import FactNotFound, FactVersionConflict
+from memory.exceptions import FactNotFound, FactVersionConflict, IdempotencyKeyReused
 from memory.models import CacheInvalidation, Fact, FactVersion, Owner, Session, Turn
 
 pytestmark = pytest.mark.django_db
@@ -54,8 +54,8 @@ def test_non_ascii_content_round_trips_exactly(django_capture_on_commit_callback
 
 def test_idempotency_key_retry_stores_nothing_new(django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        first = append("wang", "hello", idempotency_key="req-1")
-        retry = append("wang", "hello again", idempotency_key="req-1")
+        first = append("wang", "hello", idempotency_key="req-1", metadata={"a": [1, 2.5]})
+        retry = append("wang", "hello", idempotency_key="req-1", metadata={"a": [1, 2.5]})
         other = append("wang", "next", idempotency_key="req-2")
     assert retry.pk == first.pk
     assert retry.seq == 1
@@ -63,6 +63,31 @@ def test_idempotency_key_retry_stores_nothing_new(django_capture_on_commit_callb
     assert other.seq == 2
     assert Turn.objects.filter(owner__external_id="wang").count() == 2
     assert Session.objects.get(session_id="tab-1").turn_count == 2
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"session_id": "tab-2"},
+        {"role": "assistant"},
+        {"content": "hello again"},
+        {"metadata": {"a": 1}},
+        {"metadata": {}},
+    ],
+)
+def test_idempotency_key_with_another_body_raises_and_stores_nothing(
+    django_capture_on_commit_callbacks, changed
+):
+    body = {"content": "hello", "metadata": {"lang": "en"}}
+    with django_capture_on_commit_callbacks(execute=True):
+        first = append("wang", idempotency_key="req-1", **body)
+    stamp = Owner.objects.get(external_id="wang").stamp
+    with pytest.raises(IdempotencyKeyReused) as raised:
+        append("wang", idempotency_key="req-1", **{**body, **changed})
+    assert raised.value.key == "req-1"
+    assert list(Turn.objects.values_list("pk", "content")) == [(first.pk, "hello")]
+    assert Session.objects.get().turn_count == 1
+    assert Owner.objects.get(external_id="wang").stamp == stamp
 
 
 def test_idempotency_key_is_per_owner(django_capture_on_commit_callbacks):
