@@ -16,6 +16,7 @@ from rest_framework import serializers
 from memory.conf import conf
 from memory.models import Role
 from memory.search import MAX_QUERY_CHARS, MAX_RESULTS
+from memory.selectors import DEFAULT_PAGE_SIZE, MAX_CURSOR_CHARS, MAX_PAGE_SIZE
 from memory.validators import (
     SESSION_ID_RE,
     validate_content,
@@ -26,9 +27,6 @@ from memory.validators import (
     validate_session_id,
 )
 
-# Turns one page of ``GET turns/`` may hold, and the page size when the caller does not say.
-MAX_PAGE_SIZE = 500
-DEFAULT_PAGE_SIZE = 50
 # Keys one ``PATCH facts/`` may set: it is one transaction under the owner's lock.
 MAX_FACTS_PER_MERGE = 256
 # Largest ``after`` accepted: the range of the database's bigint ``seq``.
@@ -129,6 +127,26 @@ class TurnListQuerySerializer(serializers.Serializer):
         min_value=1,
         max_value=MAX_PAGE_SIZE,
         help_text="Turns on this page.",
+    )
+
+
+class PageQuerySerializer(serializers.Serializer):
+    """The query of ``GET users/{user_id}/sessions/`` and ``.../facts/{key}/history/``: keyset
+    pagination with an opaque cursor."""
+
+    limit = serializers.IntegerField(
+        required=False,
+        default=DEFAULT_PAGE_SIZE,
+        min_value=1,
+        max_value=MAX_PAGE_SIZE,
+        help_text="Items on this page.",
+    )
+    cursor = TextField(
+        required=False,
+        min_length=1,
+        max_length=MAX_CURSOR_CHARS,
+        help_text="Where the page starts: the cursor of the previous page's next URL. Opaque: "
+        "any value no page gave is a 400.",
     )
 
 
@@ -266,9 +284,10 @@ class FactVersionSerializer(serializers.Serializer):
 
 
 class FactHistorySerializer(serializers.Serializer):
-    """Every version of one fact, newest first."""
+    """A page of the versions of one fact, newest first, with the URL of the next page."""
 
     results = FactVersionSerializer(many=True)
+    next = serializers.URLField(allow_null=True)
 
 
 class SessionSerializer(serializers.Serializer):
@@ -281,9 +300,10 @@ class SessionSerializer(serializers.Serializer):
 
 
 class SessionListSerializer(serializers.Serializer):
-    """An owner's sessions, most recently seen first."""
+    """A page of an owner's sessions, most recently seen first, with the URL of the next page."""
 
     results = SessionSerializer(many=True)
+    next = serializers.URLField(allow_null=True)
 
 
 class HealthSerializer(serializers.Serializer):

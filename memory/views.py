@@ -48,6 +48,7 @@ from memory.serializers import (
     HealthSerializer,
     LinkInputSerializer,
     LinkResultSerializer,
+    PageQuerySerializer,
     SearchQuerySerializer,
     SessionListSerializer,
     TurnInputSerializer,
@@ -130,6 +131,13 @@ def _idempotency_key(request: Request) -> str | None:
         except DjangoValidationError as e:
             raise exceptions.ValidationError({"Idempotency-Key": e.messages}) from e
     return value
+
+
+def _next_url(request: Request, cursor: str | None) -> str | None:
+    """The absolute URL of the next page: this one with ``cursor`` replaced; none at the end."""
+    if cursor is None:
+        return None
+    return replace_query_param(request.build_absolute_uri(), "cursor", cursor)  # type: ignore[no-any-return]
 
 
 def _if_match(request: Request) -> int | None:
@@ -352,36 +360,39 @@ class FactView(MemoryView):
 
 
 class FactHistoryView(MemoryView):
-    """``users/{user_id}/facts/{key}/history/``: every version of one fact, newest first."""
+    """``users/{user_id}/facts/{key}/history/``: the versions of one fact, newest first, paged."""
 
     @extend_schema(
         tags=["facts"],
-        parameters=[USER_ID, FACT_KEY],
+        parameters=[USER_ID, FACT_KEY, PageQuerySerializer],
         responses=_responses({200: FactHistorySerializer}, READ_ERRORS),
         summary="Versions of one fact, newest first (404 if the key never existed)",
         operation_id="fact_history",
     )
     def get(self, request: Request, user_id: str, key: str) -> Response:
-        versions = selectors.fact_history(owner_id=user_id, key=key)
-        if not versions:
+        query = _validated(PageQuerySerializer, request.query_params.dict())
+        versions, cursor = selectors.fact_history(owner_id=user_id, key=key, **query)
+        if not versions and "cursor" not in query:
             # NOTE: every key ever set has at least one version, so an empty history means
             # no such fact (or a forgotten owner): a 404, like a DELETE of it.
             raise FactNotFound(key)
-        return Response({"results": versions})
+        return Response({"results": versions, "next": _next_url(request, cursor)})
 
 
 class SessionsView(MemoryView):
-    """``users/{user_id}/sessions/``: the session labels of the owner's turns."""
+    """``users/{user_id}/sessions/``: the session labels of the owner's turns, paged."""
 
     @extend_schema(
         tags=["sessions"],
-        parameters=[USER_ID],
+        parameters=[USER_ID, PageQuerySerializer],
         responses=_responses({200: SessionListSerializer}, READ_ERRORS),
         summary="List sessions, most recently seen first",
         operation_id="session_list",
     )
     def get(self, request: Request, user_id: str) -> Response:
-        return Response({"results": selectors.session_list(owner_id=user_id)})
+        query = _validated(PageQuerySerializer, request.query_params.dict())
+        sessions, cursor = selectors.session_list(owner_id=user_id, **query)
+        return Response({"results": sessions, "next": _next_url(request, cursor)})
 
 
 class UserView(MemoryView):

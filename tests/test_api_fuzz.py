@@ -40,9 +40,18 @@ OPERATIONS = [
 ]
 # NOTE: operations that rightly refuse some schema-valid input with a 400, as OpenAPI 3.0
 # cannot say it: free JSON (turn metadata, fact values: "no NUL in any nested string, at most
-# 32 levels, 16 KiB"), a link of a user to itself, and a search text that is blank or holds a
-# NUL (its schema has no pattern yet). Every other check still applies to them.
-REFUSES_SOME_VALID_INPUT = {"turn_append", "facts_merge", "fact_put", "memory_link", "turn_search"}
+# 32 levels, 16 KiB"), a link of a user to itself, a search text that is blank or holds a
+# NUL (its schema has no pattern yet), and a page cursor that no earlier page gave (opaque).
+# Every other check still applies to them.
+REFUSES_SOME_VALID_INPUT = {
+    "turn_append",
+    "facts_merge",
+    "fact_put",
+    "memory_link",
+    "turn_search",
+    "session_list",
+    "fact_history",
+}
 # Operations with nothing to make invalid.
 NO_INPUT = {"health_get"}
 

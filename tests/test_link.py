@@ -37,7 +37,7 @@ def contents(owner_id: str) -> list[tuple[int, str]]:
 def history(owner_id: str, key: str) -> list[tuple[int, Any, bool]]:
     return [
         (v["version"], v["value"], v["deleted"])
-        for v in selectors.fact_history(owner_id=owner_id, key=key)
+        for v in selectors.fact_history(owner_id=owner_id, key=key).results
     ]
 
 
@@ -170,7 +170,7 @@ def test_sessions_of_one_id_merge(django_capture_on_commit_callbacks):
         last = append("wang", "w2", session_id="tab")
         append("wang", "w3", session_id="laptop")
         link()
-    sessions = {s["session_id"]: s for s in selectors.session_list(owner_id="wang")}
+    sessions = {s["session_id"]: s for s in selectors.session_list(owner_id="wang").results}
     assert {sid: s["turn_count"] for sid, s in sessions.items()} == {
         "tab": 3,
         "phone": 1,

@@ -135,7 +135,7 @@ def test_sessions_only_label_turns(django_capture_on_commit_callbacks):
         "I like basketball",
         "hi again",
     ]
-    sessions = {s["session_id"]: s for s in selectors.session_list(owner_id="wang")}
+    sessions = {s["session_id"]: s for s in selectors.session_list(owner_id="wang").results}
     assert set(sessions) == {"laptop", "phone", "reconnect-42"}
     assert all(s["turn_count"] == 1 for s in sessions.values())
 
@@ -158,7 +158,7 @@ def test_fact_put_creates_then_versions(django_capture_on_commit_callbacks):
         )
     assert (created, fact.version) == (True, 1)
     assert (created_again, again.version, again.value, again.session_id) == (False, 2, "Jim", "tab")
-    history = selectors.fact_history(owner_id="wang", key="name")
+    history = selectors.fact_history(owner_id="wang", key="name").results
     assert [(v["version"], v["value"]) for v in history] == [(2, "Jim"), (1, "Wang Jianguo")]
 
 
@@ -191,7 +191,7 @@ def test_fact_delete_leaves_deleted_version_and_recreation_continues(
         fact, created = services.fact_put(owner_id="wang", key="location", value="Beijing")
     assert created
     assert fact.version == 3
-    history = selectors.fact_history(owner_id="wang", key="location")
+    history = selectors.fact_history(owner_id="wang", key="location").results
     assert [(v["version"], v["deleted"]) for v in history] == [(3, False), (2, True), (1, False)]
 
 
