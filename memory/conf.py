@@ -21,6 +21,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_TURN_CHARS": 32768,
     # Largest metadata object or fact value accepted, in bytes of JSON.
     "MAX_JSON_BYTES": 16384,
+    # Most facts one owner may hold; a write that would pass it is refused.
+    "MAX_FACTS": 200,
     # Prefix of every Redis key the app writes.
     "KEY_PREFIX": "memory",
     # Seconds between two checks, per process, for owners whose cache update did not land.
@@ -75,6 +77,10 @@ class Settings:
     @property
     def MAX_JSON_BYTES(self) -> int:
         return self._get("MAX_JSON_BYTES")  # type: ignore[no-any-return]
+
+    @property
+    def MAX_FACTS(self) -> int:
+        return self._get("MAX_FACTS")  # type: ignore[no-any-return]
 
     @property
     def KEY_PREFIX(self) -> str:

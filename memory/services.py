@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import datetime as dt
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple, overload
 
@@ -29,6 +29,7 @@ from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
 from memory import extraction, reconcile, store
+from memory.conf import conf
 from memory.exceptions import (
     FactNotFound,
     FactVersionConflict,
@@ -246,7 +247,8 @@ def _turn_facts_extract(owner: Owner, turn: Turn) -> list[Fact]:
 
     Runs in a savepoint: an extractor that raises (a bad path, a model that timed out) or a
     fact write that fails is logged to ``memory.extraction`` and rolled back alone, so that the
-    turn still commits. A fact with a bad key or value is logged and skipped.
+    turn still commits. A fact with a bad key or value is logged and skipped, and so is a new
+    key once the owner holds ``MEMORY["MAX_FACTS"]`` facts (the cap never fails a turn).
     """
     changed: list[Fact] = []
     try:
@@ -265,7 +267,21 @@ def _turn_facts_extract(owner: Owner, turn: Turn) -> list[Fact]:
                     "key", "value"
                 )
             )
+            room: int | None = None
             for key, value in extraction.facts_apply(current, found).items():
+                if key not in current:
+                    if room is None:
+                        room = conf.MAX_FACTS - Fact.objects.filter(owner=owner).count()
+                    if room <= 0:
+                        extraction.logger.warning(
+                            "Extracted fact %r of turn %s of %r skipped: the owner holds "
+                            "MEMORY['MAX_FACTS'] (%s) facts.",
+                            key,
+                            turn.seq,
+                            owner.external_id,
+                            conf.MAX_FACTS,
+                        )
+                        continue
                 try:
                     validate_fact_key(key)
                     validate_json_value(value)
@@ -288,6 +304,8 @@ def _turn_facts_extract(owner: Owner, turn: Turn) -> list[Fact]:
                 )
                 if written is not None:
                     changed.append(written[0])
+                    if written[1] and room is not None:
+                        room -= 1
     except Exception:
         # NOTE: the savepoint rolled back only the facts; a connection that failed with them
         # cannot commit the turn either, so that failure is the caller's (MemoryUnavailable).
@@ -300,6 +318,26 @@ def _turn_facts_extract(owner: Owner, turn: Turn) -> list[Fact]:
         )
         return []
     return changed
+
+
+def _facts_cap_check(owner: Owner, keys: Collection[str], *, field: str) -> None:
+    """Raise ``ValidationError`` ({field: message}) if setting ``keys`` would leave the owner
+    with more than ``MEMORY["MAX_FACTS"]`` facts. Call under the owner's row lock, so that no
+    other write can add a fact between this count and the commit."""
+    facts = Fact.objects.filter(owner=owner)
+    new = len(set(keys) - set(facts.filter(key__in=keys).values_list("key", flat=True)))
+    if not new:
+        return
+    limit, held = conf.MAX_FACTS, facts.count()
+    if held + new > limit:
+        raise ValidationError(
+            {
+                field: [
+                    f"A user holds at most {limit} facts (MEMORY['MAX_FACTS']); this user holds "
+                    f"{held} and this write adds {new}. Delete facts first; nothing was stored."
+                ]
+            }
+        )
 
 
 def _fact_write(
@@ -360,8 +398,9 @@ def fact_put(
 
     Its ``version`` grows by one on every change; the same value again changes nothing. With
     ``expected_version``, raises ``FactVersionConflict`` unless the fact is at that version.
-    Raises ``ValidationError`` for bad input and ``MemoryUnavailable`` when the database cannot
-    be reached; then nothing was stored.
+    Raises ``ValidationError`` for bad input, or ({"key": message}) when a new key would pass
+    ``MEMORY["MAX_FACTS"]``, and ``MemoryUnavailable`` when the database cannot be reached;
+    then nothing was stored.
     """
     _check("user_id", validate_owner_id, owner_id)
     _check("key", validate_fact_key, key)
@@ -376,6 +415,7 @@ def fact_put(
             )
             if current != expected_version:
                 raise FactVersionConflict(key, expected_version, current)
+        _facts_cap_check(owner, [key], field="key")
         prev = owner.stamp
         written = _fact_write(
             owner,
@@ -399,8 +439,11 @@ def facts_merge(
     """Set several facts of the owner in one transaction; return all its facts, by key.
 
     Each changed key gets a new version; unchanged values and other keys stay as they are.
-    Raises ``ValidationError`` ({"facts": {key: messages}}) for bad input and
-    ``MemoryUnavailable`` when the database cannot be reached; then nothing was stored.
+    The result is bounded: at most ``MEMORY["MAX_FACTS"]`` facts of at most
+    ``MEMORY["MAX_JSON_BYTES"]`` each. Raises ``ValidationError`` ({"facts": {key: messages}})
+    for bad input, or ({"facts": message}) when the new keys would take the owner past
+    ``MAX_FACTS`` (the whole merge is refused), and ``MemoryUnavailable`` when the database
+    cannot be reached; then nothing was stored.
     """
     _check("user_id", validate_owner_id, owner_id)
     if session_id is not None:
@@ -416,6 +459,7 @@ def facts_merge(
         raise ValidationError({"facts": [errors]})
     with _service():
         owner = _owner_lock(owner_id, create=True)
+        _facts_cap_check(owner, list(facts), field="facts")
         at = timezone.now()
         changed = []
         for key, value in facts.items():

@@ -322,3 +322,87 @@ def test_a_deep_history_page_starts_at_the_cursor_in_the_index(versions):
     assert "Index Cond" in plan[plan.index(scan) + 1]
     assert "version <" in plan[plan.index(scan) + 1]
     assert not any("Sort" in line for line in plan)
+
+
+@pytest.fixture
+def three_facts(memory_settings, django_capture_on_commit_callbacks):
+    """MAX_FACTS is 3 and wang holds three facts: a, b, c."""
+    with memory_settings(MAX_FACTS=3):
+        with django_capture_on_commit_callbacks(execute=True):
+            services.facts_merge(owner_id="wang", facts={"a": 1, "b": 2, "c": 3})
+        yield
+
+
+def _stored():
+    return (
+        sorted(Fact.objects.values_list("key", "value", "version")),
+        FactVersion.objects.count(),
+    )
+
+
+def test_put_of_a_new_key_past_max_facts_is_400_and_stores_nothing(
+    owner_client, write, three_facts
+):
+    before = _stored()
+    response = write(owner_client, "put", "/api/memory/users/wang/facts/d/", {"value": 4})
+    assert response.status_code == 400
+    [message] = response.json()["key"]
+    assert "at most 3 facts" in message
+    assert "MAX_FACTS" in message
+    assert _stored() == before
+    assert owner_client.get(FACTS).json()["facts"][-1]["key"] == "c"
+
+
+def test_put_of_a_held_key_at_max_facts_is_accepted(owner_client, write, three_facts):
+    response = write(owner_client, "put", "/api/memory/users/wang/facts/c/", {"value": 30})
+    assert (response.status_code, response.json()["version"]) == (200, 2)
+
+
+def test_put_after_a_delete_at_max_facts_is_accepted(owner_client, write, three_facts):
+    write(owner_client, "delete", "/api/memory/users/wang/facts/a/")
+    response = write(owner_client, "put", "/api/memory/users/wang/facts/d/", {"value": 4})
+    assert response.status_code == 201
+
+
+def test_patch_past_max_facts_is_400_and_stores_none_of_it(owner_client, write, three_facts):
+    before = _stored()
+    response = write(owner_client, "patch", FACTS, {"facts": {"a": 10, "d": 4}})
+    assert response.status_code == 400
+    [message] = response.json()["facts"]
+    assert "adds 1" in message
+    assert _stored() == before
+
+
+def test_patch_up_to_max_facts_is_accepted(owner_client, write, memory_settings):
+    with memory_settings(MAX_FACTS=3):
+        first = write(owner_client, "patch", FACTS, {"facts": {"a": 1, "b": 2}})
+        second = write(owner_client, "patch", FACTS, {"facts": {"b": 20, "c": 3}})
+        third = write(owner_client, "patch", FACTS, {"facts": {"d": 4}})
+    assert (first.status_code, second.status_code, third.status_code) == (200, 200, 400)
+    assert [f["key"] for f in second.json()["facts"]] == ["a", "b", "c"]
+
+
+def test_new_user_past_max_facts_is_not_created(owner_client, write, memory_settings):
+    from memory.models import Owner
+
+    with memory_settings(MAX_FACTS=2):
+        response = write(owner_client, "patch", FACTS, {"facts": {"a": 1, "b": 2, "c": 3}})
+    assert response.status_code == 400
+    assert not Owner.objects.exists()
+
+
+def test_default_max_facts_is_200(owner_client, write):
+    facts = {f"k{i:03}": i for i in range(200)}
+    assert write(owner_client, "patch", FACTS, {"facts": facts}).status_code == 200
+    response = write(owner_client, "put", "/api/memory/users/wang/facts/one-more/", {"value": 1})
+    assert response.status_code == 400
+    assert Fact.objects.count() == 200
+
+
+def test_facts_merge_past_max_facts_raises(memory_settings, three_facts):
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError) as raised:
+        services.facts_merge(owner_id="wang", facts={"x": 1})
+    assert set(raised.value.message_dict) == {"facts"}
+    assert Fact.objects.count() == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 
 import pytest
@@ -10,7 +11,7 @@ from django.db import OperationalError, connection, transaction
 from rest_framework.test import APIClient
 
 from memory import services
-from memory.models import Owner, Session, Turn
+from memory.models import Fact, Owner, Session, Turn
 
 pytestmark = pytest.mark.django_db
 
@@ -313,3 +314,29 @@ def test_concurrent_mismatching_duplicates_store_one_and_refuse_the_other(owner_
     [stored] = [r.json() for r in responses if r.status_code == 201]
     assert Turn.objects.filter(seq=2).get().content == stored["content"]
     assert Turn.objects.count() == 2
+
+
+def test_extracted_facts_past_max_facts_are_skipped_and_the_turn_stored(
+    owner_client, memory_settings, django_capture_on_commit_callbacks, caplog
+):
+    with memory_settings(MAX_FACTS=2), django_capture_on_commit_callbacks(execute=True):
+        services.facts_merge(owner_id="wang", facts={"name": "Wang", "note": "x"})
+        with caplog.at_level(logging.WARNING, logger="memory.extraction"):
+            response = post_turn(owner_client, "My name is Li Wei. I live in Lagos")
+    assert response.status_code == 201
+    assert Turn.objects.get().content == "My name is Li Wei. I live in Lagos"
+    facts = owner_client.get("/api/memory/users/wang/context/").json()["facts"]
+    # NOTE: a key already held still changes; only a new one is refused.
+    assert facts == {"name": "Li Wei", "note": "x"}
+    [record] = [r for r in caplog.records if "MAX_FACTS" in r.getMessage()]
+    assert "'location'" in record.getMessage()
+    assert record.levelno == logging.WARNING
+
+
+def test_extracted_facts_fill_up_to_max_facts(
+    owner_client, memory_settings, django_capture_on_commit_callbacks
+):
+    with memory_settings(MAX_FACTS=2), django_capture_on_commit_callbacks(execute=True):
+        services.fact_put(owner_id="wang", key="note", value="x")
+        post_turn(owner_client, "My name is Li Wei. I live in Lagos. I work as a teacher")
+    assert sorted(Fact.objects.values_list("key", flat=True)) == ["name", "note"]
