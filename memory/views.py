@@ -17,6 +17,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, JsonResponse
 from django.utils.cache import patch_cache_control
 from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, parsers, status
@@ -189,7 +190,8 @@ IF_MATCH = OpenApiParameter(
 
 ERRORS: dict[int, OpenApiResponse] = {
     400: OpenApiResponse(
-        OpenApiTypes.OBJECT, description='Invalid input, as {"field": ["message"]}.'
+        OpenApiTypes.OBJECT,
+        description='Invalid input, as {"field": ["message"]}; also a query parameter given twice.',
     ),
     401: OpenApiResponse(ErrorSerializer, description="Not authenticated."),
     403: OpenApiResponse(
@@ -210,10 +212,62 @@ ERRORS: dict[int, OpenApiResponse] = {
 }
 READ_ERRORS = (400, 401, 403, 404, 429, 503)
 WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 429, 503)
+MAX_FACTS_400 = (
+    'Invalid input, as {"field": ["message"]}; also a query parameter given twice, or a new key '
+    'past MEMORY["MAX_FACTS"].'
+)
 
 
-def _responses(success: dict[int, Any], errors: tuple[int, ...]) -> dict[int, Any]:
-    return {**success, **{code: ERRORS[code] for code in sorted(errors)}}
+def _responses(
+    success: dict[int, Any], errors: tuple[int, ...], bad_input: str | None = None
+) -> dict[int, Any]:
+    # NOTE: a serializer alone would leave its response's description empty; its docstring says it.
+    responses: dict[int, Any] = {
+        code: response
+        if isinstance(response, OpenApiResponse)
+        else OpenApiResponse(response, description=(response.__doc__ or "").strip())
+        for code, response in success.items()
+    }
+    responses.update({code: ERRORS[code] for code in sorted(errors)})
+    if bad_input is not None:
+        responses[400] = OpenApiResponse(OpenApiTypes.OBJECT, description=bad_input)
+    return responses
+
+
+def _fact_link(operation_id: str, description: str) -> dict[str, Any]:
+    return {
+        "operationId": operation_id,
+        "parameters": {"user_id": "$request.path.user_id", "key": "$request.path.key"},
+        "description": description,
+    }
+
+
+# NOTE: OpenAPI links from a fact's writes to its history, which say what the history does
+# after a delete: it stays (a 200), so a client (or a schema-driven tester) expects no 404.
+LINKS: dict[str, dict[str, dict[str, Any]]] = {
+    "fact_put": {
+        "FactHistory": _fact_link("fact_history", "Every version of the fact, this one first.")
+    },
+    "fact_delete": {
+        "FactHistory": _fact_link(
+            "fact_history",
+            "The history outlives the fact: a 200 whose newest version has deleted: true.",
+        ),
+        "FactPut": _fact_link("fact_put", "Setting the key again continues its version count."),
+    },
+}
+
+
+class MemorySchema(AutoSchema):
+    """drf-spectacular's schema, plus the OpenAPI links of ``LINKS`` on success responses."""
+
+    def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        operation = super().get_operation(*args, **kwargs)
+        if operation is not None:
+            for code, response in operation["responses"].items():
+                if code.startswith("2") and operation["operationId"] in LINKS:
+                    response["links"] = LINKS[operation["operationId"]]
+        return operation  # type: ignore[no-any-return]
 
 
 # Views -------------------------------------------------------------------------------------
@@ -224,6 +278,16 @@ class MemoryView(APIView):
 
     permission_classes = [CanReachOwner]
     parser_classes = [JSONParser]
+    schema = MemorySchema()
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # NOTE: every query parameter of the API is single-valued: "?turns=1&turns=x" would
+        # otherwise be read as its last value and the first one ignored. After the owner check,
+        # so that it tells a stranger nothing.
+        repeated = sorted({k for k, v in request.query_params.lists() if len(v) > 1})
+        if repeated:
+            raise exceptions.ValidationError({k: ["Give this parameter once."] for k in repeated})
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Response | None]:
         handler = super().get_exception_handler()
@@ -317,7 +381,9 @@ class FactsView(MemoryView):
         tags=["facts"],
         parameters=[USER_ID],
         request=FactsMergeInputSerializer,
-        responses=_responses({200: FactListSerializer}, WRITE_ERRORS),
+        responses=_responses(
+            {200: FactListSerializer}, WRITE_ERRORS, bad_input=MAX_FACTS_400 + " Nothing is set."
+        ),
         summary="Set several facts; answer with all facts",
         operation_id="facts_merge",
     )
@@ -334,7 +400,14 @@ class FactView(MemoryView):
         tags=["facts"],
         parameters=[USER_ID, FACT_KEY, IF_MATCH],
         request=FactPutInputSerializer,
-        responses=_responses({200: FactSerializer, 201: FactSerializer}, (*WRITE_ERRORS, 412)),
+        responses=_responses(
+            {
+                200: OpenApiResponse(FactSerializer, description="The fact, changed or as it was."),
+                201: OpenApiResponse(FactSerializer, description="The fact, created."),
+            },
+            (*WRITE_ERRORS, 412),
+            bad_input=MAX_FACTS_400,
+        ),
         summary="Set one fact (201 when created)",
         operation_id="fact_put",
     )
@@ -349,7 +422,10 @@ class FactView(MemoryView):
     @extend_schema(
         tags=["facts"],
         parameters=[USER_ID, FACT_KEY, IF_MATCH],
-        responses=_responses({204: None}, (*READ_ERRORS, 412)),
+        responses=_responses(
+            {204: OpenApiResponse(description="Deleted; its history keeps a deleted version.")},
+            (*READ_ERRORS, 412),
+        ),
         summary="Delete one fact (404 if there is none)",
         operation_id="fact_delete",
     )
@@ -422,7 +498,10 @@ class HealthView(MemoryView):
     @extend_schema(
         tags=["health"],
         responses={
-            200: HealthSerializer,
+            200: OpenApiResponse(HealthSerializer, description="The database answers."),
+            400: OpenApiResponse(
+                OpenApiTypes.OBJECT, description="A query parameter given more than once."
+            ),
             503: OpenApiResponse(HealthSerializer, description="The database is down."),
         },
         summary="Health of the database and the cache",
@@ -456,7 +535,12 @@ class LinkView(MemoryView):
         tags=["users"],
         parameters=[USER_ID],
         request=LinkInputSerializer,
-        responses=_responses({200: LinkResultSerializer}, WRITE_ERRORS),
+        responses=_responses(
+            {200: LinkResultSerializer},
+            WRITE_ERRORS,
+            bad_input='Invalid input, as {"field": ["message"]}; also a query parameter given '
+            "twice, or a user linked to itself.",
+        ),
         summary="Link an anonymous user to this one (idempotent)",
         operation_id="memory_link",
     )
