@@ -221,7 +221,7 @@ def turn_append(
                     content,
                     metadata,
                 ):
-                    raise IdempotencyKeyReused(idempotency_key)
+                    raise IdempotencyKeyReused(idempotency_key, existing)
                 return existing
         prev = _owner_bump(owner, turns=1)
         turn = Turn.objects.create(

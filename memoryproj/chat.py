@@ -21,7 +21,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
 from memory import permissions, selectors, services
-from memory.exceptions import MemoryUnavailable
+from memory.exceptions import IdempotencyKeyReused, MemoryUnavailable
 from memory.models import Role, Turn
 from memory.payloads import ContextPayload, TurnPayload, turn_payload
 from memory.validators import validate_content, validate_owner_id, validate_session_id
@@ -70,14 +70,19 @@ def chat_exchange(*, owner_id: str, session_id: str, message: str, exchange_id: 
         idempotency_key=f"chat-{exchange_id}-user",
     )
     context = selectors.context_get(owner_id=owner_id)
-    reply = services.turn_append(
-        owner_id=owner_id,
-        session_id=session_id,
-        role=Role.ASSISTANT.value,
-        content=responder_get().respond(context=context, message=message),
-        metadata={"demo": "chat", "context_source": context["source"]},
-        idempotency_key=f"chat-{exchange_id}-assistant",
-    )
+    try:
+        reply = services.turn_append(
+            owner_id=owner_id,
+            session_id=session_id,
+            role=Role.ASSISTANT.value,
+            content=responder_get().respond(context=context, message=message),
+            metadata={"demo": "chat", "context_source": context["source"]},
+            idempotency_key=f"chat-{exchange_id}-assistant",
+        )
+    except IdempotencyKeyReused as e:
+        # NOTE: a resubmitted exchange: the responder answered from a context that now holds
+        # this exchange too, so its reply differs; the reply first stored stands.
+        reply = e.turn
     return Exchange(context=context, reply=reply)
 
 
