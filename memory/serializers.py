@@ -11,6 +11,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import RegexValidator
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -125,24 +127,33 @@ class OwnerIdField(TextField):
         super().__init__(min_length=1, max_length=128, validators=[validate_owner_id], **kwargs)
 
 
-@extend_schema_field(
-    {
-        "type": "object",
-        "maxProperties": MAX_FACTS_PER_MERGE,
-        "propertyNames": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 64,
-            "pattern": FACT_KEY_RE.pattern,
-        },
-        "additionalProperties": {"nullable": True, "description": JSON_RULES},
-    }
-)
 class FactsMapField(serializers.DictField):
     """Fact key -> new value; the keys are checked by ``FactsMergeInputSerializer``."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(child=JSONValueField(), **kwargs)
+
+
+class FactsMapFieldSchema(OpenApiSerializerFieldExtension):
+    """The schema of ``FactsMapField``: its keys' rule as ``propertyNames`` where the OpenAPI
+    version has it (3.1, JSON Schema 2020-12); OpenAPI 3.0 has no keyword for it, so there
+    only the field's description states the rule."""
+
+    target_class = FactsMapField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "object", "maxProperties": MAX_FACTS_PER_MERGE}
+        if spectacular_settings.OAS_VERSION.startswith("3.0"):
+            schema["additionalProperties"] = {"nullable": True, "description": JSON_RULES}
+        else:
+            schema["propertyNames"] = {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 64,
+                "pattern": FACT_KEY_RE.pattern,
+            }
+            schema["additionalProperties"] = {"description": JSON_RULES}
+        return schema
 
 
 class ContextTurnsField(serializers.IntegerField):

@@ -7,6 +7,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from drf_spectacular.generators import SchemaGenerator
+from drf_spectacular.settings import patched_settings
+from drf_spectacular.validation import validate_schema
 
 from memory.serializers import MAX_FACTS_PER_MERGE
 from memory.validators import FACT_KEY_RE, OWNER_ID_RE, SESSION_ID_RE
@@ -36,6 +39,10 @@ def component(schema, ref):
 def body_schema(schema, operation_id):
     content = operations(schema)[operation_id]["requestBody"]["content"]["application/json"]
     return component(schema, content["schema"]["$ref"])
+
+
+def test_the_served_schema_is_valid_openapi(schema):
+    validate_schema(schema)
 
 
 EXPECTED_STATUSES = {
@@ -88,7 +95,23 @@ def test_max_turn_chars_in_the_schema_follows_the_setting(anon_client, memory_se
     assert {option["maxLength"] for option in content["oneOf"]} == {0, 100}
 
 
-def test_patch_facts_map_has_the_key_rules_as_property_names(schema):
+def test_patch_facts_map_states_the_key_rule(schema):
+    facts = body_schema(schema, "facts_merge")["properties"]["facts"]
+    # NOTE: OpenAPI 3.0 (the demo's) has no propertyNames: the description says the rule.
+    assert schema["openapi"].startswith("3.0")
+    assert "propertyNames" not in facts
+    assert "1-64 lower-case letters, digits and _ - ." in facts["description"]
+    assert facts["maxProperties"] == MAX_FACTS_PER_MERGE
+    assert facts["additionalProperties"]["nullable"] is True
+    assert "NUL" in facts["additionalProperties"]["description"]
+    assert body_schema(schema, "facts_merge")["required"] == ["facts"]
+
+
+def test_patch_facts_map_has_property_names_in_openapi_3_1(db):
+    with patched_settings({"OAS_VERSION": "3.1.0"}):
+        schema = SchemaGenerator().get_schema(request=None, public=True)
+    assert schema["openapi"] == "3.1.0"
+    validate_schema(schema)
     facts = body_schema(schema, "facts_merge")["properties"]["facts"]
     assert facts["propertyNames"] == {
         "type": "string",
@@ -96,9 +119,8 @@ def test_patch_facts_map_has_the_key_rules_as_property_names(schema):
         "maxLength": 64,
         "pattern": FACT_KEY_RE.pattern,
     }
-    assert facts["maxProperties"] == MAX_FACTS_PER_MERGE
+    assert "nullable" not in facts["additionalProperties"]
     assert "NUL" in facts["additionalProperties"]["description"]
-    assert body_schema(schema, "facts_merge")["required"] == ["facts"]
 
 
 def test_ids_and_keys_have_their_patterns(schema):
