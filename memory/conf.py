@@ -24,6 +24,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_TURN_CHARS": 32768,
     # Largest metadata object or fact value accepted, in bytes of JSON.
     "MAX_JSON_BYTES": 16384,
+    # Most facts one owner may hold; a write that would pass it is refused.
+    "MAX_FACTS": 200,
     # Prefix of every Redis key the app writes.
     "KEY_PREFIX": "memory",
     # Seconds between two sweeps, per process, for owners whose cache update did not land.
@@ -147,6 +149,10 @@ class Settings:
     @property
     def MAX_JSON_BYTES(self) -> int:
         return self._count("MAX_JSON_BYTES")
+
+    @property
+    def MAX_FACTS(self) -> int:
+        return self._count("MAX_FACTS")
 
     @property
     def KEY_PREFIX(self) -> str:

@@ -34,6 +34,20 @@ class FactVersionConflict(MemoryException):
         self.current = current
 
 
+class IdempotencyKeyReused(MemoryException):
+    """An idempotency key came back with a different request (session, role, content or
+    metadata) than the turn first stored under it; nothing was stored. ``turn`` is that first
+    turn, for Python callers (the HTTP answer says only this message)."""
+
+    def __init__(self, key: str, turn: Any = None) -> None:
+        super().__init__(
+            f"Idempotency-Key {key!r} was already used for a different turn; "
+            "a retry must repeat the first request exactly. Nothing was stored."
+        )
+        self.key = key
+        self.turn = turn
+
+
 class MemoryUnavailable(MemoryException):
     """The database, the source of truth, could not be reached; nothing was stored."""
 

@@ -61,7 +61,13 @@ class Session(models.Model):
                 fields=["owner", "session_id"], name="memory_session_owner_sid_uniq"
             ),
         ]
-        indexes = [models.Index(fields=["owner", "-last_seen"], name="memory_session_recent_idx")]
+        indexes = [
+            # NOTE: the keyset order of ``selectors.session_list`` (session_id breaks ties), so
+            # a page deep in a long list costs what the first does; its prefix serves the admin.
+            models.Index(
+                fields=["owner", "-last_seen", "session_id"], name="memory_session_page_idx"
+            )
+        ]
 
     def __str__(self) -> str:
         return self.session_id

@@ -35,14 +35,22 @@ def owner_id_for(user: AbstractBaseUser | AnonymousUser) -> str | None:
     return resolver(user)  # type: ignore[no-any-return]
 
 
+def _is_active_user(user: AbstractBaseUser | AnonymousUser) -> bool:
+    # NOTE: an inactive account reaches nothing, even when an authentication class (or a test's
+    # force_authenticate) let it through; ``is_active`` is optional on custom user models.
+    return bool(user.is_authenticated and getattr(user, "is_active", True))
+
+
 def is_service_caller(user: AbstractBaseUser | AnonymousUser) -> bool:
-    """Staff, or holders of ``memory.access_all_memories``, reach every owner."""
-    return bool(user.is_authenticated and (user.is_staff or user.has_perm(ACCESS_ALL)))
+    """Holders of ``memory.access_all_memories`` (superusers hold every permission) reach every
+    owner; ``is_staff`` alone grants nothing."""
+    return _is_active_user(user) and bool(user.has_perm(ACCESS_ALL))
 
 
 def can_reach(user: AbstractBaseUser | AnonymousUser, owner_id: str) -> bool:
-    """Whether ``user`` may read and write the memory of ``owner_id``."""
-    if not user.is_authenticated:
+    """Whether ``user`` may read and write the memory of ``owner_id``: their own (through
+    ``MEMORY["OWNER_RESOLVER"]``), or any as a service caller; never for an inactive user."""
+    if not _is_active_user(user):
         return False
     # NOTE: the caller's own id first: it costs no permission query, as has_perm does.
     return owner_id_for(user) == owner_id or is_service_caller(user)
@@ -52,7 +60,7 @@ class CanReachOwner(BasePermission):
     """The caller reaches the ``user_id`` of the URL; anyone else's memory is a 404."""
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        if not request.user or not request.user.is_authenticated:
+        if not request.user or not _is_active_user(request.user):
             return False
         owner_id = view.kwargs.get("user_id")
         if owner_id is not None and not can_reach(request.user, owner_id):

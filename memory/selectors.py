@@ -7,15 +7,18 @@ failures are never seen by callers.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import datetime as dt
 import functools
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Literal, TypedDict
+from typing import Any, Generic, Literal, NamedTuple, TypedDict, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, connection
-from django.db.models import BigIntegerField, QuerySet, Value
+from django.db.models import BigIntegerField, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Cast
 from psycopg import Pipeline
 
@@ -40,6 +43,14 @@ from memory.payloads import (
     turn_payload_from_row,
 )
 from memory.validators import validate_fact_key, validate_owner_id
+
+# Items on one page of ``session_list`` and ``fact_history``: by default, and at most.
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+# Longest cursor accepted: a session id of 128 characters of 4 UTF-8 bytes each, in base64.
+MAX_CURSOR_CHARS = 1024
+
+T = TypeVar("T")
 
 
 class HealthPayload(TypedDict):
@@ -348,16 +359,73 @@ async def afact_list(*, owner_id: str) -> list[FactPayload]:
     return memory.facts
 
 
+class Page(NamedTuple, Generic[T]):
+    """One page of a listing and the opaque cursor of the next one (``None``: the last page)."""
+
+    results: list[T]
+    next_cursor: str | None
+
+
+def _cursor_encode(*key: Any) -> str:
+    return base64.urlsafe_b64encode(codec.dumps(list(key))).decode("ascii").rstrip("=")
+
+
+def _cursor_decode(cursor: str, shape: tuple[type, ...]) -> list[Any]:
+    """The ordering key a cursor of ``_cursor_encode`` holds; a ``ValidationError`` if it is
+    anything else (a cursor is opaque: clients only hand back the one from ``next``)."""
+    try:
+        if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR_CHARS:
+            raise ValueError(cursor)
+        key = codec.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if not isinstance(key, list) or len(key) != len(shape):
+            raise ValueError(cursor)
+        for value, kind in zip(key, shape, strict=True):
+            if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(cursor)
+            if kind is str and not isinstance(value, str):
+                raise ValueError(cursor)
+        return key  # type: ignore[no-any-return]
+    except (ValueError, TypeError, binascii.Error) as e:
+        raise ValidationError({"cursor": ["Invalid cursor."]}) from e
+
+
+def _owner_pk(owner_id: str) -> Subquery:
+    # NOTE: a scalar subquery, not a join: with the owner's pk a parameter of the plan, the
+    # index's order is the query's order, and a LIMIT stops the scan (a join sorted every row).
+    return Subquery(Owner.objects.filter(external_id=owner_id).values("pk")[:1])
+
+
+def _check_limit(limit: int) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
+        raise ValidationError({"limit": [f"Ensure this value is between 1 and {MAX_PAGE_SIZE}."]})
+
+
 @database_guard()
-def fact_history(*, owner_id: str, key: str) -> list[FactVersionPayload]:
-    """Every version of one fact of the owner, newest first (empty if it never existed)."""
+def fact_history(
+    *, owner_id: str, key: str, limit: int = DEFAULT_PAGE_SIZE, cursor: str | None = None
+) -> Page[FactVersionPayload]:
+    """A page of the versions of one fact of the owner, newest first, and the cursor of the
+    next page (``None`` on the last one). The first page is empty only if the key never existed.
+
+    ``limit`` is 1-500; ``cursor`` is a ``next_cursor`` of an earlier page. Keyset pagination on
+    (owner, key, version), served by that unique index: every page costs the same however
+    deep. Raises ``ValidationError`` ({"user_id" | "key" | "limit" | "cursor": messages}) for
+    bad input and ``MemoryUnavailable`` when the database cannot be reached.
+    """
     _check_owner(owner_id)
     try:
         validate_fact_key(key)
     except ValidationError as e:
         raise ValidationError({"key": e.messages}) from e
-    versions = FactVersion.objects.filter(owner__external_id=owner_id, key=key).order_by("-version")
-    return [fact_version_payload(version) for version in versions]
+    _check_limit(limit)
+    versions = FactVersion.objects.filter(owner_id=_owner_pk(owner_id), key=key)
+    if cursor is not None:
+        (before,) = _cursor_decode(cursor, (int,))
+        versions = versions.filter(version__lt=before)
+    rows = list(versions.order_by("-version")[: limit + 1])
+    page = [fact_version_payload(version) for version in rows[:limit]]
+    more = len(rows) > limit
+    return Page(page, _cursor_encode(page[-1]["version"]) if more else None)
 
 
 afact_history = aio.twin(fact_history)
@@ -390,13 +458,42 @@ aturn_list = aio.twin(turn_list)
 
 
 @database_guard()
-def session_list(*, owner_id: str) -> list[SessionPayload]:
-    """The owner's sessions, most recently seen first."""
+def session_list(
+    *, owner_id: str, limit: int = DEFAULT_PAGE_SIZE, cursor: str | None = None
+) -> Page[SessionPayload]:
+    """A page of the owner's sessions, most recently seen first (by ``session_id`` among equal
+    ``last_seen``), and the cursor of the next page (``None`` on the last one).
+
+    ``limit`` is 1-500; ``cursor`` is a ``next_cursor`` of an earlier page. Following the
+    cursors yields every session once. Keyset pagination on (owner, last_seen desc,
+    session_id), served by the index ``memory_session_page_idx``: every page costs the same
+    however deep. A session that gets a turn while a walk is under way moves to the front, so
+    that walk may miss it (it is on the first page now). Raises ``ValidationError``
+    ({"user_id" | "limit" | "cursor": messages}) for bad input and ``MemoryUnavailable`` when
+    the database cannot be reached.
+    """
     _check_owner(owner_id)
-    sessions = Session.objects.filter(owner__external_id=owner_id).order_by(
-        "-last_seen", "session_id"
-    )
-    return [session_payload(session) for session in sessions]
+    _check_limit(limit)
+    sessions = Session.objects.filter(owner_id=_owner_pk(owner_id))
+    if cursor is not None:
+        last_seen, session_id = _cursor_decode(cursor, (str, str))
+        try:
+            seen = dt.datetime.fromisoformat(last_seen)
+            if seen.tzinfo is None:
+                raise ValueError(last_seen)
+        except ValueError as e:
+            raise ValidationError({"cursor": ["Invalid cursor."]}) from e
+        # NOTE: the redundant ``last_seen <= seen`` is the index condition that starts the scan
+        # at the cursor; the OR alone would be a filter over every newer session.
+        sessions = sessions.filter(
+            Q(last_seen__lt=seen) | Q(last_seen=seen, session_id__gt=session_id),
+            last_seen__lte=seen,
+        )
+    rows = list(sessions.order_by("-last_seen", "session_id")[: limit + 1])
+    page = [session_payload(session) for session in rows[:limit]]
+    more = len(rows) > limit
+    last = rows[limit - 1] if more else None
+    return Page(page, _cursor_encode(last.last_seen.isoformat(), last.session_id) if last else None)
 
 
 asession_list = aio.twin(session_list)
@@ -610,6 +707,7 @@ aturn_search_queryset = aio.twin(turn_search_queryset)
 
 
 __all__ = [
+    "Page",
     "acontext_get",
     "acontext_messages",
     "afact_history",

@@ -10,14 +10,21 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import RegexValidator
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from memory.conf import conf
 from memory.models import Role
 from memory.search import MAX_QUERY_CHARS, MAX_RESULTS
+from memory.selectors import DEFAULT_PAGE_SIZE, MAX_CURSOR_CHARS, MAX_PAGE_SIZE
 from memory.tokens import MAX_TOKENS
 from memory.validators import (
+    FACT_KEY_RE,
+    MAX_JSON_DEPTH,
+    OWNER_ID_RE,
     SESSION_ID_RE,
     validate_content,
     validate_fact_key,
@@ -27,11 +34,19 @@ from memory.validators import (
     validate_session_id,
 )
 
-# Turns one page of ``GET turns/`` may hold, and the page size when the caller does not say.
-MAX_PAGE_SIZE = 500
-DEFAULT_PAGE_SIZE = 50
 # Keys one ``PATCH facts/`` may set: it is one transaction under the owner's lock.
 MAX_FACTS_PER_MERGE = 256
+# NOTE: validators that the schema publishes as patterns; the checks themselves are also made
+# by memory.validators, with the same error code, so that each error is said once.
+NO_NUL = RegexValidator(
+    r"^[^\x00]*$", message="Null characters are not allowed.", code="null_characters_not_allowed"
+)
+CURSOR = RegexValidator(r"^[A-Za-z0-9_\-]+$", message="Invalid cursor.", code="invalid_cursor")
+JSON_RULES = (
+    f"Any JSON value; no string in it (keys included) may hold a NUL character, and it is at "
+    f'most {MAX_JSON_DEPTH} levels deep and MEMORY["MAX_JSON_BYTES"] (16384 by default) bytes '
+    "of JSON: otherwise a 400 (rules JSON Schema cannot state)."
+)
 # Largest ``after`` accepted: the range of the database's bigint ``seq``.
 MAX_SEQ = 2**63 - 1
 
@@ -90,12 +105,56 @@ class ContentField(TextField):
     def __init__(self, **kwargs: Any) -> None:
         # NOTE: DRF re-runs __init__ for every serializer instance (Field.__deepcopy__), so a
         # changed MEMORY setting is seen on the next request, as conf promises.
+        kwargs.setdefault(
+            "help_text",
+            'At most MEMORY["MAX_TURN_CHARS"] characters, with no NUL character and no lone '
+            "surrogate (a \\ud800 escape): otherwise a 400 and nothing is stored.",
+        )
         super().__init__(
             max_length=conf.MAX_TURN_CHARS,
             allow_blank=True,
-            validators=[validate_content],
+            validators=[NO_NUL, validate_content],
             **kwargs,
         )
+
+
+@extend_schema_field(
+    {"type": "string", "minLength": 1, "maxLength": 128, "pattern": OWNER_ID_RE.pattern}
+)
+class OwnerIdField(TextField):
+    """An owner id: 1-128 letters, digits and ``_ - . @ :``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(min_length=1, max_length=128, validators=[validate_owner_id], **kwargs)
+
+
+class FactsMapField(serializers.DictField):
+    """Fact key -> new value; the keys are checked by ``FactsMergeInputSerializer``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=JSONValueField(), **kwargs)
+
+
+class FactsMapFieldSchema(OpenApiSerializerFieldExtension):
+    """The schema of ``FactsMapField``: its keys' rule as ``propertyNames`` where the OpenAPI
+    version has it (3.1, JSON Schema 2020-12); OpenAPI 3.0 has no keyword for it, so there
+    only the field's description states the rule."""
+
+    target_class = FactsMapField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "object", "maxProperties": MAX_FACTS_PER_MERGE}
+        if spectacular_settings.OAS_VERSION.startswith("3.0"):
+            schema["additionalProperties"] = {"nullable": True, "description": JSON_RULES}
+        else:
+            schema["propertyNames"] = {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 64,
+                "pattern": FACT_KEY_RE.pattern,
+            }
+            schema["additionalProperties"] = {"description": JSON_RULES}
+        return schema
 
 
 class ContextTurnsField(serializers.IntegerField):
@@ -114,7 +173,11 @@ class TurnInputSerializer(serializers.Serializer):
     session_id = SessionIdField()
     role = serializers.ChoiceField(choices=Role.choices)
     content = ContentField()
-    metadata = serializers.DictField(required=False, validators=[validate_metadata])
+    metadata = serializers.DictField(
+        required=False,
+        validators=[validate_metadata],
+        help_text=f"A JSON object, {{}} by default. {JSON_RULES}",
+    )
 
 
 class TurnListQuerySerializer(serializers.Serializer):
@@ -130,6 +193,27 @@ class TurnListQuerySerializer(serializers.Serializer):
         min_value=1,
         max_value=MAX_PAGE_SIZE,
         help_text="Turns on this page.",
+    )
+
+
+class PageQuerySerializer(serializers.Serializer):
+    """The query of ``GET users/{user_id}/sessions/`` and ``.../facts/{key}/history/``: keyset
+    pagination with an opaque cursor."""
+
+    limit = serializers.IntegerField(
+        required=False,
+        default=DEFAULT_PAGE_SIZE,
+        min_value=1,
+        max_value=MAX_PAGE_SIZE,
+        help_text="Items on this page.",
+    )
+    cursor = TextField(
+        required=False,
+        min_length=1,
+        max_length=MAX_CURSOR_CHARS,
+        validators=[CURSOR],
+        help_text="Where the page starts: the cursor of the previous page's next URL. Opaque: "
+        "any value no page gave is a 400.",
     )
 
 
@@ -162,16 +246,16 @@ class ContextMessagesQuerySerializer(serializers.Serializer):
 class FactPutInputSerializer(serializers.Serializer):
     """The body of ``PUT users/{user_id}/facts/{key}/``."""
 
-    value = JSONValueField()
+    value = JSONValueField(help_text=JSON_RULES)
     session_id = SessionIdField(required=False, allow_null=True)
 
 
 class FactsMergeInputSerializer(serializers.Serializer):
     """The body of ``PATCH users/{user_id}/facts/``: keys to set, others left as they are."""
 
-    facts = serializers.DictField(
-        child=JSONValueField(),
-        help_text=f"Fact key -> new value; at most {MAX_FACTS_PER_MERGE} keys.",
+    facts = FactsMapField(
+        help_text=f"Fact key (1-64 lower-case letters, digits and _ - .) -> new value; at most "
+        f'{MAX_FACTS_PER_MERGE} keys, and the user at most MEMORY["MAX_FACTS"] facts after it.',
     )
     session_id = SessionIdField(required=False, allow_null=True)
 
@@ -217,11 +301,9 @@ class SearchQuerySerializer(serializers.Serializer):
 class LinkInputSerializer(serializers.Serializer):
     """The body of ``POST users/{user_id}/link/``."""
 
-    from_user_id = TextField(
-        min_length=1,
-        max_length=128,
-        validators=[validate_owner_id],
-        help_text="The anonymous owner whose memory moves to the user, then is forgotten.",
+    from_user_id = OwnerIdField(
+        help_text="The anonymous owner whose memory moves to the user, then is forgotten; "
+        "not the user itself (a 400).",
     )
 
 
@@ -301,9 +383,10 @@ class FactVersionSerializer(serializers.Serializer):
 
 
 class FactHistorySerializer(serializers.Serializer):
-    """Every version of one fact, newest first."""
+    """A page of the versions of one fact, newest first, with the URL of the next page."""
 
     results = FactVersionSerializer(many=True)
+    next = serializers.URLField(allow_null=True)
 
 
 class SessionSerializer(serializers.Serializer):
@@ -316,9 +399,10 @@ class SessionSerializer(serializers.Serializer):
 
 
 class SessionListSerializer(serializers.Serializer):
-    """An owner's sessions, most recently seen first."""
+    """A page of an owner's sessions, most recently seen first, with the URL of the next page."""
 
     results = SessionSerializer(many=True)
+    next = serializers.URLField(allow_null=True)
 
 
 class HealthSerializer(serializers.Serializer):

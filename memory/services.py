@@ -8,7 +8,7 @@ stored nothing; a Redis failure never fails a write (``memory.cache`` states the
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple, overload
 
@@ -28,9 +28,11 @@ from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
 from memory import aio, cache, codec, extraction
+from memory.conf import conf
 from memory.exceptions import (
     FactNotFound,
     FactVersionConflict,
+    IdempotencyKeyReused,
     MemoryUnavailable,
     database_guard,
 )
@@ -114,9 +116,11 @@ def turn_append(
     """Append a turn to the owner's history and return it, with the next ``seq`` of the owner.
 
     ``seq`` is 1, 2, 3... per owner in commit order, with no gap or repeat under any number of
-    concurrent writers. A repeated ``idempotency_key`` stores nothing and returns the turn
-    first stored under it. Raises ``ValidationError`` ({field: messages}) for bad input and
-    ``MemoryUnavailable`` when the database cannot be reached; then nothing was stored.
+    concurrent writers. A repeated ``idempotency_key`` with the same ``session_id``, ``role``,
+    ``content`` and ``metadata`` stores nothing and returns the turn first stored under it; with
+    any of them different it raises ``IdempotencyKeyReused`` and stores nothing. Raises
+    ``ValidationError`` ({field: messages}) for bad input and ``MemoryUnavailable`` when the
+    database cannot be reached; then nothing was stored.
 
     A user turn also goes through ``MEMORY["FACT_EXTRACTOR"]`` in the same transaction: the
     facts it states are written with the turn's ``session_id`` and ``seq`` (``source_turn_seq``).
@@ -142,8 +146,17 @@ def turn_append(
     with _service():
         owner = _owner_lock(owner_id, create=True)
         if idempotency_key is not None:
+            # NOTE: under the owner's lock, so a duplicate in flight waits for the first to
+            # commit and then finds its turn here: one turn is stored, however many race.
             existing = Turn.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
             if existing is not None:
+                if (existing.session_id, existing.role, existing.content, existing.metadata) != (
+                    session_id,
+                    role,
+                    content,
+                    metadata,
+                ):
+                    raise IdempotencyKeyReused(idempotency_key, existing)
                 return existing
         prev = cache.stamp_take(owner, turns=1)
         turn = Turn.objects.create(
@@ -268,9 +281,10 @@ def _turn_facts_extract(owner: Owner, turn: Turn) -> list[Fact]:
 
     Runs in a savepoint: an extractor that raises (a bad path, a model that timed out) or a
     fact write that fails is logged to ``memory.extraction`` and rolled back alone, so that the
-    turn still commits. A fact with a bad key or value is logged and skipped. A deferred
-    extractor is not run here: the turn gets a ``PendingExtraction`` record, and after commit
-    a task for it (``turn_facts_extract`` in a worker).
+    turn still commits. A fact with a bad key or value is logged and skipped, and so is a new
+    key once the owner holds ``MEMORY["MAX_FACTS"]`` facts (the cap never fails a turn). A
+    deferred extractor is not run here: the turn gets a ``PendingExtraction`` record, and
+    after commit a task for it (``turn_facts_extract`` in a worker).
     """
     try:
         extractor = extraction.extractor_get()
@@ -315,7 +329,21 @@ def _turn_facts_write(
     """Merge ``found`` into the owner's ``current`` facts and write, with the turn as their
     source, each value that changed; return those facts. Runs under the owner lock."""
     changed: list[Fact] = []
+    room: int | None = None
     for key, value in extraction.facts_apply(current, found).items():
+        if key not in current:
+            if room is None:
+                room = conf.MAX_FACTS - Fact.objects.filter(owner=owner).count()
+            if room <= 0:
+                extraction.logger.warning(
+                    "Extracted fact %r of turn %s of %r skipped: the owner holds "
+                    "MEMORY['MAX_FACTS'] (%s) facts.",
+                    key,
+                    turn.seq,
+                    owner.external_id,
+                    conf.MAX_FACTS,
+                )
+                continue
         try:
             validate_fact_key(key)
             validate_json_value(value)
@@ -338,6 +366,8 @@ def _turn_facts_write(
         )
         if written is not None:
             changed.append(written[0])
+            if written[1] and room is not None:
+                room -= 1
     return changed
 
 
@@ -469,6 +499,26 @@ def _pending_extract(pending: PendingExtraction) -> list[Fact]:
         return changed
 
 
+def _facts_cap_check(owner: Owner, keys: Collection[str], *, field: str) -> None:
+    """Raise ``ValidationError`` ({field: message}) if setting ``keys`` would leave the owner
+    with more than ``MEMORY["MAX_FACTS"]`` facts. Call under the owner's row lock, so that no
+    other write can add a fact between this count and the commit."""
+    facts = Fact.objects.filter(owner=owner)
+    new = len(set(keys) - set(facts.filter(key__in=keys).values_list("key", flat=True)))
+    if not new:
+        return
+    limit, held = conf.MAX_FACTS, facts.count()
+    if held + new > limit:
+        raise ValidationError(
+            {
+                field: [
+                    f"A user holds at most {limit} facts (MEMORY['MAX_FACTS']); this user holds "
+                    f"{held} and this write adds {new}. Delete facts first; nothing was stored."
+                ]
+            }
+        )
+
+
 def _fact_write(
     owner: Owner,
     key: str,
@@ -527,8 +577,9 @@ def fact_put(
 
     Its ``version`` grows by one on every change; the same value again changes nothing. With
     ``expected_version``, raises ``FactVersionConflict`` unless the fact is at that version.
-    Raises ``ValidationError`` for bad input and ``MemoryUnavailable`` when the database cannot
-    be reached; then nothing was stored.
+    Raises ``ValidationError`` for bad input, or ({"key": message}) when a new key would pass
+    ``MEMORY["MAX_FACTS"]``, and ``MemoryUnavailable`` when the database cannot be reached;
+    then nothing was stored.
     """
     _check("user_id", validate_owner_id, owner_id)
     _check("key", validate_fact_key, key)
@@ -543,6 +594,7 @@ def fact_put(
             )
             if current != expected_version:
                 raise FactVersionConflict(key, expected_version, current)
+        _facts_cap_check(owner, [key], field="key")
         prev = owner.stamp
         written = _fact_write(
             owner,
@@ -569,8 +621,11 @@ def facts_merge(
     """Set several facts of the owner in one transaction; return all its facts, by key.
 
     Each changed key gets a new version; unchanged values and other keys stay as they are.
-    Raises ``ValidationError`` ({"facts": {key: messages}}) for bad input and
-    ``MemoryUnavailable`` when the database cannot be reached; then nothing was stored.
+    The result is bounded: at most ``MEMORY["MAX_FACTS"]`` facts of at most
+    ``MEMORY["MAX_JSON_BYTES"]`` each. Raises ``ValidationError`` ({"facts": {key: messages}})
+    for bad input, or ({"facts": message}) when the new keys would take the owner past
+    ``MAX_FACTS`` (the whole merge is refused), and ``MemoryUnavailable`` when the database
+    cannot be reached; then nothing was stored.
     """
     _check("user_id", validate_owner_id, owner_id)
     if session_id is not None:
@@ -586,6 +641,7 @@ def facts_merge(
         raise ValidationError({"facts": [errors]})
     with _service():
         owner = _owner_lock(owner_id, create=True)
+        _facts_cap_check(owner, list(facts), field="facts")
         at = timezone.now()
         changed = []
         for key, value in facts.items():

@@ -1,5 +1,5 @@
 """The HTTP API: one thin ``APIView`` per URL over the services and selectors, and the app's
-mapping of domain and database errors to statuses (412, 404, 413, 503), in one place.
+mapping of domain and database errors to statuses (412, 404, 413, 422, 503), in one place.
 
 Selectors already return the contract's dicts, so views hand them to ``Response`` as they are;
 the output serializers only describe them in the OpenAPI schema.
@@ -17,6 +17,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, JsonResponse
 from django.utils.cache import patch_cache_control
 from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, parsers, status
@@ -28,7 +29,12 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from memory import selectors, services
-from memory.exceptions import FactNotFound, FactVersionConflict, MemoryUnavailable
+from memory.exceptions import (
+    FactNotFound,
+    FactVersionConflict,
+    IdempotencyKeyReused,
+    MemoryUnavailable,
+)
 from memory.payloads import fact_payload, turn_payload
 from memory.permissions import CanReachOwner, can_reach
 from memory.serializers import (
@@ -45,6 +51,7 @@ from memory.serializers import (
     HealthSerializer,
     LinkInputSerializer,
     LinkResultSerializer,
+    PageQuerySerializer,
     SearchQuerySerializer,
     SessionListSerializer,
     TurnInputSerializer,
@@ -65,6 +72,12 @@ class PreconditionFailed(exceptions.APIException):
     default_code = "precondition_failed"
 
 
+class UnprocessableEntity(exceptions.APIException):
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    default_detail = "The Idempotency-Key was already used for a different request."
+    default_code = "idempotency_key_reused"
+
+
 class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "The request body is larger than this server accepts."
@@ -82,6 +95,8 @@ def api_exception(exc: Exception) -> Exception:
     """The DRF exception an app or Django error stands for; any other error as it is."""
     if isinstance(exc, FactVersionConflict):
         return PreconditionFailed(str(exc))
+    if isinstance(exc, IdempotencyKeyReused):
+        return UnprocessableEntity(str(exc))
     if isinstance(exc, FactNotFound):
         return exceptions.NotFound(str(exc))
     if isinstance(exc, (MemoryUnavailable, OperationalError, InterfaceError)):
@@ -121,6 +136,13 @@ def _idempotency_key(request: Request) -> str | None:
     return value
 
 
+def _next_url(request: Request, cursor: str | None) -> str | None:
+    """The absolute URL of the next page: this one with ``cursor`` replaced; none at the end."""
+    if cursor is None:
+        return None
+    return replace_query_param(request.build_absolute_uri(), "cursor", cursor)  # type: ignore[no-any-return]
+
+
 def _if_match(request: Request) -> int | None:
     value = request.headers.get("If-Match")
     if value is None:
@@ -155,8 +177,9 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     OpenApiParameter.HEADER,
     required=False,
     pattern=r"^[\x20-\x7e]{1,128}$",
-    description="1-128 printable ASCII characters. A retry with the same key for the same "
-    "owner stores nothing new and answers with the turn first stored.",
+    description="1-128 printable ASCII characters. A retry with the same key and body for the "
+    "same owner stores nothing new and answers with the turn first stored; the same key with "
+    "a different body is a 422 and stores nothing.",
 )
 IF_MATCH = OpenApiParameter(
     "If-Match",
@@ -169,7 +192,8 @@ IF_MATCH = OpenApiParameter(
 
 ERRORS: dict[int, OpenApiResponse] = {
     400: OpenApiResponse(
-        OpenApiTypes.OBJECT, description='Invalid input, as {"field": ["message"]}.'
+        OpenApiTypes.OBJECT,
+        description='Invalid input, as {"field": ["message"]}; also a query parameter given twice.',
     ),
     401: OpenApiResponse(ErrorSerializer, description="Not authenticated."),
     403: OpenApiResponse(
@@ -179,6 +203,10 @@ ERRORS: dict[int, OpenApiResponse] = {
         ErrorSerializer, description="Not found, or another user's memory (never revealed)."
     ),
     412: OpenApiResponse(ErrorSerializer, description="If-Match names a stale version."),
+    422: OpenApiResponse(
+        ErrorSerializer,
+        description="The Idempotency-Key was already used with a different body; nothing stored.",
+    ),
     413: OpenApiResponse(ErrorSerializer, description="The body is over the configured size."),
     415: OpenApiResponse(ErrorSerializer, description="The body is not JSON."),
     429: OpenApiResponse(ErrorSerializer, description="Throttled."),
@@ -186,10 +214,62 @@ ERRORS: dict[int, OpenApiResponse] = {
 }
 READ_ERRORS = (400, 401, 403, 404, 429, 503)
 WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 429, 503)
+MAX_FACTS_400 = (
+    'Invalid input, as {"field": ["message"]}; also a query parameter given twice, or a new key '
+    'past MEMORY["MAX_FACTS"].'
+)
 
 
-def _responses(success: dict[int, Any], errors: tuple[int, ...]) -> dict[int, Any]:
-    return {**success, **{code: ERRORS[code] for code in sorted(errors)}}
+def _responses(
+    success: dict[int, Any], errors: tuple[int, ...], bad_input: str | None = None
+) -> dict[int, Any]:
+    # NOTE: a serializer alone would leave its response's description empty; its docstring says it.
+    responses: dict[int, Any] = {
+        code: response
+        if isinstance(response, OpenApiResponse)
+        else OpenApiResponse(response, description=(response.__doc__ or "").strip())
+        for code, response in success.items()
+    }
+    responses.update({code: ERRORS[code] for code in sorted(errors)})
+    if bad_input is not None:
+        responses[400] = OpenApiResponse(OpenApiTypes.OBJECT, description=bad_input)
+    return responses
+
+
+def _fact_link(operation_id: str, description: str) -> dict[str, Any]:
+    return {
+        "operationId": operation_id,
+        "parameters": {"user_id": "$request.path.user_id", "key": "$request.path.key"},
+        "description": description,
+    }
+
+
+# NOTE: OpenAPI links from a fact's writes to its history, which say what the history does
+# after a delete: it stays (a 200), so a client (or a schema-driven tester) expects no 404.
+LINKS: dict[str, dict[str, dict[str, Any]]] = {
+    "fact_put": {
+        "FactHistory": _fact_link("fact_history", "Every version of the fact, this one first.")
+    },
+    "fact_delete": {
+        "FactHistory": _fact_link(
+            "fact_history",
+            "The history outlives the fact: a 200 whose newest version has deleted: true.",
+        ),
+        "FactPut": _fact_link("fact_put", "Setting the key again continues its version count."),
+    },
+}
+
+
+class MemorySchema(AutoSchema):
+    """drf-spectacular's schema, plus the OpenAPI links of ``LINKS`` on success responses."""
+
+    def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        operation = super().get_operation(*args, **kwargs)
+        if operation is not None:
+            for code, response in operation["responses"].items():
+                if code.startswith("2") and operation["operationId"] in LINKS:
+                    response["links"] = LINKS[operation["operationId"]]
+        return operation  # type: ignore[no-any-return]
 
 
 # Views -------------------------------------------------------------------------------------
@@ -200,6 +280,16 @@ class MemoryView(APIView):
 
     permission_classes = [CanReachOwner]
     parser_classes = [JSONParser]
+    schema = MemorySchema()
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # NOTE: every query parameter of the API is single-valued: "?turns=1&turns=x" would
+        # otherwise be read as its last value and the first one ignored. After the owner check,
+        # so that it tells a stranger nothing.
+        repeated = sorted({k for k, v in request.query_params.lists() if len(v) > 1})
+        if repeated:
+            raise exceptions.ValidationError({k: ["Give this parameter once."] for k in repeated})
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Response | None]:
         handler = super().get_exception_handler()
@@ -225,7 +315,14 @@ class TurnsView(MemoryView):
         tags=["turns"],
         parameters=[USER_ID, IDEMPOTENCY_KEY],
         request=TurnInputSerializer,
-        responses=_responses({201: TurnSerializer}, WRITE_ERRORS),
+        responses=_responses(
+            {
+                201: OpenApiResponse(
+                    TurnSerializer, description="The turn, or on a retry the turn first stored."
+                )
+            },
+            (*WRITE_ERRORS, 422),
+        ),
         summary="Append a turn",
         operation_id="turn_append",
     )
@@ -301,7 +398,9 @@ class FactsView(MemoryView):
         tags=["facts"],
         parameters=[USER_ID],
         request=FactsMergeInputSerializer,
-        responses=_responses({200: FactListSerializer}, WRITE_ERRORS),
+        responses=_responses(
+            {200: FactListSerializer}, WRITE_ERRORS, bad_input=MAX_FACTS_400 + " Nothing is set."
+        ),
         summary="Set several facts; answer with all facts",
         operation_id="facts_merge",
     )
@@ -318,7 +417,14 @@ class FactView(MemoryView):
         tags=["facts"],
         parameters=[USER_ID, FACT_KEY, IF_MATCH],
         request=FactPutInputSerializer,
-        responses=_responses({200: FactSerializer, 201: FactSerializer}, (*WRITE_ERRORS, 412)),
+        responses=_responses(
+            {
+                200: OpenApiResponse(FactSerializer, description="The fact, changed or as it was."),
+                201: OpenApiResponse(FactSerializer, description="The fact, created."),
+            },
+            (*WRITE_ERRORS, 412),
+            bad_input=MAX_FACTS_400,
+        ),
         summary="Set one fact (201 when created)",
         operation_id="fact_put",
     )
@@ -333,7 +439,10 @@ class FactView(MemoryView):
     @extend_schema(
         tags=["facts"],
         parameters=[USER_ID, FACT_KEY, IF_MATCH],
-        responses=_responses({204: None}, (*READ_ERRORS, 412)),
+        responses=_responses(
+            {204: OpenApiResponse(description="Deleted; its history keeps a deleted version.")},
+            (*READ_ERRORS, 412),
+        ),
         summary="Delete one fact (404 if there is none)",
         operation_id="fact_delete",
     )
@@ -344,36 +453,39 @@ class FactView(MemoryView):
 
 
 class FactHistoryView(MemoryView):
-    """``users/{user_id}/facts/{key}/history/``: every version of one fact, newest first."""
+    """``users/{user_id}/facts/{key}/history/``: the versions of one fact, newest first, paged."""
 
     @extend_schema(
         tags=["facts"],
-        parameters=[USER_ID, FACT_KEY],
+        parameters=[USER_ID, FACT_KEY, PageQuerySerializer],
         responses=_responses({200: FactHistorySerializer}, READ_ERRORS),
         summary="Versions of one fact, newest first (404 if the key never existed)",
         operation_id="fact_history",
     )
     def get(self, request: Request, user_id: str, key: str) -> Response:
-        versions = selectors.fact_history(owner_id=user_id, key=key)
-        if not versions:
+        query = _validated(PageQuerySerializer, request.query_params.dict())
+        versions, cursor = selectors.fact_history(owner_id=user_id, key=key, **query)
+        if not versions and "cursor" not in query:
             # NOTE: every key ever set has at least one version, so an empty history means
             # no such fact (or a forgotten owner): a 404, like a DELETE of it.
             raise FactNotFound(key)
-        return Response({"results": versions})
+        return Response({"results": versions, "next": _next_url(request, cursor)})
 
 
 class SessionsView(MemoryView):
-    """``users/{user_id}/sessions/``: the session labels of the owner's turns."""
+    """``users/{user_id}/sessions/``: the session labels of the owner's turns, paged."""
 
     @extend_schema(
         tags=["sessions"],
-        parameters=[USER_ID],
+        parameters=[USER_ID, PageQuerySerializer],
         responses=_responses({200: SessionListSerializer}, READ_ERRORS),
         summary="List sessions, most recently seen first",
         operation_id="session_list",
     )
     def get(self, request: Request, user_id: str) -> Response:
-        return Response({"results": selectors.session_list(owner_id=user_id)})
+        query = _validated(PageQuerySerializer, request.query_params.dict())
+        sessions, cursor = selectors.session_list(owner_id=user_id, **query)
+        return Response({"results": sessions, "next": _next_url(request, cursor)})
 
 
 class UserView(MemoryView):
@@ -403,7 +515,10 @@ class HealthView(MemoryView):
     @extend_schema(
         tags=["health"],
         responses={
-            200: HealthSerializer,
+            200: OpenApiResponse(HealthSerializer, description="The database answers."),
+            400: OpenApiResponse(
+                OpenApiTypes.OBJECT, description="A query parameter given more than once."
+            ),
             503: OpenApiResponse(HealthSerializer, description="The database is down."),
         },
         summary="Health of the database and the cache",
@@ -437,7 +552,12 @@ class LinkView(MemoryView):
         tags=["users"],
         parameters=[USER_ID],
         request=LinkInputSerializer,
-        responses=_responses({200: LinkResultSerializer}, WRITE_ERRORS),
+        responses=_responses(
+            {200: LinkResultSerializer},
+            WRITE_ERRORS,
+            bad_input='Invalid input, as {"field": ["message"]}; also a query parameter given '
+            "twice, or a user linked to itself.",
+        ),
         summary="Link an anonymous user to this one (idempotent)",
         operation_id="memory_link",
     )

@@ -35,7 +35,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from memory import permissions, selectors, services
-from memory.exceptions import MemoryException, MemoryUnavailable
+from memory.exceptions import IdempotencyKeyReused, MemoryException, MemoryUnavailable
 from memory.models import Role, Turn
 from memory.payloads import ContextPayload, TurnPayload, turn_payload
 from memory.validators import validate_content, validate_owner_id, validate_session_id
@@ -158,14 +158,19 @@ def exchange_close(
 ) -> Turn:
     """Store the assistant's reply ``content``, computed from ``context``; idempotent per
     ``exchange_id``, errors as ``exchange_open``."""
-    return services.turn_append(
-        owner_id=owner_id,
-        session_id=session_id,
-        role=Role.ASSISTANT.value,
-        content=content,
-        metadata={"demo": "chat", "context_source": context["source"]},
-        idempotency_key=f"chat-{exchange_id}-assistant",
-    )
+    try:
+        return services.turn_append(
+            owner_id=owner_id,
+            session_id=session_id,
+            role=Role.ASSISTANT.value,
+            content=content,
+            metadata={"demo": "chat", "context_source": context["source"]},
+            idempotency_key=f"chat-{exchange_id}-assistant",
+        )
+    except IdempotencyKeyReused as e:
+        # NOTE: a resubmitted exchange: the responder answered from a context that now holds
+        # this exchange too, so its reply differs; the reply first stored stands.
+        return e.turn
 
 
 def chat_exchange(*, owner_id: str, session_id: str, message: str, exchange_id: str) -> Exchange:

@@ -1,7 +1,7 @@
 """Another app instance, as a separate process: ``python -m tests.instance <command> ...``.
 
 Used by the tests to write and read one owner from processes with their own connections and
-Redis pools, and (``token <username>``) to make a staff user's API token. Prints JSON.
+Redis pools, and (``token <username>``) to make a service caller's API token. Prints JSON.
 ``spawn``/``run`` start such a process from a test, on that test's database and key prefix.
 """
 
@@ -77,10 +77,11 @@ def main(argv: list[str]) -> None:
         ]
         print(json.dumps(seqs))
     elif command == "token":
-        from django.contrib.auth.models import User
+        from django.contrib.auth.models import Permission, User
         from rest_framework.authtoken.models import Token
 
-        user, _ = User.objects.get_or_create(username=owner_id, defaults={"is_staff": True})
+        user, _ = User.objects.get_or_create(username=owner_id)
+        user.user_permissions.add(Permission.objects.get(codename="access_all_memories"))
         print(json.dumps(Token.objects.get_or_create(user=user)[0].key))
     elif command == "context":
         print(

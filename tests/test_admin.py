@@ -349,7 +349,7 @@ def test_fact_edit_updates_the_cached_context(admin_client, chat, write):
     assert context["source"] == "cache"
     fact.refresh_from_db()
     assert (fact.value, fact.version, fact.session_id) == ("王小明", 2, None)
-    history = selectors.fact_history(owner_id="wang", key="name")
+    history = selectors.fact_history(owner_id="wang", key="name").results
     assert [version["value"] for version in history] == ["王小明", "王建国"]
 
 
@@ -403,7 +403,7 @@ def test_fact_delete_is_not_served_stale(admin_client, chat, write):
         response = admin_client.post(url("fact", "delete", fact.pk), {"post": "yes"})
     assert response.status_code == 302
     assert selectors.context_get(owner_id="wang")["facts"] == {"name": "王建国"}
-    history = selectors.fact_history(owner_id="wang", key="likes")
+    history = selectors.fact_history(owner_id="wang", key="likes").results
     assert history[0]["deleted"] is True
 
 

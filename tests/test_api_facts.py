@@ -185,6 +185,7 @@ def test_history_lists_versions_newest_first(owner_client, write):
     write(owner_client, "delete", NAME)
     response = owner_client.get(f"{NAME}history/")
     assert response.status_code == 200
+    assert response.json()["next"] is None
     results = response.json()["results"]
     assert [(v["version"], v["value"], v["deleted"]) for v in results] == [
         (3, None, True),
@@ -225,3 +226,183 @@ def test_malformed_fact_key_in_the_path_is_404(owner_client, write, path):
 def test_longest_fact_key_is_accepted(owner_client, write):
     response = write(owner_client, "put", f"{FACTS}{'k' * 64}/", {"value": 1})
     assert response.status_code == 201
+
+
+@pytest.fixture
+def versions(django_capture_on_commit_callbacks):
+    """Wang's fact "name" at 11 versions: 1-9 set, 10 deleted, 11 set again."""
+    with django_capture_on_commit_callbacks(execute=True):
+        for i in range(1, 10):
+            services.fact_put(owner_id="wang", key="name", value=f"v{i}")
+        services.fact_delete(owner_id="wang", key="name")
+        services.fact_put(owner_id="wang", key="name", value="v11")
+        services.fact_put(owner_id="li", key="name", value="li's")
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 5, 10, 11, 12, 500])
+def test_history_pages_newest_first_following_next(owner_client, versions, limit):
+    url, pages = f"{NAME}history/?limit={limit}", []
+    while url is not None:
+        response = owner_client.get(url)
+        assert response.status_code == 200
+        pages.append(response.json()["results"])
+        url = response.json()["next"]
+    assert [v["version"] for page in pages for v in page] == list(range(11, 0, -1))
+    assert all(len(page) == limit for page in pages[:-1])
+    assert {v["key"] for page in pages for v in page} == {"name"}
+
+
+def test_history_limit_defaults_to_50(owner_client, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        for i in range(51):
+            services.fact_put(owner_id="wang", key="name", value=i)
+    first = owner_client.get(f"{NAME}history/").json()
+    assert len(first["results"]) == 50
+    assert first["next"].startswith("http://testserver/api/memory/users/wang/facts/name/history/?")
+    assert [v["version"] for v in owner_client.get(first["next"]).json()["results"]] == [1]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"limit": "0"},
+        {"limit": "501"},
+        {"limit": "-1"},
+        {"cursor": ""},
+        {"cursor": "%%%"},
+        {"cursor": "WyJ4Il0"},  # ["x"]
+        {"cursor": "WzEsMl0"},  # [1,2]
+        {"cursor": "dHJ1ZQ"},  # true
+        {"cursor": "W3RydWVd"},  # [true]
+    ],
+)
+def test_history_bad_page_params_are_400(owner_client, versions, params):
+    response = owner_client.get(f"{NAME}history/", params)
+    assert response.status_code == 400
+    assert list(response.json()) == list(params)
+
+
+def test_history_of_a_deleted_fact_is_its_versions(owner_client, write):
+    write(owner_client, "put", NAME, {"value": "A"})
+    write(owner_client, "delete", NAME)
+    results = owner_client.get(f"{NAME}history/").json()["results"]
+    assert [(v["version"], v["deleted"]) for v in results] == [(2, True), (1, False)]
+
+
+def test_history_python_api_returns_a_page(versions):
+    from memory import selectors
+
+    page = selectors.fact_history(owner_id="wang", key="name", limit=4)
+    rest = selectors.fact_history(owner_id="wang", key="name", limit=500, cursor=page.next_cursor)
+    assert [v["version"] for v in page.results] == [11, 10, 9, 8]
+    assert [v["version"] for v in rest.results] == list(range(7, 0, -1))
+    assert rest.next_cursor is None
+    assert selectors.fact_history(owner_id="wang", key="ghost") == ([], None)
+
+
+def test_a_deep_history_page_starts_at_the_cursor_in_the_index(versions):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memory import selectors
+
+    cursor = selectors.fact_history(owner_id="wang", key="name", limit=6).next_cursor
+    with CaptureQueriesContext(connection) as queries:
+        selectors.fact_history(owner_id="wang", key="name", limit=2, cursor=cursor)
+    [sql] = [q["sql"] for q in queries if '"memory_factversion"' in q["sql"]]
+    with connection.cursor() as db:
+        # NOTE: eleven rows are cheapest read any way and sorted; what matters is whether an
+        # index serves this order and starts at the cursor, as it must for 100,000 versions.
+        for method in ("seqscan", "bitmapscan", "sort"):
+            db.execute(f"SET LOCAL enable_{method} = off")
+        db.execute(f"EXPLAIN {sql}")
+        plan = [row[0] for row in db.fetchall()]
+    [scan] = [line for line in plan if "memory_factversion" in line and "Scan" in line]
+    assert "memory_factversion_uniq" in scan
+    assert "Index Cond" in plan[plan.index(scan) + 1]
+    assert "version <" in plan[plan.index(scan) + 1]
+    assert not any("Sort" in line for line in plan)
+
+
+@pytest.fixture
+def three_facts(memory_settings, django_capture_on_commit_callbacks):
+    """MAX_FACTS is 3 and wang holds three facts: a, b, c."""
+    with memory_settings(MAX_FACTS=3):
+        with django_capture_on_commit_callbacks(execute=True):
+            services.facts_merge(owner_id="wang", facts={"a": 1, "b": 2, "c": 3})
+        yield
+
+
+def _stored():
+    return (
+        sorted(Fact.objects.values_list("key", "value", "version")),
+        FactVersion.objects.count(),
+    )
+
+
+def test_put_of_a_new_key_past_max_facts_is_400_and_stores_nothing(
+    owner_client, write, three_facts
+):
+    before = _stored()
+    response = write(owner_client, "put", "/api/memory/users/wang/facts/d/", {"value": 4})
+    assert response.status_code == 400
+    [message] = response.json()["key"]
+    assert "at most 3 facts" in message
+    assert "MAX_FACTS" in message
+    assert _stored() == before
+    assert owner_client.get(FACTS).json()["facts"][-1]["key"] == "c"
+
+
+def test_put_of_a_held_key_at_max_facts_is_accepted(owner_client, write, three_facts):
+    response = write(owner_client, "put", "/api/memory/users/wang/facts/c/", {"value": 30})
+    assert (response.status_code, response.json()["version"]) == (200, 2)
+
+
+def test_put_after_a_delete_at_max_facts_is_accepted(owner_client, write, three_facts):
+    write(owner_client, "delete", "/api/memory/users/wang/facts/a/")
+    response = write(owner_client, "put", "/api/memory/users/wang/facts/d/", {"value": 4})
+    assert response.status_code == 201
+
+
+def test_patch_past_max_facts_is_400_and_stores_none_of_it(owner_client, write, three_facts):
+    before = _stored()
+    response = write(owner_client, "patch", FACTS, {"facts": {"a": 10, "d": 4}})
+    assert response.status_code == 400
+    [message] = response.json()["facts"]
+    assert "adds 1" in message
+    assert _stored() == before
+
+
+def test_patch_up_to_max_facts_is_accepted(owner_client, write, memory_settings):
+    with memory_settings(MAX_FACTS=3):
+        first = write(owner_client, "patch", FACTS, {"facts": {"a": 1, "b": 2}})
+        second = write(owner_client, "patch", FACTS, {"facts": {"b": 20, "c": 3}})
+        third = write(owner_client, "patch", FACTS, {"facts": {"d": 4}})
+    assert (first.status_code, second.status_code, third.status_code) == (200, 200, 400)
+    assert [f["key"] for f in second.json()["facts"]] == ["a", "b", "c"]
+
+
+def test_new_user_past_max_facts_is_not_created(owner_client, write, memory_settings):
+    from memory.models import Owner
+
+    with memory_settings(MAX_FACTS=2):
+        response = write(owner_client, "patch", FACTS, {"facts": {"a": 1, "b": 2, "c": 3}})
+    assert response.status_code == 400
+    assert not Owner.objects.exists()
+
+
+def test_default_max_facts_is_200(owner_client, write):
+    facts = {f"k{i:03}": i for i in range(200)}
+    assert write(owner_client, "patch", FACTS, {"facts": facts}).status_code == 200
+    response = write(owner_client, "put", "/api/memory/users/wang/facts/one-more/", {"value": 1})
+    assert response.status_code == 400
+    assert Fact.objects.count() == 200
+
+
+def test_facts_merge_past_max_facts_raises(memory_settings, three_facts):
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError) as raised:
+        services.facts_merge(owner_id="wang", facts={"x": 1})
+    assert set(raised.value.message_dict) == {"facts"}
+    assert Fact.objects.count() == 3

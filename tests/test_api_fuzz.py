@@ -42,7 +42,8 @@ OPERATIONS = [
 # NOTE: operations that rightly refuse some schema-valid input with a 400, as OpenAPI 3.0
 # cannot say it: free JSON (turn metadata, fact values: "no NUL in any nested string, at most
 # 32 levels, 16 KiB"), a link of a user to itself, a search text that is blank or holds a
-# NUL (its schema has no pattern yet), and a max_tokens below what the user's facts take.
+# NUL (its schema has no pattern yet), a max_tokens below what the user's facts take, and a
+# page cursor that no earlier page gave (opaque).
 # Every other check still applies to them.
 REFUSES_SOME_VALID_INPUT = {
     "turn_append",
@@ -51,6 +52,8 @@ REFUSES_SOME_VALID_INPUT = {
     "memory_link",
     "turn_search",
     "context_messages",
+    "session_list",
+    "fact_history",
 }
 # Operations with nothing to make invalid.
 NO_INPUT = {"health_get"}

@@ -4,6 +4,8 @@ must be reachable by the caller as well as the anonymous user; otherwise 404 and
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import Permission, User
+from rest_framework.test import APIClient
 
 from memory import selectors, services
 from memory.models import Owner, Turn
@@ -53,11 +55,13 @@ def test_linking_again_moves_nothing(service_client, visitor, django_capture_on_
     assert [t["seq"] for t in selectors.turn_list(owner_id="wang")[0]] == [1, 2, 3]
 
 
-def test_staff_may_link(staff_user, visitor):
-    from rest_framework.test import APIClient
-
+def test_staff_may_link_only_with_the_service_permission(staff_user, visitor):
     client = APIClient()
     client.force_authenticate(staff_user)
+    assert client.post(LINK, {"from_user_id": ANON}, format="json").status_code == 404
+    _unchanged()
+    staff_user.user_permissions.add(Permission.objects.get(codename="access_all_memories"))
+    client.force_authenticate(User.objects.get(pk=staff_user.pk))
     response = client.post(LINK, {"from_user_id": ANON}, format="json")
     assert response.json() == {"turns_moved": 2, "facts_moved": 1}
 

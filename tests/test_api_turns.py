@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
+import threading
 
 import pytest
-from django.db import OperationalError
+from django.db import OperationalError, connection, transaction
+from rest_framework.test import APIClient
 
 from memory import services
-from memory.models import Owner, Session, Turn
+from memory.models import Fact, Owner, Session, Turn
 
 pytestmark = pytest.mark.django_db
 
@@ -84,14 +87,43 @@ def test_idempotency_key_retry_answers_the_first_turn(
 ):
     headers = {"Idempotency-Key": "req-42"}
     with django_capture_on_commit_callbacks(execute=True):
-        first = post_turn(owner_client, "hello", headers=headers)
-        retry = post_turn(owner_client, "hello, again", headers=headers)
+        first = post_turn(owner_client, "hello", headers=headers, metadata={"n": 1})
+        retry = post_turn(owner_client, "hello", headers=headers, metadata={"n": 1})
         other = post_turn(owner_client, "next", headers={"Idempotency-Key": "req-43"})
     assert first.status_code == retry.status_code == 201
     assert retry.json() == first.json()
     assert other.json()["seq"] == 2
     assert Turn.objects.count() == 2
     assert Session.objects.get().turn_count == 2
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"session_id": "tab-2"},
+        {"role": "assistant"},
+        {"content": "hello, again"},
+        {"metadata": {"n": 2}},
+        {"metadata": {}},
+    ],
+)
+def test_idempotency_key_with_another_body_is_422_and_stores_nothing(
+    owner_client, django_capture_on_commit_callbacks, changed
+):
+    headers = {"Idempotency-Key": "req-42"}
+    body = {"content": "hello", "metadata": {"n": 1}}
+    with django_capture_on_commit_callbacks(execute=True):
+        first = post_turn(owner_client, headers=headers, **body)
+        reused = post_turn(owner_client, headers=headers, **{**body, **changed})
+        retry = post_turn(owner_client, headers=headers, **body)
+    assert reused.status_code == 422
+    assert list(reused.json()) == ["detail"]
+    assert "req-42" in reused.json()["detail"]
+    assert (retry.status_code, retry.json()) == (201, first.json())
+    assert list(Turn.objects.values_list("seq", "content")) == [(1, "hello")]
+    assert Session.objects.get().turn_count == 1
+    context = owner_client.get("/api/memory/users/wang/context/").json()
+    assert [turn["content"] for turn in context["turns"]] == ["hello"]
 
 
 @pytest.mark.parametrize("key", ["", "x" * 129, "é", "tab\there"])
@@ -219,3 +251,92 @@ def test_turn_body_is_json(owner_client):
     )
     assert response.status_code == 415
     assert Turn.objects.count() == 0
+
+
+class _Poster(threading.Thread):
+    """POSTs one turn as wang from its own thread and connection (closed when it ends)."""
+
+    def __init__(self, user, body, key) -> None:
+        super().__init__()
+        self.user, self.body, self.key = user, body, key
+        self.response = None
+
+    def run(self) -> None:
+        try:
+            client = APIClient()
+            client.force_authenticate(self.user)
+            self.response = post_turn(client, headers={"Idempotency-Key": self.key}, **self.body)
+        finally:
+            connection.close()
+
+
+def _post_while_locked(user, bodies, key="req-7"):
+    """Start one POST per body while wang's owner row is locked, so that they are all in
+    flight at once (each waiting on the lock, as seen in pg_stat_activity); then let them go."""
+    posters = [_Poster(user, body, key) for body in bodies]
+    with transaction.atomic():
+        Owner.objects.select_for_update().get(external_id="wang")
+        for poster in posters:
+            poster.start()
+        waiting = 0
+        while waiting < len(posters) and any(p.is_alive() for p in posters):
+            with connection.cursor() as cursor:
+                # NOTE: inside a transaction, pg_stat_activity is read once unless cleared.
+                cursor.execute("SELECT pg_stat_clear_snapshot()")
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+                )
+                waiting = cursor.fetchone()[0]
+    for poster in posters:
+        poster.join()
+    return [poster.response for poster in posters]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_duplicates_store_exactly_one_turn(owner_user):
+    services.turn_append(owner_id="wang", session_id="tab-1", role="user", content="first")
+    responses = _post_while_locked(owner_user, [{"content": "hello"}] * 4)
+    assert [r.status_code for r in responses] == [201] * 4
+    assert {r.json()["seq"] for r in responses} == {2}
+    assert list(Turn.objects.order_by("seq").values_list("seq", "content")) == [
+        (1, "first"),
+        (2, "hello"),
+    ]
+    assert Session.objects.get().turn_count == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_mismatching_duplicates_store_one_and_refuse_the_other(owner_user):
+    services.turn_append(owner_id="wang", session_id="tab-1", role="user", content="first")
+    responses = _post_while_locked(owner_user, [{"content": "yes"}, {"content": "no"}])
+    assert sorted(r.status_code for r in responses) == [201, 422]
+    [stored] = [r.json() for r in responses if r.status_code == 201]
+    assert Turn.objects.filter(seq=2).get().content == stored["content"]
+    assert Turn.objects.count() == 2
+
+
+def test_extracted_facts_past_max_facts_are_skipped_and_the_turn_stored(
+    owner_client, memory_settings, django_capture_on_commit_callbacks, caplog
+):
+    with memory_settings(MAX_FACTS=2), django_capture_on_commit_callbacks(execute=True):
+        services.facts_merge(owner_id="wang", facts={"name": "Wang", "note": "x"})
+        with caplog.at_level(logging.WARNING, logger="memory.extraction"):
+            response = post_turn(owner_client, "My name is Li Wei. I live in Lagos")
+    assert response.status_code == 201
+    assert Turn.objects.get().content == "My name is Li Wei. I live in Lagos"
+    facts = owner_client.get("/api/memory/users/wang/context/").json()["facts"]
+    # NOTE: a key already held still changes; only a new one is refused.
+    assert facts == {"name": "Li Wei", "note": "x"}
+    [record] = [r for r in caplog.records if "MAX_FACTS" in r.getMessage()]
+    assert "'location'" in record.getMessage()
+    assert record.levelno == logging.WARNING
+
+
+def test_extracted_facts_fill_up_to_max_facts(
+    owner_client, memory_settings, django_capture_on_commit_callbacks
+):
+    with memory_settings(MAX_FACTS=2), django_capture_on_commit_callbacks(execute=True):
+        services.fact_put(owner_id="wang", key="note", value="x")
+        post_turn(owner_client, "My name is Li Wei. I live in Lagos. I work as a teacher")
+    assert sorted(Fact.objects.values_list("key", flat=True)) == ["name", "note"]

@@ -61,6 +61,7 @@ def test_unknown_keys_warn_and_other_checks_still_run():
         "MAX_CONTEXT_TURNS",
         "MAX_TURN_CHARS",
         "MAX_JSON_BYTES",
+        "MAX_FACTS",
     ],
 )
 @pytest.mark.parametrize("value", [0, -5, 1.5, "100", None, True])

@@ -500,7 +500,7 @@ def test_user_turn_writes_its_facts_with_their_source(django_capture_on_commit_c
         1,
     )
     assert (likes.value, likes.source_turn_seq) == (["basketball"], 2)
-    history = selectors.fact_history(owner_id="wang", key="name")
+    history = selectors.fact_history(owner_id="wang", key="name").results
     assert [(v["value"], v["source_turn_seq"]) for v in history] == [("Wang Jianguo", 2)]
 
 

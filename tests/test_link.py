@@ -37,7 +37,7 @@ def contents(owner_id: str) -> list[tuple[int, str]]:
 def history(owner_id: str, key: str) -> list[tuple[int, Any, bool]]:
     return [
         (v["version"], v["value"], v["deleted"])
-        for v in selectors.fact_history(owner_id=owner_id, key=key)
+        for v in selectors.fact_history(owner_id=owner_id, key=key).results
     ]
 
 
@@ -170,7 +170,7 @@ def test_sessions_of_one_id_merge(django_capture_on_commit_callbacks):
         last = append("wang", "w2", session_id="tab")
         append("wang", "w3", session_id="laptop")
         link()
-    sessions = {s["session_id"]: s for s in selectors.session_list(owner_id="wang")}
+    sessions = {s["session_id"]: s for s in selectors.session_list(owner_id="wang").results}
     assert {sid: s["turn_count"] for sid, s in sessions.items()} == {
         "tab": 3,
         "phone": 1,
@@ -190,8 +190,8 @@ def test_idempotency_keys_the_owner_used_are_cleared_on_moved_turns(
         append(ANON, "a1", idempotency_key="req-1")
         append(ANON, "a2", idempotency_key="req-2")
         link()
-        retry_mine = append("wang", "again", idempotency_key="req-1")
-        retry_theirs = append("wang", "again", idempotency_key="req-2")
+        retry_mine = append("wang", "w1", idempotency_key="req-1")
+        retry_theirs = append("wang", "a2", idempotency_key="req-2")
     assert retry_mine.pk == mine.pk
     assert (retry_theirs.seq, retry_theirs.content) == (3, "a2")
     moved = Turn.objects.get(owner__external_id="wang", content="a1")

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from memory import cache, selectors, services
-from memory.exceptions import FactNotFound, FactVersionConflict
+from memory.exceptions import FactNotFound, FactVersionConflict, IdempotencyKeyReused
 from memory.models import CacheInvalidation, Fact, FactVersion, Owner, Session, Turn
 
 pytestmark = pytest.mark.django_db
@@ -54,8 +54,8 @@ def test_non_ascii_content_round_trips_exactly(django_capture_on_commit_callback
 
 def test_idempotency_key_retry_stores_nothing_new(django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        first = append("wang", "hello", idempotency_key="req-1")
-        retry = append("wang", "hello again", idempotency_key="req-1")
+        first = append("wang", "hello", idempotency_key="req-1", metadata={"a": [1, 2.5]})
+        retry = append("wang", "hello", idempotency_key="req-1", metadata={"a": [1, 2.5]})
         other = append("wang", "next", idempotency_key="req-2")
     assert retry.pk == first.pk
     assert retry.seq == 1
@@ -63,6 +63,31 @@ def test_idempotency_key_retry_stores_nothing_new(django_capture_on_commit_callb
     assert other.seq == 2
     assert Turn.objects.filter(owner__external_id="wang").count() == 2
     assert Session.objects.get(session_id="tab-1").turn_count == 2
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"session_id": "tab-2"},
+        {"role": "assistant"},
+        {"content": "hello again"},
+        {"metadata": {"a": 1}},
+        {"metadata": {}},
+    ],
+)
+def test_idempotency_key_with_another_body_raises_and_stores_nothing(
+    django_capture_on_commit_callbacks, changed
+):
+    body = {"content": "hello", "metadata": {"lang": "en"}}
+    with django_capture_on_commit_callbacks(execute=True):
+        first = append("wang", idempotency_key="req-1", **body)
+    stamp = Owner.objects.get(external_id="wang").stamp
+    with pytest.raises(IdempotencyKeyReused) as raised:
+        append("wang", idempotency_key="req-1", **{**body, **changed})
+    assert (raised.value.key, raised.value.turn.pk) == ("req-1", first.pk)
+    assert list(Turn.objects.values_list("pk", "content")) == [(first.pk, "hello")]
+    assert Session.objects.get().turn_count == 1
+    assert Owner.objects.get(external_id="wang").stamp == stamp
 
 
 def test_idempotency_key_is_per_owner(django_capture_on_commit_callbacks):
@@ -110,7 +135,7 @@ def test_sessions_only_label_turns(django_capture_on_commit_callbacks):
         "I like basketball",
         "hi again",
     ]
-    sessions = {s["session_id"]: s for s in selectors.session_list(owner_id="wang")}
+    sessions = {s["session_id"]: s for s in selectors.session_list(owner_id="wang").results}
     assert set(sessions) == {"laptop", "phone", "reconnect-42"}
     assert all(s["turn_count"] == 1 for s in sessions.values())
 
@@ -133,7 +158,7 @@ def test_fact_put_creates_then_versions(django_capture_on_commit_callbacks):
         )
     assert (created, fact.version) == (True, 1)
     assert (created_again, again.version, again.value, again.session_id) == (False, 2, "Jim", "tab")
-    history = selectors.fact_history(owner_id="wang", key="name")
+    history = selectors.fact_history(owner_id="wang", key="name").results
     assert [(v["version"], v["value"]) for v in history] == [(2, "Jim"), (1, "Wang Jianguo")]
 
 
@@ -166,7 +191,7 @@ def test_fact_delete_leaves_deleted_version_and_recreation_continues(
         fact, created = services.fact_put(owner_id="wang", key="location", value="Beijing")
     assert created
     assert fact.version == 3
-    history = selectors.fact_history(owner_id="wang", key="location")
+    history = selectors.fact_history(owner_id="wang", key="location").results
     assert [(v["version"], v["deleted"]) for v in history] == [(3, False), (2, True), (1, False)]
 
 

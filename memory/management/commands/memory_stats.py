@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from memory import selectors
 from memory.exceptions import MemoryUnavailable
 
-# The shared counters store.py keeps in Redis, in the order they are printed.
+# The shared counters memory.cache keeps in Redis, in the order they are printed.
 COUNTERS = ("hits", "misses", "short", "rehydrations", "fills", "fills_refused", "deltas", "drops")
 
 
