@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Literal, NamedTuple, overload
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import (
     BigIntegerField,
     Case,
@@ -136,11 +136,13 @@ def turn_append(
     _check("metadata", validate_metadata, metadata)
     if idempotency_key is not None:
         _check("idempotency_key", validate_idempotency_key, idempotency_key)
-    if idempotency_key is None and connection.vendor == "postgresql":
+    if connection.vendor == "postgresql":
         found = _turn_facts_find(owner_id, role, content)
         if found is None:
             with cache.service_write(), database_guard():
-                turn = _turn_append_statement(owner_id, session_id, role, content, metadata)
+                turn = _turn_append_statement(
+                    owner_id, session_id, role, content, metadata, idempotency_key
+                )
             if turn is not None:
                 return turn
     with _service():
@@ -215,21 +217,32 @@ def _turn_facts_find(owner_id: str, role: str, content: str) -> list[Any] | None
 
 
 def _turn_append_statement(
-    owner_id: str, session_id: str, role: str, content: str, metadata: dict[str, Any]
+    owner_id: str,
+    session_id: str,
+    role: str,
+    content: str,
+    metadata: dict[str, Any],
+    idempotency_key: str | None,
 ) -> Turn | None:
-    """``turn_append`` with nothing else to write, as one statement: lock and bump the owner
-    (a new stamp and seq, ``cache.stamp_take_cte``), touch the session, insert the turn; in
-    autocommit that is its own transaction and one round trip. Returns the turn, or ``None``
-    when the owner does not exist yet (the caller takes the general path, which creates it).
+    """``turn_append`` with nothing else to write, as one statement: find the turn first
+    stored under ``idempotency_key``, or else lock and bump the owner (a new stamp and seq,
+    ``cache.stamp_take_cte``), touch the session and insert the turn. In autocommit that is its
+    own transaction and one round trip (two when a retry of the same key is in flight).
+    Returns the turn, or ``None`` when the owner does not exist yet (the caller takes the
+    general path, which creates it). Raises ``IdempotencyKeyReused`` as ``turn_append`` does.
 
     NOTE: the path of nearly every append, so it is written out: the ORM's lock, update,
     insert, session update and extraction savepoint cost nine round trips (docs/performance.md).
     """
     q = connection.ops.quote_name
-    turns, sessions = q(Turn._meta.db_table), q(Session._meta.db_table)
+    owners, turns, sessions = (q(m._meta.db_table) for m in (Owner, Turn, Session))
     at = timezone.now()
     sql = (
-        f"WITH {cache.stamp_take_cte()},"
+        f"WITH existing AS (SELECT t.id, t.owner_id, t.seq, t.session_id, t.role, t.content,"
+        f" t.metadata::text, t.created_at FROM {turns} t JOIN {owners} o ON t.owner_id = o.id"
+        " WHERE o.external_id = %(owner_id)s AND %(key)s::varchar IS NOT NULL"
+        " AND t.idempotency_key = %(key)s::varchar),"
+        f" {cache.stamp_take_cte(unless='EXISTS (SELECT 1 FROM existing)')},"
         f" touched AS (INSERT INTO {sessions}"
         " (owner_id, session_id, first_seen, last_seen, turn_count)"
         " SELECT id, %(session_id)s, %(at)s, %(at)s, 1 FROM bumped"
@@ -238,12 +251,15 @@ def _turn_append_statement(
         f" inserted AS (INSERT INTO {turns}"
         " (owner_id, seq, session_id, role, content, metadata, idempotency_key, created_at)"
         " SELECT id, last_seq, %(session_id)s, %(role)s, %(content)s, %(metadata)s::jsonb,"
-        " NULL, %(at)s FROM bumped RETURNING id, owner_id, seq)"
-        " SELECT inserted.id, inserted.owner_id, inserted.seq, bumped.stamp, bumped.prev_stamp"
-        " FROM inserted, bumped"
+        " %(key)s::varchar, %(at)s FROM bumped RETURNING id, owner_id, seq)"
+        " SELECT true, inserted.id, inserted.owner_id, inserted.seq, bumped.stamp,"
+        " bumped.prev_stamp, NULL, NULL, NULL, NULL, NULL FROM inserted, bumped"
+        " UNION ALL SELECT false, id, owner_id, seq, NULL, NULL, session_id, role, content,"
+        " metadata, created_at FROM existing"
     )
     params = {
         "owner_id": owner_id,
+        "key": idempotency_key,
         "turns": 1,
         "dirty": cache.enabled(),
         "session_id": session_id,
@@ -252,12 +268,46 @@ def _turn_append_statement(
         "content": content,
         "metadata": codec.dumps(metadata).decode(),
     }
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    for attempt in (1, 2):
+        try:
+            # NOTE: a savepoint only inside a caller's transaction (in autocommit a failed
+            # statement aborts nothing), so that a duplicate in flight can be retried.
+            savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
+            with savepoint, connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                row = cursor.fetchone()
+            break
+        except IntegrityError:
+            # NOTE: a retry of the same key committed after this statement's snapshot was
+            # taken; the statement stored nothing (it is atomic). Run it again: it finds that
+            # turn. Only an idempotent append can meet this, and only once.
+            if idempotency_key is None or attempt == 2:
+                raise
     if row is None:
         return None
-    turn_pk, owner_pk, seq, stamp, prev = row
+    if not row[0]:
+        existing = Turn(
+            id=row[1],
+            owner_id=row[2],
+            seq=row[3],
+            session_id=row[6],
+            role=row[7],
+            content=row[8],
+            metadata=codec.loads(row[9]),
+            idempotency_key=idempotency_key,
+            created_at=row[10],
+        )
+        existing._state.adding = False
+        existing._state.db = connection.alias
+        if (existing.session_id, existing.role, existing.content, existing.metadata) != (
+            session_id,
+            role,
+            content,
+            metadata,
+        ):
+            raise IdempotencyKeyReused(idempotency_key, existing)  # type: ignore[arg-type]
+        return existing
+    _, turn_pk, owner_pk, seq, stamp, prev = row[:6]
     turn = Turn(
         id=turn_pk,
         owner_id=owner_pk,
@@ -266,7 +316,7 @@ def _turn_append_statement(
         role=role,
         content=content,
         metadata=metadata,
-        idempotency_key=None,
+        idempotency_key=idempotency_key,
         created_at=at,
     )
     turn._state.adding = False

@@ -56,12 +56,12 @@ def stamp_take(owner: Owner, *, turns: int = 0) -> int:
     return prev
 
 
-def stamp_take_cte(*, name: str = "bumped") -> str:
+def stamp_take_cte(*, name: str = "bumped", unless: str = "") -> str:
     """``stamp_take`` as a CTE for a write done in one statement: ``<name> AS (...)`` over the
     owner whose external id is the parameter ``%(owner_id)s``, reserving ``%(turns)s`` seqs and
     marking the owner dirty when ``%(dirty)s`` (``enabled()``). It locks the owner's row until
     commit, and returns ``id``, ``last_seq``, ``stamp`` and ``prev_stamp``; no row when there
-    is no such owner. PostgreSQL only.
+    is no such owner, or when the SQL condition ``unless`` holds. PostgreSQL only.
 
     NOTE: the FOR UPDATE sub-select takes the lock before the UPDATE reads the row, so under
     concurrency ``prev_stamp`` is the stamp of the write committed just before this one.
@@ -72,7 +72,7 @@ def stamp_take_cte(*, name: str = "bumped") -> str:
         " last_seq = last_seq + %(turns)s, cache_dirty = cache_dirty OR %(dirty)s,"
         " updated_at = statement_timestamp()"
         f" FROM (SELECT id, stamp FROM {table} WHERE external_id = %(owner_id)s FOR UPDATE) prev"
-        f" WHERE {table}.id = prev.id"
+        f" WHERE {table}.id = prev.id{f' AND NOT ({unless})' if unless else ''}"
         f" RETURNING {table}.id, {table}.last_seq, {table}.stamp, prev.stamp AS prev_stamp)"
     )
 
