@@ -153,6 +153,38 @@ def exchange_open(
     return selectors.context_get(owner_id=owner_id)
 
 
+async def aexchange_open(
+    *, owner_id: str, session_id: str, message: str, exchange_id: str
+) -> ContextPayload:
+    """``exchange_open`` on the app's async API (``services.aturn_append``, then
+    ``selectors.acontext_get``: a warm context is read with no thread hop)."""
+    await services.aturn_append(
+        owner_id=owner_id,
+        session_id=session_id,
+        role=Role.USER.value,
+        content=message,
+        idempotency_key=f"chat-{exchange_id}-user",
+    )
+    return await selectors.acontext_get(owner_id=owner_id)
+
+
+async def aexchange_close(
+    *, owner_id: str, session_id: str, content: str, context: ContextPayload, exchange_id: str
+) -> Turn:
+    """``exchange_close`` on the app's async API (``services.aturn_append``)."""
+    try:
+        return await services.aturn_append(
+            owner_id=owner_id,
+            session_id=session_id,
+            role=Role.ASSISTANT.value,
+            content=content,
+            metadata={"demo": "chat", "context_source": context["source"]},
+            idempotency_key=f"chat-{exchange_id}-assistant",
+        )
+    except IdempotencyKeyReused as e:
+        return e.turn
+
+
 def exchange_close(
     *, owner_id: str, session_id: str, content: str, context: ContextPayload, exchange_id: str
 ) -> Turn:
@@ -322,8 +354,7 @@ async def _reply_events(
         yield _event("error", detail="The assistant failed to answer; try again.")
         return
     try:
-        # NOTE: sync services through sync_to_async, one thread hop per operation.
-        reply = await sync_to_async(exchange_close)(
+        reply = await aexchange_close(
             owner_id=owner_id,
             session_id=session_id,
             content="".join(chunks),
@@ -363,7 +394,7 @@ async def chat_stream(request: HttpRequest) -> HttpResponseBase:
     try:
         # NOTE: the session and the user are sync (database) objects: resolve them in a thread.
         speaker = await sync_to_async(speaker_get)(request, data.get("user_id") or None)
-        context = await sync_to_async(exchange_open)(
+        context = await aexchange_open(
             owner_id=speaker.owner_id,
             session_id=data["session_id"],
             message=data["message"],
