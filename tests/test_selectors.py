@@ -465,3 +465,15 @@ def test_context_messages_with_redis_down_are_the_same(history, dead_cache):
 def test_context_messages_with_a_bad_counter_are_improperly_configured(memory_settings):
     with memory_settings(TOKEN_COUNTER="nowhere.count"), pytest.raises(ImproperlyConfigured):
         selectors.context_messages(owner_id="wang", max_tokens=10)
+
+
+def test_a_wide_first_read_does_not_mark_a_partial_copy_complete(history, memory_settings):
+    """A cold read of 200 turns of an owner with 80 stores the last 50: that copy is not all of
+    the owner's turns, so a later read of 100 must not be served its 50."""
+    history(turns=80)
+    with memory_settings(CACHE_TURNS=50):
+        wide = selectors.context_get(owner_id="wang", turns=200)
+        assert (wide["source"], len(wide["turns"])) == ("database", 80)
+        again = selectors.context_get(owner_id="wang", turns=100)
+        assert (again["source"], len(again["turns"])) == ("database", 80)
+        assert selectors.context_get(owner_id="wang", turns=50)["source"] == "cache"
