@@ -1,0 +1,113 @@
+# Developer entry points of `memory`; `make` alone lists them. Tests need no setup: see
+# tests/services.py for how they find (or start) PostgreSQL and Redis.
+PYTHON ?= python3
+VENV = .venv
+PY = $(VENV)/bin/python
+ADDR ?= 127.0.0.1:8000
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+
+.DEFAULT_GOAL := help
+SUPERUSER ?= admin
+DIST_VENV = .tmp/dist-venv
+.PHONY: help install run run-asgi superuser token test test-faults bench lint format docs \
+	screenshots dist services-up services-down clean
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+install: $(VENV)/.installed ## Create .venv with the pinned dev requirements
+
+# NOTE: the demo targets (and lint's system checks) turn DEBUG on, as on a developer's machine;
+# the project itself defaults to off.
+DJANGO_DEBUG ?= 1
+run run-asgi lint: export DJANGO_DEBUG := $(DJANGO_DEBUG)
+
+run: $(VENV)/.installed ## Serve the demo on ADDR=127.0.0.1:8000, DEBUG on, with a throwaway Redis if redis-server is installed
+	PY=$(PY) ADDR=$(ADDR) scripts/run-demo
+
+run-asgi: $(VENV)/.installed ## The same demo under uvicorn (ASGI): the chat page streams its replies
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py collectstatic --noinput -v 0
+	$(PY) -m uvicorn memoryproj.asgi:application --host $(firstword $(subst :, ,$(ADDR))) --port $(lastword $(subst :, ,$(ADDR)))
+
+# NOTE: the demo's own targets run with its development settings, as `make run` does.
+superuser: export DJANGO_DEBUG ?= 1
+superuser: $(VENV)/.installed ## Create the demo's admin account SUPERUSER=admin (asks for a password) for /admin/
+	$(PY) manage.py migrate --noinput -v 0
+	$(PY) manage.py createsuperuser --username $(SUPERUSER) --email $(SUPERUSER)@localhost \
+		$(if $(DJANGO_SUPERUSER_PASSWORD),--noinput)
+
+# NOTE: USER is also the login name in the environment; only one given on the command line
+# counts, so that `make token` alone never hands a token to whoever is logged in.
+token: export DJANGO_DEBUG ?= 1
+token: $(VENV)/.installed ## Print the API token of service user USER=... (created, with memory.access_all_memories)
+	@test "$(origin USER)" = "command line" || { echo "usage: make token USER=<username>" >&2; exit 2; }
+	@$(PY) manage.py migrate --noinput -v 0
+	@SERVICE_USER=$(USER) $(PY) manage.py shell -v 0 -c "$$SERVICE_TOKEN"
+
+test: $(VENV)/.installed ## Run the suite on real PostgreSQL and Redis (PYTEST_ARGS="-k ..." to narrow)
+	@scripts/ensure-chromium
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-faults: $(VENV)/.installed ## Run only the tests that kill, pause or restart servers
+	$(PY) -m pytest -m faults $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed ## Benchmarks on real PostgreSQL and Redis (BENCH_ARGS="--only warm,cold"); see docs/performance.md
+	$(PY) -m bench $(BENCH_ARGS)
+
+lint: $(VENV)/.installed ## ruff check and format check, migrations up to date, system checks
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) manage.py check
+
+format: $(VENV)/.installed ## Sort imports and format the code with ruff
+	$(VENV)/bin/ruff check --select I --fix .
+	$(VENV)/bin/ruff format .
+
+services-up: ## Start PostgreSQL and Redis in docker (docker-compose.yml) and wait until healthy
+	docker compose up -d --wait
+
+services-down: ## Stop the docker services (their data volume is kept)
+	docker compose down
+
+docs: $(VENV)/.installed ## Build the docs site strictly into site/ (mkdocs serve to preview)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+screenshots: $(VENV)/.installed ## Retake docs/images/*.png (the chat page and the admin) in headless Chromium
+	@scripts/ensure-chromium
+	MEMORY_SCREENSHOTS_DIR=docs/images $(PY) -m pytest tests/test_docs.py -m browser -p no:cacheprovider -q
+
+# NOTE: only build and twine (their pins from requirements-dev.txt) in a venv of their own;
+# `python -m build` then makes its isolated build environment with setuptools from the index.
+$(DIST_VENV)/.installed: requirements-dev.txt
+	test -x $(DIST_VENV)/bin/python || $(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_VENV)/bin/python -m pip install -q $$(grep -E '^(build|twine)==' requirements-dev.txt)
+	touch $@
+
+dist: $(DIST_VENV)/.installed ## Build the sdist and the wheel into dist/ (python -m build) and twine-check them
+	rm -rf dist
+	$(DIST_VENV)/bin/python -m build --outdir dist .
+	$(DIST_VENV)/bin/python -m twine check --strict dist/*
+
+clean: ## Remove caches and build output (keeps .venv and db.sqlite3)
+	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis build dist site *.egg-info
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
+
+# The body of `make token`: get or create the user named by the argument, grant it
+# memory.access_all_memories, and print its DRF token key.
+define SERVICE_TOKEN
+import os
+from django.contrib.auth.models import Permission, User
+from rest_framework.authtoken.models import Token
+user, _ = User.objects.get_or_create(username=os.environ["SERVICE_USER"])
+user.user_permissions.add(Permission.objects.get(content_type__app_label="memory", codename="access_all_memories"))
+print(Token.objects.get_or_create(user=user)[0].key)
+endef
+export SERVICE_TOKEN
