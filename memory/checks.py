@@ -30,6 +30,7 @@ COUNTS = (
     "MAX_CONTEXT_TURNS",
     "MAX_TURN_CHARS",
     "MAX_JSON_BYTES",
+    "SEARCH_TIMEOUT_MS",
 )
 DURATIONS = ("RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW")
 # NOTE: braces would break the per-owner hash tag, and glob characters the SCAN that finds

@@ -35,6 +35,8 @@ DEFAULTS: dict[str, Any] = {
     "OWNER_RESOLVER": "memory.permissions.default_owner_id",
     # Dotted path of the fact extractor run on each user turn (docs/extraction.md); None: off.
     "FACT_EXTRACTOR": "memory.extraction.RuleBasedExtractor",
+    # Milliseconds each statement of a search may run before Postgres stops it (a 503).
+    "SEARCH_TIMEOUT_MS": 500,
 }
 
 
@@ -103,6 +105,10 @@ class Settings:
     @property
     def FACT_EXTRACTOR(self) -> str | None:
         return self._get("FACT_EXTRACTOR")  # type: ignore[no-any-return]
+
+    @property
+    def SEARCH_TIMEOUT_MS(self) -> int:
+        return self._get("SEARCH_TIMEOUT_MS")  # type: ignore[no-any-return]
 
 
 conf = Settings()

@@ -28,7 +28,12 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from memory import selectors, services
-from memory.exceptions import FactNotFound, FactVersionConflict, MemoryUnavailable
+from memory.exceptions import (
+    FactNotFound,
+    FactVersionConflict,
+    MemoryUnavailable,
+    SearchTimeout,
+)
 from memory.payloads import fact_payload, turn_payload
 from memory.permissions import CanReachOwner, can_reach
 from memory.serializers import (
@@ -82,6 +87,8 @@ def api_exception(exc: Exception) -> Exception:
         return PreconditionFailed(str(exc))
     if isinstance(exc, FactNotFound):
         return exceptions.NotFound(str(exc))
+    if isinstance(exc, SearchTimeout):
+        return ServiceUnavailable(str(exc))
     if isinstance(exc, (MemoryUnavailable, OperationalError, InterfaceError)):
         return ServiceUnavailable()
     if isinstance(exc, DjangoValidationError):
