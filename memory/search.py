@@ -2,14 +2,14 @@
 and of the owners' vocabulary of 0004, and the time limit every search statement runs under.
 
 ``q`` is only ever data: it reaches Postgres as the argument of ``plainto_tsquery`` and
-``to_tsvector`` (which read words, never operators), of ``strpos`` and of trigram similarity,
-so no input can form query syntax. Other databases (the SQLite demo) get a case-insensitive
+``to_tsvector`` (which read words, never operators), of ``strpos`` and of key comparisons, so
+no input can form query syntax. Other databases (the SQLite demo) get a case-insensitive
 substring match.
 
 Bounded work, whatever ``q`` is: a search ranks at most the newest ``RANK_WINDOW`` turns that
 match (found through the document's GIN index, or the (owner, seq) index read backwards when
-matches are many), and the typo fallback compares each word with the owner's vocabulary (a
-trigram GIN index over its distinct words), never with the text of every turn.
+matches are many), and the typo fallback looks each word up in the owner's vocabulary (B-tree
+probes of 0004's keys), never comparing it with the text of every turn.
 """
 
 from __future__ import annotations
