@@ -38,6 +38,7 @@ ROWS = (
     "herd",
     "redis_mem",
     "search",
+    "search_health",
 )
 
 TOTAL_TURNS = 1_000_000
@@ -658,6 +659,84 @@ class Bench:
                 row.note = f"`{q}`: {timeouts} searches stopped by the time limit (a 503)"
             rows.append(row)
         return rows
+
+    def row_search_health(self) -> Row:
+        """``health/`` of a gunicorn with 2 sync workers (issue 12's set-up), alone and while 8
+        clients loop the hostile searches, on loopback."""
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        from bench.load import ServerSettings, gunicorn
+
+        server = ServerSettings(workers=2, threads=1, worker_class="sync")
+        auth = {"Authorization": f"Token {self.token}"}
+        seconds = self.args.http_seconds * 5
+        clients = 8
+        codes: dict[int, int] = {}
+        lock = threading.Lock()
+
+        def get(url: str, headers: dict[str, str]) -> int:
+            request = urllib.request.Request(url, headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=120) as answer:
+                    answer.read()
+                    return int(answer.status)
+            except urllib.error.HTTPError as e:
+                return int(e.code)
+
+        def health_times(url: str, until: float) -> list[float]:
+            times = []
+            while time.monotonic() < until:
+                started = time.perf_counter()
+                assert get(f"{url}/api/memory/health/", {}) == 200
+                times.append(time.perf_counter() - started)
+                time.sleep(0.05)
+            return times
+
+        with gunicorn(server) as url:
+            quiet = health_times(url, time.monotonic() + 2)
+            stop = time.monotonic() + seconds
+            queries = list(SEARCH_QUERIES.values())
+
+            def client(first: int) -> None:
+                n = first
+                while time.monotonic() < stop:
+                    q = urllib.parse.urlencode({"q": queries[n % len(queries)]})
+                    code = get(f"{url}/api/memory/users/{SEARCH_OWNER}/search/?{q}", auth)
+                    with lock:
+                        codes[code] = codes.get(code, 0) + 1
+                    n += 1
+
+            threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+            for thread in threads:
+                thread.start()
+            time.sleep(0.5)
+            loaded = health_times(url, stop)
+            for thread in threads:
+                thread.join()
+        row = Row(
+            "search_health",
+            f"GET health/ while {clients} clients loop the hostile searches, gunicorn 2 sync"
+            " workers (median)",
+            "GET health/ of the same server with no load",
+            "",
+            project=statistics.median(loaded),
+            baseline=statistics.median(quiet),
+        )
+        row.ratio = row.project / row.baseline if row.baseline else None
+        searches = sum(codes.values())
+        row.note = (
+            f"{searches} searches in {seconds:.0f} s, answers {dict(sorted(codes.items()))};"
+            f" health/ {len(loaded)} times, slowest {max(loaded) * 1000:.0f} ms"
+        )
+        row.extra = {
+            "searches": codes,
+            "health_max": max(loaded),
+            "health_answers": len(loaded),
+            "server": server.describe(),
+        }
+        return row
 
     def rows_http(self, wanted: set[str]) -> list[Row]:
         import orjson
