@@ -39,13 +39,83 @@ def content_of(length: int, salt: int) -> str:
     return " ".join(words)[:length]
 
 
+# A chat history's words for the search owner. NOTE: hostile on purpose, as issue 12's owner
+# was: a dozen topic words each in about a third of the turns (a typo of one is like a word
+# of every third turn), the common words a chat has, a long tail of made-up names and jargon
+# (a typo has many candidates), and Chinese turns (one in six) with some English mixed in.
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+_HOT_WORDS = _words(
+    "basketball shanghai teacher memory context like music coffee noodles weekend friend work"
+)
+_STOP_WORDS = _words(
+    "i you we they he she it my your our the a an and or but so because if when then that this"
+    " what which who how why where is are was were be been have has had do does did will would"
+    " can could should may might must about with from into over after before"
+)
+_MEDIUM_WORDS = _words(
+    "love hate want need think know remember forget tell ask said say talk call meet play"
+    " played playing watch read write cook eat drink go went come came worked working live"
+    " lived move travel visit book booked buy bought pay today tomorrow yesterday week month"
+    " year morning evening night time day hour baseball football volleyball basket ball"
+    " basketballs tennis golf swimming jazz concert concerts piano guitar song songs album"
+    " noodle dumplings rice coffees tea restaurant restaurants museum museums park parks beach"
+    " mountain city beijing shenzhen hangzhou london paris tokyo teachers teaching school"
+    " student students doctor hospital engineer python javascript database server cache"
+    " memories session model prompt token answer question reply holiday holidays birthday"
+    " party family friends brother sister mother father wife son daughter cat cats dog dogs"
+    " weather rain sunny cold hot snow train flight hotel ticket tickets price cheap expensive"
+    " good great bad better best new old big small long short first last next again always"
+    " never often sometimes really very much many more most"
+)
+_CHINESE_WORDS = _words(
+    "我 你 他 我们 喜欢 不喜欢 打 篮球 足球 网球 音乐 爵士 咖啡 面条 饺子 上海 北京 老师 学生"
+    " 医生 工程师 周末 明天 昨天 今天 早上 晚上 公园 博物馆 餐厅 电影 朋友 家人 妈妈 爸爸 猫 狗"
+    " 天气 下雨 很 非常 想 去 看 吃 喝 玩 住在 工作 学习 记得 告诉 问题 回答 时间 生日 旅行"
+)
+_SYLLABLES = _words("ba ko ri ta me su no ha lo ve zi an ter mon ful gar den ston wick ley")
+_TAIL_WORDS = [a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in _SYLLABLES]
+
+
+def chat_content(seq: int) -> str:
+    """A deterministic chat turn of 40-400 characters (see ``_HOT_WORDS``)."""
+    import random
+
+    rng = random.Random(seq)
+    size = rng.choice((40, 80, 120, 200, 200, 300, 400))
+    chinese = seq % 6 == 0
+    words: list[str] = []
+    length = 0
+    while length < size:
+        draw = rng.random()
+        if chinese and draw < 0.7:
+            word = _CHINESE_WORDS[int(rng.paretovariate(1.0) * 4 - 4) % len(_CHINESE_WORDS)]
+        elif draw < 0.35:
+            word = rng.choice(_STOP_WORDS)
+        elif draw < 0.65:
+            word = rng.choice(_HOT_WORDS)
+        elif draw < 0.85:
+            word = rng.choice(_MEDIUM_WORDS)
+        else:
+            word = _TAIL_WORDS[int(rng.paretovariate(0.8) * 10 - 10) % len(_TAIL_WORDS)]
+        words.append(word)
+        length += len(word) + 1
+    return ("" if chinese else " ").join(words)[:size].strip() or "hello"
+
+
 @dataclass
 class OwnerPlan:
-    """One owner to seed: its external id, how many turns, how long each turn's content."""
+    """One owner to seed: its external id, how many turns, how long each turn's content
+    (``chat``: varied chat turns of ``chat_content`` instead)."""
 
     owner_id: str
     turns: int
     content_chars: int = 200
+    chat: bool = False
 
 
 @dataclass
@@ -88,6 +158,7 @@ APP_TABLES = (
     "memory_fact",
     "memory_factversion",
     "memory_cacheinvalidation",
+    "memory_searchword",
     "memory_owner",
     "authtoken_token",
 )
@@ -244,7 +315,8 @@ def seed_turns(conn: psycopg.Connection, plans: list[OwnerPlan], *, bulk: bool) 
                 texts = contents[plan.content_chars]
                 for seq in range(1, plan.turns + 1):
                     role = "user" if seq % 2 else "assistant"
-                    yield f"{pk}\t{seq}\ts1\t{role}\t{texts[seq % 97]}\t{{}}\t\\N\t{stamp}\n"
+                    text = chat_content(seq) if plan.chat else texts[seq % 97]
+                    yield f"{pk}\t{seq}\ts1\t{role}\t{text}\t{{}}\t\\N\t{stamp}\n"
 
         # NOTE: a bulk load is several times faster into a table without its indexes and
         # foreign key; they are rebuilt (and the key checked) once, in the same transaction.

@@ -47,6 +47,8 @@ DEFAULTS: dict[str, Any] = {
     # Dotted path of the callable ``str -> int`` counting tokens for ``max_tokens`` budgets
     # (memory.tokens: the default estimate, or tiktoken_counter).
     "TOKEN_COUNTER": "memory.tokens.estimate_counter",
+    # Milliseconds each statement of a search may run before Postgres stops it (a 503).
+    "SEARCH_TIMEOUT_MS": 500,
 }
 
 # NOTE: braces would break the per-owner hash tag, and glob characters the SCAN that finds
@@ -226,6 +228,10 @@ class Settings:
     @property
     def TOKEN_COUNTER(self) -> str:
         return self._dotted("TOKEN_COUNTER")  # type: ignore[no-any-return]
+
+    @property
+    def SEARCH_TIMEOUT_MS(self) -> int:
+        return self._count("SEARCH_TIMEOUT_MS")
 
 
 conf = Settings()

@@ -52,6 +52,17 @@ class MemoryUnavailable(MemoryException):
     """The database, the source of truth, could not be reached; nothing was stored."""
 
 
+class SearchTimeout(MemoryException):
+    """A search statement ran past ``MEMORY["SEARCH_TIMEOUT_MS"]`` and Postgres stopped it."""
+
+    def __init__(self, milliseconds: int) -> None:
+        super().__init__(
+            f"The search took longer than {milliseconds} ms and was stopped; "
+            "try again, or with fewer or more specific words."
+        )
+        self.milliseconds = milliseconds
+
+
 class database_guard(contextlib.ContextDecorator):
     """Turn a lost database connection into ``MemoryUnavailable`` (a decorator or a ``with``)."""
 

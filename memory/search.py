@@ -1,31 +1,39 @@
-"""Searching turns by their content: the query side of the ``search`` column of migration 0003.
+"""Searching turns by their content: the query side of the ``search`` column of migration 0003
+and of the owners' vocabulary of 0004, and the time limit every search statement runs under.
 
-``q`` is only ever data: it reaches Postgres as the argument of ``plainto_tsquery`` (which reads
-words, never operators), of ``strpos`` and of trigram similarity, so no input can form query
-syntax. Other databases (the SQLite demo) get a case-insensitive substring match.
+``q`` is only ever data: it reaches Postgres as the argument of ``plainto_tsquery`` and
+``to_tsvector`` (which read words, never operators), of ``strpos`` and of key comparisons, so
+no input can form query syntax. Other databases (the SQLite demo) get a case-insensitive
+substring match.
+
+Bounded work, whatever ``q`` is: a search ranks at most the newest ``RANK_WINDOW`` turns that
+match (found through the document's GIN index, or the (owner, seq) index read backwards when
+matches are many), and the typo fallback looks each word up in the owner's vocabulary (B-tree
+probes of 0004's keys), never comparing it with the text of every turn.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import unicodedata
+from collections.abc import Iterator
 from functools import reduce
 from typing import Any
 
-from django.contrib.postgres.lookups import TrigramWordSimilar
 from django.contrib.postgres.search import (
     SearchQuery,
     SearchRank,
     SearchVectorField,
-    TrigramWordSimilarity,
 )
 from django.core.exceptions import ValidationError
-from django.db import connections
-from django.db.models import F, Func, IntegerField, Q, QuerySet, Value
+from django.db import OperationalError, connections, transaction
+from django.db.models import F, Func, Q, QuerySet, Value
 from django.db.models.expressions import Expression
 from django.db.models.functions import StrIndex
-from django.db.models.lookups import Exact, GreaterThan
+from django.db.models.lookups import GreaterThan
 
+from memory.exceptions import SearchTimeout
 from memory.models import Turn
 
 MAX_QUERY_CHARS = 200
@@ -36,7 +44,6 @@ CJK_RANGES = (
 )
 CJK_RUN_RE = re.compile(f"[{CJK_RANGES}]+")
 UNSTORABLE_RE = re.compile(r"[\x00\ud800-\udfff]")
-WORD_RE = re.compile(r"\w+")
 # Shorter words are like too many others: the fallback matches them only as they are.
 MIN_SIMILAR_CHARS = 4
 # NOTE: ts_rank_cd divided by 1 + log(length): a short turn that says it beats a long one that
@@ -44,6 +51,13 @@ MIN_SIMILAR_CHARS = 4
 RANK_NORMALIZATION = 1
 # Best first; among equals the newest (``pk`` tells apart equal seqs of different owners).
 ORDERING = ("-search_rank", "-seq", "-pk")
+# NOTE: the newest matches ranked, at most; a word in 20,000 of an owner's turns ranks the
+# newest 1,000 (2 ms) rather than all of them (60-100 ms on the bench's 50,000-turn owner).
+RANK_WINDOW = 1000
+# Similar words of the vocabulary that a misspelt word may stand for, the closest first.
+SIMILAR_WORDS = 12
+# NOTE: SQLSTATE query_canceled, what Postgres answers a statement stopped by statement_timeout.
+QUERY_CANCELED = "57014"
 
 
 class TurnSearchDocument(Expression):
@@ -97,12 +111,69 @@ def _uses_postgres(queryset: QuerySet[Turn]) -> bool:
     return connections[queryset.db].vendor == "postgresql"
 
 
-def turns_matching(queryset: QuerySet[Turn], q: str) -> QuerySet[Turn]:
+# NOTE: planner settings for the search's statements only, with the time limit. The planner
+# prices ``document @@ query`` as one cheap operator, but on each row it reads and matches a
+# tsvector: at the defaults it would rather filter all of an owner's 50,000 turns than walk
+# them backwards to the newest 1,000 matches (``_windowed``: 90-160 ms against 2-5 ms), and
+# random_page_cost 4 (spinning disks) pushes it the same way. At ten times cpu_operator_cost
+# and 1.1 it walks back for a common word and still reads a rare one's few matches off the
+# document's index. These plans are too short for JIT compilation (tens of ms) ever to pay.
+PLANNER_SETTINGS = {"cpu_operator_cost": "0.025", "random_page_cost": "1.1", "jit": "off"}
+_NAMES = ("statement_timeout", *PLANNER_SETTINGS)
+_SET_SQL = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in _NAMES)
+# NOTE: a target list is evaluated in order: the values before, then the new ones.
+_GET_AND_SET_SQL = (
+    "SELECT "
+    + ", ".join(f"current_setting('{name}')" for name in _NAMES)
+    + ", "
+    + _SET_SQL.removeprefix("SELECT ")
+)
+
+
+@contextlib.contextmanager
+def search_transaction(*, using: str, milliseconds: int) -> Iterator[None]:
+    """Run the block in a transaction (a savepoint inside one) whose statements Postgres stops
+    after ``milliseconds`` each (``statement_timeout``), planned with ``PLANNER_SETTINGS``; a
+    statement stopped so raises ``SearchTimeout``.
+
+    ``SET LOCAL`` (``set_config(..., true)``, one statement): the settings end with the
+    transaction, and inside a caller's transaction the previous values are put back on the way
+    out (a savepoint rolled back restores them by itself), so they never outlive the block.
+    The transaction is rolled back on any error, so the connection stays usable. Other
+    databases: the block as it is.
+    """
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        yield
+        return
+    outer = connection.in_atomic_block
+    try:
+        with transaction.atomic(using=using):
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    _GET_AND_SET_SQL, [f"{int(milliseconds)}ms", *PLANNER_SETTINGS.values()]
+                )
+                previous = list(cursor.fetchone())[: len(_NAMES)]
+            yield
+            if outer:
+                with connection.cursor() as cursor:
+                    cursor.execute(_SET_SQL, previous)
+    except OperationalError as e:
+        cause = e.__cause__
+        if getattr(cause, "sqlstate", None) == QUERY_CANCELED:
+            raise SearchTimeout(milliseconds) from e
+        raise
+
+
+def turns_matching(
+    queryset: QuerySet[Turn], q: str, *, window: int | None = None
+) -> QuerySet[Turn]:
     """The turns of ``queryset`` whose content has every word and every CJK run of ``q``.
 
     Annotated with ``search_rank`` and ordered best match first, newest first among equals.
     English words match any form (``played`` finds ``play``); a CJK run matches where the
-    content holds it as it is, found through the index of its character pairs.
+    content holds it as it is, found through the index of its character pairs. With
+    ``window`` (for one owner's turns), only the newest ``window`` matches are ranked.
     """
     if not _uses_postgres(queryset):
         return (
@@ -123,50 +194,122 @@ def turns_matching(queryset: QuerySet[Turn], q: str) -> QuerySet[Turn]:
                 Q(GreaterThan(StrIndex("content", Value(run)), 0))
                 | Q(GreaterThan(StrIndex(_nfkc(F("content")), Value(run)), 0))
             )
-    return matches.annotate(
-        search_rank=SearchRank(
-            F("document"), query, cover_density=True, normalization=Value(RANK_NORMALIZATION)
-        )
-    ).order_by(*ORDERING)
-
-
-def turns_similar(queryset: QuerySet[Turn], q: str) -> QuerySet[Turn] | None:
-    """The fallback for words that match no turn: turns with similar words.
-
-    Every word of ``q`` but stop words must be like a word of the turn: a word of four letters
-    or more by trigram word similarity (``pg_trgm``, at its ``word_similarity_threshold``), so
-    that a misspelt word (``basketbal``) or the start of one (``bask``) matches; a shorter one
-    (``li``) as it is, since a few letters are like too many words. Annotated with
-    ``search_rank`` and ordered best first. ``None`` when there is no fallback: outside
-    Postgres, or when ``q`` has CJK text. A ``q`` of stop words only (``the``) matches nothing.
-    """
-    words, runs = _split(q)
-    if not _uses_postgres(queryset) or runs or not words:
-        return None
-    similar = [
-        # NOTE: constant for the planner, which folds a stop word's test away to true and
-        # another word's to its index condition.
-        Q(Exact(_lexemes(word), 0))
-        | (
-            Q(TrigramWordSimilar(F("content"), Value(word)))
-            if len(word) >= MIN_SIMILAR_CHARS
-            else Q(document=SearchQuery(word, config="english"))
-        )
-        for word in dict.fromkeys(WORD_RE.findall(words.lower()))
-    ]
     return (
-        queryset.alias(document=TurnSearchDocument())
-        .filter(GreaterThan(_lexemes(words), 0), *similar)
-        .annotate(search_rank=TrigramWordSimilarity(Value(words), "content"))
+        _windowed(matches, window)
+        .annotate(
+            search_rank=SearchRank(
+                F("document"), query, cover_density=True, normalization=Value(RANK_NORMALIZATION)
+            )
+        )
         .order_by(*ORDERING)
     )
 
 
-def _lexemes(words: str) -> Func:
-    """The size of the English query of ``words``: 0 when they are all stop words."""
-    return Func(
-        SearchQuery(words, config="english"), function="numnode", output_field=IntegerField()
+def _windowed(matches: QuerySet[Turn], window: int | None) -> QuerySet[Turn]:
+    """``matches`` itself, or only its newest ``window`` turns (one owner's: by ``seq``)."""
+    if window is None:
+        return matches
+    # NOTE: the newest first along (owner, seq), then the rows by primary key: the planner
+    # reads matches off the GIN index when they are few, or walks the owner's turns backwards
+    # until it has ``window`` of them when they are many; either way it stops.
+    newest = matches.order_by("-seq").values("pk")[:window]
+    return Turn.objects.using(matches.db).filter(pk__in=newest).alias(document=TurnSearchDocument())
+
+
+def turns_similar(
+    queryset: QuerySet[Turn], q: str, *, owner_pk: int, window: int | None = None
+) -> QuerySet[Turn] | None:
+    """The fallback for words that match no turn: turns with similar words, for the owner
+    ``owner_pk`` whose turns ``queryset`` holds.
+
+    Every word of ``q`` but stop words must match a word of the turn: a word of four letters or
+    more matches itself, a word of the owner's vocabulary one typo away (a letter dropped,
+    added, changed, or two swapped: ``basktball``, ``memroy``) or a word it starts (``bask``),
+    the ``SIMILAR_WORDS`` closest of them in that order, each in any form; a shorter word
+    (``li``) only itself, since a few letters are like too many words. One statement reads the
+    similar words (B-tree probes of migration 0004's vocabulary); the turns are then those
+    whose document has one of each word's, through the document's index. Annotated with
+    ``search_rank`` and ordered best first; with ``window``, only the newest ``window`` are
+    ranked. ``None`` when there is no fallback: outside Postgres, or when ``q`` has CJK text.
+    A ``q`` of stop words only (``the``), or with a word like no word of the vocabulary,
+    matches nothing, and then no turn is read.
+    """
+    words, runs = _split(q)
+    if not _uses_postgres(queryset) or runs or not words:
+        return None
+    similar = _similar_words(queryset.db, words, owner_pk)
+    if not similar or not all(similar.values()):
+        return queryset.none()
+    query = reduce(
+        lambda a, b: a & b,
+        [
+            reduce(lambda a, b: a | b, [SearchQuery(word, config="english") for word in choices])
+            for choices in similar.values()
+        ],
     )
+    matches = queryset.alias(document=TurnSearchDocument()).filter(document=query)
+    return (
+        _windowed(matches, window)
+        .annotate(
+            search_rank=SearchRank(
+                F("document"), query, cover_density=True, normalization=Value(RANK_NORMALIZATION)
+            )
+        )
+        .order_by(*ORDERING)
+    )
+
+
+# NOTE: the query's words as the vocabulary has them (lower-cased, as written) but stop words,
+# each with the closest of the owner's words that are not stop words: itself or one typo away
+# (a key in common, ``memory_search_keys``; 0), then words it starts (a range of the C-ordered
+# keys, bounded; 1). A short word looks nothing up.
+_SIMILAR_SQL = """
+SELECT q.word, s.word
+FROM unnest(tsvector_to_array(to_tsvector('pg_catalog.simple', %(words)s))) AS q(word)
+LEFT JOIN LATERAL (
+    SELECT c.word FROM (
+        SELECT v.word, 0 AS how FROM memory_searchword AS v
+        WHERE char_length(q.word) >= %(min_chars)s AND v.owner_id = %(owner)s::bigint
+          AND v.key = ANY(memory_search_keys(q.word))
+        UNION ALL
+        (SELECT v.word, 1 FROM memory_searchword AS v
+         WHERE char_length(q.word) >= %(min_chars)s AND v.owner_id = %(owner)s::bigint
+           AND v.key > q.word AND v.key < q.word || %(top)s AND v.key = v.word
+         ORDER BY v.key LIMIT %(starts)s)
+    ) AS c
+    WHERE numnode(plainto_tsquery('pg_catalog.english', c.word)) > 0
+    GROUP BY c.word
+    ORDER BY min(c.how), c.word <> q.word, char_length(c.word), c.word
+    LIMIT %(limit)s
+) AS s ON true
+WHERE numnode(plainto_tsquery('pg_catalog.english', q.word)) > 0
+"""
+# Words read for a prefix, at most.
+_STARTS_SCANNED = 50
+
+
+def _similar_words(using: str, words: str, owner_pk: int) -> dict[str, list[str]]:
+    """Each word of ``words`` but stop words: itself when short, else its similar words of the
+    vocabulary (none when nothing is like it). Empty when ``words`` are all stop words."""
+    params = {
+        "words": words,
+        "owner": owner_pk,
+        "min_chars": MIN_SIMILAR_CHARS,
+        "limit": SIMILAR_WORDS,
+        "starts": _STARTS_SCANNED,
+        # NOTE: above every character, so that ``q.word || top`` bounds the keys it starts.
+        "top": chr(0x10FFFF),
+    }
+    similar: dict[str, list[str]] = {}
+    with connections[using].cursor() as cursor:
+        cursor.execute(_SIMILAR_SQL, params)
+        for word, choice in cursor.fetchall():
+            choices = similar.setdefault(word, [])
+            if len(word) < MIN_SIMILAR_CHARS:
+                choices.append(word)
+            elif choice is not None:
+                choices.append(choice)
+    return similar
 
 
 def _nfkc(expression: Any) -> Func:

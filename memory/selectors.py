@@ -660,22 +660,30 @@ def turn_search(*, owner_id: str, q: str, limit: int = 20) -> list[TurnPayload]:
     Korean text matches where the content holds it, with no spaces needed ("篮球" finds
     "我喜欢打篮球"). When the words match no turn, turns with similar words are returned (a typo,
     or the start of a word). ``limit`` is 1-100. Only the owner's own turns are searched; an
-    unknown owner has none. Two or three queries, each served by a GIN index that leads with
-    the owner. Raises ``ValidationError`` ({"q" | "limit" | "user_id": messages}) for bad input
-    and ``MemoryUnavailable`` when the database cannot be reached.
+    unknown owner has none. Bounded work: the best of the newest 1,000 matches
+    (``search.RANK_WINDOW``) are returned, and a typo is looked up in the owner's vocabulary;
+    three to five statements, each served by an index that leads with the owner, in one
+    transaction whose statements each run under ``MEMORY["SEARCH_TIMEOUT_MS"]``. Raises
+    ``ValidationError`` ({"q" | "limit" | "user_id": messages}) for bad input,
+    ``SearchTimeout`` when a statement ran past that limit (Postgres stopped it; nothing is
+    held, the connection stays usable) and ``MemoryUnavailable`` when the database cannot be
+    reached.
     """
     _check_owner(owner_id)
     q = search.clean_query(q)
     limit = search.clean_limit(limit)
-    owner_pk = Owner.objects.filter(external_id=owner_id).values_list("pk", flat=True).first()
-    if owner_pk is None:
-        return []
-    turns = _owner_turns(owner_pk)
-    rows = list(search.turns_matching(turns, q).values_list(*TURN_FIELDS)[:limit])
-    if not rows:
-        similar = search.turns_similar(turns, q)
-        if similar is not None:
-            rows = list(similar.values_list(*TURN_FIELDS)[:limit])
+    with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
+        owner_pk = Owner.objects.filter(external_id=owner_id).values_list("pk", flat=True).first()
+        if owner_pk is None:
+            return []
+        turns = _owner_turns(owner_pk)
+        window = search.RANK_WINDOW
+        matches = search.turns_matching(turns, q, window=window)
+        rows = list(matches.values_list(*TURN_FIELDS)[:limit])
+        if not rows:
+            similar = search.turns_similar(turns, q, owner_pk=owner_pk, window=window)
+            if similar is not None:
+                rows = list(similar.values_list(*TURN_FIELDS)[:limit])
     return [turn_payload_from_row(row) for row in rows]
 
 
@@ -690,17 +698,14 @@ def turn_search_queryset(*, q: str, queryset: QuerySet[Turn] | None = None) -> Q
     """The turns of ``queryset`` (every owner's by default) that match ``q`` as in
     ``turn_search``, annotated with ``search_rank`` and ordered best first (for the admin).
 
-    Runs one query to decide between matches and the similar-words fallback; the result is a
-    lazy queryset. Raises ``ValidationError`` ({"q": messages}) for a bad ``q`` and
-    ``MemoryUnavailable`` when the database cannot be reached.
+    The words must match as they are (any form, any case): the similar-words fallback looks
+    up one owner's vocabulary, and these turns may be anyone's. The result is a lazy queryset
+    that ranks every match; nothing runs before it is read. Raises ``ValidationError``
+    ({"q": messages}) for a bad ``q``.
     """
     q = search.clean_query(q)
     turns = Turn.objects.all() if queryset is None else queryset
-    matches = search.turns_matching(turns, q)
-    similar = search.turns_similar(turns, q)
-    if similar is not None and not matches.exists():
-        return similar
-    return matches
+    return search.turns_matching(turns, q)
 
 
 aturn_search_queryset = aio.twin(turn_search_queryset)

@@ -34,6 +34,7 @@ from memory.exceptions import (
     FactVersionConflict,
     IdempotencyKeyReused,
     MemoryUnavailable,
+    SearchTimeout,
 )
 from memory.payloads import fact_payload, turn_payload
 from memory.permissions import CanReachOwner, can_reach
@@ -99,6 +100,8 @@ def api_exception(exc: Exception) -> Exception:
         return UnprocessableEntity(str(exc))
     if isinstance(exc, FactNotFound):
         return exceptions.NotFound(str(exc))
+    if isinstance(exc, SearchTimeout):
+        return ServiceUnavailable(str(exc))
     if isinstance(exc, (MemoryUnavailable, OperationalError, InterfaceError)):
         return ServiceUnavailable()
     if isinstance(exc, DjangoValidationError):

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
 import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from rest_framework.test import APIClient
 
 from memory import services
 
@@ -120,3 +129,102 @@ def test_query_syntax_is_only_text(owner_client, turns, q):
 def test_undecodable_or_oversized_query_is_never_a_500(owner_client, turns, raw):
     response = owner_client.get(f"{SEARCH}?{raw}")
     assert response.status_code in (200, 400)
+
+
+# Bounded: a statement time limit, and searches that wait never hold up health/ ------------
+
+
+@contextlib.contextmanager
+def turns_locked() -> Iterator[psycopg.Connection]:
+    """Another session holds ACCESS EXCLUSIVE on memory_turn until the block ends: every
+    statement that reads turns waits (a real lock, not a fake slow query)."""
+    db = connection.settings_dict
+    with psycopg.connect(
+        host=db["HOST"] or "127.0.0.1",
+        port=db["PORT"] or 5432,
+        user=db["USER"] or "postgres",
+        password=db["PASSWORD"] or None,
+        dbname=db["NAME"],
+    ) as conn:
+        conn.execute("LOCK TABLE memory_turn IN ACCESS EXCLUSIVE MODE")
+        yield conn
+        conn.rollback()
+
+
+def _waiting(conn: psycopg.Connection) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE relation = 'memory_turn'::regclass AND NOT granted"
+    ).fetchone()
+    return row[0] if row else 0
+
+
+def _client(user: User) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+@pytest.fixture
+def committed_turns(db) -> None:
+    for content in ["I like playing basketball", "我喜欢打篮球", "basketball again"]:
+        services.turn_append(owner_id="wang", session_id="s", role="user", content=content)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_search_past_the_time_limit_is_a_503_and_the_connection_stays_usable(
+    owner_user, committed_turns, memory_settings
+):
+    client = _client(owner_user)
+    with memory_settings(SEARCH_TIMEOUT_MS=50):
+        with turns_locked():
+            response = client.get(SEARCH, {"q": "basketball"})
+        assert response.status_code == 503
+        assert set(response.json()) == {"detail"}
+        assert "50 ms" in response.json()["detail"]
+        # The same process and connection, the lock gone: searches answer, nothing stayed set.
+        again = client.get(SEARCH, {"q": "basketball"})
+    assert again.status_code == 200
+    assert [t["content"] for t in again.json()["results"]] == [
+        "basketball again",
+        "I like playing basketball",
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW statement_timeout")
+        assert cursor.fetchone() == ("0",)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_health_answers_while_searches_wait(owner_user, committed_turns, memory_settings):
+    searches = 4
+    results: list[tuple[int, list[str]]] = []
+    errors: list[BaseException] = []
+
+    def search() -> None:
+        try:
+            response = _client(owner_user).get(SEARCH, {"q": "basketball"})
+            results.append(
+                (response.status_code, [t["content"] for t in response.json()["results"]])
+            )
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            connection.close()
+
+    with memory_settings(SEARCH_TIMEOUT_MS=120_000):
+        with turns_locked() as lock:
+            threads = [threading.Thread(target=search) for _ in range(searches)]
+            for thread in threads:
+                thread.start()
+            # NOTE: not a timing assertion: wait (boundedly) until every search is blocked.
+            deadline = time.monotonic() + 60
+            while _waiting(lock) < searches and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert _waiting(lock) == searches
+            health = _client(owner_user).get("/api/memory/health/")
+            assert health.status_code == 200
+            assert health.json()["database"] == "ok"
+            assert all(thread.is_alive() for thread in threads)
+        for thread in threads:
+            thread.join(timeout=60)
+    assert not errors
+    assert results == [(200, ["basketball again", "I like playing basketball"])] * searches
