@@ -48,10 +48,11 @@ class AppStack:
         self,
         *,
         server_url: str,
-        redis_url: str,
+        redis_url: str = "",
         instances: int = 2,
         memory: dict[str, Any] | None = None,
         workers: int = 2,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.server_url = server_url
         self.redis_url = redis_url
@@ -60,6 +61,8 @@ class AppStack:
         self.instances = instances
         self.workers = workers
         self.memory = memory or {}
+        # More environment of the instances, e.g. REDIS_CLUSTER_URL instead of redis_url.
+        self.extra_env = env or {}
         self.ports: list[int] = []
         self.procs: list[subprocess.Popen[bytes]] = []
         self.token = ""
@@ -78,6 +81,7 @@ class AppStack:
             DJANGO_DEBUG="0",
             MEMORY_LOG_LEVEL="WARNING",
         )
+        env.update(self.extra_env)
         return env
 
     def _run(self, *args: str) -> str:
