@@ -561,6 +561,18 @@ class RedisCluster:
             time.sleep(0.1)
         raise ServerUnavailable(f"port {node.port} did not rejoin as a replica in {timeout:g}s")
 
+    def wait_synced(
+        self, primary: RedisServer, replica: RedisServer, timeout: float = 10.0
+    ) -> None:
+        """Wait until ``replica`` has applied everything ``primary`` wrote so far."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            offset = self.command(primary, "INFO", "replication")["master_repl_offset"]
+            if self.command(replica, "INFO", "replication").get("slave_repl_offset", -1) >= offset:
+                return
+            time.sleep(0.02)
+        raise ServerUnavailable(f"port {replica.port} did not catch up in {timeout:g}s")
+
     def kill(self, node: RedisServer) -> None:
         """SIGKILL one node; remembers which nodes were primaries, for wait_promoted()."""
         top = self.topology()
