@@ -127,6 +127,15 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
         )
     errors += _check_resolver(values["OWNER_RESOLVER"])
     errors += _check_extractor(values["FACT_EXTRACTOR"])
+    token = values["METRICS_TOKEN"]
+    if token is not None and not (isinstance(token, str) and len(token) >= 16):
+        errors.append(
+            Error(
+                "MEMORY['METRICS_TOKEN'] must be None or a string of at least 16 characters.",
+                hint="Generate one with: python -c 'import secrets; print(secrets.token_hex())'",
+                id="memory.E014",
+            )
+        )
     return errors
 
 

@@ -35,6 +35,9 @@ DEFAULTS: dict[str, Any] = {
     "OWNER_RESOLVER": "memory.permissions.default_owner_id",
     # Dotted path of the fact extractor run on each user turn (docs/extraction.md); None: off.
     "FACT_EXTRACTOR": "memory.extraction.RuleBasedExtractor",
+    # Bearer token that lets a scraper read the metrics view (docs/metrics.md); None: only
+    # service callers may.
+    "METRICS_TOKEN": None,
 }
 
 
@@ -103,6 +106,12 @@ class Settings:
     @property
     def FACT_EXTRACTOR(self) -> str | None:
         return self._get("FACT_EXTRACTOR")  # type: ignore[no-any-return]
+
+    @property
+    def METRICS_TOKEN(self) -> str | None:
+        token = self._get("METRICS_TOKEN")
+        # NOTE: an empty or non-string token never matches (memory.E014 names it).
+        return token if isinstance(token, str) and token else None
 
 
 conf = Settings()

@@ -16,7 +16,7 @@ import time
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from memory import store
+from memory import metrics, store
 from memory.conf import conf
 from memory.models import CacheInvalidation, Owner
 
@@ -117,6 +117,7 @@ def cache_reconcile(*, grace: float | None = None) -> int:
         else:
             owner_dirty_clear(owner_pk=owner_pk, stamp=stamp)
         dropped += 1
+        metrics.cache_event("reconcile_drops")
     if grace is None:
         grace = conf.RECONCILE_GRACE
     cutoff = timezone.now() - dt.timedelta(seconds=grace)
@@ -139,11 +140,13 @@ def cache_reconcile(*, grace: float | None = None) -> int:
             return dropped
         invalidation_done(pk=pk)
         dropped += 1
+        metrics.cache_event("reconcile_drops")
     for owner_pk, owner_id, stamp in dirty:
         if not store.memory_drop(owner_id=owner_id, stamp=stamp):
             return dropped
         owner_dirty_clear(owner_pk=owner_pk, stamp=stamp)
         dropped += 1
+        metrics.cache_event("reconcile_drops")
     if dropped:
         logger.info(
             "Dropped %d cached cop%s whose update had not landed.",

@@ -45,9 +45,15 @@ FILL_POLL_SECONDS = 0.005
 FILL_POLL_MAX_SECONDS = 0.05
 
 
+class HealthLatency(TypedDict):
+    database: float
+    cache: float | None
+
+
 class HealthPayload(TypedDict):
     database: Literal["ok", "down"]
     cache: Literal["ok", "down", "disabled"]
+    latency_ms: HealthLatency
 
 
 def _check_owner(owner_id: str) -> None:
@@ -367,8 +373,15 @@ def session_list(*, owner_id: str) -> list[SessionPayload]:
     return [session_payload(session) for session in sessions]
 
 
+def _elapsed_ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
+
+
 def health_get() -> HealthPayload:
-    """Whether the database answers a query and the cache a PING. Never raises."""
+    """Whether the database answers a query and the cache a PING, and how many milliseconds
+    each took (also when it failed: a timeout shows as such); the cache's is None when no
+    cache is configured. Never raises."""
+    started = time.perf_counter()
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
@@ -377,7 +390,22 @@ def health_get() -> HealthPayload:
         database = "down"
         # NOTE: drop the broken connection so that the next request reconnects by itself.
         connection.close()
-    return {"database": database, "cache": store.ping()}
+    database_ms = _elapsed_ms(started)
+    started = time.perf_counter()
+    cache = store.ping()
+    cache_ms = None if cache == "disabled" else _elapsed_ms(started)
+    return {
+        "database": database,
+        "cache": cache,
+        "latency_ms": {"database": database_ms, "cache": cache_ms},
+    }
+
+
+def owner_dirty_count(*, limit: int) -> int:
+    """How many owners have a cache update Redis has not confirmed, counted up to ``limit``
+    (one index-only scan of the partial index on ``cache_dirty``). Raises ``DatabaseError``
+    when the database fails."""
+    return Owner.objects.filter(cache_dirty=True)[:limit].count()
 
 
 def owner_exists(*, owner_id: str) -> bool:
@@ -534,6 +562,7 @@ __all__ = [
     "fact_history",
     "fact_list",
     "health_get",
+    "owner_dirty_count",
     "owner_exists",
     "owner_id_iter",
     "owner_recent_list",

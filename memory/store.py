@@ -19,7 +19,7 @@ from django_redis.exceptions import ConnectionInterrupted
 from redis.commands.core import Script
 from redis.exceptions import RedisError
 
-from memory import codec
+from memory import codec, metrics
 from memory.conf import conf
 from memory.payloads import FactPayload, TurnPayload
 
@@ -241,6 +241,7 @@ class _Health:
         self.errors = 0
         self.counts: dict[str, int] = {}
         self.counts_flushed_at = 0.0
+        metrics.cache_outage_reset()
 
     def failed(self, error: BaseException, action: str) -> None:
         now = time.monotonic()
@@ -252,6 +253,7 @@ class _Health:
             if first:
                 self.down_since = now
                 self.outages += 1
+        metrics.cache_failed()
         if first:
             logger.warning(
                 "Redis unreachable (%s during %s); reading from the database.", error, action
@@ -265,6 +267,7 @@ class _Health:
         with self.lock:
             since, self.down_since = self.down_since, None
         if since is not None:
+            metrics.cache_recovered()
             logger.warning("Redis reachable again after %.1f s.", time.monotonic() - since)
 
     def open(self) -> bool:
@@ -273,6 +276,7 @@ class _Health:
     def count(self, name: str, n: int = 1) -> None:
         with self.lock:
             self.counts[name] = self.counts.get(name, 0) + n
+        metrics.cache_event(name, n)
 
 
 health = _Health()

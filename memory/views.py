@@ -8,6 +8,7 @@ the output serializers only describe them in the OpenAPI schema.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,7 @@ from rest_framework.serializers import Serializer, as_serializer_error
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from memory import selectors, services
+from memory import metrics, selectors, services
 from memory.exceptions import FactNotFound, FactVersionConflict, MemoryUnavailable
 from memory.payloads import fact_payload, turn_payload
 from memory.permissions import CanReachOwner, can_reach
@@ -198,6 +199,18 @@ class MemoryView(APIView):
 
     permission_classes = [CanReachOwner]
     parser_classes = [JSONParser]
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        response = super().dispatch(request, *args, **kwargs)
+        match = request.resolver_match
+        metrics.request_observed(
+            view=match.view_name if match is not None else type(self).__name__,
+            method=request.method or "",
+            status=response.status_code,
+            seconds=time.perf_counter() - started,
+        )
+        return response
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Response | None]:
         handler = super().get_exception_handler()

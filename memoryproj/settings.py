@@ -150,6 +150,8 @@ else:
 
 MEMORY = {
     "CACHE_TTL": int(os.environ.get("MEMORY_CACHE_TTL", "3600")),
+    # The bearer token Prometheus sends to /metrics (docs/metrics.md); unset: service callers only.
+    "METRICS_TOKEN": os.environ.get("MEMORY_METRICS_TOKEN") or None,
 }
 
 # The demo chat page's assistant (/chat/, memoryproj/chat.py): a dotted path to a class with

@@ -171,3 +171,33 @@ def test_cache_must_not_ignore_exceptions():
 def test_cache_without_socket_timeouts_warns():
     slow = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:6379/0"}
     assert ids(CACHES=caches(slow=slow), MEMORY=memory(CACHE_ALIAS="slow")) == ["memory.W004"]
+
+
+@pytest.mark.parametrize("token", ["", "short", 12345, ["a-token-in-a-list-0123"]])
+def test_metrics_token_must_be_a_long_string(token):
+    assert ids(MEMORY=memory(METRICS_TOKEN=token)) == ["memory.E014"]
+
+
+def test_metrics_token_of_16_characters_or_none_passes():
+    assert ids(MEMORY=memory(METRICS_TOKEN="0123456789abcdef")) == []
+    assert ids(MEMORY=memory(METRICS_TOKEN=None)) == []
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"CLIENT_CLASS": "memory.cache_cluster.ClusterClient"},
+        {
+            "CLIENT_CLASS": "django_redis.client.SentinelClient",
+            "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+            "SENTINELS": [("127.0.0.1", 26379)],
+        },
+    ],
+)
+def test_cluster_and_sentinel_aliases_pass(options):
+    alias = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": "redis://127.0.0.1:7000",
+        "OPTIONS": {**REDIS_OPTIONS, **options},
+    }
+    assert ids(CACHES=caches(other=alias), MEMORY=memory(CACHE_ALIAS="other")) == []
