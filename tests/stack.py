@@ -179,6 +179,68 @@ class AppStack:
             log.unlink(missing_ok=True)
 
 
+class Conversation:
+    """What the clients were told was stored, per owner, to compare every read against."""
+
+    def __init__(self, stack: AppStack) -> None:
+        self.stack = stack
+        self.turns: dict[str, list[str]] = {}
+        self.facts: dict[str, dict[str, object]] = {}
+
+    def tell(self, i: int, owner: str, content: str) -> None:
+        response = self.stack.request(
+            i,
+            "POST",
+            f"/api/memory/users/{owner}/turns/",
+            {"session_id": f"tab-{i}", "role": "assistant", "content": content},
+        )
+        assert response.status == 201, response
+        self.turns.setdefault(owner, []).append(content)
+
+    def put(self, i: int, owner: str, key: str, value: object) -> None:
+        path = f"/api/memory/users/{owner}/facts/{key}/"
+        response = self.stack.request(i, "PUT", path, {"value": value})
+        assert response.status in (200, 201), response
+        self.facts.setdefault(owner, {})[key] = value
+
+    def context(self, i: int, owner: str) -> dict:
+        response = self.stack.request(i, "GET", f"/api/memory/users/{owner}/context/?turns=50")
+        assert response.status == 200, response
+        return response.data
+
+    def fact_values(self, i: int, owner: str) -> dict[str, object]:
+        response = self.stack.request(i, "GET", f"/api/memory/users/{owner}/facts/")
+        assert response.status == 200, response
+        return {fact["key"]: fact["value"] for fact in response.data["facts"]}
+
+    def served(self, i: int, owner: str) -> bool:
+        """Whether instance ``i`` serves everything acknowledged, through context/ and facts/."""
+        context = self.context(i, owner)
+        facts = self.fact_values(i, owner)
+        expected = self.facts.get(owner, {})
+        return (
+            [turn["content"] for turn in context["turns"]] == self.turns.get(owner, [])
+            and all(context["facts"].get(k) == v for k, v in expected.items())
+            and all(facts.get(k) == v for k, v in expected.items())
+        )
+
+    def assert_stored_once(self, owner: str) -> None:
+        """The turn listing (the database) holds every acknowledged turn once, seq 1..N."""
+        response = self.stack.request(0, "GET", f"/api/memory/users/{owner}/turns/?limit=500")
+        assert response.status == 200, response
+        turns = response.data["results"]
+        assert [t["content"] for t in turns] == self.turns.get(owner, [])
+        assert [t["seq"] for t in turns] == list(range(1, len(turns) + 1))
+
+    def wait_served(self, owner: str, bound: float = 5.0) -> None:
+        """Wait until every instance serves ``owner`` as acknowledged, at most ``bound`` s."""
+        deadline = time.monotonic() + bound
+        for i in range(self.stack.instances):
+            while not (self.served(i, owner) and self.served(i, owner)):
+                assert time.monotonic() < deadline, f"instance {i} serves a stale {owner}"
+                time.sleep(0.05)
+
+
 @contextmanager
 def app_stack(**kwargs: Any) -> Iterator[AppStack]:
     stack = AppStack(**kwargs)
