@@ -100,11 +100,11 @@ class ClusterConnectionFactory(ConnectionFactory):
             for key, value in parse_url(seeds[0]).items()
             if key in {"username", "password", "ssl", "ssl_cert_reqs", "ssl_ca_certs"}
         }
+        # NOTE: no ``load_balancing_strategy`` (nor the deprecated ``read_from_replicas``): every
+        # read and fill of the protocol goes to the slot's primary. A replica may lag behind
+        # the deltas and floors the primary acknowledged, and serving from it would bring back
+        # a copy that a write has already replaced. CLUSTER_OPTIONS must not set them either.
         options: dict[str, Any] = {
-            # NOTE: fills and every read of the protocol go to the slot's primary: a replica
-            # may lag behind the deltas and floors the primary acknowledged, and serving from
-            # it would bring back a copy that a write has already replaced.
-            "read_from_replicas": False,
             # NOTE: the owners on the surviving primaries keep their cache while one
             # primary's slots are being failed over.
             "require_full_coverage": False,

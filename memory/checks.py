@@ -236,6 +236,16 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
                 id="memory.E009",
             )
         )
+    cluster = options.get("CLUSTER_OPTIONS") or {}
+    if cluster.get("read_from_replicas") or cluster.get("load_balancing_strategy") is not None:
+        errors.append(
+            Error(
+                f"The memory cache {alias!r} reads from replicas (CLUSTER_OPTIONS), which may "
+                "serve a copy a write has already replaced.",
+                hint="Remove read_from_replicas and load_balancing_strategy from that alias.",
+                id="memory.E015",
+            )
+        )
     if not options.get("SOCKET_TIMEOUT") or not options.get("SOCKET_CONNECT_TIMEOUT"):
         errors.append(
             Warning(

@@ -201,3 +201,19 @@ def test_cluster_and_sentinel_aliases_pass(options):
         "OPTIONS": {**REDIS_OPTIONS, **options},
     }
     assert ids(CACHES=caches(other=alias), MEMORY=memory(CACHE_ALIAS="other")) == []
+
+
+@pytest.mark.parametrize(
+    "cluster", [{"read_from_replicas": True}, {"load_balancing_strategy": "round-robin"}]
+)
+def test_a_cluster_alias_must_not_read_from_replicas(cluster):
+    alias = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": "redis://127.0.0.1:7000",
+        "OPTIONS": {
+            **REDIS_OPTIONS,
+            "CLIENT_CLASS": "memory.cache_cluster.ClusterClient",
+            "CLUSTER_OPTIONS": cluster,
+        },
+    }
+    assert ids(CACHES=caches(other=alias), MEMORY=memory(CACHE_ALIAS="other")) == ["memory.E015"]

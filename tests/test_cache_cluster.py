@@ -1,0 +1,158 @@
+"""Tests of ``memory.cache_cluster``: the cache layer on a real Redis Cluster of this module's own
+(three primaries, no replicas), through the ``ClusterClient`` django-redis client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.cache import caches
+from django.test import override_settings
+from redis.exceptions import ResponseError
+
+from memory import selectors, services, store
+from tests.servers import RedisCluster
+
+pytestmark = [pytest.mark.django_db, pytest.mark.faults, pytest.mark.slow]
+
+OPTIONS = {
+    "CLIENT_CLASS": "memory.cache_cluster.ClusterClient",
+    "SOCKET_CONNECT_TIMEOUT": 0.2,
+    "SOCKET_TIMEOUT": 0.2,
+    "SERIALIZER": "memory.codec.OrjsonSerializer",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisCluster]:
+    with RedisCluster(masters=3, replicas=0) as cluster:
+        yield cluster
+
+
+def _alias(location: str) -> dict[str, Any]:
+    return {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": location, "OPTIONS": OPTIONS}
+
+
+@pytest.fixture
+def on_cluster(cluster: RedisCluster) -> Iterator[RedisCluster]:
+    """The memory cache is the cluster (alias "cluster"), emptied before the test."""
+    cluster.flushall()
+    own = {**settings.CACHES, "cluster": _alias(cluster.url)}
+    with override_settings(CACHES=own, MEMORY={**settings.MEMORY, "CACHE_ALIAS": "cluster"}):
+        store.health.reset()
+        yield cluster
+    store.health.reset()
+
+
+def tell(owner: str, content: str) -> None:
+    services.turn_append(owner_id=owner, session_id="s", role="user", content=content)
+
+
+def contents(context: dict) -> list[str]:
+    return [turn["content"] for turn in context["turns"]]
+
+
+def test_memory_is_cached_and_kept_coherent_on_a_cluster(on_cluster, write):
+    with write():
+        tell("wang", "My name is Wang Jianguo")
+        services.fact_put(owner_id="wang", key="location", value="Beijing")
+    assert selectors.context_get(owner_id="wang")["source"] == "database"
+    assert selectors.context_get(owner_id="wang")["source"] == "cache"
+    with write():
+        tell("wang", "I moved")
+        services.fact_put(owner_id="wang", key="location", value="Shanghai")
+    context = selectors.context_get(owner_id="wang")
+    assert context["source"] == "cache"
+    assert contents(context) == ["My name is Wang Jianguo", "I moved"]
+    assert context["facts"]["location"] == "Shanghai"
+    with write():
+        services.fact_delete(owner_id="wang", key="location")
+    assert "location" not in selectors.context_get(owner_id="wang")["facts"]
+    with write():
+        services.memory_forget(owner_id="wang")
+    assert contents(selectors.context_get(owner_id="wang")) == []
+
+
+def test_owners_spread_over_every_primary(on_cluster):
+    owners = [f"owner-{n}" for n in range(60)]
+    assert len({on_cluster.master_for(store.owner_key(o)).port for o in owners}) == 3
+
+
+def test_stats_scan_every_node(on_cluster, write):
+    owners = [f"owner-{n}" for n in range(12)]
+    for owner in owners:
+        with write():
+            tell(owner, "hello")
+        selectors.context_get(owner_id=owner)
+    stats = store.stats()
+    assert stats["cache"] == "ok"
+    # One hash per owner, and the shared counters' hash.
+    assert stats["keys"] == len(owners) + 1
+    assert stats["counters"]["fills"] >= len(owners)
+
+
+def test_get_many_and_set_many_cross_slots(on_cluster):
+    cache = caches["cluster"]
+    values = {f"key-{n}": n for n in range(20)}
+    cache.set_many(values)
+    assert cache.get_many([*values, "absent"]) == values
+
+
+def test_a_command_across_slots_is_a_response_error_not_an_outage(on_cluster):
+    client = caches["cluster"].client.get_client(write=True)
+    with pytest.raises(ResponseError):
+        client.eval("return 1", 2, "memory:a", "memory:b")
+    assert store.ping() == "ok"
+
+
+def test_a_dead_primary_is_down_for_its_owners_only(on_cluster, write):
+    doomed, spared = (
+        "wang",
+        next(
+            f"li-{n}"
+            for n in range(1000)
+            if on_cluster.master_for(store.owner_key(f"li-{n}")).port
+            != on_cluster.master_for(store.owner_key("wang")).port
+        ),
+    )
+    for owner in (doomed, spared):
+        with write():
+            tell(owner, f"{owner} says hello")
+        selectors.context_get(owner_id=owner)
+    victim = on_cluster.master_for(store.owner_key(doomed))
+    on_cluster.kill(victim)
+    try:
+        # NOTE: no replica takes over: the slot is uncovered, which is "down", not a bug.
+        assert store.memory_read(owner_id=doomed, turns=5) is None
+        assert store.health.down_since is not None
+        context = selectors.context_get(owner_id=doomed)
+        assert (context["source"], contents(context)) == ("database", ["wang says hello"])
+        store.health.reset()
+        cached = store.memory_read(owner_id=spared, turns=5)
+        assert isinstance(cached, store.CachedMemory)
+        assert [turn["content"] for turn in cached.turns] == [f"{spared} says hello"]
+    finally:
+        victim.start()
+        on_cluster.wait_stable()
+
+
+def test_a_cluster_no_seed_answers_is_down(write):
+    dead = {**settings.CACHES, "nowhere": _alias("redis://127.0.0.1:1")}
+    with override_settings(CACHES=dead, MEMORY={**settings.MEMORY, "CACHE_ALIAS": "nowhere"}):
+        store.health.reset()
+        assert store.ping() == "down"
+        with write():
+            tell("wang", "hello")
+        context = selectors.context_get(owner_id="wang")
+        assert (context["source"], contents(context)) == ("database", ["hello"])
+    store.health.reset()
+
+
+def test_several_seeds_are_one_cluster(cluster):
+    seeds = ",".join(f"redis://127.0.0.1:{node.port}" for node in cluster.nodes)
+    own = {**settings.CACHES, "seeds": _alias(seeds)}
+    with override_settings(CACHES=own):
+        client = caches["seeds"].client.get_client(write=True)
+        assert {node.port for node in client.get_primaries()} == {n.port for n in cluster.nodes}
