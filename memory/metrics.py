@@ -142,8 +142,13 @@ def cache_outage_reset() -> None:
     CACHE_UNREACHABLE.set(0)
 
 
+# NOTE: a label value per HTTP method a client may invent would let anyone grow the series.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 def request_observed(*, view: str, method: str, status: int, seconds: float) -> None:
-    """Record one answer of the API."""
+    """Record one answer of the API; methods other than HTTP's usual ones count as "other"."""
+    method = method if method in _METHODS else "other"
     REQUEST_SECONDS.labels(view=view, method=method).observe(seconds)
     RESPONSES.labels(view=view, method=method, status=str(status)).inc()
 

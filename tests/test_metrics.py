@@ -182,3 +182,17 @@ def test_multiprocess_mode_adds_up_every_process(tmp_path):
     ]
     assert event(samples(outputs[0]), "hits") == 3
     assert event(samples(outputs[1]), "hits") == 7
+
+
+def test_invented_methods_share_one_label(service_client):
+    for method in ("BREW", "WHEN"):
+        response = service_client.generic(method, "/api/memory/users/wang/context/")
+        assert response.status_code == 405
+    values = scrape(service_client)
+    methods = {
+        dict(labels)["method"]
+        for (name, labels) in values
+        if name == "memory_responses_total" and dict(labels)["view"] == "memory:context"
+    }
+    assert "other" in methods
+    assert not methods & {"BREW", "WHEN"}
