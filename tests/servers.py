@@ -187,7 +187,7 @@ class _Server:
         attempts = 1 if self._fixed_port else 3
         for attempt in range(attempts):
             if self._port is None or (attempt and not self._fixed_port):
-                self._port = free_port()
+                self._port = self._pick_port()
             try:
                 self._spawn()
                 self._wait_ready()
@@ -263,6 +263,10 @@ class _Server:
 
     def _prepare(self) -> None:
         """Prepare the fresh temp dir (once per server)."""
+
+    def _pick_port(self) -> int:
+        """A port to try; restarts keep the one that worked."""
+        return free_port()
 
     def _command(self) -> list[str]:
         raise NotImplementedError
@@ -385,6 +389,24 @@ def _redis_ping(host: str, port: int, *, timeout: float = 1.0) -> bool:
         return False
 
 
+class _ClusterNode(RedisServer):
+    """A cluster node: its cluster bus listens on port + 10000, which must be free too."""
+
+    name = "redis-node"
+
+    def _pick_port(self) -> int:
+        while True:
+            port = free_port()
+            if port + 10000 > 65535:
+                continue
+            try:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                    sock.bind((HOST, port + 10000))
+            except OSError:
+                continue
+            return port
+
+
 class RedisCluster:
     """A Redis Cluster of ``masters`` primaries with ``replicas`` replicas each, every node a
     ``RedisServer`` of its own (so kill, pause and restart act on one node, by PID).
@@ -425,7 +447,7 @@ class RedisCluster:
         ]  # fmt: skip
         try:
             for _ in range(self.masters * (1 + self.replicas)):
-                self.nodes.append(RedisServer(extra_args=args).start())
+                self.nodes.append(_ClusterNode(extra_args=args).start())
             result = subprocess.run(
                 [
                     self.cli, "--cluster", "create",

@@ -25,11 +25,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Response:
-    """An HTTP answer: status and decoded JSON body (None when empty)."""
+    """An HTTP answer: status, the body, and the body decoded as JSON (None when empty or the
+    body is not JSON, such as the metrics' text)."""
 
-    def __init__(self, status: int, body: bytes) -> None:
+    def __init__(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         self.status = status
-        self.data = json.loads(body) if body else None
+        self.body = body
+        self.data = (
+            json.loads(body) if body and content_type.startswith("application/json") else None
+        )
 
     def __repr__(self) -> str:
         return f"<{self.status} {self.data!r}>"
@@ -156,7 +160,9 @@ class AppStack:
                 all_headers["Content-Type"] = "application/json"
             conn.request(method, path, body=data, headers=all_headers)
             response = conn.getresponse()
-            return Response(response.status, response.read())
+            return Response(
+                response.status, response.read(), response.getheader("Content-Type") or ""
+            )
         finally:
             conn.close()
 

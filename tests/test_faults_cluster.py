@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from redis.cluster import key_slot
 
 from memory.store import owner_key
@@ -21,6 +22,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 GRACE = 0.5
 INTERVAL = 0.5
+METRICS_TOKEN = "cluster-fault-test-scraper-token"
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +36,32 @@ def stack(cluster: RedisCluster) -> Iterator[AppStack]:
     with app_stack(
         server_url=os.environ["DATABASE_URL"],
         env={"REDIS_URL": "", "REDIS_CLUSTER_URL": cluster.url},
-        memory={"RECONCILE_GRACE": GRACE, "RECONCILE_INTERVAL": INTERVAL},
+        memory={
+            "RECONCILE_GRACE": GRACE,
+            "RECONCILE_INTERVAL": INTERVAL,
+            "METRICS_TOKEN": METRICS_TOKEN,
+        },
         # NOTE: one process per instance, so that "instance 0 saw no error" means one process.
         workers=1,
     ) as stack:
         yield stack
+
+
+def scrape(stack: AppStack, i: int) -> dict[str, float]:
+    """Instance ``i``'s metrics without labels, and the cache events by name."""
+    response = stack.request(
+        i, "GET", "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
+    )
+    assert response.status == 200, response
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(response.body.decode()):
+        for sample in family.samples:
+            name = (
+                sample.labels.get("event") if sample.name == "memory_cache_events_total" else None
+            )
+            if name or not sample.labels:
+                values[name or sample.name] = sample.value
+    return values
 
 
 def owners(cluster: RedisCluster, n: int, *, on: RedisServer, elsewhere: bool = False) -> list[str]:
@@ -84,6 +107,7 @@ def test_primary_killed_replica_promoted_old_primary_back(stack, cluster):
             talk.context(i, owner)
             assert talk.context(i, owner)["source"] == "cache"
 
+    before = scrape(stack, 1)
     cluster.kill(victim)
     # Instance 1 writes to the owners whose primary is gone: acknowledged, from the database.
     for owner in doomed:
@@ -96,6 +120,10 @@ def test_primary_killed_replica_promoted_old_primary_back(stack, cluster):
         assert talk.context(0, owner)["source"] == "cache"
         assert talk.served(0, owner)
 
+    during = scrape(stack, 1)
+    # Instance 1 saw the outage and counted it; its breaker is open (the scrape asks no Redis).
+    assert during["memory_cache_outages_total"] == before["memory_cache_outages_total"] + 1
+    assert during["memory_cache_unreachable"] == 1
     promoted = cluster.wait_promoted(victim)
     assert promoted.port != victim.port
     # The replica's copies of the doomed owners predate the outage's writes: never served.
@@ -114,6 +142,11 @@ def test_primary_killed_replica_promoted_old_primary_back(stack, cluster):
         talk.assert_stored_once(owner)
     for owner in spared:
         assert talk.context(1, owner)["source"] == "cache"
+    after = scrape(stack, 1)
+    assert after["memory_cache_unreachable"] == 0
+    assert after["memory_cache_down_seconds_total"] >= during["memory_cache_down_seconds_total"]
+    assert after["hits"] > during["hits"]
+    assert after["memory_dirty_owners"] == 0
 
 
 @pytest.mark.xfail(
