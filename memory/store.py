@@ -335,7 +335,19 @@ def _flush_counts(client: Any, *, force: bool = False) -> None:
         pipe = client.pipeline(transaction=False)
         for name, n in counts.items():
             pipe.hincrby(stats_key(), name, n)
-        pipe.execute()
+        try:
+            pipe.execute()
+        except CacheErrors as e:
+            # NOTE: on a cluster the counters' key is in a slot of its own, maybe on a node
+            # that is down while the owner's answers: that must not fail a read whose own
+            # script succeeded, nor open the breaker for every owner. The counts wait for the
+            # next flush.
+            with health.lock:
+                for name, n in counts.items():
+                    health.counts[name] = health.counts.get(name, 0) + n
+            if force:
+                raise
+            logger.debug("Could not flush the cache counters: %s", e)
 
 
 def memory_read(

@@ -156,3 +156,30 @@ def test_several_seeds_are_one_cluster(cluster):
     with override_settings(CACHES=own):
         client = caches["seeds"].client.get_client(write=True)
         assert {node.port for node in client.get_primaries()} == {n.port for n in cluster.nodes}
+
+
+def test_counters_on_a_dead_primary_cost_the_owners_elsewhere_no_hits(
+    on_cluster, write, monkeypatch
+):
+    victim = on_cluster.master_for(store.stats_key())
+    owner = next(
+        f"li-{n}"
+        for n in range(1000)
+        if on_cluster.master_for(store.owner_key(f"li-{n}")).port != victim.port
+    )
+    with write():
+        tell(owner, "hello")
+    selectors.context_get(owner_id=owner)
+    monkeypatch.setattr(store, "COUNTS_FLUSH_SECONDS", 0.0)
+    on_cluster.kill(victim)
+    try:
+        # NOTE: every read now also flushes the counters, to the dead primary.
+        cached = store.memory_read(owner_id=owner, turns=5)
+        assert isinstance(cached, store.CachedMemory)
+        assert store.health.down_since is None
+        assert selectors.context_get(owner_id=owner)["source"] == "cache"
+        # The counts are kept for a later flush, not lost.
+        assert store.health.counts["hits"] >= 2
+    finally:
+        victim.start()
+        on_cluster.wait_stable()

@@ -114,7 +114,12 @@ def stack(group: Group) -> Iterator[AppStack]:
     sentinels = ",".join(f"{HOST}:{s.port}" for s in group.sentinels)
     with app_stack(
         server_url=os.environ["DATABASE_URL"],
-        env={"REDIS_URL": "", "REDIS_SENTINELS": sentinels, "REDIS_SENTINEL_MASTER": group.name},
+        env={
+            "REDIS_URL": "",
+            "REDIS_SENTINELS": sentinels,
+            "REDIS_SENTINEL_MASTER": group.name,
+            "REDIS_SOCKET_TIMEOUT": "1.0",
+        },
         memory={"RECONCILE_GRACE": GRACE, "RECONCILE_INTERVAL": INTERVAL},
         workers=1,
     ) as stack:
