@@ -20,8 +20,10 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import parse_url
 from redis.exceptions import (
     ClusterCrossSlotError,
+    ClusterDownError,
     RedisClusterException,
     SlotNotCoveredError,
+    TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -37,13 +39,18 @@ def _mapped(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
     ``RedisClusterException`` is not a ``RedisError``: a slot whose primary just died
     (``SlotNotCoveredError``) or a cluster no seed node answers would otherwise escape every
-    ``except RedisError`` of the cache layer. Those become ``ConnectionError`` (Redis is down,
-    for these owners); any other cluster-only error, such as keys of one command in several
+    ``except RedisError`` of the cache layer. Those, and the cluster's own "failing over" replies
+    (CLUSTERDOWN, MASTERDOWN, TRYAGAIN), become ``ConnectionError`` (Redis is down, for these
+    owners); any other cluster-only error, such as keys of one command in several
     slots, is a mistake of the caller and becomes ``ClusterCrossSlotError`` (a
     ``ResponseError``), never an outage.
     """
     try:
         return call(*args, **kwargs)
+    except (ClusterDownError, TryAgainError) as e:
+        # NOTE: CLUSTERDOWN/MASTERDOWN/TRYAGAIN are ResponseErrors in redis-py, but they mean
+        # a failover or a resharding in progress, still so after redis-py's own retries.
+        raise RedisConnectionError(str(e)) from e
     except SlotNotCoveredError as e:
         raise RedisConnectionError(str(e)) from e
     except RedisClusterException as e:

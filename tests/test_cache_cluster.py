@@ -10,9 +10,17 @@ import pytest
 from django.conf import settings
 from django.core.cache import caches
 from django.test import override_settings
-from redis.exceptions import ResponseError
+from redis.exceptions import (
+    ClusterDownError,
+    RedisClusterException,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from memory import selectors, services, store
+from memory.cache_cluster import _mapped
 from tests.servers import RedisCluster
 
 pytestmark = [pytest.mark.django_db, pytest.mark.faults, pytest.mark.slow]
@@ -183,3 +191,23 @@ def test_counters_on_a_dead_primary_cost_the_owners_elsewhere_no_hits(
     finally:
         victim.start()
         on_cluster.wait_stable()
+
+
+@pytest.mark.parametrize(
+    "error", [ClusterDownError("CLUSTERDOWN"), TryAgainError("TRYAGAIN"), SlotNotCoveredError("x")]
+)
+def test_failover_replies_are_connection_errors(error):
+    # NOTE: the mapping alone; the outages themselves are the tests above.
+    def fail() -> None:
+        raise error
+
+    with pytest.raises(RedisConnectionError):
+        _mapped(fail)
+
+
+def test_other_cluster_client_errors_are_response_errors():
+    def fail() -> None:
+        raise RedisClusterException("all keys must map to the same key slot")
+
+    with pytest.raises(ResponseError):
+        _mapped(fail)
