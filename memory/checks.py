@@ -24,6 +24,8 @@ from memory.conf import DEFAULTS, as_int, conf
 #   E015 TOKEN_COUNTER is tiktoken_counter, which cannot count here (no package, no cached file)
 #   E016 TOKEN_COUNTER cannot be imported or called
 #   E017 the cache alias sets its own KEY_PREFIX
+#   E018 METRICS_TOKEN is not None or a string of 16+ characters
+#   E019 a cluster memory alias reads from replicas
 #   E020 REPAIR_THREAD is not a bool
 #   W001 unknown MEMORY keys                 W004 the cache has no socket timeouts
 #   W002 CACHE_TURNS < CONTEXT_TURNS         W005 the database is not PostgreSQL
@@ -107,6 +109,15 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     errors += _check_resolver(values["OWNER_RESOLVER"])
     errors += _check_extractor(values["FACT_EXTRACTOR"])
     errors += _check_token_counter(values["TOKEN_COUNTER"])
+    token = values["METRICS_TOKEN"]
+    if token is not None and not (isinstance(token, str) and len(token) >= 16):
+        errors.append(
+            Error(
+                "MEMORY['METRICS_TOKEN'] must be None or a string of at least 16 characters.",
+                hint="Generate one with: python -c 'import secrets; print(secrets.token_hex())'",
+                id="memory.E018",
+            )
+        )
     return errors
 
 
@@ -272,6 +283,16 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
                 "hides an outage as a miss.",
                 hint="Remove it from that alias: the app handles Redis failures itself.",
                 id="memory.E009",
+            )
+        )
+    cluster = options.get("CLUSTER_OPTIONS") or {}
+    if cluster.get("read_from_replicas") or cluster.get("load_balancing_strategy") is not None:
+        errors.append(
+            Error(
+                f"The memory cache {alias!r} reads from replicas (CLUSTER_OPTIONS), which may "
+                "serve a copy a write has already replaced.",
+                hint="Remove read_from_replicas and load_balancing_strategy from that alias.",
+                id="memory.E019",
             )
         )
     if not options.get("SOCKET_TIMEOUT") or not options.get("SOCKET_CONNECT_TIMEOUT"):

@@ -49,6 +49,9 @@ DEFAULTS: dict[str, Any] = {
     "TOKEN_COUNTER": "memory.tokens.estimate_counter",
     # Milliseconds each statement of a search may run before Postgres stops it (a 503).
     "SEARCH_TIMEOUT_MS": 500,
+    # Bearer token that lets a scraper read the metrics view (docs/metrics.md); None: only
+    # service callers may.
+    "METRICS_TOKEN": None,
 }
 
 # NOTE: braces would break the per-owner hash tag, and glob characters the SCAN that finds
@@ -232,6 +235,12 @@ class Settings:
     @property
     def SEARCH_TIMEOUT_MS(self) -> int:
         return self._count("SEARCH_TIMEOUT_MS")
+
+    @property
+    def METRICS_TOKEN(self) -> str | None:
+        token = self._get("METRICS_TOKEN")
+        # NOTE: an empty or non-string token never matches (memory.E014 names it).
+        return token if isinstance(token, str) and token else None
 
 
 conf = Settings()

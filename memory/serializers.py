@@ -405,11 +405,19 @@ class SessionListSerializer(serializers.Serializer):
     next = serializers.URLField(allow_null=True)
 
 
+class HealthLatencySerializer(serializers.Serializer):
+    """Milliseconds each dependency took to answer the health probe (null: no cache)."""
+
+    database = serializers.FloatField()
+    cache = serializers.FloatField(allow_null=True)
+
+
 class HealthSerializer(serializers.Serializer):
-    """Whether the database and the cache answer."""
+    """Whether the database and the cache answer, and how fast."""
 
     database = serializers.ChoiceField(choices=["ok", "down"])
     cache = serializers.ChoiceField(choices=["ok", "down", "disabled"])
+    latency_ms = HealthLatencySerializer()
 
 
 class ErrorSerializer(serializers.Serializer):

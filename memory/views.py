@@ -8,6 +8,7 @@ the output serializers only describe them in the OpenAPI schema.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,7 @@ from rest_framework.serializers import Serializer, as_serializer_error
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from memory import selectors, services
+from memory import metrics, selectors, services
 from memory.exceptions import (
     FactNotFound,
     FactVersionConflict,
@@ -293,6 +294,18 @@ class MemoryView(APIView):
         repeated = sorted({k for k, v in request.query_params.lists() if len(v) > 1})
         if repeated:
             raise exceptions.ValidationError({k: ["Give this parameter once."] for k in repeated})
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        response = super().dispatch(request, *args, **kwargs)
+        match = request.resolver_match
+        metrics.request_observed(
+            view=match.view_name if match is not None else type(self).__name__,
+            method=request.method or "",
+            status=response.status_code,
+            seconds=time.perf_counter() - started,
+        )
+        return response
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Response | None]:
         handler = super().get_exception_handler()

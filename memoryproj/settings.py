@@ -1,9 +1,10 @@
 """Settings of the demo project, read from the environment (see README, "Configuration" and
 "Running it in production").
 
-``DATABASE_URL`` (default: SQLite in ``db.sqlite3``) and ``REDIS_URL`` (default: unset, no
-cache) choose the storage. Safe by default: DEBUG is off unless ``DJANGO_DEBUG=1``, and with
-DEBUG off the project refuses to start without ``DJANGO_SECRET_KEY``.
+``DATABASE_URL`` (default: SQLite in ``db.sqlite3``) and ``REDIS_URL``, ``REDIS_CLUSTER_URL`` or
+``REDIS_SENTINELS`` (default: unset, no cache) choose the storage. Safe by default: DEBUG is
+off unless ``DJANGO_DEBUG=1``, and with DEBUG off the project refuses to start without
+``DJANGO_SECRET_KEY``.
 """
 
 from __future__ import annotations
@@ -120,31 +121,60 @@ DATABASES = {
     )
 }
 
-# NOTE: the "memory" alias is the app's cache; it exists only when REDIS_URL is set, so a
-# demo started with nothing configured reads everything from the database.
+# NOTE: the "memory" alias is the app's cache; it exists only when REDIS_URL (one Redis),
+# REDIS_CLUSTER_URL (a seed node of a Redis Cluster) or REDIS_SENTINELS (Sentinel-managed
+# primary) is set, so a demo started with nothing configured reads everything from the database.
 REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+REDIS_CLUSTER_URL = os.environ.get("REDIS_CLUSTER_URL", "").strip()
+# host:port,host:port of the sentinels, and the name they monitor the primary under.
+REDIS_SENTINELS = [
+    (host.strip(), int(port))
+    for host, _, port in (
+        item.strip().rpartition(":")
+        for item in os.environ.get("REDIS_SENTINELS", "").split(",")
+        if item.strip()
+    )
+]
+REDIS_SENTINEL_MASTER = os.environ.get("REDIS_SENTINEL_MASTER", "mymaster").strip()
 _REDIS_TIMEOUT = float(os.environ.get("REDIS_SOCKET_TIMEOUT", "0.25"))
-if REDIS_URL:
+_REDIS_OPTIONS: dict[str, object] = {
+    "SOCKET_CONNECT_TIMEOUT": _REDIS_TIMEOUT,
+    "SOCKET_TIMEOUT": _REDIS_TIMEOUT,
+}
+if REDIS_CLUSTER_URL:
+    _REDIS_LOCATION = REDIS_CLUSTER_URL
+    _REDIS_OPTIONS["CLIENT_CLASS"] = "memory.cache.cluster.ClusterClient"
+elif REDIS_SENTINELS:
+    # NOTE: the URL's host is the monitored name; the sentinels say where that primary is now.
+    # The app's cache layer only ever asks for the primary's connection (never a replica's).
+    _REDIS_LOCATION = f"redis://{REDIS_SENTINEL_MASTER}/0"
+    _REDIS_OPTIONS.update(
+        CLIENT_CLASS="django_redis.client.SentinelClient",
+        CONNECTION_FACTORY="django_redis.pool.SentinelConnectionFactory",
+        SENTINELS=REDIS_SENTINELS,
+        SENTINEL_KWARGS={
+            "socket_connect_timeout": _REDIS_TIMEOUT,
+            "socket_timeout": _REDIS_TIMEOUT,
+        },
+    )
+else:
+    _REDIS_LOCATION = REDIS_URL
+if _REDIS_LOCATION:
     CACHES = {
         "default": {
             "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": REDIS_URL,
+            "LOCATION": _REDIS_LOCATION,
             "KEY_PREFIX": "memoryproj",
-            "OPTIONS": {
-                "SOCKET_CONNECT_TIMEOUT": _REDIS_TIMEOUT,
-                "SOCKET_TIMEOUT": _REDIS_TIMEOUT,
-                "IGNORE_EXCEPTIONS": True,
-            },
+            "OPTIONS": {**_REDIS_OPTIONS, "IGNORE_EXCEPTIONS": True},
         },
         "memory": {
             "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": REDIS_URL,
+            "LOCATION": _REDIS_LOCATION,
             "OPTIONS": {
                 # NOTE: short timeouts make a Redis that does not answer degrade to the
                 # database in milliseconds. IGNORE_EXCEPTIONS stays off on this alias: the
                 # app tells "down" from "miss" itself (memory/store.py).
-                "SOCKET_CONNECT_TIMEOUT": _REDIS_TIMEOUT,
-                "SOCKET_TIMEOUT": _REDIS_TIMEOUT,
+                **_REDIS_OPTIONS,
                 "SERIALIZER": "memory.codec.OrjsonSerializer",
             },
         },
@@ -156,6 +186,8 @@ else:
 
 MEMORY = {
     "CACHE_TTL": int(os.environ.get("MEMORY_CACHE_TTL", "3600")),
+    # The bearer token Prometheus sends to /metrics (docs/metrics.md); unset: service callers only.
+    "METRICS_TOKEN": os.environ.get("MEMORY_METRICS_TOKEN") or None,
 }
 
 # The demo chat page's assistant (/chat/, memoryproj/chat.py): a dotted path to a class with

@@ -1,7 +1,7 @@
 """URLs of the demo project: the admin, the memory API under ``/api/memory/``, its
 OpenAPI 3 schema (``/api/schema/``) with Swagger UI (``/api/docs/``) and Redoc (``/api/redoc/``),
-the demo chat page (``/chat/``, where ``/`` leads; ``/chat/stream/`` streams a reply) and its
-login and logout pages (``/accounts/``)."""
+the app's Prometheus metrics (``/metrics``), the demo chat page (``/chat/``, where ``/`` leads;
+``/chat/stream/`` streams a reply) and its login and logout pages (``/accounts/``)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from memory.metrics import metrics_view
 from memoryproj import chat
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/memory/", include("memory.urls")),
+    # Prometheus scrapes /metrics by default; service callers or MEMORY["METRICS_TOKEN"].
+    path("metrics", metrics_view, name="metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),

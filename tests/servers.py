@@ -22,7 +22,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-__all__ = ["PostgresServer", "RedisServer", "ServerUnavailable", "free_port"]
+__all__ = [
+    "PostgresServer",
+    "RedisCluster",
+    "RedisSentinel",
+    "RedisServer",
+    "ServerUnavailable",
+    "free_port",
+]
 
 HOST = "127.0.0.1"
 
@@ -180,7 +187,7 @@ class _Server:
         attempts = 1 if self._fixed_port else 3
         for attempt in range(attempts):
             if self._port is None or (attempt and not self._fixed_port):
-                self._port = free_port()
+                self._port = self._pick_port()
             try:
                 self._spawn()
                 self._wait_ready()
@@ -256,6 +263,10 @@ class _Server:
 
     def _prepare(self) -> None:
         """Prepare the fresh temp dir (once per server)."""
+
+    def _pick_port(self) -> int:
+        """A port to try; restarts keep the one that worked."""
+        return free_port()
 
     def _command(self) -> list[str]:
         raise NotImplementedError
@@ -376,6 +387,293 @@ def _redis_ping(host: str, port: int, *, timeout: float = 1.0) -> bool:
             return sock.recv(64).startswith(b"+PONG")
     except OSError:
         return False
+
+
+class _ClusterNode(RedisServer):
+    """A cluster node: its cluster bus listens on port + 10000, which must be free too."""
+
+    name = "redis-node"
+
+    def _pick_port(self) -> int:
+        while True:
+            port = free_port()
+            if port + 10000 > 65535:
+                continue
+            try:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                    sock.bind((HOST, port + 10000))
+            except OSError:
+                continue
+            return port
+
+
+class RedisCluster:
+    """A Redis Cluster of ``masters`` primaries with ``replicas`` replicas each, every node a
+    ``RedisServer`` of its own (so kill, pause and restart act on one node, by PID).
+
+    ``cluster-require-full-coverage no``: the surviving primaries keep answering for their
+    slots while one primary's are failed over, as a production cluster serving a cache should.
+    """
+
+    def __init__(self, *, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 1000) -> None:
+        self.masters = masters
+        self.replicas = replicas
+        self.node_timeout_ms = node_timeout_ms
+        self.nodes: list[RedisServer] = []
+        self._masters_before: set[int] = set()
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise ServerUnavailable("redis-cli not found on PATH (apt-get install redis-tools)")
+        self.cli = cli
+
+    @property
+    def url(self) -> str:
+        """A seed node, ``redis://127.0.0.1:PORT``: the first node that is running."""
+        for node in self.nodes:
+            if node.running:
+                return f"redis://{HOST}:{node.port}"
+        raise RuntimeError("no node of the cluster is running")
+
+    def start(self) -> Self:
+        """Start every node, join them with ``redis-cli --cluster create``, wait for state ok."""
+        args = [
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", str(self.node_timeout_ms),
+            "--cluster-require-full-coverage", "no",
+            # NOTE: a replica that lost its primary a while ago may still be promoted: the
+            # tests pause nodes for longer than production timeouts would allow.
+            "--cluster-replica-validity-factor", "0",
+        ]  # fmt: skip
+        try:
+            for _ in range(self.masters * (1 + self.replicas)):
+                self.nodes.append(_ClusterNode(extra_args=args).start())
+            result = subprocess.run(
+                [
+                    self.cli, "--cluster", "create",
+                    *(f"{HOST}:{node.port}" for node in self.nodes),
+                    "--cluster-replicas", str(self.replicas),
+                    "--cluster-yes",
+                ],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )  # fmt: skip
+            if result.returncode != 0:
+                raise ServerUnavailable(
+                    f"redis-cli --cluster create failed: {(result.stderr or result.stdout)[-500:]}"
+                )
+            self.wait_stable()
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def command(self, node: RedisServer, *args: str) -> Any:
+        """One command to one node, on a connection of its own (redis-py, short timeouts)."""
+        import redis
+
+        with redis.Redis(
+            host=HOST, port=node.port, socket_timeout=2, socket_connect_timeout=1
+        ) as client:
+            return client.execute_command(*args)
+
+    def topology(self) -> dict[int, tuple[str, int | None]]:
+        """``{port: (role, port of its primary or None)}`` as a running node sees the cluster."""
+        for node in self.nodes:
+            if not node.running:
+                continue
+            try:
+                text = self.command(node, "CLUSTER", "NODES")
+            except Exception:
+                # NOTE: a node going down or failing over; ask the next one.
+                continue
+            text = text.decode() if isinstance(text, bytes) else str(text)
+            ids: dict[str, int] = {}
+            rows: list[tuple[int, str, str]] = []
+            for line in text.strip().splitlines():
+                fields = line.split()
+                port = int(fields[1].split("@")[0].rsplit(":", 1)[1])
+                ids[fields[0]] = port
+                flags = fields[2].split(",")
+                role = "master" if "master" in flags else "replica"
+                if "fail" in flags or "fail?" in flags:
+                    role = "failed"
+                rows.append((port, role, fields[3]))
+            return {port: (role, ids.get(primary)) for port, role, primary in rows}
+        raise RuntimeError("no node of the cluster answers")
+
+    def master_for(self, key: str) -> RedisServer:
+        """The node that holds ``key``'s slot now."""
+        for node in self.nodes:
+            if not node.running:
+                continue
+            slot = int(self.command(node, "CLUSTER", "KEYSLOT", key))
+            for start, end, primary, *_ in self.command(node, "CLUSTER", "SLOTS"):
+                if start <= slot <= end:
+                    port = int(primary[1])
+                    return next(n for n in self.nodes if n.port == port)
+        raise RuntimeError(f"no node holds the slot of {key!r}")
+
+    def replicas_of(self, master: RedisServer) -> list[RedisServer]:
+        """The nodes replicating ``master`` now."""
+        top = self.topology()
+        return [n for n in self.nodes if top.get(n.port, ("", None))[1] == master.port]
+
+    def wait_stable(self, timeout: float = 30.0) -> None:
+        """Wait until every running node reports ``cluster_state:ok`` with all slots served
+        and agrees on one primary per slot range."""
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                states = [
+                    self.command(node, "CLUSTER", "INFO") for node in self.nodes if node.running
+                ]
+                infos = [s.decode() if isinstance(s, bytes) else str(s) for s in states]
+                last = infos[0] if infos else ""
+                if infos and all(
+                    "cluster_state:ok" in info and "cluster_slots_ok:16384" in info
+                    for info in infos
+                ):
+                    top = self.topology()
+                    running = {n.port for n in self.nodes if n.running}
+                    masters = [p for p, (role, _) in top.items() if role == "master"]
+                    if len(masters) == self.masters and set(masters) <= running:
+                        return
+            except Exception:
+                pass  # NOTE: nodes still joining or failing over
+            time.sleep(0.1)
+        raise ServerUnavailable(f"cluster not stable within {timeout:g}s: {last[:300]}")
+
+    def wait_promoted(self, dead: RedisServer, timeout: float = 30.0) -> RedisServer:
+        """Wait until a replica of the killed primary ``dead`` serves its slots; return it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            top = self.topology()
+            promoted = [
+                node
+                for node in self.nodes
+                if node.running
+                and node.port not in self._masters_before
+                and top.get(node.port, ("", None))[0] == "master"
+            ]
+            if promoted:
+                self.wait_stable(timeout=max(deadline - time.monotonic(), 1.0))
+                return promoted[0]
+            time.sleep(0.1)
+        raise ServerUnavailable(f"no replica of port {dead.port} was promoted in {timeout:g}s")
+
+    def wait_replica(self, node: RedisServer, timeout: float = 30.0) -> None:
+        """Wait until ``node`` (a former primary, restarted) replicates a primary in sync."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                info = self.command(node, "INFO", "replication")
+                if (
+                    info.get("role") == "slave"
+                    and info.get("master_link_status") == "up"
+                    and self.topology().get(node.port, ("", None))[0] == "replica"
+                ):
+                    return
+            except Exception:
+                pass  # NOTE: still loading or handshaking
+            time.sleep(0.1)
+        raise ServerUnavailable(f"port {node.port} did not rejoin as a replica in {timeout:g}s")
+
+    def wait_synced(
+        self, primary: RedisServer, replica: RedisServer, timeout: float = 10.0
+    ) -> None:
+        """Wait until ``replica`` has applied everything ``primary`` wrote so far."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            offset = self.command(primary, "INFO", "replication")["master_repl_offset"]
+            if self.command(replica, "INFO", "replication").get("slave_repl_offset", -1) >= offset:
+                return
+            time.sleep(0.02)
+        raise ServerUnavailable(f"port {replica.port} did not catch up in {timeout:g}s")
+
+    def kill(self, node: RedisServer) -> None:
+        """SIGKILL one node; remembers which nodes were primaries, for wait_promoted()."""
+        top = self.topology()
+        self._masters_before = {p for p, (role, _) in top.items() if role == "master"}
+        node.kill()
+
+    def flushall(self) -> None:
+        """FLUSHALL on every primary (their replicas follow)."""
+        top = self.topology()
+        for node in self.nodes:
+            if node.running and top.get(node.port, ("", None))[0] == "master":
+                self.command(node, "FLUSHALL")
+
+    def cleanup(self) -> None:
+        """Stop every node (by PID) and remove their temp dirs."""
+        for node in self.nodes:
+            node.cleanup()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+
+class RedisSentinel(RedisServer):
+    """A redis-server in sentinel mode watching the primary ``primary_port`` as ``master``."""
+
+    name = "sentinel"
+
+    def __init__(
+        self,
+        *,
+        master: str,
+        primary_port: int,
+        quorum: int = 2,
+        down_after_ms: int = 1000,
+        port: int | None = None,
+    ) -> None:
+        super().__init__(port=port)
+        self.master = master
+        self.primary_port = primary_port
+        self.quorum = quorum
+        self.down_after_ms = down_after_ms
+
+    def _prepare(self) -> None:
+        # NOTE: a sentinel rewrites its config file (what it learnt of replicas and epochs),
+        # so it is a file of the sentinel's own, in its temp dir.
+        (self.tmpdir / "sentinel.conf").write_text(
+            f"sentinel monitor {self.master} {HOST} {self.primary_port} {self.quorum}\n"
+            f"sentinel down-after-milliseconds {self.master} {self.down_after_ms}\n"
+            f"sentinel failover-timeout {self.master} 5000\n"
+            f"sentinel parallel-syncs {self.master} 1\n"
+        )
+
+    def _command(self) -> list[str]:
+        return [
+            self.binary, str(self.tmpdir / "sentinel.conf"), "--sentinel",
+            "--port", str(self.port),
+            "--bind", HOST,
+            "--dir", str(self.tmpdir),
+            "--daemonize", "no",
+        ]  # fmt: skip
+
+    def primary(self) -> int | None:
+        """The port of the primary this sentinel names now, or None if it does not answer."""
+        import redis
+
+        try:
+            with redis.Redis(host=HOST, port=self.port, socket_timeout=1) as client:
+                reply = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master)
+        except redis.RedisError:
+            return None
+        return int(reply[1]) if reply else None
 
 
 # --- PostgreSQL ------------------------------------------------------------------------------

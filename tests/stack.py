@@ -25,11 +25,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Response:
-    """An HTTP answer: status and decoded JSON body (None when empty)."""
+    """An HTTP answer: status, the body, and the body decoded as JSON (None when empty or the
+    body is not JSON, such as the metrics' text)."""
 
-    def __init__(self, status: int, body: bytes) -> None:
+    def __init__(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         self.status = status
-        self.data = json.loads(body) if body else None
+        self.body = body
+        self.data = (
+            json.loads(body) if body and content_type.startswith("application/json") else None
+        )
 
     def __repr__(self) -> str:
         return f"<{self.status} {self.data!r}>"
@@ -48,10 +52,11 @@ class AppStack:
         self,
         *,
         server_url: str,
-        redis_url: str,
+        redis_url: str = "",
         instances: int = 2,
         memory: dict[str, Any] | None = None,
         workers: int = 2,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.server_url = server_url
         self.redis_url = redis_url
@@ -60,6 +65,8 @@ class AppStack:
         self.instances = instances
         self.workers = workers
         self.memory = memory or {}
+        # More environment of the instances, e.g. REDIS_CLUSTER_URL instead of redis_url.
+        self.extra_env = env or {}
         self.ports: list[int] = []
         self.procs: list[subprocess.Popen[bytes]] = []
         self.token = ""
@@ -79,6 +86,7 @@ class AppStack:
             DJANGO_SECRET_KEY="stack-only-secret-key-" + "x" * 40,
             MEMORY_LOG_LEVEL="WARNING",
         )
+        env.update(self.extra_env)
         return env
 
     def _run(self, *args: str) -> str:
@@ -153,7 +161,9 @@ class AppStack:
                 all_headers["Content-Type"] = "application/json"
             conn.request(method, path, body=data, headers=all_headers)
             response = conn.getresponse()
-            return Response(response.status, response.read())
+            return Response(
+                response.status, response.read(), response.getheader("Content-Type") or ""
+            )
         finally:
             conn.close()
 
@@ -174,6 +184,68 @@ class AppStack:
             pass
         for log in self.logs:
             log.unlink(missing_ok=True)
+
+
+class Conversation:
+    """What the clients were told was stored, per owner, to compare every read against."""
+
+    def __init__(self, stack: AppStack) -> None:
+        self.stack = stack
+        self.turns: dict[str, list[str]] = {}
+        self.facts: dict[str, dict[str, object]] = {}
+
+    def tell(self, i: int, owner: str, content: str) -> None:
+        response = self.stack.request(
+            i,
+            "POST",
+            f"/api/memory/users/{owner}/turns/",
+            {"session_id": f"tab-{i}", "role": "assistant", "content": content},
+        )
+        assert response.status == 201, response
+        self.turns.setdefault(owner, []).append(content)
+
+    def put(self, i: int, owner: str, key: str, value: object) -> None:
+        path = f"/api/memory/users/{owner}/facts/{key}/"
+        response = self.stack.request(i, "PUT", path, {"value": value})
+        assert response.status in (200, 201), response
+        self.facts.setdefault(owner, {})[key] = value
+
+    def context(self, i: int, owner: str) -> dict:
+        response = self.stack.request(i, "GET", f"/api/memory/users/{owner}/context/?turns=50")
+        assert response.status == 200, response
+        return response.data
+
+    def fact_values(self, i: int, owner: str) -> dict[str, object]:
+        response = self.stack.request(i, "GET", f"/api/memory/users/{owner}/facts/")
+        assert response.status == 200, response
+        return {fact["key"]: fact["value"] for fact in response.data["facts"]}
+
+    def served(self, i: int, owner: str) -> bool:
+        """Whether instance ``i`` serves everything acknowledged, through context/ and facts/."""
+        context = self.context(i, owner)
+        facts = self.fact_values(i, owner)
+        expected = self.facts.get(owner, {})
+        return (
+            [turn["content"] for turn in context["turns"]] == self.turns.get(owner, [])
+            and all(context["facts"].get(k) == v for k, v in expected.items())
+            and all(facts.get(k) == v for k, v in expected.items())
+        )
+
+    def assert_stored_once(self, owner: str) -> None:
+        """The turn listing (the database) holds every acknowledged turn once, seq 1..N."""
+        response = self.stack.request(0, "GET", f"/api/memory/users/{owner}/turns/?limit=500")
+        assert response.status == 200, response
+        turns = response.data["results"]
+        assert [t["content"] for t in turns] == self.turns.get(owner, [])
+        assert [t["seq"] for t in turns] == list(range(1, len(turns) + 1))
+
+    def wait_served(self, owner: str, bound: float = 5.0) -> None:
+        """Wait until every instance serves ``owner`` as acknowledged, at most ``bound`` s."""
+        deadline = time.monotonic() + bound
+        for i in range(self.stack.instances):
+            while not (self.served(i, owner) and self.served(i, owner)):
+                assert time.monotonic() < deadline, f"instance {i} serves a stale {owner}"
+                time.sleep(0.05)
 
 
 @contextmanager

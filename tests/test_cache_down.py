@@ -38,7 +38,8 @@ def test_redis_unreachable_reads_and_writes_use_postgres(
     assert context["source"] == "database"
     assert contents(context) == ["My name is Wang Jianguo"]
     assert context["facts"] == {"name": "Wang Jianguo"}
-    assert selectors.health_get() == {"database": "ok", "cache": "down"}
+    health = selectors.health_get()
+    assert (health["database"], health["cache"]) == ("ok", "down")
 
 
 def test_redis_outage_is_logged_once(dead_cache, caplog, django_capture_on_commit_callbacks):

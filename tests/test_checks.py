@@ -212,3 +212,49 @@ def test_a_key_prefix_on_the_cache_alias_equal_to_the_memory_one_passes():
     default_prefixed = {**settings.CACHES["memory"], "KEY_PREFIX": "memory"}
     without_prefix = {k: v for k, v in settings.MEMORY.items() if k != "KEY_PREFIX"}
     assert ids(CACHES=caches(memory=default_prefixed), MEMORY=without_prefix) == []
+
+
+@pytest.mark.parametrize("token", ["", "short", 12345, ["a-token-in-a-list-0123"]])
+def test_metrics_token_must_be_a_long_string(token):
+    assert ids(MEMORY=memory(METRICS_TOKEN=token)) == ["memory.E018"]
+
+
+def test_metrics_token_of_16_characters_or_none_passes():
+    assert ids(MEMORY=memory(METRICS_TOKEN="0123456789abcdef")) == []
+    assert ids(MEMORY=memory(METRICS_TOKEN=None)) == []
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"CLIENT_CLASS": "memory.cache.cluster.ClusterClient"},
+        {
+            "CLIENT_CLASS": "django_redis.client.SentinelClient",
+            "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+            "SENTINELS": [("127.0.0.1", 26379)],
+        },
+    ],
+)
+def test_cluster_and_sentinel_aliases_pass(options):
+    alias = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": "redis://127.0.0.1:7000",
+        "OPTIONS": {**REDIS_OPTIONS, **options},
+    }
+    assert ids(CACHES=caches(other=alias), MEMORY=memory(CACHE_ALIAS="other")) == []
+
+
+@pytest.mark.parametrize(
+    "cluster", [{"read_from_replicas": True}, {"load_balancing_strategy": "round-robin"}]
+)
+def test_a_cluster_alias_must_not_read_from_replicas(cluster):
+    alias = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": "redis://127.0.0.1:7000",
+        "OPTIONS": {
+            **REDIS_OPTIONS,
+            "CLIENT_CLASS": "memory.cache.cluster.ClusterClient",
+            "CLUSTER_OPTIONS": cluster,
+        },
+    }
+    assert ids(CACHES=caches(other=alias), MEMORY=memory(CACHE_ALIAS="other")) == ["memory.E019"]

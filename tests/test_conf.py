@@ -71,3 +71,9 @@ def test_owner_resolver_is_a_dotted_path():
     assert conf.OWNER_RESOLVER == "memory.permissions.default_owner_id"
     with override_settings(MEMORY={"OWNER_RESOLVER": "myapp.owners.resolve"}):
         assert conf.OWNER_RESOLVER == "myapp.owners.resolve"
+
+
+def test_metrics_token_is_none_unless_a_nonempty_string():
+    for value, expected in [(None, None), ("", None), (123, None), ("t" * 20, "t" * 20)]:
+        with override_settings(MEMORY={"METRICS_TOKEN": value}):
+            assert expected == conf.METRICS_TOKEN

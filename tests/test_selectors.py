@@ -237,7 +237,9 @@ def test_fact_list_same_from_cache_and_database(history):
 
 
 def test_health_reports_database_and_cache():
-    assert selectors.health_get() == {"database": "ok", "cache": "ok"}
+    health = selectors.health_get()
+    assert (health["database"], health["cache"]) == ("ok", "ok")
+    assert set(health["latency_ms"]) == {"database", "cache"}
 
 
 def test_owner_summary_counts_what_is_stored(history):

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.servers import PostgresServer, RedisServer, free_port
+from tests.servers import PostgresServer, RedisCluster, RedisSentinel, RedisServer, free_port
 
 pytestmark = pytest.mark.faults
 
@@ -190,3 +190,28 @@ def test_postgres_pause_hangs_connects_and_resume_answers(
     assert _postgres_answers(postgres_server)
     with psycopg.connect(postgres_server.url) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_redis_cluster_serves_every_slot_and_its_cleanup_reaps_every_node() -> None:
+    cluster = RedisCluster(masters=3, replicas=1).start()
+    try:
+        roles = sorted(role for role, _ in cluster.topology().values())
+        assert roles == ["master"] * 3 + ["replica"] * 3
+        client = redis.RedisCluster.from_url(cluster.url)
+        client.set("{a}x", 1)
+        assert client.get("{a}x") == b"1"
+        client.close()
+        pids = [node.pid for node in cluster.nodes]
+    finally:
+        cluster.cleanup()
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_redis_sentinel_names_its_primary() -> None:
+    with (
+        RedisServer() as primary,
+        RedisSentinel(master="t", primary_port=primary.port) as sentinel,
+    ):
+        assert sentinel.primary() == primary.port
+        pid = sentinel.pid
+    assert not _alive(pid)

@@ -19,6 +19,7 @@ from django.core.cache import caches
 from django_redis.exceptions import ConnectionInterrupted
 from redis import exceptions as redis_errors
 
+from memory import metrics
 from memory.conf import conf
 
 logger = logging.getLogger("memory.store")
@@ -93,6 +94,7 @@ class Breaker:
             self.probe: threading.Event | None = None
             self.counts: dict[str, int] = {}
             self.counts_flushed_at = 0.0
+        metrics.cache_outage_reset()
 
     def expire(self) -> None:
         """End the open window now: the next call probes (tests, operators)."""
@@ -136,6 +138,7 @@ class Breaker:
         if probe is not None:
             probe.set()
         if since is not None:
+            metrics.cache_recovered()
             logger.warning("Redis reachable again after %.1f s.", time.monotonic() - since)
             for listener in list(self.listeners):
                 listener()
@@ -153,6 +156,7 @@ class Breaker:
             probe, self.probe = self.probe, None
         if probe is not None:
             probe.set()
+        metrics.cache_failed()
         if first:
             logger.warning(
                 "Redis unreachable (%s during %s); reading from the database.", error, action
@@ -176,12 +180,8 @@ class Breaker:
     def count(self, name: str, n: int = 1) -> None:
         with self.lock:
             self.counts[name] = self.counts.get(name, 0) + n
-        for hook in COUNT_HOOKS:
-            hook(name, n)
+        metrics.cache_event(name, n)
 
-
-# Callables ``(name, n)`` told of every counter increment (memory.metrics registers one).
-COUNT_HOOKS: list[Callable[[str, int], None]] = []
 
 breaker = Breaker()
 
@@ -239,23 +239,27 @@ def stats_key() -> str:
 
 
 def counts_flush(*, force: bool = False) -> None:
-    """Add this process's counters to the shared ones in Redis, at most once a second."""
+    """Add this process's counters to the shared ones in Redis, at most once a second.
+
+    NOTE: outside the breaker: on a cluster the counters' key is in a slot of its own, maybe on
+    a node that is down while the owner's answers; that must not fail a read whose own script
+    succeeded, nor open the breaker for every owner. Unflushed counts wait for the next flush.
+    """
     now = time.monotonic()
     with breaker.lock:
         if not force and now - breaker.counts_flushed_at < COUNTS_FLUSH_SECONDS:
             return
         counts, breaker.counts = breaker.counts, {}
         breaker.counts_flushed_at = now
-    if not counts:
+    if not counts or not enabled():
         return
-
-    def flush(redis: Any) -> None:
-        pipe = redis.pipeline(transaction=False)
+    try:
+        pipe = client().pipeline(transaction=False)
         for name, n in counts.items():
             pipe.hincrby(stats_key(), name, n)
         pipe.execute()
-
-    if not isinstance(redis_call("counters", flush), Answer):
+    except (*DOWN_ERRORS, redis_errors.RedisError) as e:
         with breaker.lock:
             for name, n in counts.items():
                 breaker.counts[name] = breaker.counts.get(name, 0) + n
+        logger.debug("Could not flush the cache counters: %s", e)

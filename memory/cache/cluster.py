@@ -1,0 +1,167 @@
+"""A django-redis client for Redis Cluster, on redis-py's ``RedisCluster`` (django-redis has none).
+
+``CACHES["memory"]["OPTIONS"]["CLIENT_CLASS"] = "memory.cache.cluster.ClusterClient"`` with a seed
+node (or several, comma-separated) as ``LOCATION``; the client discovers the other nodes and
+follows slot moves and failovers.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from django_redis.client.default import DefaultClient, _main_exceptions
+from django_redis.exceptions import ConnectionInterrupted
+from django_redis.pool import ConnectionFactory
+from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.connection import parse_url
+from redis.exceptions import (
+    ClusterCrossSlotError,
+    ClusterDownError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+__all__ = ["ClusterClient", "ClusterConnectionFactory", "MemoryRedisCluster"]
+
+T = TypeVar("T")
+
+
+def _mapped(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run ``call``, turning redis-py's cluster-only errors into its ordinary ones.
+
+    ``RedisClusterException`` is not a ``RedisError``: a slot whose primary just died
+    (``SlotNotCoveredError``) or a cluster no seed node answers would otherwise escape every
+    ``except RedisError`` of the cache layer. Those, and the cluster's own "failing over" replies
+    (CLUSTERDOWN, MASTERDOWN, TRYAGAIN), become ``ConnectionError`` (Redis is down, for these
+    owners); any other cluster-only error, such as keys of one command in several
+    slots, is a mistake of the caller and becomes ``ClusterCrossSlotError`` (a
+    ``ResponseError``), never an outage.
+    """
+    try:
+        return call(*args, **kwargs)
+    except (ClusterDownError, TryAgainError) as e:
+        # NOTE: CLUSTERDOWN/MASTERDOWN/TRYAGAIN are ResponseErrors in redis-py, but they mean
+        # a failover or a resharding in progress, still so after redis-py's own retries.
+        raise RedisConnectionError(str(e)) from e
+    except SlotNotCoveredError as e:
+        raise RedisConnectionError(str(e)) from e
+    except RedisClusterException as e:
+        if isinstance(e.__cause__, (RedisConnectionError, RedisTimeoutError, OSError)):
+            raise RedisConnectionError(str(e)) from e
+        raise ClusterCrossSlotError(str(e)) from e
+
+
+class MemoryRedisCluster(RedisCluster):
+    """``RedisCluster`` whose commands and pipelines raise only ``RedisError`` subclasses."""
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        return _mapped(super().execute_command, *args, **kwargs)
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
+        execute = pipe.execute
+
+        def mapped_execute(raise_on_error: bool = True) -> Any:
+            return _mapped(execute, raise_on_error)
+
+        pipe.execute = mapped_execute
+        return pipe
+
+
+class ClusterConnectionFactory(ConnectionFactory):
+    """Hands out one ``RedisCluster`` per ``LOCATION`` and process, built from the OPTIONS.
+
+    ``SOCKET_TIMEOUT``/``SOCKET_CONNECT_TIMEOUT``/``PASSWORD`` apply to every node's
+    connections; ``CLUSTER_OPTIONS`` (a dict) is passed on to ``RedisCluster``. A cluster that no
+    seed answers raises redis-py's ``ConnectionError``, which the cache layer counts as down.
+    """
+
+    # NOTE: process-global like django-redis's own pools: Django builds a new cache client per
+    # request thread, and each RedisCluster holds a pool per node plus the slot table, which
+    # must not be rediscovered on every request.
+    _clusters: dict[str, RedisCluster] = {}
+    _clusters_lock = threading.Lock()
+
+    def connect(self, url: str) -> RedisCluster:  # type: ignore[override]
+        with self._clusters_lock:
+            cluster = self._clusters.get(url)
+            if cluster is None:
+                cluster = self._clusters[url] = _mapped(self._cluster, url)
+            return cluster
+
+    def _cluster(self, location: str) -> RedisCluster:
+        seeds = [seed.strip() for seed in location.split(",") if seed.strip()]
+        params = self.make_connection_params(seeds[0])
+        params.pop("url")
+        params.pop("parser_class", None)
+        kwargs = {
+            key: value
+            for key, value in parse_url(seeds[0]).items()
+            if key in {"username", "password", "ssl", "ssl_cert_reqs", "ssl_ca_certs"}
+        }
+        # NOTE: no ``load_balancing_strategy`` (nor the deprecated ``read_from_replicas``): every
+        # read and fill of the protocol goes to the slot's primary. A replica may lag behind
+        # the deltas and floors the primary acknowledged, and serving from it would bring back
+        # a copy that a write has already replaced. CLUSTER_OPTIONS must not set them either.
+        options: dict[str, Any] = {
+            # NOTE: the owners on the surviving primaries keep their cache while one
+            # primary's slots are being failed over.
+            "require_full_coverage": False,
+            # NOTE: a failed command is retried once on the refreshed slot table (a failover
+            # that already happened); the cache layer's breaker handles the rest, so that an
+            # outage costs a request milliseconds, not a retry loop.
+            "retry": Retry(NoBackoff(), retries=1),
+            **kwargs,
+            **params,
+            **self.options.get("CLUSTER_OPTIONS", {}),
+        }
+        nodes = [
+            ClusterNode(urlsplit(seed).hostname, urlsplit(seed).port or 6379) for seed in seeds
+        ]
+        return MemoryRedisCluster(startup_nodes=nodes, **options)
+
+    def disconnect(self, connection: Any) -> None:
+        connection.disconnect_connection_pools()
+
+
+class ClusterClient(DefaultClient):
+    """django-redis's ``DefaultClient`` over a Redis Cluster, seeds in ``LOCATION``.
+
+    Every owner's keys share one hash tag (``memory:v1:{digest}``), so each Lua script of the
+    cache layer runs in one slot. ``get_many`` and ``set_many`` are split per slot, so they
+    are not atomic, as on any cluster.
+    """
+
+    def __init__(self, server: Any, params: dict[str, Any], backend: Any) -> None:
+        options = params.setdefault("OPTIONS", {})
+        options.setdefault("CONNECTION_FACTORY", "memory.cache.cluster.ClusterConnectionFactory")
+        # NOTE: several seeds are one cluster, not a primary and its replicas as DefaultClient
+        # would take them: they stay one LOCATION, and the factory makes them startup nodes.
+        if isinstance(server, (list, tuple, set)):
+            server = ",".join(server)
+        super().__init__([server], params, backend)
+
+    def get_many(self, keys: Any, version: int | None = None, client: Any = None) -> dict[Any, Any]:
+        """Values of ``keys`` that exist, read slot by slot (``MGET`` cannot cross slots)."""
+        if client is None:
+            client = self.get_client(write=False)
+        if not keys:
+            return {}
+        made = {self.make_key(key, version=version): key for key in keys}
+        try:
+            values = client.mget_nonatomic(list(made))
+        except _main_exceptions as e:
+            raise ConnectionInterrupted(connection=client) from e
+        return {
+            made[key]: self.decode(value)
+            for key, value in zip(made, values, strict=True)
+            if value is not None
+        }
