@@ -27,6 +27,7 @@ from memory.conf import DEFAULTS, as_int, conf
 #   E018 METRICS_TOKEN is not None or a string of 16+ characters
 #   E019 a cluster memory alias reads from replicas
 #   E020 REPAIR_THREAD is not a bool
+#   E021 CACHE_REPLICAS is not an integer >= 0, or CACHE_REPLICA_WAIT_MS not a positive one
 #   W001 unknown MEMORY keys                 W004 the cache has no socket timeouts
 #   W002 CACHE_TURNS < CONTEXT_TURNS         W005 the database is not PostgreSQL
 #   W006 a deferred extractor whose tasks run immediately, inside the request
@@ -47,6 +48,8 @@ VALUE_IDS = {
     "KEY_PREFIX": "memory.E004",
     "FILL_WAIT_MS": "memory.E010",
     "REPAIR_THREAD": "memory.E020",
+    "CACHE_REPLICAS": "memory.E021",
+    "CACHE_REPLICA_WAIT_MS": "memory.E021",
 }
 # django-tasks' default when TASKS is not set: a task runs where it is enqueued.
 IMMEDIATE_BACKEND = "django_tasks.backends.immediate.ImmediateBackend"
@@ -85,7 +88,15 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     values = {name: user.get(name, DEFAULTS[name]) for name in DEFAULTS}
     # NOTE: the values' own rules are conf's, which applies them on every read as well.
     problems = conf.problems()
-    for name in (*COUNTS, *DURATIONS, "KEY_PREFIX", "FILL_WAIT_MS", "REPAIR_THREAD"):
+    for name in (
+        *COUNTS,
+        *DURATIONS,
+        "KEY_PREFIX",
+        "FILL_WAIT_MS",
+        "REPAIR_THREAD",
+        "CACHE_REPLICAS",
+        "CACHE_REPLICA_WAIT_MS",
+    ):
         if name in problems:
             errors.append(Error(problems[name], id=VALUE_IDS.get(name, "memory.E002")))
     context, most = values["CONTEXT_TURNS"], values["MAX_CONTEXT_TURNS"]

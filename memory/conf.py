@@ -37,6 +37,12 @@ DEFAULTS: dict[str, Any] = {
     "SUSPECT_WINDOW": 10.0,
     # Milliseconds a cold reader waits for another process's rehydration before reading itself.
     "FILL_WAIT_MS": 200,
+    # Replicas that must hold a write's cache update before it counts as landed (Redis WAIT,
+    # on the same connection); 0 for a Redis without replicas. Set it under Sentinel or Cluster:
+    # a replica promoted before it received an update must not serve the older copy.
+    "CACHE_REPLICAS": 0,
+    # Milliseconds a write waits for those replicas before its update counts as not landed.
+    "CACHE_REPLICA_WAIT_MS": 100,
     # Whether each process runs a repairer thread (memory.cache.repair); off, repairs happen
     # only when something calls memory.cache.run_once (the test suite drives it so).
     "REPAIR_THREAD": True,
@@ -191,6 +197,20 @@ class Settings:
                 f"not {value!r}."
             )
         return number
+
+    @property
+    def CACHE_REPLICAS(self) -> int:
+        value = self._get("CACHE_REPLICAS")
+        number = as_int(value)
+        if number is None or number < 0:
+            raise ImproperlyConfigured(
+                f"MEMORY['CACHE_REPLICAS'] must be an integer >= 0, not {value!r}."
+            )
+        return number
+
+    @property
+    def CACHE_REPLICA_WAIT_MS(self) -> int:
+        return self._count("CACHE_REPLICA_WAIT_MS")
 
     @property
     def REPAIR_THREAD(self) -> bool:

@@ -188,6 +188,9 @@ MEMORY = {
     "CACHE_TTL": int(os.environ.get("MEMORY_CACHE_TTL", "3600")),
     # The bearer token Prometheus sends to /metrics (docs/metrics.md); unset: service callers only.
     "METRICS_TOKEN": os.environ.get("MEMORY_METRICS_TOKEN") or None,
+    # Replicas each Redis primary has (Sentinel, Cluster): a write's cache update counts once
+    # they hold it (docs/scaling.md); 0 for a Redis without replicas.
+    "CACHE_REPLICAS": int(os.environ.get("MEMORY_CACHE_REPLICAS", "0")),
 }
 
 # The demo chat page's assistant (/chat/, memoryproj/chat.py): a dotted path to a class with

@@ -466,6 +466,7 @@ class RedisCluster:
                     f"redis-cli --cluster create failed: {(result.stderr or result.stdout)[-500:]}"
                 )
             self.wait_stable()
+            self.wait_replicas_synced()
         except BaseException:
             self.cleanup()
             raise
@@ -521,6 +522,30 @@ class RedisCluster:
         """The nodes replicating ``master`` now."""
         top = self.topology()
         return [n for n in self.nodes if top.get(n.port, ("", None))[1] == master.port]
+
+    def wait_replicas_synced(self, timeout: float = 30.0) -> None:
+        """Wait until every running primary has its ``replicas`` replicas online (their first
+        full sync done): before that, a WAIT for one replica cannot be satisfied."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            online = []
+            for port, (role, _) in self.topology().items():
+                if role != "master":
+                    continue
+                node = next(n for n in self.nodes if n.port == port)
+                info = self.command(node, "INFO", "replication")
+                synced = [
+                    value
+                    for name, value in info.items()
+                    if name.startswith("slave")
+                    and isinstance(value, dict)
+                    and value.get("state") == "online"
+                ]
+                online.append(len(synced) >= self.replicas)
+            if online and all(online):
+                return
+            time.sleep(0.1)
+        raise ServerUnavailable(f"replicas not synced within {timeout:g}s")
 
     def wait_stable(self, timeout: float = 30.0) -> None:
         """Wait until every running node reports ``cluster_state:ok`` with all slots served

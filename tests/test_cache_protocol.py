@@ -341,3 +341,25 @@ def test_a_forget_outbox_row_is_stamped_by_the_database(write, django_capture_on
         cursor.execute("SELECT statement_timestamp()")
         (now,) = cursor.fetchone()
     assert abs((now - row.created_at).total_seconds()) < 60
+
+
+# Replicas: an update counts as landed only once CACHE_REPLICAS replicas hold it.
+
+
+def test_an_update_no_replica_acknowledged_has_not_landed(write, memory_settings):
+    """The suite's Redis has no replica: with CACHE_REPLICAS 1, WAIT answers 0, so the write's
+    update stays unconfirmed (owner dirty, repair pending) and its writer reads the database."""
+    with write():
+        append("wang", "one")
+    selectors.context_get(owner_id="wang")
+    with memory_settings(CACHE_REPLICAS=1, CACHE_REPLICA_WAIT_MS=10):
+        with write():
+            append("wang", "two")
+        assert Owner.objects.get(external_id="wang").cache_dirty
+        assert cache.pending_count() == 1
+        context = selectors.context_get(owner_id="wang")
+        assert (context["source"], contents(context)) == ("database", ["one", "two"])
+        assert cache.breaker.state == "closed"  # Redis answered: not an outage
+    with memory_settings(CACHE_REPLICAS=0):
+        assert cache.run_once() == 1
+    assert not Owner.objects.get(external_id="wang").cache_dirty

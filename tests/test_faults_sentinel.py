@@ -120,7 +120,7 @@ def stack(group: Group) -> Iterator[AppStack]:
             "REDIS_SENTINEL_MASTER": group.name,
             "REDIS_SOCKET_TIMEOUT": "1.0",
         },
-        memory={"RECONCILE_GRACE": GRACE, "RECONCILE_INTERVAL": INTERVAL},
+        memory={"RECONCILE_GRACE": GRACE, "RECONCILE_INTERVAL": INTERVAL, "CACHE_REPLICAS": 1},
         workers=1,
     ) as stack:
         yield stack
@@ -164,13 +164,6 @@ def test_primary_killed_replica_promoted_old_primary_back(stack, group):
     assert talk.context(0, owners[2])["source"] == "cache"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the protocol trusts a write's delta once the primary confirmed it; a replica "
-    "promoted before it received that delta serves the older copy until the owner's next "
-    "write (needs WAIT for a replica before clearing the dirty mark: docs/scaling.md)",
-)
 def test_delta_not_yet_replicated_when_the_primary_dies_is_not_served_stale(stack, group):
     talk = Conversation(stack)
     owner = f"wang-{uuid.uuid4().hex[:8]}"

@@ -38,6 +38,8 @@ DOWN_ERRORS: tuple[type[BaseException], ...] = (
     redis_errors.ClusterDownError,
     redis_errors.TryAgainError,
     redis_errors.MasterDownError,
+    # NOTE: a slot moved under a pipeline sent to one cluster node: a failover in progress.
+    redis_errors.AskError,
     ConnectionInterrupted,
     OSError,
 )
@@ -57,6 +59,8 @@ class Outcome(enum.Enum):
     DISABLED = "disabled"
     SKIPPED = "skipped"
     DOWN = "down"
+    # NOTE: down, but after the command may have been sent: a paused Redis runs it later.
+    TIMEOUT = "timeout"
     ERROR = "error"
 
 
@@ -224,7 +228,7 @@ def redis_call(action: str, fn: Callable[[Any], T], *, write: bool = False) -> A
         value = fn(client())
     except DOWN_ERRORS as e:
         breaker.failed(e, action)
-        return Outcome.DOWN
+        return Outcome.TIMEOUT if isinstance(e, redis_errors.TimeoutError) else Outcome.DOWN
     except redis_errors.RedisError as e:
         breaker.bug(e, action)
         return Outcome.ERROR

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from redis import exceptions as redis_errors
 from redis.commands.core import Script
 
 from memory import codec
-from memory.cache.client import Answer, Outcome, breaker, counts_flush, redis_call
+from memory.cache.client import Answer, Outcome, breaker, counts_flush, logger, redis_call
 from memory.cache.keys import key_pattern, lock_key, owner_key
 from memory.conf import conf
 from memory.payloads import FactPayload, TurnPayload
@@ -132,8 +133,8 @@ def copy_fill(
 
     ``snapshot.turns`` are the owner's last turns, oldest first; ``complete`` says they are all
     of them; ``fill_token`` is the claim ``copy_read`` took before the database was read.
-    Returns what the fill did, or the ``Outcome`` that stopped it (after ``Outcome.DOWN`` the
-    copy may still be stored later: a paused Redis runs what it received). Never raises.
+    Returns what the fill did, or the ``Outcome`` that stopped it (after ``Outcome.TIMEOUT``
+    the copy may still be stored later: a paused Redis runs what it received). Never raises.
     """
     turns, facts = snapshot.turns, snapshot.facts
     names = [f"t:{turn['seq']}" for turn in turns] + [f"f:{fact['key']}" for fact in facts]
@@ -158,6 +159,65 @@ def copy_fill(
     result = Fill(int(answer.value))
     breaker.count("fills_refused" if result is Fill.REFUSED else "fills")
     return result
+
+
+def _replicated(redis: Any, script: Script, owner_id: str, args: list[Any]) -> Any:
+    """Run a write's ``script`` on the owner's hash; with ``MEMORY["CACHE_REPLICAS"]``, then
+    ``WAIT`` for that many replicas on the same connection, in the same round trip. Returns the
+    script's reply, or ``None`` when too few replicas acknowledged it in
+    ``CACHE_REPLICA_WAIT_MS`` (Redis answered: no outage, but the update has not landed).
+
+    NOTE: a replica promoted by Sentinel or a Cluster failover has only what was replicated to
+    it; a write whose update it lacks must stay unconfirmed (its owner dirty, its repair
+    pending), so that the repair drops the older copy on whichever node is primary then.
+    """
+    key = owner_key(owner_id)
+    replicas = conf.CACHE_REPLICAS
+    if not replicas:
+        return script(keys=[key], args=args, client=redis)
+    # NOTE: WAIT counts the writes of its own connection: on a cluster, a pipeline to the key's
+    # node (one connection), not the cluster client, which may route each command elsewhere.
+    node = redis.get_redis_connection(redis.get_node_from_key(key)) if _is_cluster(redis) else redis
+    for attempt in (1, 2):
+        pipe = node.pipeline(transaction=False)
+        pipe.evalsha(script.sha, 1, key, *args)
+        pipe.wait(replicas, conf.CACHE_REPLICA_WAIT_MS)
+        try:
+            reply, acknowledged = pipe.execute()
+            break
+        except redis_errors.NoScriptError:
+            if attempt == 2:
+                raise
+            node.script_load(script.script)
+        except (redis_errors.MovedError, redis_errors.ConnectionError, redis_errors.TimeoutError):
+            # NOTE: the slot moved or its node is gone (a failover): this pipeline bypasses the
+            # cluster client's own routing, so have it learn the new map; the update counts as
+            # down and its repair finds the new primary.
+            if _is_cluster(redis):
+                _cluster_refresh(redis)
+            raise
+    if acknowledged < replicas:
+        breaker.count("unreplicated")
+        logger.warning(
+            "A cache update reached %d of %d replicas in %d ms; it counts as not landed and is "
+            "repaired.",
+            acknowledged,
+            replicas,
+            conf.CACHE_REPLICA_WAIT_MS,
+        )
+        return None
+    return reply
+
+
+def _is_cluster(redis: Any) -> bool:
+    return hasattr(redis, "get_node_from_key")
+
+
+def _cluster_refresh(redis: Any) -> None:
+    try:
+        redis.nodes_manager.initialize()
+    except redis_errors.RedisError as e:
+        logger.debug("Could not refresh the cluster's slot map: %s", e)
 
 
 def copy_apply(
@@ -185,11 +245,9 @@ def copy_apply(
     args.append(len(deleted_keys))
     args += list(deleted_keys)
     answer = redis_call(
-        "write",
-        lambda redis: _APPLY(keys=[owner_key(owner_id)], args=args, client=redis),
-        write=True,
+        "write", lambda redis: _replicated(redis, _APPLY, owner_id, args), write=True
     )
-    if not isinstance(answer, Answer):
+    if not isinstance(answer, Answer) or answer.value is None:
         return False
     breaker.count("deltas" if answer.value else "drops")
     return True
@@ -201,11 +259,9 @@ def copy_drop(*, owner_id: str, stamp: int) -> bool:
     Returns whether Redis confirmed. A write: the breaker never skips it. Never raises.
     """
     answer = redis_call(
-        "drop",
-        lambda redis: _DROP(keys=[owner_key(owner_id)], args=[stamp, GUARD_TTL], client=redis),
-        write=True,
+        "drop", lambda redis: _replicated(redis, _DROP, owner_id, [stamp, GUARD_TTL]), write=True
     )
-    if not isinstance(answer, Answer):
+    if not isinstance(answer, Answer) or answer.value is None:
         return False
     breaker.count("drops")
     return True

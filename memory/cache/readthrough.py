@@ -137,8 +137,9 @@ def _rehydrate(owner_id: str, turns: int, load: Loader, fill_token: str | None) 
     )
     if stored is Fill.UNCLAIMED:
         fill_verify(owner_id, snapshot.stamp)
-    elif stored is Outcome.DOWN:
-        # NOTE: a Redis that timed out may still run the fill once it answers again.
+    elif stored is Outcome.TIMEOUT:
+        # NOTE: a Redis that timed out may still run the fill once it answers again (one that
+        # refused the connection never got it, and leaves nothing to repair).
         remember(Pending(owner_pk=None, owner_id=owner_id, stamp=snapshot.stamp))
     return Snapshot(snapshot.stamp, _tail(snapshot.turns, turns), snapshot.facts)
 
