@@ -544,6 +544,9 @@ def owner_dirty_count(*, limit: int) -> int:
     return Owner.objects.filter(cache_dirty=True)[:limit].count()
 
 
+aowner_dirty_count = aio.twin(owner_dirty_count)
+
+
 def owner_exists(*, owner_id: str) -> bool:
     """Whether the database holds anything of this owner."""
     return Owner.objects.filter(external_id=owner_id).exists()
@@ -747,6 +750,7 @@ __all__ = [
     "afact_history",
     "afact_list",
     "ahealth_get",
+    "aowner_dirty_count",
     "aowner_exists",
     "aowner_id_iter",
     "aowner_recent_list",
