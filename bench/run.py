@@ -952,6 +952,8 @@ def _profile(bench: Bench, row_id: str) -> None:
         "warm": bench.warm_ops,
         "cold": bench.cold_ops,
         "append": bench.append_ops,
+        "append_floor": bench.append_floor_ops,
+        "async_warm": bench.async_warm_ops,
         "cold_big": bench.cold_big_ops,
         "search": lambda: bench.search_ops(SEARCH_QUERIES["near-miss list"]),
         "http_get": bench.client_ops,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Permission, User
 from django.core.exceptions import ImproperlyConfigured
+from django.db.models import Q
 from django.http import Http404
 from django.utils.module_loading import import_string
 from rest_framework.permissions import BasePermission
@@ -41,10 +43,32 @@ def _is_active_user(user: AbstractBaseUser | AnonymousUser) -> bool:
     return bool(user.is_authenticated and getattr(user, "is_active", True))
 
 
+MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
+
+
 def is_service_caller(user: AbstractBaseUser | AnonymousUser) -> bool:
     """Holders of ``memory.access_all_memories`` (superusers hold every permission) reach every
     owner; ``is_staff`` alone grants nothing."""
-    return _is_active_user(user) and bool(user.has_perm(ACCESS_ALL))
+    if not _is_active_user(user):
+        return False
+    if getattr(user, "is_superuser", False):
+        return True
+    if list(settings.AUTHENTICATION_BACKENDS) == [MODEL_BACKEND] and isinstance(user, User):
+        # NOTE: what ModelBackend.has_perm answers for this one permission, in one EXISTS
+        # query; has_perm loads every permission of the user and of their groups (two queries
+        # and a set of all their names), which was half of an API request's time.
+        return _holds_access_all(user)
+    return bool(user.has_perm(ACCESS_ALL))
+
+
+def _holds_access_all(user: User) -> bool:
+    app_label, codename = ACCESS_ALL.split(".")
+    granted = Permission.objects.filter(content_type__app_label=app_label, codename=codename)
+    return bool(
+        User.objects.filter(pk=user.pk)
+        .filter(Q(user_permissions__in=granted) | Q(groups__permissions__in=granted))
+        .exists()
+    )
 
 
 def can_reach(user: AbstractBaseUser | AnonymousUser, owner_id: str) -> bool:
