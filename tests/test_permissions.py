@@ -229,3 +229,36 @@ def test_demo_settings_read_throttle_rates_from_the_environment(monkeypatch):
     chosen = runpy.run_path(str(settings_file))["REST_FRAMEWORK"]["DEFAULT_THROTTLE_RATES"]
     assert defaults == {"user": "10000/hour", "anon": "1000/hour"}
     assert chosen == {"user": "5/second", "anon": None}
+
+
+def test_the_one_query_service_check_agrees_with_has_perm(db):
+    """Under ModelBackend the service check is one statement of ours; it must answer as
+    ``has_perm`` does, whether the permission is held directly, through a group, or not."""
+    from django.contrib.auth.models import Group, Permission
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memory.permissions import is_service_caller
+
+    access = Permission.objects.get(codename="access_all_memories")
+    other = Permission.objects.get(codename="view_owner")
+    users = {
+        "none": User.objects.create_user("u-none"),
+        "direct": User.objects.create_user("u-direct"),
+        "group": User.objects.create_user("u-group"),
+        "other": User.objects.create_user("u-other"),
+    }
+    users["direct"].user_permissions.add(access)
+    granting, unrelated = Group.objects.create(name="svc"), Group.objects.create(name="ops")
+    granting.permissions.add(access)
+    unrelated.permissions.add(other)
+    users["group"].groups.add(granting)
+    users["other"].groups.add(unrelated)
+    users["other"].user_permissions.add(other)
+    for name, user in users.items():
+        fresh = User.objects.get(pk=user.pk)
+        with CaptureQueriesContext(connection) as queries:
+            ours = is_service_caller(fresh)
+        assert len(queries) == 1
+        assert ours == User.objects.get(pk=user.pk).has_perm("memory.access_all_memories"), name
+    assert [is_service_caller(u) for u in users.values()] == [False, True, True, False]
