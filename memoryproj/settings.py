@@ -188,9 +188,13 @@ MEMORY = {
     "CACHE_TTL": int(os.environ.get("MEMORY_CACHE_TTL", "3600")),
     # The bearer token Prometheus sends to /metrics (docs/metrics.md); unset: service callers only.
     "METRICS_TOKEN": os.environ.get("MEMORY_METRICS_TOKEN") or None,
-    # Replicas each Redis primary has (Sentinel, Cluster): a write's cache update counts once
-    # they hold it (docs/scaling.md); 0 for a Redis without replicas.
-    "CACHE_REPLICAS": int(os.environ.get("MEMORY_CACHE_REPLICAS", "0")),
+    # Replicas each Redis primary has: a write's cache update counts once they hold it, so that
+    # a failover never promotes an older copy (docs/scaling.md). One by default under Sentinel
+    # or Cluster, none for a single Redis; MEMORY_CACHE_REPLICAS says otherwise.
+    "CACHE_REPLICAS": int(
+        os.environ.get("MEMORY_CACHE_REPLICAS")
+        or (1 if REDIS_CLUSTER_URL or REDIS_SENTINELS else 0)
+    ),
 }
 
 # The demo chat page's assistant (/chat/, memoryproj/chat.py): a dotted path to a class with
