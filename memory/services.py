@@ -286,7 +286,7 @@ def _turn_append_statement(
     if row is None:
         return None
     if not row[0]:
-        existing = Turn(
+        existing = _turn_loaded(
             id=row[1],
             owner_id=row[2],
             seq=row[3],
@@ -297,8 +297,6 @@ def _turn_append_statement(
             idempotency_key=idempotency_key,
             created_at=row[10],
         )
-        existing._state.adding = False
-        existing._state.db = connection.alias
         if (existing.session_id, existing.role, existing.content, existing.metadata) != (
             session_id,
             role,
@@ -308,7 +306,7 @@ def _turn_append_statement(
             raise IdempotencyKeyReused(idempotency_key, existing)  # type: ignore[arg-type]
         return existing
     _, turn_pk, owner_pk, seq, stamp, prev = row[:6]
-    turn = Turn(
+    turn = _turn_loaded(
         id=turn_pk,
         owner_id=owner_pk,
         seq=seq,
@@ -319,10 +317,16 @@ def _turn_append_statement(
         idempotency_key=idempotency_key,
         created_at=at,
     )
-    turn._state.adding = False
-    turn._state.db = connection.alias
     owner = Owner(pk=owner_pk, external_id=owner_id, stamp=stamp)
     cache.write_commit(owner, prev, turns=[turn_payload(turn)])
+    return turn
+
+
+def _turn_loaded(**fields: Any) -> Turn:
+    """A ``Turn`` for a row this module read or wrote with its own SQL, as the ORM loads one."""
+    turn = Turn(**fields)
+    turn._state.adding = False
+    turn._state.db = connection.alias
     return turn
 
 

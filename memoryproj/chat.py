@@ -174,12 +174,7 @@ async def aexchange_close(
     """``exchange_close`` on the app's async API (``services.aturn_append``)."""
     try:
         return await services.aturn_append(
-            owner_id=owner_id,
-            session_id=session_id,
-            role=Role.ASSISTANT.value,
-            content=content,
-            metadata={"demo": "chat", "context_source": context["source"]},
-            idempotency_key=f"chat-{exchange_id}-assistant",
+            **_reply(owner_id, session_id, content, context, exchange_id)
         )
     except IdempotencyKeyReused as e:
         return e.turn
@@ -191,18 +186,25 @@ def exchange_close(
     """Store the assistant's reply ``content``, computed from ``context``; idempotent per
     ``exchange_id``, errors as ``exchange_open``."""
     try:
-        return services.turn_append(
-            owner_id=owner_id,
-            session_id=session_id,
-            role=Role.ASSISTANT.value,
-            content=content,
-            metadata={"demo": "chat", "context_source": context["source"]},
-            idempotency_key=f"chat-{exchange_id}-assistant",
-        )
+        return services.turn_append(**_reply(owner_id, session_id, content, context, exchange_id))
     except IdempotencyKeyReused as e:
         # NOTE: a resubmitted exchange: the responder answered from a context that now holds
         # this exchange too, so its reply differs; the reply first stored stands.
         return e.turn
+
+
+def _reply(
+    owner_id: str, session_id: str, content: str, context: ContextPayload, exchange_id: str
+) -> dict[str, Any]:
+    """The ``turn_append`` arguments of an exchange's reply turn."""
+    return {
+        "owner_id": owner_id,
+        "session_id": session_id,
+        "role": Role.ASSISTANT.value,
+        "content": content,
+        "metadata": {"demo": "chat", "context_source": context["source"]},
+        "idempotency_key": f"chat-{exchange_id}-assistant",
+    }
 
 
 def chat_exchange(*, owner_id: str, session_id: str, message: str, exchange_id: str) -> Exchange:
