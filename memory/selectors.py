@@ -452,16 +452,26 @@ def turn_list(
     ``session_id`` keeps only the turns labelled with it.
     """
     _check_owner(owner_id)
-    turns = Turn.objects.filter(owner__external_id=owner_id)
-    if session_id is not None:
-        turns = turns.filter(session_id=session_id)
-    if after is not None:
-        turns = turns.filter(seq__gt=after)
-    rows = list(turns.order_by("seq").values_list(*TURN_FIELDS)[: limit + 1])
+    turns = _turn_page_queryset(owner_id, session_id=session_id, after=after)
+    rows = list(turns.values_list(*TURN_FIELDS)[: limit + 1])
     return [turn_payload_from_row(row) for row in rows[:limit]], len(rows) > limit
 
 
 aturn_list = aio.twin(turn_list)
+
+
+def _turn_page_queryset(
+    owner_id: str, *, session_id: str | None, after: int | None
+) -> QuerySet[Turn]:
+    # NOTE: the owner's pk as a scalar subquery (``_owner_pk``), not a join on the owner: with
+    # a join Postgres sorted every turn of the owner after ``after`` for each page; this way it
+    # walks the (owner, seq) or (owner, session_id, seq) index and stops at ``limit``.
+    turns = Turn.objects.filter(owner_id=_owner_pk(owner_id))
+    if session_id is not None:
+        turns = turns.filter(session_id=session_id)
+    if after is not None:
+        turns = turns.filter(seq__gt=after)
+    return turns.order_by("seq")
 
 
 @database_guard()
