@@ -1062,7 +1062,8 @@ def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
     either owner meanwhile wait, then continue after the moved turns (the owner's) or on a new
     anonymous owner (the anonymous one's); no turn is lost and no seq skipped or repeated.
     Linking again moves nothing: an unknown ``from_owner_id`` gives ``LinkResult(0, 0)`` and
-    changes nothing. Raises ``ValidationError`` for a bad id or an owner linked to itself and
+    changes nothing. Raises ``ValidationError`` for a bad id, an owner linked to itself, or a
+    link that would leave the owner with more than ``MEMORY["MAX_FACTS"]`` facts, and
     ``MemoryUnavailable`` when the database cannot be reached; then nothing changed.
     """
     _check("user_id", validate_owner_id, owner_id)
@@ -1084,6 +1085,13 @@ def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
             # NOTE: linked or forgotten meanwhile; undo creating the target, if this did.
             transaction.set_rollback(True)
             return LinkResult(0, 0)
+        # NOTE: the facts the owner lacks become theirs: past MAX_FACTS the link is refused
+        # whole, as any write past it is (nothing moved; the anonymous owner stays).
+        _facts_cap_check(
+            target,
+            list(Fact.objects.filter(owner=source).values_list("key", flat=True)),
+            field="from_user_id",
+        )
         base = target.last_seq
         _source_turn_seqs_follow(source, base)
         facts_moved = _facts_link(source, target)

@@ -101,13 +101,21 @@ def anon_link(request: HttpRequest) -> int:
     how many turns moved (0 when there was nothing, or nobody is logged in).
 
     The session forgets its anonymous id only once the link committed, so a link that failed
-    (``MemoryUnavailable``, raised) is tried again on the next page.
+    (``MemoryUnavailable``, raised) is tried again on the next page; a link refused for good
+    (``ValidationError``: past ``MAX_FACTS``) is logged and not tried again.
     """
     anon = request.session.get(ANON_SESSION_KEY)
     owner_id = permissions.owner_id_for(request.user) if request.user.is_authenticated else None
     if not isinstance(anon, str) or owner_id is None:
         return 0
-    result = services.memory_link(owner_id=owner_id, from_owner_id=anon)
+    try:
+        result = services.memory_link(owner_id=owner_id, from_owner_id=anon)
+    except ValidationError as e:
+        # NOTE: e.g. the user's facts and the anonymous ones together pass MEMORY["MAX_FACTS"]:
+        # the link is refused whole and would be every time; the user goes on as themselves.
+        logger.warning("The anonymous memory of a session was not linked: %s", " ".join(e.messages))
+        del request.session[ANON_SESSION_KEY]
+        return 0
     del request.session[ANON_SESSION_KEY]
     return result.turns_moved
 

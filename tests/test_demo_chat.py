@@ -223,6 +223,22 @@ def test_a_login_elsewhere_links_on_the_next_page(client):
 
 
 @commits
+def test_a_link_refused_past_max_facts_lets_the_user_go_on_as_themselves(client, settings):
+    User.objects.create_user("wang", password="pw")
+    services.facts_merge(owner_id="wang", facts={"pet": "cat", "job": "teacher"})
+    say(client, "laptop", INTRO)
+    owner_id = anon_id(client)
+    settings.MEMORY = {**settings.MEMORY, "MAX_FACTS": 2}
+    assert client.login(username="wang", password="pw")
+    page = client.get("/chat/")
+    assert page.status_code == 200
+    assert page.context["context"]["facts"] == {"job": "teacher", "pet": "cat"}
+    assert ANON_SESSION_KEY not in client.session
+    # The anonymous memory is left as it was, not half linked.
+    assert len(selectors.turn_list(owner_id=owner_id)[0]) == 2
+
+
+@commits
 def test_logging_out_starts_a_new_anonymous_memory(client):
     User.objects.create_user("wang", password="pw")
     client.login(username="wang", password="pw")

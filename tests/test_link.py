@@ -422,3 +422,19 @@ def test_no_stale_copy_on_two_instances():
         ]
         assert wang["facts"] == {"name": "Jim"}
         assert (anon["turns"], anon["facts"]) == ([], {})
+
+
+@db
+def test_a_link_past_max_facts_is_refused_whole(write, memory_settings):
+    with write():
+        services.facts_merge(owner_id="wang", facts={"name": "Wang", "likes": ["golf"]})
+        services.facts_merge(owner_id="anon-1", facts={"location": "上海", "pet": "cat"})
+        services.turn_append(owner_id="anon-1", session_id="tab", role="user", content="hi")
+    with memory_settings(MAX_FACTS=3), pytest.raises(ValidationError) as refused:
+        services.memory_link(owner_id="wang", from_owner_id="anon-1")
+    assert set(refused.value.message_dict) == {"from_user_id"}
+    assert "MAX_FACTS" in refused.value.message_dict["from_user_id"][0]
+    assert {f["key"] for f in selectors.fact_list(owner_id="wang")} == {"likes", "name"}
+    assert len(selectors.turn_list(owner_id="anon-1")[0]) == 1
+    with memory_settings(MAX_FACTS=4):
+        assert services.memory_link(owner_id="wang", from_owner_id="anon-1").facts_moved == 2
