@@ -10,7 +10,9 @@ before the read began, except within these bounds:
   writer lives; by any process within ``RECONCILE_GRACE + RECONCILE_INTERVAL`` (3 s by default)
   of the write if its writer died between commit and cache update;
 - a process that saw Redis down within ``SUSPECT_WINDOW`` seconds serves no stale copy at all:
-  it checks each copy's stamp against the database first.
+  it checks each copy's stamp against the database first;
+- under Sentinel or Cluster, a failover loses no confirmed update only with
+  ``CACHE_REPLICAS`` set to the replicas each primary has (below, rule 2).
 
 **The rules that keep it** (each in the module named):
 
@@ -21,7 +23,9 @@ before the read began, except within these bounds:
    write never reaches Redis), one Lua script applies the write's delta only to a copy at the
    stamp just before it, in O(delta); any other copy is dropped to a content-free *floor* at
    the new stamp. The breaker never skips a write's update. Redis confirmed: the dirty mark is
-   cleared (by the repairer, batched). Not confirmed: *repair*.
+   cleared (by the repairer, batched). Not confirmed: *repair*. With
+   ``MEMORY["CACHE_REPLICAS"]`` an update is confirmed only once that many replicas hold it
+   (``WAIT``, same connection), so that a failover never promotes an older copy.
 3. *Fills* (``readthrough``, ``copy``). A miss rehydrates from the database (a bounded number
    of queries whatever the history length) under a fill lock, so concurrent readers wait for
    one rehydration; the miss also leaves the reader's *claim* in the owner's hash. The fill
@@ -31,10 +35,9 @@ before the read began, except within these bounds:
    again from the database, and a fill that a write overtook is dropped before its reader
    returns. A fill that finds its claim needs no check (nothing touched the hash since).
 4. *Validity* (``readthrough.copy_valid``; ``aio`` for async callers, natively async on a
-   hit). Every read served from a copy, whatever the path
-   (context, facts, messages, sync or async), passes it: a copy of an owner with an update
-   this process could not land is not served; while this process is suspect, a copy whose
-   stamp is not the database's is not served.
+   hit). Every read served from a copy, whatever the path (context, facts, messages, sync or
+   async), passes it: a copy of an owner with an update this process could not land is not
+   served; while this process is suspect, a copy whose stamp is not the database's is not.
 5. *Repair* (``repair``). An unconfirmed update is remembered and retried as a drop by the
    process's repairer thread every ``REPAIR_POLL`` seconds: it is also the probe that finds
    Redis back. Every ``RECONCILE_INTERVAL`` seconds the repairer drops the copy of every
@@ -44,8 +47,8 @@ before the read began, except within these bounds:
    fact saved or a fact deleted through the ORM takes a stamp and a dirty mark in its own
    transaction and drops the copy after commit, as a service write does.
 7. *One failure boundary* (``client``). Connection errors, timeouts, a loading, read-only or
-   cluster-down server mean "down": the call answers a miss or "not confirmed", and reads
-   skip Redis for ``BREAKER_SECONDS``, then one probe at a time. Any other Redis error
+   cluster-down server, a moved slot mean "down": the call answers a miss or "not confirmed",
+   and reads skip Redis for ``BREAKER_SECONDS``, then one probe at a time. Any other Redis error
    (``WRONGTYPE``, a script error) is a bug: logged as an error naming the command, never an
    outage. No Redis error reaches a caller.
 
