@@ -65,7 +65,8 @@ def section_blocks(section: str, lang: str) -> list[str]:
 def left_behind(directory: str, names: list[str]) -> set[str]:
     """The ``names`` in ``directory`` that are build or run output (a copytree ``ignore``)."""
     ignored = {name for name in names if name in LEFT_BEHIND}
-    ignored |= {n for n in names if n.endswith((".pyc", ".sqlite3", ".egg-info"))}
+    # NOTE: the demo's local database files too (make run's default), as .gitignore has them.
+    ignored |= {n for n in names if n.endswith((".pyc", ".egg-info")) or ".sqlite" in n}
     if Path(directory).name == "bench":
         ignored.add("results")
     return ignored

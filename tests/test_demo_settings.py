@@ -222,7 +222,6 @@ def test_static_files_are_served_with_debug_off(tmp_path, server_name):
     env = _env(
         DJANGO_SECRET_KEY=KEY,
         DJANGO_STATIC_ROOT=str(tmp_path / "static"),
-        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
     )
     env.pop("REDIS_URL", None)
     collected = _manage(env, "collectstatic", "--noinput", "-v", "0")
