@@ -102,18 +102,20 @@ class SessionIdField(TextField):
 class ContentField(TextField):
     """Turn content: at most ``MEMORY["MAX_TURN_CHARS"]`` characters (read per request)."""
 
+    DESCRIPTION = (
+        'At most MEMORY["MAX_TURN_CHARS"] characters, with no NUL character and no lone '
+        "surrogate (a \\ud800 escape): otherwise a 400 and nothing is stored."
+    )
+
     def __init__(self, **kwargs: Any) -> None:
         # NOTE: DRF re-runs __init__ for every serializer instance (Field.__deepcopy__), so a
         # changed MEMORY setting is seen on the next request, as conf promises.
-        kwargs.setdefault(
-            "help_text",
-            'At most MEMORY["MAX_TURN_CHARS"] characters, with no NUL character and no lone '
-            "surrogate (a \\ud800 escape): otherwise a 400 and nothing is stored.",
-        )
+        kwargs.setdefault("help_text", self.DESCRIPTION)
         super().__init__(
             max_length=conf.MAX_TURN_CHARS,
             allow_blank=True,
-            validators=[NO_NUL, validate_content],
+            # NOTE: validate_content refuses NUL (the schema says so in ContentFieldSchema).
+            validators=[validate_content],
             **kwargs,
         )
 
@@ -133,6 +135,26 @@ class FactsMapField(serializers.DictField):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(child=JSONValueField(), **kwargs)
+
+
+class ContentFieldSchema(OpenApiSerializerFieldExtension):
+    """The schema of ``ContentField``: one string with its pattern, the empty one included.
+
+    NOTE: drf-spectacular would publish a blank-allowed field with a pattern as ``oneOf`` the
+    pattern and an empty string; the empty string matches both, which ``oneOf`` makes invalid,
+    so the schema refused a turn the server stores (a schemathesis negative-data case)."""
+
+    target_class = ContentField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        # NOTE: "no NUL" as ``not`` a pattern that finds one: a ``pattern`` on a blank-allowed
+        # field is what drf-spectacular turns into that ``oneOf``.
+        return {
+            "type": "string",
+            "maxLength": conf.MAX_TURN_CHARS,
+            "not": {"pattern": "\\u0000"},
+            "description": ContentField.DESCRIPTION,
+        }
 
 
 class FactsMapFieldSchema(OpenApiSerializerFieldExtension):

@@ -1,45 +1,29 @@
-"""Writes to an owner's memory: the app's public Python API for changing it.
-
-Every service runs in one transaction under the owner's row lock, commits to the database
-first, and only then (``transaction.on_commit``) updates the Redis copy. A write that raises
-stored nothing; a Redis failure never fails a write (``memory.cache`` states the protocol).
-"""
+"""Writes of turns: append (one statement when nothing else is written), the extraction of
+their facts (inline or deferred), an operator's delete and prune."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
-from typing import Any, Literal, NamedTuple, overload
+from collections.abc import Mapping
+from contextlib import nullcontext
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import (
-    BigIntegerField,
-    Case,
-    F,
-    JSONField,
-    Max,
     QuerySet,
-    Value,
-    When,
 )
-from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
 from memory import aio, cache, codec, extraction
 from memory.conf import conf
 from memory.exceptions import (
-    FactNotFound,
-    FactVersionConflict,
     IdempotencyKeyReused,
     MemoryUnavailable,
     database_guard,
 )
 from memory.models import (
-    CacheInvalidation,
     Fact,
-    FactVersion,
     Owner,
     PendingExtraction,
     Role,
@@ -47,7 +31,14 @@ from memory.models import (
     Turn,
 )
 from memory.payloads import fact_payload, turn_payload
-from memory.signals import memory_forgotten
+from memory.services._common import (
+    _check,
+    _fact_write,
+    _owner_lock,
+    _service,
+    _session_touch,
+    _sessions_uncount,
+)
 from memory.validators import (
     validate_content,
     validate_fact_key,
@@ -57,51 +48,6 @@ from memory.validators import (
     validate_owner_id,
     validate_session_id,
 )
-
-
-@contextmanager
-def _service() -> Iterator[None]:
-    """One service's transaction; a lost database becomes ``MemoryUnavailable``."""
-    with cache.service_write(), database_guard(), transaction.atomic():
-        yield
-
-
-def _check(field: str, validator: Any, value: Any) -> None:
-    try:
-        validator(value)
-    except ValidationError as e:
-        raise ValidationError({field: e.messages}) from e
-
-
-@overload
-def _owner_lock(owner_id: str, *, create: Literal[True]) -> Owner: ...
-@overload
-def _owner_lock(owner_id: str, *, create: bool) -> Owner | None: ...
-def _owner_lock(owner_id: str, *, create: bool) -> Owner | None:
-    """The owner's row, locked until commit; created first when ``create``."""
-    if create:
-        owner, _ = Owner.objects.select_for_update().get_or_create(external_id=owner_id)
-        return owner
-    return Owner.objects.select_for_update().filter(external_id=owner_id).first()
-
-
-def _session_touch(owner: Owner, session_id: str, at: Any, turns: int = 1) -> None:
-    updated = Session.objects.filter(owner=owner, session_id=session_id).update(
-        last_seen=at, turn_count=F("turn_count") + turns
-    )
-    if not updated:
-        Session.objects.create(
-            owner=owner, session_id=session_id, first_seen=at, last_seen=at, turn_count=turns
-        )
-
-
-def _sessions_uncount(owner: Owner, removed: Mapping[str, int]) -> None:
-    """Lower session counts after turns were deleted; a session left with none goes."""
-    for session_id, count in removed.items():
-        Session.objects.filter(owner=owner, session_id=session_id).update(
-            turn_count=F("turn_count") - count
-        )
-    Session.objects.filter(owner=owner, turn_count__lte=0).delete()
 
 
 def turn_append(
@@ -487,6 +433,9 @@ def turn_facts_extract(*, owner_id: str, seq: int) -> list[Fact]:
     return changed
 
 
+aturn_facts_extract = aio.twin(turn_facts_extract)
+
+
 def _pending_extract(pending: PendingExtraction) -> list[Fact]:
     """Run the extractor on one pending turn, then write its facts under the owner lock."""
     turn = pending.turn
@@ -553,200 +502,6 @@ def _pending_extract(pending: PendingExtraction) -> list[Fact]:
         return changed
 
 
-def _facts_cap_check(owner: Owner, keys: Collection[str], *, field: str) -> None:
-    """Raise ``ValidationError`` ({field: message}) if setting ``keys`` would leave the owner
-    with more than ``MEMORY["MAX_FACTS"]`` facts. Call under the owner's row lock, so that no
-    other write can add a fact between this count and the commit."""
-    facts = Fact.objects.filter(owner=owner)
-    new = len(set(keys) - set(facts.filter(key__in=keys).values_list("key", flat=True)))
-    if not new:
-        return
-    limit, held = conf.MAX_FACTS, facts.count()
-    if held + new > limit:
-        raise ValidationError(
-            {
-                field: [
-                    f"A user holds at most {limit} facts (MEMORY['MAX_FACTS']); this user holds "
-                    f"{held} and this write adds {new}. Delete facts first; nothing was stored."
-                ]
-            }
-        )
-
-
-def _fact_write(
-    owner: Owner,
-    key: str,
-    value: Any,
-    *,
-    session_id: str | None,
-    source_turn_seq: int | None,
-    at: Any,
-) -> tuple[Fact, bool] | None:
-    """Set one fact under the owner lock; ``None`` when the value is unchanged."""
-    fact = Fact.objects.filter(owner=owner, key=key).first()
-    created = fact is None
-    if fact is None:
-        # NOTE: a key deleted before continues its version count, so its history stays unique
-        # and an If-Match naming a version of the deleted fact can never match the new one.
-        last = (
-            FactVersion.objects.filter(owner=owner, key=key)
-            .order_by("-version")
-            .values_list("version", flat=True)
-            .first()
-        )
-        fact = Fact(owner=owner, key=key, version=(last or 0) + 1)
-    elif fact.value == value:
-        return None
-    else:
-        fact.version += 1
-    # NOTE: JSON null is a value; Django would write a bare None as SQL NULL (a 500 here).
-    fact.value = Value(None, JSONField()) if value is None else value
-    fact.session_id = session_id
-    fact.source_turn_seq = source_turn_seq
-    fact.updated_at = at
-    fact.save()
-    fact.value = value
-    FactVersion.objects.create(
-        owner=owner,
-        key=key,
-        value=value,
-        version=fact.version,
-        session_id=session_id,
-        source_turn_seq=source_turn_seq,
-        updated_at=at,
-    )
-    return fact, created
-
-
-def fact_put(
-    *,
-    owner_id: str,
-    key: str,
-    value: Any,
-    session_id: str | None = None,
-    expected_version: int | None = None,
-    source_turn_seq: int | None = None,
-) -> tuple[Fact, bool]:
-    """Set one fact of the owner; return it and whether it was created.
-
-    Its ``version`` grows by one on every change; the same value again changes nothing. With
-    ``expected_version``, raises ``FactVersionConflict`` unless the fact is at that version.
-    Raises ``ValidationError`` for bad input, or ({"key": message}) when a new key would pass
-    ``MEMORY["MAX_FACTS"]``, and ``MemoryUnavailable`` when the database cannot be reached;
-    then nothing was stored.
-    """
-    _check("user_id", validate_owner_id, owner_id)
-    _check("key", validate_fact_key, key)
-    _check("value", validate_json_value, value)
-    if session_id is not None:
-        _check("session_id", validate_session_id, session_id)
-    with _service():
-        owner = _owner_lock(owner_id, create=True)
-        if expected_version is not None:
-            current = (
-                Fact.objects.filter(owner=owner, key=key).values_list("version", flat=True).first()
-            )
-            if current != expected_version:
-                raise FactVersionConflict(key, expected_version, current)
-        _facts_cap_check(owner, [key], field="key")
-        prev = owner.stamp
-        written = _fact_write(
-            owner,
-            key,
-            value,
-            session_id=session_id,
-            source_turn_seq=source_turn_seq,
-            at=timezone.now(),
-        )
-        if written is None:
-            return Fact.objects.get(owner=owner, key=key), False
-        prev = cache.stamp_take(owner)
-        fact, created = written
-        cache.write_commit(owner, prev, facts=[fact_payload(fact)])
-        return fact, created
-
-
-afact_put = aio.twin(fact_put)
-
-
-def facts_merge(
-    *, owner_id: str, facts: Mapping[str, Any], session_id: str | None = None
-) -> list[Fact]:
-    """Set several facts of the owner in one transaction; return all its facts, by key.
-
-    Each changed key gets a new version; unchanged values and other keys stay as they are.
-    The result is bounded: at most ``MEMORY["MAX_FACTS"]`` facts of at most
-    ``MEMORY["MAX_JSON_BYTES"]`` each. Raises ``ValidationError`` ({"facts": {key: messages}})
-    for bad input, or ({"facts": message}) when the new keys would take the owner past
-    ``MAX_FACTS`` (the whole merge is refused), and ``MemoryUnavailable`` when the database
-    cannot be reached; then nothing was stored.
-    """
-    _check("user_id", validate_owner_id, owner_id)
-    if session_id is not None:
-        _check("session_id", validate_session_id, session_id)
-    errors: dict[str, list[str]] = {}
-    for key, value in facts.items():
-        try:
-            validate_fact_key(key)
-            validate_json_value(value)
-        except ValidationError as e:
-            errors[str(key)] = e.messages
-    if errors:
-        raise ValidationError({"facts": [errors]})
-    with _service():
-        owner = _owner_lock(owner_id, create=True)
-        _facts_cap_check(owner, list(facts), field="facts")
-        at = timezone.now()
-        changed = []
-        for key, value in facts.items():
-            written = _fact_write(
-                owner, key, value, session_id=session_id, source_turn_seq=None, at=at
-            )
-            if written is not None:
-                changed.append(written[0])
-        if changed:
-            prev = cache.stamp_take(owner)
-            cache.write_commit(owner, prev, facts=[fact_payload(fact) for fact in changed])
-        return list(Fact.objects.filter(owner=owner).order_by("key"))
-
-
-afacts_merge = aio.twin(facts_merge)
-
-
-def fact_delete(*, owner_id: str, key: str, expected_version: int | None = None) -> None:
-    """Delete one fact of the owner, leaving a last ``deleted`` version in its history.
-
-    Raises ``FactNotFound`` when there is none, ``FactVersionConflict`` when
-    ``expected_version`` is not current, ``MemoryUnavailable`` when the database cannot be
-    reached; then nothing changed.
-    """
-    _check("user_id", validate_owner_id, owner_id)
-    _check("key", validate_fact_key, key)
-    with _service():
-        owner = _owner_lock(owner_id, create=False)
-        fact = Fact.objects.filter(owner=owner, key=key).first() if owner else None
-        if owner is None or fact is None:
-            raise FactNotFound(key)
-        if expected_version is not None and fact.version != expected_version:
-            raise FactVersionConflict(key, expected_version, fact.version)
-        FactVersion.objects.create(
-            owner=owner,
-            key=key,
-            value=None,
-            version=fact.version + 1,
-            session_id=None,
-            source_turn_seq=None,
-            deleted=True,
-            updated_at=timezone.now(),
-        )
-        fact.delete()
-        prev = cache.stamp_take(owner)
-        cache.write_commit(owner, prev, deleted_keys=[key])
-
-
-afact_delete = aio.twin(fact_delete)
-
-
 def turn_delete(*, owner_id: str, seq: int) -> bool:
     """Delete one turn (an operator's correction); return whether it existed.
 
@@ -769,76 +524,6 @@ def turn_delete(*, owner_id: str, seq: int) -> bool:
 
 
 aturn_delete = aio.twin(turn_delete)
-
-
-def _admin_log_scrub(owner: Owner) -> int:
-    """Delete the Django admin's log entries about ``owner``: those of its owner row (by pk, or
-    by the owner id as their ``object_repr``, which covers an earlier owner of the same id) and
-    of its sessions, turns, facts and fact versions (by pk); return how many went.
-
-    Nothing when ``django.contrib.admin`` is not installed. Runs in the caller's transaction.
-    """
-    # NOTE: imported here: the app works without the admin, and this decides at call time.
-    from django.apps import apps
-
-    if not apps.is_installed("django.contrib.admin"):
-        return 0
-    from django.contrib.admin.models import LogEntry
-    from django.contrib.contenttypes.models import ContentType
-    from django.db.models import Q, TextField
-    from django.db.models.functions import Cast
-
-    types = ContentType.objects.get_for_models(Owner, Session, Turn, Fact, FactVersion)
-    about = Q(content_type=types[Owner]) & (
-        Q(object_id=str(owner.pk)) | Q(object_repr=owner.external_id)
-    )
-    for model in (Session, Turn, Fact, FactVersion):
-        # NOTE: LogEntry.object_id is text; one subquery per model, bounded by the owner's rows
-        # (which the forget deletes anyway).
-        pks = model.objects.filter(owner=owner).values_list(Cast("pk", TextField()))
-        about |= Q(content_type=types[model], object_id__in=pks)
-    deleted, _ = LogEntry.objects.filter(about).delete()
-    return deleted
-
-
-def memory_forget(*, owner_id: str) -> bool:
-    """Forget the owner: delete every turn, fact, fact version and session, then its cache.
-
-    Returns whether there was anything to forget. The admin's log entries about the owner and
-    its rows go in the same transaction, so "Recent actions" never names a forgotten owner (the
-    admin records the forget itself without the id). After commit the cached copy is replaced
-    by a content-free floor for a minute, so that a rehydration in flight cannot bring it back.
-    Raises ``MemoryUnavailable`` when the database cannot be reached; then nothing changed.
-    """
-    _check("user_id", validate_owner_id, owner_id)
-    with _service():
-        owner = _owner_lock(owner_id, create=False)
-        if owner is None:
-            return False
-        _admin_log_scrub(owner)
-        cache.stamp_take(owner)
-        # NOTE: the owner row goes, and with it its dirty mark; this row is the durable
-        # record that its cached copy must still go, deleted once Redis confirmed.
-        pending = CacheInvalidation.objects.create(external_id=owner_id, stamp=owner.stamp)
-        cache.write_commit(owner, 0, drop=True, outbox_pk=pending.pk)
-        owner.delete()
-        transaction.on_commit(
-            lambda: memory_forgotten.send(sender=Owner, owner_id=owner_id), robust=True
-        )
-        return True
-
-
-amemory_forget = aio.twin(memory_forget)
-
-
-def cache_drop(*, owner_id: str) -> bool:
-    """Drop the owner's cached copy so that the next read rehydrates; return whether Redis
-    confirmed. Needs no database write; never raises for a Redis failure."""
-    _check("user_id", validate_owner_id, owner_id)
-    return cache.copy_drop(owner_id=owner_id, stamp=cache.stamp_get(owner_id))
-
-
-acache_drop = aio.twin(cache_drop)
 
 
 def _prunable_turns(
@@ -934,196 +619,3 @@ def turns_prune(
 
 
 aturns_prune = aio.twin(turns_prune)
-
-
-class LinkResult(NamedTuple):
-    """What ``memory_link`` moved: turns, and facts whose value the known owner took."""
-
-    turns_moved: int
-    facts_moved: int
-
-
-def _source_turn_seqs_follow(owner: Owner, base: int) -> None:
-    """Point the owner's ``source_turn_seq`` values at the seqs its turns get after ``base``."""
-    sources = [
-        model.objects.filter(owner=owner, source_turn_seq__isnull=False)
-        for model in (Fact, FactVersion)
-    ]
-    referenced = {seq for rows in sources for seq in rows.values_list("source_turn_seq", flat=True)}
-    if not referenced:
-        return
-    seqs = Turn.objects.filter(owner=owner).order_by("seq").values_list("seq", flat=True)
-    renumbered = {seq: base + rank for rank, seq in enumerate(seqs, 1) if seq in referenced}
-    # NOTE: one statement per table, so that a new seq is never taken for an old one; a turn
-    # deleted since leaves NULL rather than a number that now names another turn.
-    source_turn_seq = (
-        Case(
-            *[When(source_turn_seq=old, then=Value(new)) for old, new in renumbered.items()],
-            default=Value(None),
-            output_field=BigIntegerField(),
-        )
-        if renumbered
-        else Value(None, output_field=BigIntegerField())
-    )
-    for rows in sources:
-        rows.update(source_turn_seq=source_turn_seq)
-
-
-def _facts_link(source: Owner, target: Owner) -> int:
-    """Give ``target`` the facts of ``source`` it lacks or has older; return how many.
-
-    A fact taken brings its history, renumbered after the target's versions of its key, and
-    becomes the target's current version. Where the target's value stays, the source's history
-    of that key is left to be forgotten with the source.
-    """
-    kept = {fact.key: fact for fact in Fact.objects.filter(owner=target)}
-    offered = {fact.key: fact for fact in Fact.objects.filter(owner=source)}
-    keys = set(offered) | set(
-        FactVersion.objects.filter(owner=source).values_list("key", flat=True)
-    )
-    last_versions = dict(
-        FactVersion.objects.filter(owner=target, key__in=keys)
-        .values("key")
-        .annotate(last=Max("version"))
-        .values_list("key", "last")
-    )
-    taken = 0
-    for key in sorted(keys):
-        mine, theirs = kept.get(key), offered.get(key)
-        if mine is not None and (theirs is None or theirs.updated_at <= mine.updated_at):
-            continue
-        offset = last_versions.get(key, 0)
-        FactVersion.objects.filter(owner=source, key=key).update(
-            owner=target, version=F("version") + offset
-        )
-        if theirs is None:
-            continue
-        if mine is None:
-            Fact.objects.filter(pk=theirs.pk).update(owner=target, version=F("version") + offset)
-        else:
-            mine.value = theirs.value
-            mine.version = theirs.version + offset
-            mine.session_id = theirs.session_id
-            mine.source_turn_seq = theirs.source_turn_seq
-            mine.updated_at = theirs.updated_at
-            mine.save()
-        taken += 1
-    return taken
-
-
-def _turns_link(source: Owner, target: Owner, base: int) -> int:
-    """Move every turn of ``source`` to ``target`` as seqs ``base + 1...``, in order; return
-    how many. Idempotency keys the target already uses are cleared on the moved turns."""
-    Turn.objects.filter(
-        owner=source,
-        idempotency_key__in=Turn.objects.filter(owner=target, idempotency_key__isnull=False).values(
-            "idempotency_key"
-        ),
-    ).update(idempotency_key=None)
-    table = connection.ops.quote_name(Turn._meta.db_table)
-    # NOTE: one statement renumbers and moves them all, so a turn appended to the source
-    # after this transaction cannot slip in between (it waits for the source's row lock).
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET owner_id = %s, seq = %s + ranked.rn"
-            f" FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY seq) AS rn FROM {table}"
-            f" WHERE owner_id = %s) AS ranked WHERE {table}.id = ranked.id",
-            [target.pk, base, source.pk],
-        )
-        return int(cursor.rowcount)
-
-
-def _sessions_link(source: Owner, target: Owner) -> None:
-    """Give ``target`` the sessions of ``source``; a session id both have is merged."""
-    targets = Session.objects.filter(owner=target).values("session_id")
-    for session in Session.objects.filter(owner=source, session_id__in=targets):
-        Session.objects.filter(owner=target, session_id=session.session_id).update(
-            turn_count=F("turn_count") + session.turn_count,
-            first_seen=Least("first_seen", Value(session.first_seen)),
-            last_seen=Greatest("last_seen", Value(session.last_seen)),
-        )
-    Session.objects.filter(owner=source).exclude(session_id__in=targets).update(owner=target)
-
-
-def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
-    """Merge the memory of ``from_owner_id`` (an anonymous visitor) into ``owner_id``, then
-    forget ``from_owner_id``; return how many turns and facts moved.
-
-    Its turns follow the owner's, in their order, ``seq`` continuing the owner's. A fact the
-    owner lacks is copied; for a key both have, the value updated last wins (on a tie, the
-    owner's), the anonymous value as a new version of the owner's fact. A fact taken keeps its
-    history, its versions renumbered after the owner's; where the owner's value stays, the
-    anonymous history of that key is forgotten. Sessions of one id merge (counts add up),
-    ``source_turn_seq`` follows its turn, and idempotency keys the owner already used are
-    cleared on the moved turns. The anonymous owner is then forgotten as ``memory_forget``
-    does, and after commit both cached copies are dropped.
-
-    One transaction under both owners' row locks, taken in the order of their ids: appends to
-    either owner meanwhile wait, then continue after the moved turns (the owner's) or on a new
-    anonymous owner (the anonymous one's); no turn is lost and no seq skipped or repeated.
-    Linking again moves nothing: an unknown ``from_owner_id`` gives ``LinkResult(0, 0)`` and
-    changes nothing. Raises ``ValidationError`` for a bad id, an owner linked to itself, or a
-    link that would leave the owner with more than ``MEMORY["MAX_FACTS"]`` facts, and
-    ``MemoryUnavailable`` when the database cannot be reached; then nothing changed.
-    """
-    _check("user_id", validate_owner_id, owner_id)
-    _check("from_user_id", validate_owner_id, from_owner_id)
-    if owner_id == from_owner_id:
-        raise ValidationError({"from_user_id": ["A user cannot be linked to itself."]})
-    with _service():
-        if not Owner.objects.filter(external_id=from_owner_id).exists():
-            return LinkResult(0, 0)
-        # NOTE: every link locks its two owners in this one order, so links never wait on each
-        # other in a cycle; appends and other writes hold one owner's lock only.
-        locked = {
-            oid: _owner_lock(oid, create=oid == owner_id)
-            for oid in sorted((owner_id, from_owner_id))
-        }
-        source, target = locked[from_owner_id], locked[owner_id]
-        assert target is not None
-        if source is None:
-            # NOTE: linked or forgotten meanwhile; undo creating the target, if this did.
-            transaction.set_rollback(True)
-            return LinkResult(0, 0)
-        # NOTE: the facts the owner lacks become theirs: past MAX_FACTS the link is refused
-        # whole, as any write past it is (nothing moved; the anonymous owner stays).
-        _facts_cap_check(
-            target,
-            list(Fact.objects.filter(owner=source).values_list("key", flat=True)),
-            field="from_user_id",
-        )
-        base = target.last_seq
-        _source_turn_seqs_follow(source, base)
-        facts_moved = _facts_link(source, target)
-        turns_moved = _turns_link(source, target, base)
-        _sessions_link(source, target)
-        cache.stamp_take(target, turns=turns_moved)
-        cache.write_commit(target, 0, drop=True)
-        memory_forget(owner_id=from_owner_id)
-        return LinkResult(turns_moved, facts_moved)
-
-
-amemory_link = aio.twin(memory_link)
-
-
-__all__ = [
-    "LinkResult",
-    "acache_drop",
-    "afact_delete",
-    "afact_put",
-    "afacts_merge",
-    "amemory_forget",
-    "amemory_link",
-    "aturn_append",
-    "aturn_delete",
-    "aturns_prune",
-    "cache_drop",
-    "fact_delete",
-    "fact_put",
-    "facts_merge",
-    "memory_forget",
-    "memory_link",
-    "turn_append",
-    "turn_delete",
-    "turns_prune",
-]

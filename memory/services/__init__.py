@@ -1,0 +1,61 @@
+"""Writes to an owner's memory: the app's public Python API for changing it.
+
+Every service runs in one transaction under the owner's row lock, commits to the database
+first, and only then (``transaction.on_commit``) updates the Redis copy. A write that raises
+stored nothing; a Redis failure never fails a write (``memory.cache`` states the protocol).
+One module per thing written: ``turns``, ``facts``, ``owners``; ``_common`` holds what they share.
+"""
+
+from __future__ import annotations
+
+from memory.services.facts import (
+    afact_delete,
+    afact_put,
+    afacts_merge,
+    fact_delete,
+    fact_put,
+    facts_merge,
+)
+from memory.services.owners import (
+    LinkResult,
+    acache_drop,
+    amemory_forget,
+    amemory_link,
+    cache_drop,
+    memory_forget,
+    memory_link,
+)
+from memory.services.turns import (
+    aturn_append,
+    aturn_delete,
+    aturn_facts_extract,
+    aturns_prune,
+    turn_append,
+    turn_delete,
+    turn_facts_extract,
+    turns_prune,
+)
+
+__all__ = [
+    "LinkResult",
+    "acache_drop",
+    "afact_delete",
+    "afact_put",
+    "afacts_merge",
+    "amemory_forget",
+    "amemory_link",
+    "aturn_append",
+    "aturn_delete",
+    "aturn_facts_extract",
+    "aturns_prune",
+    "cache_drop",
+    "fact_delete",
+    "fact_put",
+    "facts_merge",
+    "memory_forget",
+    "memory_link",
+    "turn_append",
+    "turn_delete",
+    "turn_facts_extract",
+    "turns_prune",
+]

@@ -1,0 +1,169 @@
+"""What every write shares: its transaction, input checks, the owner's row lock, sessions'
+counts, one fact's write, the facts cap and the admin log's scrub."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Literal, overload
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import (
+    F,
+    JSONField,
+    Value,
+)
+
+from memory import cache
+from memory.conf import conf
+from memory.exceptions import (
+    database_guard,
+)
+from memory.models import (
+    Fact,
+    FactVersion,
+    Owner,
+    Session,
+    Turn,
+)
+
+
+@contextmanager
+def _service() -> Iterator[None]:
+    """One service's transaction; a lost database becomes ``MemoryUnavailable``."""
+    with cache.service_write(), database_guard(), transaction.atomic():
+        yield
+
+
+def _check(field: str, validator: Any, value: Any) -> None:
+    try:
+        validator(value)
+    except ValidationError as e:
+        raise ValidationError({field: e.messages}) from e
+
+
+@overload
+def _owner_lock(owner_id: str, *, create: Literal[True]) -> Owner: ...
+@overload
+def _owner_lock(owner_id: str, *, create: bool) -> Owner | None: ...
+def _owner_lock(owner_id: str, *, create: bool) -> Owner | None:
+    """The owner's row, locked until commit; created first when ``create``."""
+    if create:
+        owner, _ = Owner.objects.select_for_update().get_or_create(external_id=owner_id)
+        return owner
+    return Owner.objects.select_for_update().filter(external_id=owner_id).first()
+
+
+def _session_touch(owner: Owner, session_id: str, at: Any, turns: int = 1) -> None:
+    updated = Session.objects.filter(owner=owner, session_id=session_id).update(
+        last_seen=at, turn_count=F("turn_count") + turns
+    )
+    if not updated:
+        Session.objects.create(
+            owner=owner, session_id=session_id, first_seen=at, last_seen=at, turn_count=turns
+        )
+
+
+def _sessions_uncount(owner: Owner, removed: Mapping[str, int]) -> None:
+    """Lower session counts after turns were deleted; a session left with none goes."""
+    for session_id, count in removed.items():
+        Session.objects.filter(owner=owner, session_id=session_id).update(
+            turn_count=F("turn_count") - count
+        )
+    Session.objects.filter(owner=owner, turn_count__lte=0).delete()
+
+
+def _facts_cap_check(owner: Owner, keys: Collection[str], *, field: str) -> None:
+    """Raise ``ValidationError`` ({field: message}) if setting ``keys`` would leave the owner
+    with more than ``MEMORY["MAX_FACTS"]`` facts. Call under the owner's row lock, so that no
+    other write can add a fact between this count and the commit."""
+    facts = Fact.objects.filter(owner=owner)
+    new = len(set(keys) - set(facts.filter(key__in=keys).values_list("key", flat=True)))
+    if not new:
+        return
+    limit, held = conf.MAX_FACTS, facts.count()
+    if held + new > limit:
+        raise ValidationError(
+            {
+                field: [
+                    f"A user holds at most {limit} facts (MEMORY['MAX_FACTS']); this user holds "
+                    f"{held} and this write adds {new}. Delete facts first; nothing was stored."
+                ]
+            }
+        )
+
+
+def _fact_write(
+    owner: Owner,
+    key: str,
+    value: Any,
+    *,
+    session_id: str | None,
+    source_turn_seq: int | None,
+    at: Any,
+) -> tuple[Fact, bool] | None:
+    """Set one fact under the owner lock; ``None`` when the value is unchanged."""
+    fact = Fact.objects.filter(owner=owner, key=key).first()
+    created = fact is None
+    if fact is None:
+        # NOTE: a key deleted before continues its version count, so its history stays unique
+        # and an If-Match naming a version of the deleted fact can never match the new one.
+        last = (
+            FactVersion.objects.filter(owner=owner, key=key)
+            .order_by("-version")
+            .values_list("version", flat=True)
+            .first()
+        )
+        fact = Fact(owner=owner, key=key, version=(last or 0) + 1)
+    elif fact.value == value:
+        return None
+    else:
+        fact.version += 1
+    # NOTE: JSON null is a value; Django would write a bare None as SQL NULL (a 500 here).
+    fact.value = Value(None, JSONField()) if value is None else value
+    fact.session_id = session_id
+    fact.source_turn_seq = source_turn_seq
+    fact.updated_at = at
+    fact.save()
+    fact.value = value
+    FactVersion.objects.create(
+        owner=owner,
+        key=key,
+        value=value,
+        version=fact.version,
+        session_id=session_id,
+        source_turn_seq=source_turn_seq,
+        updated_at=at,
+    )
+    return fact, created
+
+
+def _admin_log_scrub(owner: Owner) -> int:
+    """Delete the Django admin's log entries about ``owner``: those of its owner row (by pk, or
+    by the owner id as their ``object_repr``, which covers an earlier owner of the same id) and
+    of its sessions, turns, facts and fact versions (by pk); return how many went.
+
+    Nothing when ``django.contrib.admin`` is not installed. Runs in the caller's transaction.
+    """
+    # NOTE: imported here: the app works without the admin, and this decides at call time.
+    from django.apps import apps
+
+    if not apps.is_installed("django.contrib.admin"):
+        return 0
+    from django.contrib.admin.models import LogEntry
+    from django.contrib.contenttypes.models import ContentType
+    from django.db.models import Q, TextField
+    from django.db.models.functions import Cast
+
+    types = ContentType.objects.get_for_models(Owner, Session, Turn, Fact, FactVersion)
+    about = Q(content_type=types[Owner]) & (
+        Q(object_id=str(owner.pk)) | Q(object_repr=owner.external_id)
+    )
+    for model in (Session, Turn, Fact, FactVersion):
+        # NOTE: LogEntry.object_id is text; one subquery per model, bounded by the owner's rows
+        # (which the forget deletes anyway).
+        pks = model.objects.filter(owner=owner).values_list(Cast("pk", TextField()))
+        about |= Q(content_type=types[model], object_id__in=pks)
+    deleted, _ = LogEntry.objects.filter(about).delete()
+    return deleted

@@ -1,0 +1,163 @@
+"""Writes of facts: set one, merge several, delete one; each a new version in the fact's
+history."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from memory import aio, cache
+from memory.exceptions import (
+    FactNotFound,
+    FactVersionConflict,
+)
+from memory.models import (
+    Fact,
+    FactVersion,
+)
+from memory.payloads import fact_payload
+from memory.services._common import (
+    _check,
+    _fact_write,
+    _facts_cap_check,
+    _owner_lock,
+    _service,
+)
+from memory.validators import (
+    validate_fact_key,
+    validate_json_value,
+    validate_owner_id,
+    validate_session_id,
+)
+
+
+def fact_put(
+    *,
+    owner_id: str,
+    key: str,
+    value: Any,
+    session_id: str | None = None,
+    expected_version: int | None = None,
+    source_turn_seq: int | None = None,
+) -> tuple[Fact, bool]:
+    """Set one fact of the owner; return it and whether it was created.
+
+    Its ``version`` grows by one on every change; the same value again changes nothing. With
+    ``expected_version``, raises ``FactVersionConflict`` unless the fact is at that version.
+    Raises ``ValidationError`` for bad input, or ({"key": message}) when a new key would pass
+    ``MEMORY["MAX_FACTS"]``, and ``MemoryUnavailable`` when the database cannot be reached;
+    then nothing was stored.
+    """
+    _check("user_id", validate_owner_id, owner_id)
+    _check("key", validate_fact_key, key)
+    _check("value", validate_json_value, value)
+    if session_id is not None:
+        _check("session_id", validate_session_id, session_id)
+    with _service():
+        owner = _owner_lock(owner_id, create=True)
+        if expected_version is not None:
+            current = (
+                Fact.objects.filter(owner=owner, key=key).values_list("version", flat=True).first()
+            )
+            if current != expected_version:
+                raise FactVersionConflict(key, expected_version, current)
+        _facts_cap_check(owner, [key], field="key")
+        prev = owner.stamp
+        written = _fact_write(
+            owner,
+            key,
+            value,
+            session_id=session_id,
+            source_turn_seq=source_turn_seq,
+            at=timezone.now(),
+        )
+        if written is None:
+            return Fact.objects.get(owner=owner, key=key), False
+        prev = cache.stamp_take(owner)
+        fact, created = written
+        cache.write_commit(owner, prev, facts=[fact_payload(fact)])
+        return fact, created
+
+
+afact_put = aio.twin(fact_put)
+
+
+def facts_merge(
+    *, owner_id: str, facts: Mapping[str, Any], session_id: str | None = None
+) -> list[Fact]:
+    """Set several facts of the owner in one transaction; return all its facts, by key.
+
+    Each changed key gets a new version; unchanged values and other keys stay as they are.
+    The result is bounded: at most ``MEMORY["MAX_FACTS"]`` facts of at most
+    ``MEMORY["MAX_JSON_BYTES"]`` each. Raises ``ValidationError`` ({"facts": {key: messages}})
+    for bad input, or ({"facts": message}) when the new keys would take the owner past
+    ``MAX_FACTS`` (the whole merge is refused), and ``MemoryUnavailable`` when the database
+    cannot be reached; then nothing was stored.
+    """
+    _check("user_id", validate_owner_id, owner_id)
+    if session_id is not None:
+        _check("session_id", validate_session_id, session_id)
+    errors: dict[str, list[str]] = {}
+    for key, value in facts.items():
+        try:
+            validate_fact_key(key)
+            validate_json_value(value)
+        except ValidationError as e:
+            errors[str(key)] = e.messages
+    if errors:
+        raise ValidationError({"facts": [errors]})
+    with _service():
+        owner = _owner_lock(owner_id, create=True)
+        _facts_cap_check(owner, list(facts), field="facts")
+        at = timezone.now()
+        changed = []
+        for key, value in facts.items():
+            written = _fact_write(
+                owner, key, value, session_id=session_id, source_turn_seq=None, at=at
+            )
+            if written is not None:
+                changed.append(written[0])
+        if changed:
+            prev = cache.stamp_take(owner)
+            cache.write_commit(owner, prev, facts=[fact_payload(fact) for fact in changed])
+        return list(Fact.objects.filter(owner=owner).order_by("key"))
+
+
+afacts_merge = aio.twin(facts_merge)
+
+
+def fact_delete(*, owner_id: str, key: str, expected_version: int | None = None) -> None:
+    """Delete one fact of the owner, leaving a last ``deleted`` version in its history.
+
+    Raises ``FactNotFound`` when there is none, ``FactVersionConflict`` when
+    ``expected_version`` is not current, ``MemoryUnavailable`` when the database cannot be
+    reached; then nothing changed.
+    """
+    _check("user_id", validate_owner_id, owner_id)
+    _check("key", validate_fact_key, key)
+    with _service():
+        owner = _owner_lock(owner_id, create=False)
+        fact = Fact.objects.filter(owner=owner, key=key).first() if owner else None
+        if owner is None or fact is None:
+            raise FactNotFound(key)
+        if expected_version is not None and fact.version != expected_version:
+            raise FactVersionConflict(key, expected_version, fact.version)
+        FactVersion.objects.create(
+            owner=owner,
+            key=key,
+            value=None,
+            version=fact.version + 1,
+            session_id=None,
+            source_turn_seq=None,
+            deleted=True,
+            updated_at=timezone.now(),
+        )
+        fact.delete()
+        prev = cache.stamp_take(owner)
+        cache.write_commit(owner, prev, deleted_keys=[key])
+
+
+afact_delete = aio.twin(fact_delete)
