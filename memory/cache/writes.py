@@ -93,12 +93,5 @@ def orm_write(owner_pk: int) -> None:
     if row is None:
         return
     owner_id, stamp = row
-    repairer_ensure()
-
-    def update() -> None:
-        if copy_drop(owner_id=owner_id, stamp=stamp):
-            confirmed(owner_pk=owner_pk, stamp=stamp)
-        else:
-            remember(Pending(owner_pk=owner_pk, owner_id=owner_id, stamp=stamp))
-
-    transaction.on_commit(update, robust=True)
+    # NOTE: the same after-commit drop as a service's (prev_stamp is moot for a drop).
+    write_commit(Owner(pk=owner_pk, external_id=owner_id, stamp=stamp), 0, drop=True)
