@@ -56,6 +56,22 @@ def write(django_capture_on_commit_callbacks: Any) -> Any:
 
 
 @pytest.fixture
+def wang_chat(write: Any) -> None:
+    """Wang's name (and what the extractor took from his turns) and 30 turns over two sessions."""
+    from memory import services
+
+    with write():
+        services.fact_put(owner_id="wang", key="name", value="Wang Jianguo", session_id="a")
+        for i in range(30):
+            services.turn_append(
+                owner_id="wang",
+                session_id="a" if i % 2 else "b",
+                role="user" if i % 2 == 0 else "assistant",
+                content=f"turn {i + 1}",
+            )
+
+
+@pytest.fixture
 def redis_client() -> Any:
     """The raw redis-py client of the memory alias (the shared test Redis)."""
     return caches["memory"].client.get_client(write=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import InterfaceError, OperationalError
 
-from memory import selectors, services
+from memory import selectors
 from memory.exceptions import MemoryUnavailable
 
 pytestmark = pytest.mark.django_db
@@ -14,21 +14,7 @@ pytestmark = pytest.mark.django_db
 CONTEXT = "/api/memory/users/wang/context/"
 
 
-@pytest.fixture
-def history(django_capture_on_commit_callbacks):
-    """Wang's name and 30 turns over two sessions."""
-    with django_capture_on_commit_callbacks(execute=True):
-        services.fact_put(owner_id="wang", key="name", value="Wang Jianguo", session_id="a")
-        for i in range(30):
-            services.turn_append(
-                owner_id="wang",
-                session_id="a" if i % 2 else "b",
-                role="user" if i % 2 == 0 else "assistant",
-                content=f"turn {i + 1}",
-            )
-
-
-def test_context_holds_facts_and_last_turns(owner_client, history):
+def test_context_holds_facts_and_last_turns(owner_client, wang_chat):
     response = owner_client.get(CONTEXT)
     assert response.status_code == 200
     body = response.json()
@@ -46,31 +32,33 @@ def test_context_holds_facts_and_last_turns(owner_client, history):
     }
 
 
-def test_context_is_read_from_the_database_then_the_cache(owner_client, history):
+def test_context_is_read_from_the_database_then_the_cache(owner_client, wang_chat):
     cold = owner_client.get(CONTEXT).json()
     warm = owner_client.get(CONTEXT).json()
     assert (cold["source"], warm["source"]) == ("database", "cache")
     assert {**cold, "source": None} == {**warm, "source": None}
 
 
-def test_warm_context_of_the_owner_needs_no_query(owner_client, history, django_assert_num_queries):
+def test_warm_context_of_the_owner_needs_no_query(
+    owner_client, wang_chat, django_assert_num_queries
+):
     owner_client.get(CONTEXT)
     with django_assert_num_queries(0):
         assert owner_client.get(CONTEXT).json()["source"] == "cache"
 
 
 @pytest.mark.parametrize(("turns", "seqs"), [(0, []), (1, [30]), (3, [28, 29, 30])])
-def test_context_takes_a_turn_count(owner_client, history, turns, seqs):
+def test_context_takes_a_turn_count(owner_client, wang_chat, turns, seqs):
     body = owner_client.get(CONTEXT, {"turns": turns}).json()
     assert [t["seq"] for t in body["turns"]] == seqs
 
 
-def test_context_turns_up_to_200(owner_client, history):
+def test_context_turns_up_to_200(owner_client, wang_chat):
     body = owner_client.get(CONTEXT, {"turns": 200}).json()
     assert [t["seq"] for t in body["turns"]] == list(range(1, 31))
 
 
-def test_context_default_turns_come_from_settings(owner_client, history, memory_settings):
+def test_context_default_turns_come_from_settings(owner_client, wang_chat, memory_settings):
     with memory_settings(CONTEXT_TURNS=5):
         body = owner_client.get(CONTEXT).json()
     assert [t["seq"] for t in body["turns"]] == [26, 27, 28, 29, 30]
@@ -79,7 +67,7 @@ def test_context_default_turns_come_from_settings(owner_client, history, memory_
 @pytest.mark.parametrize(
     "turns", ["-1", "201", "abc", "1.5", "1e3", "", "9" * 30, "9" * 5000, "0x10"]
 )
-def test_bad_turn_count_is_400(owner_client, history, turns):
+def test_bad_turn_count_is_400(owner_client, wang_chat, turns):
     response = owner_client.get(CONTEXT, {"turns": turns})
     assert response.status_code == 400
     assert list(response.json()) == ["turns"]
@@ -91,7 +79,7 @@ def test_context_of_an_unknown_user_is_empty(service_client):
 
 
 def test_context_sees_a_turn_posted_through_the_api(
-    owner_client, history, django_capture_on_commit_callbacks
+    owner_client, wang_chat, django_capture_on_commit_callbacks
 ):
     assert owner_client.get(CONTEXT).json()["source"] == "database"
     with django_capture_on_commit_callbacks(execute=True):
@@ -105,7 +93,7 @@ def test_context_sees_a_turn_posted_through_the_api(
     assert body["turns"][-1]["content"] == "I live in Shanghai"
 
 
-def test_context_with_the_cache_down_is_the_same(owner_client, history, dead_cache):
+def test_context_with_the_cache_down_is_the_same(owner_client, wang_chat, dead_cache):
     body = owner_client.get(CONTEXT).json()
     again = owner_client.get(CONTEXT).json()
     assert body["source"] == again["source"] == "database"

@@ -12,21 +12,7 @@ pytestmark = pytest.mark.django_db
 MESSAGES = "/api/memory/users/wang/context/messages/"
 
 
-@pytest.fixture
-def history(write):
-    """Wang's name (and what the extractor took from his turns), and 30 turns."""
-    with write():
-        services.fact_put(owner_id="wang", key="name", value="Wang Jianguo", session_id="a")
-        for i in range(30):
-            services.turn_append(
-                owner_id="wang",
-                session_id="a" if i % 2 else "b",
-                role="user" if i % 2 == 0 else "assistant",
-                content=f"turn {i + 1}",
-            )
-
-
-def test_messages_are_the_facts_then_the_last_turns(owner_client, history):
+def test_messages_are_the_facts_then_the_last_turns(owner_client, wang_chat):
     response = owner_client.get(MESSAGES)
     assert response.status_code == 200
     body = response.json()
@@ -43,7 +29,7 @@ def test_messages_are_the_facts_then_the_last_turns(owner_client, history):
     assert response["Cache-Control"] == "no-store, private"
 
 
-def test_messages_are_what_the_selector_answers(service_client, history):
+def test_messages_are_what_the_selector_answers(service_client, wang_chat):
     for query in ("", "?turns=3", "?max_tokens=30", "?max_tokens=30&turns=2"):
         body = service_client.get(MESSAGES + query).json()
         params = {k: int(v) for k, v in (p.split("=") for p in query[1:].split("&") if p)}
@@ -51,7 +37,7 @@ def test_messages_are_what_the_selector_answers(service_client, history):
         assert {**body, "source": None} == {**expected, "source": None}
 
 
-def test_max_tokens_keeps_the_newest_turns_that_fit(owner_client, history):
+def test_max_tokens_keeps_the_newest_turns_that_fit(owner_client, wang_chat):
     facts = tokens.estimate_counter("Known facts about the user:\n- name: Wang Jianguo")
     # NOTE: "turn N" is two tokens in the estimate (a word and a number).
     body = owner_client.get(f"{MESSAGES}?max_tokens={facts + 7}").json()
@@ -59,7 +45,7 @@ def test_max_tokens_keeps_the_newest_turns_that_fit(owner_client, history):
     assert body["tokens"] == facts + 6 <= facts + 7
 
 
-def test_facts_over_max_tokens_are_a_400(owner_client, history):
+def test_facts_over_max_tokens_are_a_400(owner_client, wang_chat):
     response = owner_client.get(f"{MESSAGES}?max_tokens=2")
     assert response.status_code == 400
     assert list(response.json()) == ["max_tokens"]
@@ -93,13 +79,13 @@ def test_chinese_text_is_sent_exactly(owner_client, write):
         ("max_tokens=100&turns=x", "turns"),
     ],
 )
-def test_bad_parameters_are_a_400(owner_client, history, query, field):
+def test_bad_parameters_are_a_400(owner_client, wang_chat, query, field):
     response = owner_client.get(f"{MESSAGES}?{query}")
     assert response.status_code == 400
     assert field in response.json()
 
 
-def test_another_users_messages_are_a_404(other_client, history):
+def test_another_users_messages_are_a_404(other_client, wang_chat):
     response = other_client.get(MESSAGES)
     assert response.status_code == 404
     assert b"Wang" not in response.content
@@ -113,7 +99,7 @@ def test_a_malformed_user_id_is_a_404(service_client):
     assert service_client.get("/api/memory/users/no%20space/context/messages/").status_code == 404
 
 
-def test_messages_with_redis_down_are_the_same(service_client, history, dead_cache):
+def test_messages_with_redis_down_are_the_same(service_client, wang_chat, dead_cache):
     body = service_client.get(f"{MESSAGES}?max_tokens=40").json()
     assert body["source"] == "database"
     assert body["messages"][-1] == {"role": "assistant", "content": "turn 30"}
