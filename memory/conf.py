@@ -46,6 +46,10 @@ DEFAULTS: dict[str, Any] = {
     # Whether each process runs a repairer thread (memory.cache.repair); off, repairs happen
     # only when something calls memory.cache.run_once (the test suite drives it so).
     "REPAIR_THREAD": True,
+    # Whether an append may run its one statement as a prepared statement on PostgreSQL
+    # (docs/performance.md); it turns itself off for the process where the server loses them
+    # (a transaction-mode pooler without prepared-statement support). False: never.
+    "PREPARED_STATEMENTS": True,
     # Dotted path of the callable mapping a request's user to the owner ids they may reach.
     "OWNER_RESOLVER": "memory.permissions.default_owner_id",
     # Dotted path of the fact extractor run on each user turn (docs/extraction.md); None: off.
@@ -218,6 +222,15 @@ class Settings:
         if not isinstance(value, bool):
             raise ImproperlyConfigured(
                 f"MEMORY['REPAIR_THREAD'] must be True or False, not {value!r}."
+            )
+        return value
+
+    @property
+    def PREPARED_STATEMENTS(self) -> bool:
+        value = self._get("PREPARED_STATEMENTS")
+        if not isinstance(value, bool):
+            raise ImproperlyConfigured(
+                f"MEMORY['PREPARED_STATEMENTS'] must be True or False, not {value!r}."
             )
         return value
 

@@ -79,7 +79,7 @@ from memory.cache.copy import (
 from memory.cache.keys import key_pattern, lock_key, owner_key
 from memory.cache.readthrough import Refused, Source, cache_lookup, fill_verify, read_through
 from memory.cache.repair import pending_count, repair_pending, repairer_ensure, run_once, sweep
-from memory.cache.stamps import stamp_get, stamp_take, stamp_take_cte
+from memory.cache.stamps import stamp_get, stamp_take
 from memory.cache.writes import orm_write, service_write, write_commit
 
 
@@ -125,7 +125,6 @@ __all__ = [
     "service_write",
     "stamp_get",
     "stamp_take",
-    "stamp_take_cte",
     "stats",
     "sweep",
     "write_commit",

@@ -28,6 +28,10 @@ def stamp_take(owner: Owner, *, turns: int = 0) -> int:
     forget and a re-creation of the same owner id; other databases count per owner. The mark
     commits with the write and is cleared once Redis confirmed the write's update: an owner
     still dirty after ``MEMORY["RECONCILE_GRACE"]`` has its copy dropped by any process.
+
+    ``services.turn_append`` takes the same stamp inside the database function
+    ``memory_turn_append()`` (migration 0008): the same bump, after the same row lock, with
+    the dirty mark when its caller passes ``enabled()``; it returns the previous stamp too.
     """
     prev = owner.stamp
     dirty = enabled()
@@ -54,27 +58,6 @@ def stamp_take(owner: Owner, *, turns: int = 0) -> int:
             updated_at=now,
         )
     return prev
-
-
-def stamp_take_cte(*, name: str = "bumped", unless: str = "") -> str:
-    """``stamp_take`` as a CTE for a write done in one statement: ``<name> AS (...)`` over the
-    owner whose external id is the parameter ``%(owner_id)s``, reserving ``%(turns)s`` seqs and
-    marking the owner dirty when ``%(dirty)s`` (``enabled()``). It locks the owner's row until
-    commit, and returns ``id``, ``last_seq``, ``stamp`` and ``prev_stamp``; no row when there
-    is no such owner, or when the SQL condition ``unless`` holds. PostgreSQL only.
-
-    NOTE: the FOR UPDATE sub-select takes the lock before the UPDATE reads the row, so under
-    concurrency ``prev_stamp`` is the stamp of the write committed just before this one.
-    """
-    table = Owner._meta.db_table
-    return (
-        f"{name} AS (UPDATE {table} SET stamp = nextval('memory_stamp_seq'),"
-        " last_seq = last_seq + %(turns)s, cache_dirty = cache_dirty OR %(dirty)s,"
-        " updated_at = statement_timestamp()"
-        f" FROM (SELECT id, stamp FROM {table} WHERE external_id = %(owner_id)s FOR UPDATE) prev"
-        f" WHERE {table}.id = prev.id{f' AND NOT ({unless})' if unless else ''}"
-        f" RETURNING {table}.id, {table}.last_seq, {table}.stamp, prev.stamp AS prev_stamp)"
-    )
 
 
 def stamp_take_by_pk(owner_pk: int) -> tuple[str, int] | None:

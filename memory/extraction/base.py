@@ -100,6 +100,11 @@ class LazyFacts(Mapping[str, Any]):
         self._load = load
         self._facts: Mapping[str, Any] | None = None
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the facts were read (an extractor looked at them)."""
+        return self._facts is not None
+
     def _get(self) -> Mapping[str, Any]:
         if self._facts is None:
             self._facts = dict(self._load())

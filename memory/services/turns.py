@@ -4,12 +4,15 @@ their facts (inline or deferred), an operator's delete and prune."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from contextlib import nullcontext
+import functools
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import (
     QuerySet,
 )
@@ -27,10 +30,9 @@ from memory.models import (
     Owner,
     PendingExtraction,
     Role,
-    Session,
     Turn,
 )
-from memory.payloads import fact_payload, turn_payload
+from memory.payloads import FactPayload, fact_payload, isoformat, turn_payload
 from memory.services._common import (
     _check,
     _fact_write,
@@ -48,6 +50,8 @@ from memory.validators import (
     validate_owner_id,
     validate_session_id,
 )
+
+_ROLES = frozenset(Role.values)
 
 
 def turn_append(
@@ -76,21 +80,20 @@ def turn_append(
     metadata = dict(metadata) if metadata is not None else {}
     _check("user_id", validate_owner_id, owner_id)
     _check("session_id", validate_session_id, session_id)
-    if role not in Role.values:
+    if role not in _ROLES:
         raise ValidationError({"role": [f'"{role}" is not a valid choice.']})
     _check("content", validate_content, content)
     _check("metadata", validate_metadata, metadata)
     if idempotency_key is not None:
         _check("idempotency_key", validate_idempotency_key, idempotency_key)
     if connection.vendor == "postgresql":
-        found = _turn_facts_find(owner_id, role, content)
-        if found is None:
-            with cache.service_write(), database_guard():
-                turn = _turn_append_statement(
-                    owner_id, session_id, role, content, metadata, idempotency_key
-                )
-            if turn is not None:
-                return turn
+        plan = _turn_facts_plan(owner_id, role, content)
+        with cache.service_write(), database_guard():
+            turn = _turn_append_call(
+                owner_id, session_id, role, content, metadata, idempotency_key, plan
+            )
+        if turn is not None:
+            return turn
     with _service():
         owner = _owner_lock(owner_id, create=True)
         if idempotency_key is not None:
@@ -128,120 +131,243 @@ def turn_append(
 aturn_append = aio.twin(turn_append)
 
 
-def _turn_facts_find(owner_id: str, role: str, content: str) -> list[Any] | None:
-    """What the inline extractor finds in a user turn, before any write: ``None`` when there
-    is nothing to write (not a user turn, no extractor, nothing found), else a list (empty for
-    a deferred extractor, whose record the turn's transaction must write). An extractor that
-    fails is left to ``_turn_facts_extract``, which logs it inside the turn's transaction.
+@dataclass(frozen=True)
+class _Plan:
+    """What the extraction of a turn asks of its append, found before any write: a record for
+    a deferred extractor (``defer``), or the facts an inline one changes, each with what the
+    owner held when they were read (``facts``, the JSON array ``memory_turn_append`` takes)."""
 
-    NOTE: the facts the extractor is shown are read without the owner's lock; only what it
-    finds is applied under it, to the facts read then (``facts_apply``).
+    defer: bool = False
+    facts: list[dict[str, Any]] | None = None
+
+
+_NOTHING = _Plan()
+
+
+logger = logging.getLogger("memory.store")
+
+
+def _turn_facts_plan(owner_id: str, role: str, content: str) -> _Plan:
+    """Run the inline extractor on a user turn, before the turn's transaction, and merge what
+    it finds into the owner's current facts of those keys (read here, in one query unless the
+    extractor read them all): the append then writes them under the owner's lock, provided
+    none of those facts changed meanwhile (else it takes the general path, which merges under
+    the lock). A fact with a bad key or value is logged and dropped here; an extractor that
+    fails is logged, and the turn is stored without facts.
     """
     if role != Role.USER:
-        return None
+        return _NOTHING
     try:
         extractor = extraction.extractor_get()
         if extractor is None:
-            return None
+            return _NOTHING
         if extraction.extractor_deferred(extractor):
-            return []
-        facts = extraction.LazyFacts(
+            return _Plan(defer=True)
+        held = extraction.LazyFacts(
             lambda: dict(
                 Fact.objects.filter(owner__external_id=owner_id).values_list("key", "value")
             )
         )
-        if connection.in_atomic_block:
-            # NOTE: inside a caller's transaction, a query of the extractor that fails must not
-            # abort it; in autocommit (the usual request) it aborts nothing and costs nothing.
-            with transaction.atomic():
-                found = list(extractor.extract(content, facts=facts))
-        else:
-            found = list(extractor.extract(content, facts=facts))
+        # NOTE: inside a caller's transaction, a query that fails must not abort it; in
+        # autocommit (the usual request) it aborts nothing and costs nothing.
+        with transaction.atomic() if connection.in_atomic_block else nullcontext():
+            found = list(extractor.extract(content, facts=held))
+            if not found:
+                return _NOTHING
+            keys = {fact.key for fact in found}
+            current = (
+                {key: value for key, value in held.items() if key in keys}
+                if held.loaded
+                else dict(
+                    Fact.objects.filter(owner__external_id=owner_id, key__in=keys).values_list(
+                        "key", "value"
+                    )
+                )
+            )
     except Exception:
-        return []
-    return found or None
+        extraction.logger.exception(
+            "Fact extraction failed for a turn of %r; the turn is stored without facts.",
+            owner_id,
+        )
+        return _NOTHING
+    changes = []
+    for key, value in extraction.facts_apply(current, found).items():
+        try:
+            validate_fact_key(key)
+            validate_json_value(value)
+        except ValidationError as e:
+            extraction.logger.warning(
+                "Extracted fact %r of a turn of %r dropped: %s",
+                key,
+                owner_id,
+                " ".join(e.messages),
+            )
+            continue
+        changes.append({"key": key, "value": value, "had": key in current, "was": current.get(key)})
+    return _Plan(facts=changes) if changes else _NOTHING
 
 
-def _turn_append_statement(
+# The parameters of memory_turn_append() (migration 0008), in its order, typed for a cursor
+# that binds them on the server.
+_APPEND_CALL = (
+    "SELECT * FROM memory_turn_append(%s::text, %s::text, %s::text, %s::text, %s::jsonb,"
+    " %s::text, %s::boolean, %s::timestamptz, %s::boolean, %s::jsonb, %s::integer)"
+)
+
+
+class _Prepared:
+    """Whether this process still prepares the append's statement: it stops, with one warning,
+    the first time the server does not hold one it prepared (``PREPARED_LOST``)."""
+
+    works = True
+
+
+# NOTE: "prepared statement does not exist", "already exists", and "cached plan must not change
+# result type" (a migration replaced the function under a connection that prepared it).
+PREPARED_LOST = frozenset({"26000", "42P05", "0A000"})
+
+
+def _append_execute(params: list[Any]) -> tuple[Any, ...]:
+    """Run the append's call and return its row.
+
+    In autocommit, with ``MEMORY["PREPARED_STATEMENTS"]``, the call is a prepared statement
+    (psycopg's, by name, per connection): the server then skips its parse and plan, a sixth of
+    an append (docs/performance.md). Django turns psycopg's automatic preparing off so that
+    transaction-mode poolers keep working; the one statement prepared here is safe with them
+    too: a server that does not hold it fails the statement before it writes anything, and
+    the call is sent again unprepared, for good in this process. Inside a caller's transaction
+    it is never prepared, so that such a failure cannot abort the caller's work; nor while
+    queries are logged (``DEBUG``, ``CaptureQueriesContext``), whose log would show no SQL for
+    a prepared statement.
+    """
+    prepare = (
+        _Prepared.works
+        and conf.PREPARED_STATEMENTS
+        and not connection.in_atomic_block
+        and not connection.queries_logged
+        and _server_binding_cursor() is not None
+    )
+    if prepare:
+        try:
+            with _server_bound_cursor(prepare=True) as cursor:
+                cursor.execute(_APPEND_CALL, params)
+                return cursor.fetchone()  # type: ignore[no-any-return]
+        except DatabaseError as e:
+            if getattr(e.__cause__, "sqlstate", None) not in PREPARED_LOST:
+                raise
+            _Prepared.works = False
+            logger.warning(
+                "The database lost a prepared statement (%s); appends are sent unprepared "
+                "from now on in this process. Behind a transaction-mode pooler, set "
+                "MEMORY['PREPARED_STATEMENTS'] = False.",
+                e,
+            )
+    with _server_bound_cursor(prepare=False) as cursor:
+        cursor.execute(_APPEND_CALL, params)
+        return cursor.fetchone()  # type: ignore[no-any-return]
+
+
+@contextmanager
+def _server_bound_cursor(*, prepare: bool) -> Iterator[Any]:
+    """A Django cursor (logged, wrapped and instrumented as any other) whose parameters the
+    server binds, instead of psycopg quoting them into the SQL text; with ``prepare``, each
+    statement it runs is prepared (psycopg keeps one per distinct SQL and connection).
+
+    NOTE: psycopg prepares nothing on a connection whose ``prepare_threshold`` is None, as
+    Django leaves it: it is lifted for the statement, and only when the cursor prepares.
+    """
+    factory = _server_binding_cursor()
+    if factory is None:
+        with connection.cursor() as cursor:
+            yield cursor
+        return
+    connection.ensure_connection()
+    raw = connection.connection
+    default, threshold = raw.cursor_factory, raw.prepare_threshold
+    raw.cursor_factory = factory[1] if prepare else factory[0]
+    try:
+        cursor = connection.cursor()
+    finally:
+        raw.cursor_factory = default
+    if prepare and threshold is None:
+        # NOTE: never reached by counting: only an explicit prepare=True prepares.
+        raw.prepare_threshold = 1 << 62
+    try:
+        with cursor:
+            yield cursor
+    finally:
+        if prepare and threshold is None:
+            raw.prepare_threshold = None
+
+
+@functools.cache
+def _server_binding_cursor() -> tuple[type, type] | None:
+    """Django's cursor class for server-side binding, and one that prepares what it runs;
+    ``None`` under psycopg2, which has neither."""
+    try:
+        from django.db.backends.postgresql.base import ServerBindingCursor
+    except ImportError:
+        return None
+
+    class PreparingCursor(ServerBindingCursor):  # type: ignore[misc, valid-type]
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            return super().execute(query, params, prepare=True, **kwargs)
+
+    return ServerBindingCursor, PreparingCursor
+
+
+def _turn_append_call(
     owner_id: str,
     session_id: str,
     role: str,
     content: str,
     metadata: dict[str, Any],
     idempotency_key: str | None,
+    plan: _Plan,
 ) -> Turn | None:
-    """``turn_append`` with nothing else to write, as one statement: find the turn first
-    stored under ``idempotency_key``, or else lock and bump the owner (a new stamp and seq,
-    ``cache.stamp_take_cte``), touch the session and insert the turn. In autocommit that is its
-    own transaction and one round trip (two when a retry of the same key is in flight).
-    Returns the turn, or ``None`` when the owner does not exist yet (the caller takes the
-    general path, which creates it). Raises ``IdempotencyKeyReused`` as ``turn_append`` does.
+    """``turn_append`` on PostgreSQL, in one call of ``memory_turn_append()`` (migration 0008):
+    one round trip, its own transaction in autocommit, whatever the key and the facts; then
+    the cache update after commit (``cache.write_commit``) and, for a deferred extractor, the
+    task's enqueue. Returns the turn, or ``None`` when a fact of ``plan`` changed between its
+    read and the owner's lock (then nothing was written: the caller takes the general path).
+    Raises ``IdempotencyKeyReused`` as ``turn_append`` does.
 
-    NOTE: the path of nearly every append, so it is written out: the ORM's lock, update,
-    insert, session update and extraction savepoint cost nine round trips (docs/performance.md).
+    NOTE: the path of nearly every append, so it is one call of a function whose statements
+    the server plans once per connection: the ORM's lock, update, insert, session update and
+    extraction savepoint cost nine round trips, and even one statement sent by Django's
+    client-side binding was planned anew each time (docs/performance.md).
     """
-    q = connection.ops.quote_name
-    owners, turns, sessions = (q(m._meta.db_table) for m in (Owner, Turn, Session))
     at = timezone.now()
-    sql = (
-        f"WITH existing AS (SELECT t.id, t.owner_id, t.seq, t.session_id, t.role, t.content,"
-        f" t.metadata::text, t.created_at FROM {turns} t JOIN {owners} o ON t.owner_id = o.id"
-        " WHERE o.external_id = %(owner_id)s AND %(key)s::varchar IS NOT NULL"
-        " AND t.idempotency_key = %(key)s::varchar),"
-        f" {cache.stamp_take_cte(unless='EXISTS (SELECT 1 FROM existing)')},"
-        f" touched AS (INSERT INTO {sessions}"
-        " (owner_id, session_id, first_seen, last_seen, turn_count)"
-        " SELECT id, %(session_id)s, %(at)s, %(at)s, 1 FROM bumped"
-        " ON CONFLICT (owner_id, session_id) DO UPDATE SET last_seen = EXCLUDED.last_seen,"
-        f" turn_count = {sessions}.turn_count + 1),"
-        f" inserted AS (INSERT INTO {turns}"
-        " (owner_id, seq, session_id, role, content, metadata, idempotency_key, created_at)"
-        " SELECT id, last_seq, %(session_id)s, %(role)s, %(content)s, %(metadata)s::jsonb,"
-        " %(key)s::varchar, %(at)s FROM bumped RETURNING id, owner_id, seq)"
-        " SELECT true, inserted.id, inserted.owner_id, inserted.seq, bumped.stamp,"
-        " bumped.prev_stamp, NULL, NULL, NULL, NULL, NULL FROM inserted, bumped"
-        " UNION ALL SELECT false, id, owner_id, seq, NULL, NULL, session_id, role, content,"
-        " metadata, created_at FROM existing"
+    row = _append_execute(
+        [
+            owner_id,
+            session_id,
+            role,
+            content,
+            codec.dumps(metadata).decode(),
+            idempotency_key,
+            cache.enabled(),
+            at,
+            plan.defer,
+            codec.dumps(plan.facts).decode() if plan.facts is not None else None,
+            conf.MAX_FACTS,
+        ],
     )
-    params = {
-        "owner_id": owner_id,
-        "key": idempotency_key,
-        "turns": 1,
-        "dirty": cache.enabled(),
-        "session_id": session_id,
-        "at": at,
-        "role": role,
-        "content": content,
-        "metadata": codec.dumps(metadata).decode(),
-    }
-    for attempt in (1, 2):
-        try:
-            # NOTE: a savepoint only inside a caller's transaction (in autocommit a failed
-            # statement aborts nothing), so that a duplicate in flight can be retried.
-            savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
-            with savepoint, connection.cursor() as cursor:
-                cursor.execute(sql, params)
-                row = cursor.fetchone()
-            break
-        except IntegrityError:
-            # NOTE: a retry of the same key committed after this statement's snapshot was
-            # taken; the statement stored nothing (it is atomic). Run it again: it finds that
-            # turn. Only an idempotent append can meet this, and only once.
-            if idempotency_key is None or attempt == 2:
-                raise
-    if row is None:
+    created, conflict, turn_pk, owner_pk, seq, stamp, prev, *stored = row[:12]
+    pending_pk, written, skipped = row[12:15]
+    if conflict:
         return None
-    if not row[0]:
+    if not created:
         existing = _turn_loaded(
-            id=row[1],
-            owner_id=row[2],
-            seq=row[3],
-            session_id=row[6],
-            role=row[7],
-            content=row[8],
-            metadata=codec.loads(row[9]),
+            id=turn_pk,
+            owner_id=owner_pk,
+            seq=seq,
+            session_id=stored[0],
+            role=stored[1],
+            content=stored[2],
+            metadata=codec.loads(stored[3]),
             idempotency_key=idempotency_key,
-            created_at=row[10],
+            created_at=stored[4],
         )
         if (existing.session_id, existing.role, existing.content, existing.metadata) != (
             session_id,
@@ -251,7 +377,6 @@ def _turn_append_statement(
         ):
             raise IdempotencyKeyReused(idempotency_key, existing)  # type: ignore[arg-type]
         return existing
-    _, turn_pk, owner_pk, seq, stamp, prev = row[:6]
     turn = _turn_loaded(
         id=turn_pk,
         owner_id=owner_pk,
@@ -263,9 +388,34 @@ def _turn_append_statement(
         idempotency_key=idempotency_key,
         created_at=at,
     )
+    for key in skipped or ():
+        _fact_cap_warn(key, seq, owner_id)
+    facts: list[FactPayload] = [
+        {
+            "key": fact["key"],
+            "value": fact["value"],
+            "session_id": session_id,
+            "updated_at": isoformat(at),
+            "version": fact["version"],
+        }
+        for fact in (codec.loads(written) if written else ())
+    ]
     owner = Owner(pk=owner_pk, external_id=owner_id, stamp=stamp)
-    cache.write_commit(owner, prev, turns=[turn_payload(turn)])
+    cache.write_commit(owner, prev, turns=[turn_payload(turn)], facts=facts)
+    if pending_pk is not None:
+        _extraction_enqueue(pending_pk)
     return turn
+
+
+def _fact_cap_warn(key: str, seq: int, owner_id: str) -> None:
+    extraction.logger.warning(
+        "Extracted fact %r of turn %s of %r skipped: the owner holds "
+        "MEMORY['MAX_FACTS'] (%s) facts.",
+        key,
+        seq,
+        owner_id,
+        conf.MAX_FACTS,
+    )
 
 
 def _turn_loaded(**fields: Any) -> Turn:
@@ -335,14 +485,7 @@ def _turn_facts_write(
             if room is None:
                 room = conf.MAX_FACTS - Fact.objects.filter(owner=owner).count()
             if room <= 0:
-                extraction.logger.warning(
-                    "Extracted fact %r of turn %s of %r skipped: the owner holds "
-                    "MEMORY['MAX_FACTS'] (%s) facts.",
-                    key,
-                    turn.seq,
-                    owner.external_id,
-                    conf.MAX_FACTS,
-                )
+                _fact_cap_warn(key, turn.seq, owner.external_id)
                 continue
         try:
             validate_fact_key(key)
@@ -376,11 +519,15 @@ def _turn_extraction_defer(turn: Turn) -> None:
     pending = PendingExtraction.objects.create(
         turn=turn, created_at=turn.created_at, enqueued_at=turn.created_at
     )
+    _extraction_enqueue(pending.pk)
+
+
+def _extraction_enqueue(pending_pk: int) -> None:
+    """Enqueue the task of a ``PendingExtraction`` after the current transaction commits."""
     # NOTE: imported here, so that django-tasks is needed only by a site with a deferred
     # extractor. A crash before the enqueue leaves the record for ``memory_extract --pending``.
     from memory.extraction import deferred
 
-    pending_pk = pending.pk
     transaction.on_commit(lambda: deferred.extraction_enqueue(pending_pk=pending_pk), robust=True)
 
 
