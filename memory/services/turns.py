@@ -222,9 +222,11 @@ class _Prepared:
     works = True
 
 
-# NOTE: "prepared statement does not exist", "already exists", and "cached plan must not change
-# result type" (a migration replaced the function under a connection that prepared it).
-PREPARED_LOST = frozenset({"26000", "42P05", "0A000"})
+# NOTE: "prepared statement does not exist", "already exists", "cached plan must not change
+# result type" (a migration replaced the function under a connection that prepared it), and a
+# bind that does not fit the statement of that name (another version of the app prepared it,
+# behind a pooler). Each fails the statement before it runs.
+PREPARED_LOST = frozenset({"26000", "42P05", "0A000", "08P01"})
 
 
 def _append_execute(params: list[Any]) -> tuple[Any, ...]:
