@@ -594,7 +594,9 @@ class Bench:
             "the turn) committed + one Redis EVAL, on the same tables",
             "<= 1.5x",
         )
-        return self.measured(row, self.append_floor_ops())
+        # NOTE: three times the samples of the other rows: an append waits on two servers'
+        # round trips and a WAL flush, whose jitter on a shared machine is most of its spread.
+        return self.measured(row, self.append_floor_ops(), per_round=self.args.per_round * 3)
 
     def row_async_warm(self) -> Row:
         row = Row(
