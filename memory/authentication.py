@@ -55,14 +55,25 @@ class TokenAuthentication(authentication.TokenAuthentication):
             row = cursor.fetchone()
         if row is None:
             raise exceptions.AuthenticationFailed(_("Invalid token."))
-        split = len(Token._meta.concrete_fields)
-        token = Token.from_db(alias, None, row[:split])
-        user = User.from_db(alias, None, row[split:-1])
+        token_names, user_names = _attnames()
+        token = Token.from_db(alias, token_names, row[: len(token_names)])
+        user = User.from_db(alias, user_names, row[len(token_names) : -1])
         token.user = user
         if not user.is_active:
             raise exceptions.AuthenticationFailed(_("User inactive or deleted."))
         setattr(user, HOLDS_ACCESS_ALL, bool(row[-1]))
         return user, token
+
+
+@functools.cache
+def _attnames() -> tuple[list[str], list[str]]:
+    """The token's and the user's fields, in the order of ``_token_sql``'s columns."""
+    from rest_framework.authtoken.models import Token
+
+    return (
+        [f.attname for f in Token._meta.concrete_fields],
+        [f.attname for f in User._meta.concrete_fields],
+    )
 
 
 @functools.cache

@@ -228,3 +228,17 @@ def test_another_backend_means_has_perm_decides(owner_user, write):
     ]
     with override_settings(AUTHENTICATION_BACKENDS=backends):
         assert client.get("/api/memory/users/li/facts/").status_code == 200
+
+
+def test_a_session_caller_gets_the_permission_check_of_its_own(service_user, owner_user, write):
+    with write():
+        services.fact_put(owner_id="li", key="name", value="Li")
+    for user, status in ((service_user, 200), (owner_user, 404)):
+        client = APIClient()
+        client.login(username=user.username, password="pw")
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get("/api/memory/users/li/facts/")
+        assert response.status_code == status
+        checks = [q["sql"] for q in queries if "auth_permission" in q["sql"]]
+        assert len(checks) == 1
+        assert "authtoken_token" not in checks[0]
