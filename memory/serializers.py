@@ -202,6 +202,40 @@ class TurnInputSerializer(serializers.Serializer):
     )
 
 
+def turn_input_accepted(data: Any) -> dict[str, Any] | None:
+    """What ``TurnInputSerializer(data=data)`` validates ``data`` to, when every field takes it
+    as it is (a string where a string is due, within the field's rules, metadata an object);
+    ``None`` for any other body, which the serializer must judge and word the errors of.
+
+    NOTE: the append's body, checked without building the serializer: DRF deep-copies its
+    declared fields for every instance, most of the ~100 us validation took on each append.
+    Only ever a subset of what the serializer accepts, with the same result
+    (tests/test_serializers.py)."""
+    if type(data) is not dict:
+        return None
+    session_id, role, content = data.get("session_id"), data.get("role"), data.get("content")
+    if type(session_id) is not str or type(role) is not str or type(content) is not str:
+        return None
+    accepted: dict[str, Any] = {"session_id": session_id, "role": role, "content": content}
+    if "metadata" in data:
+        metadata = data["metadata"]
+        if type(metadata) is not dict:
+            return None
+        accepted["metadata"] = dict(metadata)
+    if role not in Role.values:
+        return None
+    try:
+        # NOTE: these are the fields' own rules, which also cover what DRF's CharField adds
+        # (NUL and surrogate characters, the lengths).
+        validate_session_id(session_id)
+        validate_content(content)
+        if "metadata" in accepted:
+            validate_metadata(accepted["metadata"])
+    except DjangoValidationError:
+        return None
+    return accepted
+
+
 class TurnListQuerySerializer(serializers.Serializer):
     """The query of ``GET users/{user_id}/turns/``: keyset pagination on ``seq``."""
 

@@ -61,6 +61,7 @@ from memory.serializers import (
     TurnPageSerializer,
     TurnSearchSerializer,
     TurnSerializer,
+    turn_input_accepted,
 )
 from memory.validators import FACT_KEY_RE, OWNER_ID_RE, validate_idempotency_key
 
@@ -344,7 +345,9 @@ class TurnsView(MemoryView):
     )
     def post(self, request: Request, user_id: str) -> Response:
         idempotency_key = _idempotency_key(request)
-        data = _validated(TurnInputSerializer, request.data)
+        data = turn_input_accepted(request.data)
+        if data is None:
+            data = _validated(TurnInputSerializer, request.data)
         turn = services.turn_append(owner_id=user_id, idempotency_key=idempotency_key, **data)
         # NOTE: a retry answers exactly as the first try did: 201 and the turn first stored.
         return Response(turn_payload(turn), status=status.HTTP_201_CREATED)

@@ -238,8 +238,10 @@ def _env_rate(name: str, default: str) -> str | None:
 
 
 REST_FRAMEWORK = {
+    # NOTE: DRF's token authentication, which on the memory API's views also answers the
+    # permission check in the same statement (memory/authentication.py).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "memory.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
