@@ -288,6 +288,21 @@ def test_rule_based_extractor_writes_nothing_for(text):
     assert stated(text) == []
 
 
+def test_the_english_anchor_skips_only_text_that_states_nothing(monkeypatch):
+    """Every text of the corpus gives the same facts with the early exit as without it (a rule
+    it missed would show here), and the exit does skip the corpus's anchorless questions."""
+    import re
+
+    from memory.extraction import rules
+
+    texts = [text for text, _ in STATES] + list(NOTHING)
+    with_exit = {text: RuleBasedExtractor().extract(text, facts={}) for text in texts}
+    skipped = [t for t in texts if t.isascii() and not rules._EN_ANCHOR.search(t)]
+    monkeypatch.setattr(rules, "_EN_ANCHOR", re.compile(""))
+    assert {text: RuleBasedExtractor().extract(text, facts={}) for text in texts} == with_exit
+    assert skipped and all(with_exit[t] == [] for t in skipped)
+
+
 def test_list_facts_are_added_and_leave_the_other_list():
     facts = RuleBasedExtractor().extract("I don't like sushi", facts={})
     assert facts == [

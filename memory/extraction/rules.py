@@ -46,6 +46,11 @@ _ABBREVIATION = re.compile(
 _AFTER_ABBREVIATION_NEW = re.compile(r"\s*(?:I|I'm|My|Call|You|Please|And|But|Also)\b")
 _QUOTED = re.compile(r"\"[^\"\n]{4,}\"|“[^”\n]{4,}”|「[^」]*」|『[^』]*』|```.*?```", re.S)
 _QUOTE_LINE = re.compile(r"^\s*>.*$", re.M)
+# NOTE: every English rule starts at "I", "I'm"/"Im", "my", "call(s) me" or "(my|the) ... name"
+# and "name's"; a clause without one of them is read only after a clause that had one (a
+# subject carried over, a list, "it's ..."). So ASCII text with none of these words states
+# nothing, and most questions to an assistant are answered without running a rule.
+_EN_ANCHOR = re.compile(r"\b(?:i|im|my|me|name)\b", re.I)
 
 
 @dataclass
@@ -67,6 +72,8 @@ class RuleBasedExtractor:
 
     def extract(self, text: str, *, facts: Mapping[str, Any] | None = None) -> list[ExtractedFact]:
         if not text or len(text) > self.max_chars:
+            return []
+        if text.isascii() and not _EN_ANCHOR.search(text):
             return []
         text = _QUOTE_LINE.sub(" ", _QUOTED.sub(lambda m: " " * len(m.group()), text))
         found: list[ExtractedFact] = []
