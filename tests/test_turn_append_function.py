@@ -160,6 +160,14 @@ def test_the_append_is_prepared_once_per_connection(preparing):
     assert connection.connection.prepare_threshold is None
 
 
+def test_a_new_connection_prepares_it_again(preparing):
+    append("first")
+    connection.close()
+    append("second")
+    assert len(prepared_appends()) == 1
+    assert list(Turn.objects.values_list("seq", flat=True).order_by("seq")) == [1, 2]
+
+
 def test_a_lost_prepared_statement_is_sent_again_unprepared(preparing, caplog):
     append("first")
     assert prepared_appends()

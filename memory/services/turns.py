@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
 from django.db.models import (
     QuerySet,
 )
@@ -229,8 +229,8 @@ class _Prepared:
 PREPARED_LOST = frozenset({"26000", "42P05", "0A000", "08P01"})
 
 
-def _append_execute(params: list[Any]) -> tuple[Any, ...]:
-    """Run the append's call and return its row.
+def _append_execute(db: Any, params: list[Any]) -> tuple[Any, ...]:
+    """Run the append's call on the connection ``db`` and return its row.
 
     In autocommit, with ``MEMORY["PREPARED_STATEMENTS"]``, the call is a prepared statement
     (psycopg's, by name, per connection): the server then skips its parse and plan, a sixth of
@@ -242,18 +242,15 @@ def _append_execute(params: list[Any]) -> tuple[Any, ...]:
     queries are logged (``DEBUG``, ``CaptureQueriesContext``), whose log would show no SQL for
     a prepared statement.
     """
-    prepare = (
+    if (
         _Prepared.works
+        and not db.in_atomic_block
+        and not db.queries_logged
         and conf.PREPARED_STATEMENTS
-        and not connection.in_atomic_block
-        and not connection.queries_logged
         and _server_binding_cursor() is not None
-    )
-    if prepare:
+    ):
         try:
-            with _server_bound_cursor(prepare=True) as cursor:
-                cursor.execute(_APPEND_CALL, params)
-                return cursor.fetchone()  # type: ignore[no-any-return]
+            return _prepared_run(db, params)
         except DatabaseError as e:
             if getattr(e.__cause__, "sqlstate", None) not in PREPARED_LOST:
                 raise
@@ -264,42 +261,66 @@ def _append_execute(params: list[Any]) -> tuple[Any, ...]:
                 "MEMORY['PREPARED_STATEMENTS'] = False.",
                 e,
             )
-    with _server_bound_cursor(prepare=False) as cursor:
+    with _server_bound_cursor(db) as cursor:
         cursor.execute(_APPEND_CALL, params)
         return cursor.fetchone()  # type: ignore[no-any-return]
 
 
-@contextmanager
-def _server_bound_cursor(*, prepare: bool) -> Iterator[Any]:
-    """A Django cursor (logged, wrapped and instrumented as any other) whose parameters the
-    server binds, instead of psycopg quoting them into the SQL text; with ``prepare``, each
-    statement it runs is prepared (psycopg keeps one per distinct SQL and connection).
+# The attribute of a psycopg connection holding its cursor for the prepared append.
+_PREPARED_CURSOR = "_django_memory_append_cursor"
+
+
+def _prepared_run(db: Any, params: list[Any]) -> tuple[Any, ...]:
+    """The append's call as a prepared statement, on a cursor kept with the connection (a
+    Django cursor, so wrapped and instrumented as any other; it goes with the connection).
 
     NOTE: psycopg prepares nothing on a connection whose ``prepare_threshold`` is None, as
-    Django leaves it: it is lifted for the statement, and only when the cursor prepares.
+    Django leaves it: it is lifted for this statement only, which prepares by being asked to
+    (never by counting), and put back before anything else runs.
     """
-    factory = _server_binding_cursor()
-    if factory is None:
-        with connection.cursor() as cursor:
-            yield cursor
-        return
-    connection.ensure_connection()
-    raw = connection.connection
-    default, threshold = raw.cursor_factory, raw.prepare_threshold
-    raw.cursor_factory = factory[1] if prepare else factory[0]
-    try:
-        cursor = connection.cursor()
-    finally:
-        raw.cursor_factory = default
-    if prepare and threshold is None:
-        # NOTE: never reached by counting: only an explicit prepare=True prepares.
+    db.ensure_connection()
+    raw = db.connection
+    cursor = getattr(raw, _PREPARED_CURSOR, None)
+    if cursor is None:
+        factories = _server_binding_cursor()
+        assert factories is not None
+        default = raw.cursor_factory
+        raw.cursor_factory = factories[1]
+        try:
+            cursor = db.cursor()
+        finally:
+            raw.cursor_factory = default
+        setattr(raw, _PREPARED_CURSOR, cursor)
+    threshold = raw.prepare_threshold
+    if threshold is None:
         raw.prepare_threshold = 1 << 62
     try:
-        with cursor:
-            yield cursor
+        cursor.execute(_APPEND_CALL, params)
+        return cursor.fetchone()  # type: ignore[no-any-return]
     finally:
-        if prepare and threshold is None:
+        if threshold is None:
             raw.prepare_threshold = None
+
+
+@contextmanager
+def _server_bound_cursor(db: Any) -> Iterator[Any]:
+    """A Django cursor of ``db`` (logged, wrapped and instrumented as any other) whose
+    parameters the server binds, instead of psycopg quoting them into the SQL text."""
+    factories = _server_binding_cursor()
+    if factories is None:
+        with db.cursor() as cursor:
+            yield cursor
+        return
+    db.ensure_connection()
+    raw = db.connection
+    default = raw.cursor_factory
+    raw.cursor_factory = factories[0]
+    try:
+        cursor = db.cursor()
+    finally:
+        raw.cursor_factory = default
+    with cursor:
+        yield cursor
 
 
 @functools.cache
@@ -339,8 +360,10 @@ def _turn_append_call(
     extraction savepoint cost nine round trips, and even one statement sent by Django's
     client-side binding was planned anew each time (docs/performance.md).
     """
+    db = connections[DEFAULT_DB_ALIAS]
     at = timezone.now()
     row = _append_execute(
+        db,
         [
             owner_id,
             session_id,
@@ -424,7 +447,7 @@ def _turn_loaded(**fields: Any) -> Turn:
     """A ``Turn`` for a row this module read or wrote with its own SQL, as the ORM loads one."""
     turn = Turn(**fields)
     turn._state.adding = False
-    turn._state.db = connection.alias
+    turn._state.db = DEFAULT_DB_ALIAS
     return turn
 
 
