@@ -242,3 +242,19 @@ def test_a_session_caller_gets_the_permission_check_of_its_own(service_user, own
         checks = [q["sql"] for q in queries if "auth_permission" in q["sql"]]
         assert len(checks) == 1
         assert "authtoken_token" not in checks[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lookup_is_prepared_on_a_request_in_autocommit(service_user, monkeypatch):
+    from memory import db
+
+    monkeypatch.setattr(db._Prepared, "works", True)
+    token = Token.objects.create(user=service_user)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    for _ in range(2):
+        assert client.get("/api/memory/users/wang/facts/").status_code == 200
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        statements = [row[0] for row in cursor.fetchall()]
+    assert len([s for s in statements if "authtoken_token" in s]) == 1, statements

@@ -14,11 +14,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from memory import selectors, services
+from memory import db, selectors, services
 from memory.conf import conf
 from memory.extraction import ExtractedFact, RuleBasedExtractor
 from memory.models import Fact, FactVersion, Turn
-from memory.services import turns
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -149,7 +148,7 @@ def prepared_appends() -> list[str]:
 
 @pytest.fixture
 def preparing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(turns._Prepared, "works", True)
+    monkeypatch.setattr(db._Prepared, "works", True)
 
 
 def test_the_append_is_prepared_once_per_connection(preparing):
@@ -178,7 +177,7 @@ def test_a_lost_prepared_statement_is_sent_again_unprepared(preparing, caplog):
         turn = append("second")
     assert turn.seq == 2
     assert "lost a prepared statement" in caplog.text
-    assert not turns._Prepared.works
+    assert not db._Prepared.works
     append("third")
     assert prepared_appends() == []
     assert list(Turn.objects.values_list("seq", flat=True).order_by("seq")) == [1, 2, 3]
@@ -192,6 +191,8 @@ def test_prepared_statements_can_be_turned_off(preparing, memory_settings):
 
 
 def test_prepared_statements_must_be_a_bool(memory_settings):
-    with memory_settings(PREPARED_STATEMENTS="yes"):
-        with pytest.raises(ImproperlyConfigured, match="PREPARED_STATEMENTS"):
-            conf.PREPARED_STATEMENTS
+    with (
+        memory_settings(PREPARED_STATEMENTS="yes"),
+        pytest.raises(ImproperlyConfigured, match="PREPARED_STATEMENTS"),
+    ):
+        assert conf.PREPARED_STATEMENTS

@@ -4,15 +4,14 @@ their facts (inline or deferred), an operator's delete and prune."""
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import (
     QuerySet,
 )
@@ -20,6 +19,7 @@ from django.utils import timezone
 
 from memory import aio, cache, codec, extraction
 from memory.conf import conf
+from memory.db import prepared_fetchone
 from memory.exceptions import (
     IdempotencyKeyReused,
     MemoryUnavailable,
@@ -215,130 +215,6 @@ _APPEND_CALL = (
 )
 
 
-class _Prepared:
-    """Whether this process still prepares the append's statement: it stops, with one warning,
-    the first time the server does not hold one it prepared (``PREPARED_LOST``)."""
-
-    works = True
-
-
-# NOTE: "prepared statement does not exist", "already exists", "cached plan must not change
-# result type" (a migration replaced the function under a connection that prepared it), and a
-# bind that does not fit the statement of that name (another version of the app prepared it,
-# behind a pooler). Each fails the statement before it runs.
-PREPARED_LOST = frozenset({"26000", "42P05", "0A000", "08P01"})
-
-
-def _append_execute(db: Any, params: list[Any]) -> tuple[Any, ...]:
-    """Run the append's call on the connection ``db`` and return its row.
-
-    In autocommit, with ``MEMORY["PREPARED_STATEMENTS"]``, the call is a prepared statement
-    (psycopg's, by name, per connection): the server then skips its parse and plan, a sixth of
-    an append (docs/performance.md). Django turns psycopg's automatic preparing off so that
-    transaction-mode poolers keep working; the one statement prepared here is safe with them
-    too: a server that does not hold it fails the statement before it writes anything, and
-    the call is sent again unprepared, for good in this process. Inside a caller's transaction
-    it is never prepared, so that such a failure cannot abort the caller's work; nor while
-    queries are logged (``DEBUG``, ``CaptureQueriesContext``), whose log would show no SQL for
-    a prepared statement.
-    """
-    if (
-        _Prepared.works
-        and not db.in_atomic_block
-        and not db.queries_logged
-        and conf.PREPARED_STATEMENTS
-        and _server_binding_cursor() is not None
-    ):
-        try:
-            return _prepared_run(db, params)
-        except DatabaseError as e:
-            if getattr(e.__cause__, "sqlstate", None) not in PREPARED_LOST:
-                raise
-            _Prepared.works = False
-            logger.warning(
-                "The database lost a prepared statement (%s); appends are sent unprepared "
-                "from now on in this process. Behind a transaction-mode pooler, set "
-                "MEMORY['PREPARED_STATEMENTS'] = False.",
-                e,
-            )
-    with _server_bound_cursor(db) as cursor:
-        cursor.execute(_APPEND_CALL, params)
-        return cursor.fetchone()  # type: ignore[no-any-return]
-
-
-# The attribute of a psycopg connection holding its cursor for the prepared append.
-_PREPARED_CURSOR = "_django_memory_append_cursor"
-
-
-def _prepared_run(db: Any, params: list[Any]) -> tuple[Any, ...]:
-    """The append's call as a prepared statement, on a cursor kept with the connection (a
-    Django cursor, so wrapped and instrumented as any other; it goes with the connection).
-
-    NOTE: psycopg prepares nothing on a connection whose ``prepare_threshold`` is None, as
-    Django leaves it: it is lifted for this statement only, which prepares by being asked to
-    (never by counting), and put back before anything else runs.
-    """
-    db.ensure_connection()
-    raw = db.connection
-    cursor = getattr(raw, _PREPARED_CURSOR, None)
-    if cursor is None:
-        factories = _server_binding_cursor()
-        assert factories is not None
-        default = raw.cursor_factory
-        raw.cursor_factory = factories[1]
-        try:
-            cursor = db.cursor()
-        finally:
-            raw.cursor_factory = default
-        setattr(raw, _PREPARED_CURSOR, cursor)
-    threshold = raw.prepare_threshold
-    if threshold is None:
-        raw.prepare_threshold = 1 << 62
-    try:
-        cursor.execute(_APPEND_CALL, params)
-        return cursor.fetchone()  # type: ignore[no-any-return]
-    finally:
-        if threshold is None:
-            raw.prepare_threshold = None
-
-
-@contextmanager
-def _server_bound_cursor(db: Any) -> Iterator[Any]:
-    """A Django cursor of ``db`` (logged, wrapped and instrumented as any other) whose
-    parameters the server binds, instead of psycopg quoting them into the SQL text."""
-    factories = _server_binding_cursor()
-    if factories is None:
-        with db.cursor() as cursor:
-            yield cursor
-        return
-    db.ensure_connection()
-    raw = db.connection
-    default = raw.cursor_factory
-    raw.cursor_factory = factories[0]
-    try:
-        cursor = db.cursor()
-    finally:
-        raw.cursor_factory = default
-    with cursor:
-        yield cursor
-
-
-@functools.cache
-def _server_binding_cursor() -> tuple[type, type] | None:
-    """Django's cursor class for server-side binding, and one that prepares what it runs;
-    ``None`` under psycopg2, which has neither."""
-    try:
-        from django.db.backends.postgresql.base import ServerBindingCursor
-    except ImportError:
-        return None
-
-    class PreparingCursor(ServerBindingCursor):  # type: ignore[misc, valid-type]
-        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            return super().execute(query, params, prepare=True, **kwargs)
-
-    return ServerBindingCursor, PreparingCursor
-
-
 def _turn_append_call(
     owner_id: str,
     session_id: str,
@@ -362,8 +238,9 @@ def _turn_append_call(
     """
     db = connections[DEFAULT_DB_ALIAS]
     at = timezone.now()
-    row = _append_execute(
+    row = prepared_fetchone(
         db,
+        _APPEND_CALL,
         [
             owner_id,
             session_id,

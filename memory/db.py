@@ -1,0 +1,146 @@
+"""The app's few hot statements on PostgreSQL, run as prepared statements where that is safe.
+
+Django turns psycopg's automatic preparing off (``prepare_threshold`` None), so that
+transaction-mode connection poolers keep working, and binds parameters on the client: the
+server then parses and plans every statement it is sent. For the statements that run on every
+request (an append's ``memory_turn_append()`` call, the API's token-and-permission lookup) that
+was a sixth of an append and most of the lookup's database time (docs/performance.md), so
+``prepared_fetchone`` runs them prepared, with server-side binding, on a cursor kept with the
+connection; it is a Django cursor, wrapped and instrumented as any other.
+
+Safe with a pooler too: a server that does not hold a statement the connection prepared fails
+it before it runs (``PREPARED_LOST``); the statement is sent again unprepared, and this process
+stops preparing, with one warning. It never prepares inside a caller's transaction (such a
+failure would abort the caller's work), nor while queries are logged (``DEBUG``,
+``CaptureQueriesContext``), whose log shows no SQL for a prepared statement, nor with
+``MEMORY["PREPARED_STATEMENTS"] = False``, nor under psycopg2.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import DatabaseError
+
+from memory.conf import conf
+
+logger = logging.getLogger("memory.store")
+
+# NOTE: "prepared statement does not exist", "already exists", "cached plan must not change
+# result type" (a migration replaced a function under a connection that prepared a call of
+# it), and a bind that does not fit the statement of that name (another client prepared it,
+# behind a pooler). Each fails the statement before it runs.
+PREPARED_LOST = frozenset({"26000", "42P05", "0A000", "08P01"})
+
+# The attribute of a psycopg connection holding its cursor for prepared statements.
+_CURSOR = "_django_memory_prepared_cursor"
+
+
+class _Prepared:
+    """Whether this process still prepares: it stops the first time a server lost one."""
+
+    works = True
+
+
+def prepared_fetchone(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    """Run ``sql`` on the Django connection ``db`` (PostgreSQL) and return its first row.
+
+    Prepared when this module's rules allow it, else sent with server-side binding (the SQL
+    must type what the server cannot infer: ``%s::jsonb``). Raises what the statement raises,
+    as Django's errors.
+    """
+    if (
+        _Prepared.works
+        and not db.in_atomic_block
+        and not db.queries_logged
+        and conf.PREPARED_STATEMENTS
+        and _cursor_classes() is not None
+    ):
+        try:
+            return _prepared_run(db, sql, params)
+        except DatabaseError as e:
+            if getattr(e.__cause__, "sqlstate", None) not in PREPARED_LOST:
+                raise
+            _Prepared.works = False
+            logger.warning(
+                "The database lost a prepared statement (%s); the app's statements are sent "
+                "unprepared from now on in this process. Behind a transaction-mode pooler, "
+                "set MEMORY['PREPARED_STATEMENTS'] = False.",
+                e,
+            )
+    with server_bound_cursor(db) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()  # type: ignore[no-any-return]
+
+
+def _prepared_run(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    """``sql`` as a prepared statement (psycopg names one per distinct SQL and connection).
+
+    NOTE: psycopg prepares nothing on a connection whose ``prepare_threshold`` is None, as
+    Django leaves it: it is lifted for this statement only, which prepares by being asked to
+    (never by counting), and put back before anything else runs.
+    """
+    db.ensure_connection()
+    raw = db.connection
+    cursor = getattr(raw, _CURSOR, None)
+    if cursor is None:
+        classes = _cursor_classes()
+        assert classes is not None
+        default = raw.cursor_factory
+        raw.cursor_factory = classes[1]
+        try:
+            cursor = db.cursor()
+        finally:
+            raw.cursor_factory = default
+        setattr(raw, _CURSOR, cursor)
+    threshold = raw.prepare_threshold
+    if threshold is None:
+        raw.prepare_threshold = 1 << 62
+    try:
+        cursor.execute(sql, params)
+        return cursor.fetchone()  # type: ignore[no-any-return]
+    finally:
+        if threshold is None:
+            raw.prepare_threshold = None
+
+
+@contextmanager
+def server_bound_cursor(db: Any) -> Iterator[Any]:
+    """A Django cursor of ``db`` (logged, wrapped and instrumented as any other) whose
+    parameters the server binds, instead of psycopg quoting them into the SQL text; the
+    default cursor under psycopg2."""
+    classes = _cursor_classes()
+    if classes is None:
+        with db.cursor() as cursor:
+            yield cursor
+        return
+    db.ensure_connection()
+    raw = db.connection
+    default = raw.cursor_factory
+    raw.cursor_factory = classes[0]
+    try:
+        cursor = db.cursor()
+    finally:
+        raw.cursor_factory = default
+    with cursor:
+        yield cursor
+
+
+@functools.cache
+def _cursor_classes() -> tuple[type, type] | None:
+    """Django's cursor class for server-side binding, and one that prepares what it runs;
+    ``None`` under psycopg2, which has neither."""
+    try:
+        from django.db.backends.postgresql.base import ServerBindingCursor
+    except ImportError:
+        return None
+
+    class PreparingCursor(ServerBindingCursor):  # type: ignore[misc, valid-type]
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            return super().execute(query, params, prepare=True, **kwargs)
+
+    return ServerBindingCursor, PreparingCursor
