@@ -72,10 +72,15 @@ def turn_append(
     ``ValidationError`` ({field: messages}) for bad input and ``MemoryUnavailable`` when the
     database cannot be reached; then nothing was stored.
 
-    A user turn also goes through ``MEMORY["FACT_EXTRACTOR"]`` in the same transaction: the
-    facts it states are written with the turn's ``session_id`` and ``seq`` (``source_turn_seq``).
-    An extractor that fails is logged and the turn is stored without facts; a retried
-    ``idempotency_key`` extracts nothing again.
+    A user turn also goes through ``MEMORY["FACT_EXTRACTOR"]``: the facts it states are written
+    in the turn's transaction, with its ``session_id`` and ``seq`` (``source_turn_seq``). An
+    inline extractor runs before that transaction, holding no lock; what it found is merged
+    into the facts as they are under the owner's lock. A deferred one gets a record written
+    with the turn and runs after commit, in a worker. An extractor that fails is logged and the
+    turn is stored without facts; a retried ``idempotency_key`` extracts nothing again.
+
+    On PostgreSQL all of it is one call of ``memory_turn_append()`` (migration 0008), one round
+    trip (two when the extractor found facts), then the cache update after commit.
     """
     metadata = dict(metadata) if metadata is not None else {}
     _check("user_id", validate_owner_id, owner_id)
