@@ -84,7 +84,11 @@ def _prepared_run(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] |
     Django leaves it: it is lifted for this statement only, which prepares by being asked to
     (never by counting), and put back before anything else runs.
     """
+    # NOTE: what db.cursor() does first: with CONN_HEALTH_CHECKS, a connection that died while
+    # idle (a database restart) is replaced here, not found dead by this statement.
+    db.close_if_health_check_failed()
     db.ensure_connection()
+    db.validate_thread_sharing()
     raw = db.connection
     cursor = getattr(raw, _CURSOR, None)
     if cursor is None:
