@@ -29,6 +29,11 @@ BATCH = 500
 # NOTE: how often the repairer retries this process's own failed updates: it is also the probe
 # that finds Redis back, so this bounds how long a lost update outlives Redis's return.
 REPAIR_POLL = 0.1
+# NOTE: how long confirmed marks wait to be cleared, batched. A mark costs nothing while it
+# waits (an owner written within RECONCILE_GRACE is never swept), but each clear rewrites the
+# owner's row and its indexes: an owner written ten times a second is cleared twice, not ten
+# times. Well under RECONCILE_GRACE, so a confirmed copy is not dropped for its mark.
+CLEAR_POLL = 0.5
 
 
 @dataclass(frozen=True)
@@ -225,6 +230,12 @@ def _repairer_loop() -> None:
         # next round reconnects to a restarted database by itself.
         if connection.errors_occurred:
             connection.close()
-        wait = REPAIR_POLL if (_state.pending or _state.confirmed) else conf.RECONCILE_INTERVAL
+        wait = (
+            REPAIR_POLL
+            if _state.pending
+            else max(REPAIR_POLL, min(CLEAR_POLL, conf.RECONCILE_GRACE / 2))
+            if _state.confirmed
+            else conf.RECONCILE_INTERVAL
+        )
         _state.wake.wait(wait)
         _state.wake.clear()

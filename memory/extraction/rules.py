@@ -49,8 +49,9 @@ _QUOTE_LINE = re.compile(r"^\s*>.*$", re.M)
 # NOTE: every English rule starts at "I", "I'm"/"Im", "my", "call(s) me" or "(my|the) ... name"
 # and "name's"; a clause without one of them is read only after a clause that had one (a
 # subject carried over, a list, "it's ..."). So ASCII text with none of these words states
-# nothing, and most questions to an assistant are answered without running a rule.
-_EN_ANCHOR = re.compile(r"\b(?:i|im|my|me|name)\b", re.I)
+# nothing ("can you tell me ..." included), and many requests to an assistant are answered
+# without running a rule.
+_EN_ANCHOR = re.compile(r"\b(?:i|im|my|name)\b|\bcalls?\s+me\b", re.I)
 
 
 @dataclass
