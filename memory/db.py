@@ -94,12 +94,7 @@ def _prepared_run(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] |
     if cursor is None:
         classes = _cursor_classes()
         assert classes is not None
-        default = raw.cursor_factory
-        raw.cursor_factory = classes[1]
-        try:
-            cursor = db.cursor()
-        finally:
-            raw.cursor_factory = default
+        cursor = _cursor_of(db, classes[1])
         setattr(raw, _CURSOR, cursor)
     threshold = raw.prepare_threshold
     if threshold is None:
@@ -122,16 +117,21 @@ def server_bound_cursor(db: Any) -> Iterator[Any]:
         with db.cursor() as cursor:
             yield cursor
         return
+    with _cursor_of(db, classes[0]) as cursor:
+        yield cursor
+
+
+def _cursor_of(db: Any, cursor_class: type) -> Any:
+    """``db.cursor()`` (Django's wrapper, its checks and its connecting), on a psycopg cursor of
+    ``cursor_class`` instead of the connection's own class."""
     db.ensure_connection()
     raw = db.connection
     default = raw.cursor_factory
-    raw.cursor_factory = classes[0]
+    raw.cursor_factory = cursor_class
     try:
-        cursor = db.cursor()
+        return db.cursor()
     finally:
         raw.cursor_factory = default
-    with cursor:
-        yield cursor
 
 
 @functools.cache

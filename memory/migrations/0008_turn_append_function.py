@@ -24,8 +24,9 @@ key, whether the owner held the key when the caller read it, and its value then.
 An owner that does not exist yet is created first (as ``Owner.objects.get_or_create``).
 
 Not a model's: the services are its only callers, and a later change of these tables must
-replace the function in the same migration (tests/test_turn_append_function.py compares its
-writes with the general path's).
+replace the function in the same migration (tests/test_turn_append_function.py checks its
+fact writes against the rules of ``services._fact_write``: versions after a delete, list
+merges, the cap, a fact changed before the lock).
 """
 
 from __future__ import annotations

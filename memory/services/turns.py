@@ -4,7 +4,6 @@ their facts (inline or deferred), an operator's delete and prune."""
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from memory.models import (
     Role,
     Turn,
 )
-from memory.payloads import FactPayload, fact_payload, isoformat, turn_payload
+from memory.payloads import fact_payload, fact_payload_from_row, turn_payload
 from memory.services._common import (
     _check,
     _fact_write,
@@ -106,14 +105,9 @@ def turn_append(
             # commit and then finds its turn here: one turn is stored, however many race.
             existing = Turn.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
             if existing is not None:
-                if (existing.session_id, existing.role, existing.content, existing.metadata) != (
-                    session_id,
-                    role,
-                    content,
-                    metadata,
-                ):
-                    raise IdempotencyKeyReused(idempotency_key, existing)
-                return existing
+                return _retry_checked(
+                    existing, idempotency_key, session_id, role, content, metadata
+                )
         prev = cache.stamp_take(owner, turns=1)
         turn = Turn.objects.create(
             owner=owner,
@@ -136,6 +130,21 @@ def turn_append(
 aturn_append = aio.twin(turn_append)
 
 
+def _retry_checked(
+    existing: Turn, key: str, session_id: str, role: str, content: str, metadata: dict[str, Any]
+) -> Turn:
+    """The turn first stored under ``key``, if this append repeats it exactly; else raises
+    ``IdempotencyKeyReused``."""
+    if (existing.session_id, existing.role, existing.content, existing.metadata) != (
+        session_id,
+        role,
+        content,
+        metadata,
+    ):
+        raise IdempotencyKeyReused(key, existing)
+    return existing
+
+
 @dataclass(frozen=True)
 class _Plan:
     """What the extraction of a turn asks of its append, found before any write: a record for
@@ -147,9 +156,6 @@ class _Plan:
 
 
 _NOTHING = _Plan()
-
-
-logger = logging.getLogger("memory.store")
 
 
 def _turn_facts_plan(owner_id: str, role: str, content: str) -> _Plan:
@@ -276,14 +282,8 @@ def _turn_append_call(
             idempotency_key=idempotency_key,
             created_at=stored[4],
         )
-        if (existing.session_id, existing.role, existing.content, existing.metadata) != (
-            session_id,
-            role,
-            content,
-            metadata,
-        ):
-            raise IdempotencyKeyReused(idempotency_key, existing)  # type: ignore[arg-type]
-        return existing
+        assert idempotency_key is not None
+        return _retry_checked(existing, idempotency_key, session_id, role, content, metadata)
     turn = _turn_loaded(
         id=turn_pk,
         owner_id=owner_pk,
@@ -297,14 +297,8 @@ def _turn_append_call(
     )
     for key in skipped or ():
         _fact_cap_warn(key, seq, owner_id)
-    facts: list[FactPayload] = [
-        {
-            "key": fact["key"],
-            "value": fact["value"],
-            "session_id": session_id,
-            "updated_at": isoformat(at),
-            "version": fact["version"],
-        }
+    facts = [
+        fact_payload_from_row((fact["key"], fact["value"], session_id, at, fact["version"]))
         for fact in (codec.loads(written) if written else ())
     ]
     owner = Owner(pk=owner_pk, external_id=owner_id, stamp=stamp)
