@@ -7,11 +7,11 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
-from django.utils.module_loading import import_string
 
 from memory import tokens
-from memory.conf import DEFAULTS, as_int, conf
+from memory.conf import DEFAULTS, as_int, conf, setting_import
 
 # One id per problem:
 #   E001 MEMORY is not a dict                E007 the cache alias is not in CACHES
@@ -135,17 +135,9 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
 def _check_token_counter(path: Any) -> list[CheckMessage]:
     hint = "Name a callable str -> int, such as memory.tokens.estimate_counter (the default)."
     try:
-        if not isinstance(path, str):
-            raise ImportError("not a dotted path string")
-        counter = import_string(path)
-    except ImportError as e:
-        return [
-            Error(
-                f"MEMORY['TOKEN_COUNTER'] {path!r} cannot be imported: {e}",
-                hint=hint,
-                id="memory.E016",
-            )
-        ]
+        counter = setting_import("TOKEN_COUNTER", path)
+    except ImproperlyConfigured as e:
+        return [Error(str(e), hint=hint, id="memory.E016")]
     if not callable(counter):
         return [
             Error(f"MEMORY['TOKEN_COUNTER'] {path!r} is not callable.", hint=hint, id="memory.E016")
@@ -166,13 +158,11 @@ def _check_extractor(path: Any) -> list[CheckMessage]:
     if path is None:
         return []
     try:
-        if not isinstance(path, str):
-            raise ImportError("not a dotted path string")
-        import_string(path)
-    except ImportError as e:
+        setting_import("FACT_EXTRACTOR", path)
+    except ImproperlyConfigured as e:
         return [
             Error(
-                f"MEMORY['FACT_EXTRACTOR'] {path!r} cannot be imported: {e}",
+                str(e),
                 hint="Name an extractor class, factory or instance, or None to turn it off.",
                 id="memory.E013",
             )
@@ -225,11 +215,9 @@ def _check_resolver(path: Any) -> list[CheckMessage]:
             )
         ]
     try:
-        resolver = import_string(path)
-    except ImportError as e:
-        return [
-            Error(f"MEMORY['OWNER_RESOLVER'] {path!r} cannot be imported: {e}", id="memory.E006")
-        ]
+        resolver = setting_import("OWNER_RESOLVER", path)
+    except ImproperlyConfigured as e:
+        return [Error(str(e), id="memory.E006")]
     if not callable(resolver):
         return [
             Error(

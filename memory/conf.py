@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
 
 DEFAULTS: dict[str, Any] = {
     # The django-redis alias in CACHES; None means "memory" if that alias exists, else no cache.
@@ -277,3 +278,14 @@ class Settings:
 
 
 conf = Settings()
+
+
+def setting_import(name: str, path: Any) -> Any:
+    """What the dotted ``path`` of ``MEMORY[name]`` names. Raises ``ImproperlyConfigured``,
+    naming the setting, when ``path`` is not a string or cannot be imported."""
+    try:
+        if not isinstance(path, str):
+            raise ImportError("not a dotted path string")
+        return import_string(path)
+    except ImportError as e:
+        raise ImproperlyConfigured(f"MEMORY['{name}'] {path!r} cannot be imported: {e}") from e

@@ -8,14 +8,12 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, Permission, User
 from django.contrib.contenttypes.models import ContentType
-from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.http import Http404
-from django.utils.module_loading import import_string
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from memory.conf import conf
+from memory.conf import conf, setting_import
 
 ACCESS_ALL = "memory.access_all_memories"
 
@@ -29,13 +27,7 @@ def default_owner_id(user: AbstractBaseUser | AnonymousUser) -> str | None:
 
 def owner_id_for(user: AbstractBaseUser | AnonymousUser) -> str | None:
     """Apply ``MEMORY["OWNER_RESOLVER"]``; an unimportable path names the setting."""
-    path = conf.OWNER_RESOLVER
-    try:
-        resolver = import_string(path)
-    except ImportError as e:
-        raise ImproperlyConfigured(
-            f"MEMORY['OWNER_RESOLVER'] {path!r} cannot be imported: {e}"
-        ) from e
+    resolver = setting_import("OWNER_RESOLVER", conf.OWNER_RESOLVER)
     return resolver(user)  # type: ignore[no-any-return]
 
 

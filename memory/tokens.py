@@ -12,9 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.utils.module_loading import import_string
 
-from memory.conf import conf
+from memory.conf import conf, setting_import
 
 TokenCounter = Callable[[str], int]
 
@@ -108,12 +107,7 @@ def tiktoken_counter(text: str) -> int:
 
 @functools.lru_cache(maxsize=8)
 def _counter_import(path: str) -> TokenCounter:
-    try:
-        counter = import_string(path)
-    except ImportError as e:
-        raise ImproperlyConfigured(
-            f"MEMORY['TOKEN_COUNTER'] {path!r} cannot be imported: {e}"
-        ) from e
+    counter = setting_import("TOKEN_COUNTER", path)
     if not callable(counter):
         raise ImproperlyConfigured(f"MEMORY['TOKEN_COUNTER'] {path!r} is not callable.")
     return counter  # type: ignore[no-any-return]

@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
-from django.utils.module_loading import import_string
 
-from memory.conf import conf
+from memory.conf import conf, setting_import
 
 logger = logging.getLogger("memory.extraction")
 
@@ -82,12 +81,7 @@ def extractor_deferred(extractor: FactExtractor) -> bool:
 
 @functools.lru_cache(maxsize=16)
 def _extractor_load(path: str) -> FactExtractor:
-    try:
-        target = import_string(path)
-    except ImportError as e:
-        raise ImproperlyConfigured(
-            f"MEMORY['FACT_EXTRACTOR'] {path!r} cannot be imported: {e}"
-        ) from e
+    target = setting_import("FACT_EXTRACTOR", path)
     if isinstance(target, type) or not hasattr(target, "extract"):
         target = target()
     return target  # type: ignore[no-any-return]
