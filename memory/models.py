@@ -15,7 +15,9 @@ class Owner(models.Model):
     ``stamp`` marks each committed change so that the cache can tell fresh from stale.
     """
 
-    external_id = models.CharField(max_length=128, unique=True)
+    # NOTE: unique through a constraint rather than ``unique=True``, which would also add a
+    # ``LIKE`` index nothing reads, rewritten by every append (migration 0009).
+    external_id = models.CharField(max_length=128)
     last_seq = models.BigIntegerField(default=0)
     # NOTE: ``stamp`` comes from one database-wide sequence, so it grows across a forget and
     # a re-creation of the same external id; the cache compares stamps to refuse stale fills.
@@ -30,6 +32,9 @@ class Owner(models.Model):
         verbose_name = "memory owner"
         ordering = ["external_id"]
         permissions = [("access_all_memories", "Can read and write every owner's memory")]
+        constraints = [
+            models.UniqueConstraint(fields=["external_id"], name="memory_owner_external_id_uniq"),
+        ]
         indexes = [
             models.Index(
                 fields=["updated_at"],
@@ -46,7 +51,13 @@ class Owner(models.Model):
 class Session(models.Model):
     """A label a chat product gives a run of turns: a tab, a device, a reconnect."""
 
-    owner = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="sessions")
+    owner = models.ForeignKey(
+        Owner,
+        on_delete=models.CASCADE,
+        related_name="sessions",
+        # NOTE: no index of its own: the table's unique constraint starts with the owner.
+        db_index=False,
+    )
     session_id = models.CharField(max_length=128)
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
@@ -83,7 +94,13 @@ class Role(models.TextChoices):
 class Turn(models.Model):
     """One message of a conversation; append-only, numbered 1..N per owner in commit order."""
 
-    owner = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="turns")
+    owner = models.ForeignKey(
+        Owner,
+        on_delete=models.CASCADE,
+        related_name="turns",
+        # NOTE: no index of its own: the table's unique constraint starts with the owner.
+        db_index=False,
+    )
     seq = models.BigIntegerField()
     session_id = models.CharField(max_length=128)
     role = models.CharField(max_length=16, choices=Role.choices)
@@ -125,7 +142,13 @@ class Turn(models.Model):
 class Fact(models.Model):
     """The current value of one profile fact of an owner (``name``, ``likes``...)."""
 
-    owner = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="facts")
+    owner = models.ForeignKey(
+        Owner,
+        on_delete=models.CASCADE,
+        related_name="facts",
+        # NOTE: no index of its own: the table's unique constraint starts with the owner.
+        db_index=False,
+    )
     key = models.CharField(max_length=64)
     value = models.JSONField()
     version = models.PositiveIntegerField(default=1)
@@ -149,7 +172,13 @@ class Fact(models.Model):
 class FactVersion(models.Model):
     """One change of a fact, kept for its history; a delete leaves a ``deleted`` version."""
 
-    owner = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="fact_versions")
+    owner = models.ForeignKey(
+        Owner,
+        on_delete=models.CASCADE,
+        related_name="fact_versions",
+        # NOTE: no index of its own: the table's unique constraint starts with the owner.
+        db_index=False,
+    )
     key = models.CharField(max_length=64)
     value = models.JSONField(null=True)
     version = models.PositiveIntegerField()

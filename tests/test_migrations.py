@@ -1,0 +1,67 @@
+"""Tests of migration 0009 on Postgres: the indexes an append rewrote for nothing are gone, the
+owner's id stays unique, and migrating back puts every index where it was."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.db.migrations.executor import MigrationExecutor
+
+from memory.models import Owner
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BEFORE = ("memory", "0008_turn_append_function")
+AFTER = ("memory", "0009_drop_redundant_indexes")
+DROPPED = {
+    "memory_owner_external_id_c83473d6_like",
+    "memory_fact_owner_id_0a661e21",
+    "memory_factversion_owner_id_9481254c",
+    "memory_session_owner_id_8a052684",
+    "memory_turn_owner_id_97ea5acf",
+}
+
+
+def indexes() -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename LIKE 'memory\\_%%'")
+        return {name for (name,) in cursor.fetchall()}
+
+
+def migrate(target: tuple[str, str]) -> None:
+    executor = MigrationExecutor(connection)
+    executor.migrate([target])
+
+
+def test_no_owner_keyed_table_keeps_an_index_of_the_owner_alone():
+    found = indexes()
+    assert not DROPPED & found
+    # NOTE: the lookups by owner that they served, through each table's unique constraint.
+    assert {
+        "memory_owner_external_id_uniq",
+        "memory_fact_owner_key_uniq",
+        "memory_factversion_uniq",
+        "memory_session_owner_sid_uniq",
+        "memory_turn_owner_seq_uniq",
+    } <= found
+
+
+def test_the_owner_id_stays_unique():
+    Owner.objects.create(external_id="wang")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Owner.objects.create(external_id="wang")
+    assert Owner.objects.filter(external_id="wang").count() == 1
+
+
+def test_migrating_back_restores_every_index_and_forward_drops_them_again():
+    try:
+        migrate(BEFORE)
+        found = indexes()
+        assert DROPPED <= found
+        assert "memory_owner_external_id_key" in found
+        assert "memory_owner_external_id_uniq" not in found
+    finally:
+        migrate(AFTER)
+    found = indexes()
+    assert not DROPPED & found
+    assert "memory_owner_external_id_uniq" in found
