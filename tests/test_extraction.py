@@ -147,6 +147,9 @@ STATES = [
     ("Good evening, my name is Henrik Solberg.", [("name", "Henrik Solberg")]),
     ("I'm Adaeze, by the way", [("name", "Adaeze")]),
     ("Name's Kofi.", [("name", "Kofi")]),
+    # the name without "my": the early exit's anchor must still see them
+    ("The name is Bond.", [("name", "Bond")]),
+    ("the real name's Tom Hardy", [("name", "Tom Hardy")]),
     ("everyone calls me Bubba", [("preferred_name", "Bubba")]),
     ("I prefer to be called Alex", [("preferred_name", "Alex")]),
     ("I live in Reykjavik with my husband", [("location", "Reykjavik")]),
@@ -183,6 +186,7 @@ NOTHING = [
     "What's my name?",
     "Do I like chess?",
     "Where do I live?",
+    "What is a good name for a cat?",
     "Is my name Yusuf?",
     "So I'm a dentist?",
     "我叫什么名字？",
