@@ -982,7 +982,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-round", type=int, default=40)
     parser.add_argument("--per-round-blob", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--http-rounds", type=int, default=8)
+    parser.add_argument("--http-rounds", type=int, default=12)
     parser.add_argument("--http-seconds", type=float, default=2.0)
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--profile", default="", help="profile one row's project operation")
