@@ -48,16 +48,18 @@ class Owner(models.Model):
         return self.external_id
 
 
+def _owner_key(related_name: str) -> models.ForeignKey[Owner, Owner]:
+    """The owner of a session, turn, fact or fact version. No index of its own: each of those
+    tables has a unique constraint that starts with the owner (migration 0009)."""
+    return models.ForeignKey(
+        Owner, on_delete=models.CASCADE, related_name=related_name, db_index=False
+    )
+
+
 class Session(models.Model):
     """A label a chat product gives a run of turns: a tab, a device, a reconnect."""
 
-    owner = models.ForeignKey(
-        Owner,
-        on_delete=models.CASCADE,
-        related_name="sessions",
-        # NOTE: no index of its own: the table's unique constraint starts with the owner.
-        db_index=False,
-    )
+    owner = _owner_key("sessions")
     session_id = models.CharField(max_length=128)
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
@@ -94,13 +96,7 @@ class Role(models.TextChoices):
 class Turn(models.Model):
     """One message of a conversation; append-only, numbered 1..N per owner in commit order."""
 
-    owner = models.ForeignKey(
-        Owner,
-        on_delete=models.CASCADE,
-        related_name="turns",
-        # NOTE: no index of its own: the table's unique constraint starts with the owner.
-        db_index=False,
-    )
+    owner = _owner_key("turns")
     seq = models.BigIntegerField()
     session_id = models.CharField(max_length=128)
     role = models.CharField(max_length=16, choices=Role.choices)
@@ -142,13 +138,7 @@ class Turn(models.Model):
 class Fact(models.Model):
     """The current value of one profile fact of an owner (``name``, ``likes``...)."""
 
-    owner = models.ForeignKey(
-        Owner,
-        on_delete=models.CASCADE,
-        related_name="facts",
-        # NOTE: no index of its own: the table's unique constraint starts with the owner.
-        db_index=False,
-    )
+    owner = _owner_key("facts")
     key = models.CharField(max_length=64)
     value = models.JSONField()
     version = models.PositiveIntegerField(default=1)
@@ -172,13 +162,7 @@ class Fact(models.Model):
 class FactVersion(models.Model):
     """One change of a fact, kept for its history; a delete leaves a ``deleted`` version."""
 
-    owner = models.ForeignKey(
-        Owner,
-        on_delete=models.CASCADE,
-        related_name="fact_versions",
-        # NOTE: no index of its own: the table's unique constraint starts with the owner.
-        db_index=False,
-    )
+    owner = _owner_key("fact_versions")
     key = models.CharField(max_length=64)
     value = models.JSONField(null=True)
     version = models.PositiveIntegerField()
