@@ -327,6 +327,19 @@ def _turn_loaded(**fields: Any) -> Turn:
     return turn
 
 
+def _facts_savepoint_failed(message: str, turn: Turn, owner_id: str) -> None:
+    """Log ``message`` (with the turn's seq and owner) for a turn's facts that failed in their
+    savepoint, in an ``except`` block: the turn is stored without them. Re-raises when the
+    connection failed with them.
+
+    NOTE: the savepoint rolled back only the facts; a connection that failed with them cannot
+    commit the turn either, so that failure is the caller's (MemoryUnavailable).
+    """
+    if transaction.get_rollback() or connection.closed_in_transaction:
+        raise
+    extraction.logger.exception(message, turn.seq, owner_id)
+
+
 def _turn_facts_extract(owner: Owner, turn: Turn) -> list[Fact]:
     """Write the facts the configured extractor finds in a user turn; return those that changed.
 
@@ -356,13 +369,9 @@ def _turn_facts_extract(owner: Owner, turn: Turn) -> list[Fact]:
                 )
                 return _turn_facts_write(owner, turn, current, found)
     except Exception:
-        # NOTE: the savepoint rolled back only the facts; a connection that failed with them
-        # cannot commit the turn either, so that failure is the caller's (MemoryUnavailable).
-        if transaction.get_rollback() or connection.closed_in_transaction:
-            raise
-        extraction.logger.exception(
+        _facts_savepoint_failed(
             "Fact extraction failed for turn %s of %r; the turn is stored without facts.",
-            turn.seq,
+            turn,
             owner.external_id,
         )
         return []
@@ -536,11 +545,9 @@ def _pending_extract(pending: PendingExtraction) -> list[Fact]:
                     owner, turn, current, [f for f in found if f.key not in newer]
                 )
         except Exception:
-            if transaction.get_rollback() or connection.closed_in_transaction:
-                raise
-            extraction.logger.exception(
+            _facts_savepoint_failed(
                 "Writing the facts of turn %s of %r failed; the turn is stored without facts.",
-                turn.seq,
+                turn,
                 owner_id,
             )
             return []
