@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -662,6 +662,7 @@ class RedisSentinel(RedisServer):
         primary_port: int,
         quorum: int = 2,
         down_after_ms: int = 1000,
+        timings: Mapping[str, int] | None = None,
         port: int | None = None,
     ) -> None:
         super().__init__(port=port)
@@ -669,6 +670,18 @@ class RedisSentinel(RedisServer):
         self.primary_port = primary_port
         self.quorum = quorum
         self.down_after_ms = down_after_ms
+        self.timings = dict(timings or {})
+
+    def start(self) -> Self:
+        """Start the sentinel, then set ``timings`` (``SENTINEL DEBUG``, in milliseconds)."""
+        super().start()
+        if self.timings:
+            import redis
+
+            args = [str(part) for pair in self.timings.items() for part in pair]
+            with redis.Redis(host=HOST, port=self.port, socket_timeout=2) as client:
+                client.execute_command("SENTINEL", "DEBUG", *args)
+        return self
 
     def _prepare(self) -> None:
         # NOTE: a sentinel rewrites its config file (what it learnt of replicas and epochs),

@@ -19,6 +19,11 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 GRACE = 0.5
 INTERVAL = 0.5
+# NOTE: a sentinel reads a replica's INFO once an info period, and turns an old primary that is
+# back into a replica only once it has reported itself a primary for four publish periods. At
+# Redis's defaults (10 s and 2 s) that took up to 30 s and more on a loaded machine; these make
+# it a few seconds.
+SENTINEL_TIMINGS = {"info-period": 1000, "publish-period": 500}
 
 
 class Group:
@@ -30,7 +35,9 @@ class Group:
         self.replica = RedisServer(extra_args=["--replicaof", HOST, str(self.primary.port)])
         self.replica.start()
         self.sentinels = [
-            RedisSentinel(master=self.name, primary_port=self.primary.port).start()
+            RedisSentinel(
+                master=self.name, primary_port=self.primary.port, timings=SENTINEL_TIMINGS
+            ).start()
             for _ in range(3)
         ]
 

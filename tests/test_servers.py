@@ -14,7 +14,14 @@ import psycopg
 import pytest
 import redis
 
-from tests.servers import PostgresServer, RedisCluster, RedisSentinel, RedisServer, free_port
+from tests.servers import (
+    HOST,
+    PostgresServer,
+    RedisCluster,
+    RedisSentinel,
+    RedisServer,
+    free_port,
+)
 
 pytestmark = pytest.mark.faults
 
@@ -210,8 +217,13 @@ def test_redis_cluster_serves_every_slot_and_its_cleanup_reaps_every_node() -> N
 def test_redis_sentinel_names_its_primary() -> None:
     with (
         RedisServer() as primary,
-        RedisSentinel(master="t", primary_port=primary.port) as sentinel,
+        RedisSentinel(
+            master="t", primary_port=primary.port, timings={"info-period": 900}
+        ) as sentinel,
     ):
         assert sentinel.primary() == primary.port
+        with redis.Redis(host=HOST, port=sentinel.port) as client:
+            timings = client.execute_command("SENTINEL", "DEBUG")
+        assert timings[b"INFO-PERIOD"] == b"900"
         pid = sentinel.pid
     assert not _alive(pid)
