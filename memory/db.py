@@ -14,6 +14,12 @@ stops preparing, with one warning. It never prepares inside a caller's transacti
 failure would abort the caller's work), nor while queries are logged (``DEBUG``,
 ``CaptureQueriesContext``), whose log shows no SQL for a prepared statement, nor with
 ``MEMORY["PREPARED_STATEMENTS"] = False``, nor under psycopg2.
+
+A statement that only reads is also the connection's health check (``CONN_HEALTH_CHECKS``):
+where Django would first send ``SELECT 1`` on a connection kept from an earlier request, a
+round trip of its own on every request, the statement is sent at once, and if the connection
+turns out dead (the server restarted, or ended it while it was idle) it is run again, once, on
+a new connection. The token lookup, the first statement of nearly every API request, is one.
 """
 
 from __future__ import annotations
@@ -46,13 +52,46 @@ class _Prepared:
     works = True
 
 
-def prepared_fetchone(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+def prepared_fetchone(
+    db: Any, sql: str, params: Sequence[Any], *, read_only: bool = False
+) -> tuple[Any, ...] | None:
     """Run ``sql`` on the Django connection ``db`` (PostgreSQL) and return its first row.
 
     Prepared when this module's rules allow it, else sent with server-side binding (the SQL
     must type what the server cannot infer: ``%s::jsonb``). Raises what the statement raises,
-    as Django's errors.
+    as Django's errors. ``read_only``: the statement writes nothing, so that running it twice
+    is harmless; then it is the connection's health check too (see the module's docstring).
     """
+    if read_only and _health_check_due(db):
+        # NOTE: marked done first, so that nothing on the way sends Django's SELECT 1.
+        db.health_check_done = True
+        try:
+            return _fetchone(db, sql, params)
+        except DatabaseError:
+            if not _broken(db):
+                raise
+        logger.debug("A database connection kept from an earlier request was dead; reconnecting.")
+        db.close()
+    return _fetchone(db, sql, params)
+
+
+def _health_check_due(db: Any) -> bool:
+    """Whether Django would check the connection ``db`` before its next statement."""
+    return (
+        db.connection is not None
+        and getattr(db, "health_check_enabled", False)
+        and not getattr(db, "health_check_done", True)
+        and not db.in_atomic_block
+    )
+
+
+def _broken(db: Any) -> bool:
+    """Whether the connection ``db`` failed as a connection (not a statement that failed)."""
+    raw = db.connection
+    return raw is None or bool(raw.closed) or bool(getattr(raw, "broken", False))
+
+
+def _fetchone(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
     if (
         _Prepared.works
         and not db.in_atomic_block
