@@ -200,6 +200,52 @@ async def _python_load(url: str, load: Load, *, seconds: float, connections: int
     return LoadResult(requests_per_second=counts[0] / elapsed, requests=counts[0], bad=counts[1])
 
 
+# NOTE: the kinds of process whose CPU time ProcessCPU tells apart, by their command line.
+_KINDS = (("gunicorn", "gunicorn"), ("postgres", "postgres"), ("redis", "redis-server"))
+
+
+class ProcessCPU:
+    """CPU time (user and system) of the machine's processes by kind, read from ``/proc``
+    (Linux only): the server under test (``gunicorn``), ``postgres``, ``redis``, this load
+    generator (``load``, with ``wrk`` if it runs) and ``other`` (the kernel's own threads
+    among them). ``since(before)`` is each kind's seconds from the ``snapshot()`` before."""
+
+    available = Path("/proc/self/stat").exists()
+
+    @staticmethod
+    def snapshot() -> dict[int, tuple[str, int]]:
+        own = os.getpid()
+        found: dict[int, tuple[str, int]] = {}
+        for entry in Path("/proc").iterdir() if ProcessCPU.available else ():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                command = (
+                    (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                )
+            except OSError:
+                continue  # NOTE: the process ended meanwhile
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2 :].split()
+            pid = int(entry.name)
+            if pid == own or name == "wrk":
+                kind = "load"
+            else:
+                kind = next((k for k, mark in _KINDS if mark in command or mark in name), "other")
+            found[pid] = (kind, int(fields[11]) + int(fields[12]))
+        return found
+
+    @staticmethod
+    def since(before: dict[int, tuple[str, int]]) -> dict[str, float]:
+        tick = os.sysconf("SC_CLK_TCK")
+        seconds: dict[str, float] = {}
+        for pid, (kind, ticks) in ProcessCPU.snapshot().items():
+            used = ticks - before[pid][1] if pid in before else ticks
+            seconds[kind] = seconds.get(kind, 0.0) + used / tick
+        return seconds
+
+
 def run_load(url: str, load: Load, *, seconds: float, connections: int) -> LoadResult:
     """Drive ``load`` against ``url`` with ``connections`` keep-alive connections."""
     if generator() == "wrk":

@@ -855,7 +855,7 @@ class Bench:
     def rows_http(self, wanted: set[str]) -> list[Row]:
         import orjson
 
-        from bench.load import Load, ServerSettings, generator, gunicorn, run_load
+        from bench.load import Load, ProcessCPU, ServerSettings, generator, gunicorn, run_load
         from bench.seed import content_of
         from memory import selectors
 
@@ -888,6 +888,10 @@ class Bench:
         names = [name for pair in pairs for name in pair]
         results: dict[str, list[float]] = {name: [] for name in names}
         bad: dict[str, int] = dict.fromkeys(names, 0)
+        # With --http-cpu: each load's CPU seconds by kind of process, and its requests.
+        cpu: dict[str, dict[str, float]] = {name: {} for name in names}
+        served: dict[str, int] = dict.fromkeys(names, 0)
+        measure_cpu = self.args.http_cpu and ProcessCPU.available
         seconds = self.args.http_seconds
         with gunicorn(server) as url:
             for name in names:
@@ -895,9 +899,14 @@ class Bench:
             for r in range(self.args.http_rounds):
                 order = names[r % len(names) :] + names[: r % len(names)]
                 for name in order:
+                    before = ProcessCPU.snapshot() if measure_cpu else {}
                     result = run_load(
                         url, loads[name], seconds=seconds, connections=HTTP_CONNECTIONS
                     )
+                    if measure_cpu:
+                        for kind, used in ProcessCPU.since(before).items():
+                            cpu[name][kind] = cpu[name].get(kind, 0.0) + used
+                    served[name] += result.requests
                     results[name].append(result.requests_per_second)
                     bad[name] += result.bad
         rows = []
@@ -940,11 +949,34 @@ class Bench:
                 "seconds_each": seconds,
             }
             row.note = f"{server.describe()}, load by {generator()}"
+            if measure_cpu:
+                per_request = {
+                    side: {
+                        kind: round(used / served[name] * 1e6)
+                        for kind, used in sorted(cpu[name].items())
+                    }
+                    for side, name in (("project", project), ("baseline", baseline))
+                }
+                row.extra["cpu_us_per_request"] = per_request
+                row.note += "; " + _cpu_note(per_request)
             if bad[project] or bad[baseline]:
                 row.note += f"; {bad[project] + bad[baseline]} non-2xx/errors"
             row.judge()
             rows.append(row)
         return rows
+
+
+def _cpu_note(per_request: dict[str, dict[str, int]]) -> str:
+    """``--http-cpu``'s line: CPU per request by kind of process, project/baseline."""
+    project, baseline = per_request["project"], per_request["baseline"]
+    kinds = sorted(set(project) | set(baseline))
+    parts = [f"{kind} {project.get(kind, 0):,}/{baseline.get(kind, 0):,}" for kind in kinds]
+    total_project, total_baseline = sum(project.values()), sum(baseline.values())
+    ratio = total_baseline / total_project if total_project else float("nan")
+    return (
+        f"CPU us per request, project/baseline: {', '.join(parts)};"
+        f" all {total_project:,}/{total_baseline:,} ({ratio:.2f}x as many requests per CPU second)"
+    )
 
 
 def _profile(bench: Bench, row_id: str) -> None:
@@ -984,6 +1016,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--http-rounds", type=int, default=12)
     parser.add_argument("--http-seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--http-cpu",
+        action="store_true",
+        help="also read each HTTP load's CPU per request by process from /proc (Linux)",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--profile", default="", help="profile one row's project operation")
     parser.add_argument(
