@@ -69,11 +69,23 @@ def test_many_clients_many_owners_across_instances(stack: AppStack):
     # NOTE: how many depends on the machine; the point is that several clients overlapped.
     assert len(acknowledged[hot]) >= 8
     for owner, turns in acknowledged.items():
-        listed = stack.request(0, "GET", f"/api/memory/users/{owner}/turns/?limit=500").data
-        seqs = [t["seq"] for t in listed["results"]]
+        listed = turns_listed(stack, owner)
+        seqs = [t["seq"] for t in listed]
         assert seqs == list(range(1, len(seqs) + 1))
-        assert {t["seq"]: t["content"] for t in listed["results"]} == turns
+        assert {t["seq"]: t["content"] for t in listed} == turns
         for i in range(stack.instances):
             for _ in range(2):
                 context = stack.request(i, "GET", f"/api/memory/users/{owner}/context/?turns=50")
-                assert context.data["turns"] == listed["results"][-50:]
+                assert context.data["turns"] == listed[-50:]
+
+
+def turns_listed(stack: AppStack, owner: str) -> list[dict]:
+    """Every turn of ``owner`` from the database, oldest first, page after page of 500."""
+    listed: list[dict] = []
+    while True:
+        after = f"&after={listed[-1]['seq']}" if listed else ""
+        page = stack.request(0, "GET", f"/api/memory/users/{owner}/turns/?limit=500{after}")
+        assert page.status == 200, page
+        listed += page.data["results"]
+        if page.data["next"] is None:
+            return listed
