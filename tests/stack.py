@@ -233,9 +233,7 @@ class Conversation:
 
     def assert_stored_once(self, owner: str) -> None:
         """The turn listing (the database) holds every acknowledged turn once, seq 1..N."""
-        response = self.stack.request(0, "GET", f"/api/memory/users/{owner}/turns/?limit=500")
-        assert response.status == 200, response
-        turns = response.data["results"]
+        turns = turns_listed(self.stack, owner)
         assert [t["content"] for t in turns] == self.turns.get(owner, [])
         assert [t["seq"] for t in turns] == list(range(1, len(turns) + 1))
 
@@ -246,6 +244,19 @@ class Conversation:
             while not (self.served(i, owner) and self.served(i, owner)):
                 assert time.monotonic() < deadline, f"instance {i} serves a stale {owner}"
                 time.sleep(0.05)
+
+
+def turns_listed(stack: AppStack, owner: str) -> list[dict[str, Any]]:
+    """Every turn of ``owner`` that instance 0 lists (the database), oldest first, page after
+    page of 500 (the API's largest page)."""
+    listed: list[dict[str, Any]] = []
+    while True:
+        after = f"&after={listed[-1]['seq']}" if listed else ""
+        page = stack.request(0, "GET", f"/api/memory/users/{owner}/turns/?limit=500{after}")
+        assert page.status == 200, page
+        listed += page.data["results"]
+        if page.data["next"] is None:
+            return listed
 
 
 @contextmanager

@@ -21,7 +21,7 @@ import pytest
 import redis
 
 from tests.servers import RedisServer
-from tests.stack import AppStack, app_stack
+from tests.stack import AppStack, app_stack, turns_listed
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -183,9 +183,9 @@ def test_clients_on_two_instances_through_pause_kill_snapshot_restore_and_flush(
     for log in logs + quiet:
         assert log.errors == []
         # Every acknowledged write kept exactly once, in commit order, nothing else.
-        listed = stack.request(0, "GET", f"/api/memory/users/{log.owner}/turns/?limit=500").data
-        assert [t["seq"] for t in listed["results"]] == list(range(1, len(log.turns) + 1))
-        assert {t["seq"]: t["content"] for t in listed["results"]} == {
+        listed = turns_listed(stack, log.owner)
+        assert [t["seq"] for t in listed] == list(range(1, len(log.turns) + 1))
+        assert {t["seq"]: t["content"] for t in listed} == {
             seq: content for seq, (content, _) in log.turns.items()
         }
         assert len(log.reads) >= 10

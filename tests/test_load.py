@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.servers import RedisServer
-from tests.stack import AppStack, app_stack
+from tests.stack import AppStack, app_stack, turns_listed
 
 pytestmark = pytest.mark.faults
 
@@ -77,15 +77,3 @@ def test_many_clients_many_owners_across_instances(stack: AppStack):
             for _ in range(2):
                 context = stack.request(i, "GET", f"/api/memory/users/{owner}/context/?turns=50")
                 assert context.data["turns"] == listed[-50:]
-
-
-def turns_listed(stack: AppStack, owner: str) -> list[dict]:
-    """Every turn of ``owner`` from the database, oldest first, page after page of 500."""
-    listed: list[dict] = []
-    while True:
-        after = f"&after={listed[-1]['seq']}" if listed else ""
-        page = stack.request(0, "GET", f"/api/memory/users/{owner}/turns/?limit=500{after}")
-        assert page.status == 200, page
-        listed += page.data["results"]
-        if page.data["next"] is None:
-            return listed
