@@ -18,21 +18,26 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def environment() -> dict[str, str]:
-    """The environment of another instance of the running test's app: the same test database
-    (committed rows only: use it from ``transaction=True`` tests) and the same Redis prefix."""
-    from django.conf import settings
+def database_url() -> str:
+    """The URL of the running test's database, for a connection or a process of its own."""
     from django.db import connection
 
     db = connection.settings_dict
     password = f":{db['PASSWORD']}" if db["PASSWORD"] else ""
-    url = (
+    return (
         f"postgres://{db['USER'] or 'postgres'}{password}@{db['HOST'] or '127.0.0.1'}"
         f":{db['PORT'] or 5432}/{db['NAME']}"
     )
+
+
+def environment() -> dict[str, str]:
+    """The environment of another instance of the running test's app: the same test database
+    (committed rows only: use it from ``transaction=True`` tests) and the same Redis prefix."""
+    from django.conf import settings
+
     return {
         **os.environ,
-        "DATABASE_URL": url,
+        "DATABASE_URL": database_url(),
         "MEMORY_TEST_KEY_PREFIX": settings.TEST_KEY_PREFIX,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
     }

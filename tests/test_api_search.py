@@ -14,6 +14,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from memory import services
+from tests.instance import database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -138,14 +139,7 @@ def test_undecodable_or_oversized_query_is_never_a_500(owner_client, turns, raw)
 def turns_locked() -> Iterator[psycopg.Connection]:
     """Another session holds ACCESS EXCLUSIVE on memory_turn until the block ends: every
     statement that reads turns waits (a real lock, not a fake slow query)."""
-    db = connection.settings_dict
-    with psycopg.connect(
-        host=db["HOST"] or "127.0.0.1",
-        port=db["PORT"] or 5432,
-        user=db["USER"] or "postgres",
-        password=db["PASSWORD"] or None,
-        dbname=db["NAME"],
-    ) as conn:
+    with psycopg.connect(database_url()) as conn:
         conn.execute("LOCK TABLE memory_turn IN ACCESS EXCLUSIVE MODE")
         yield conn
         conn.rollback()

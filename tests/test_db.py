@@ -14,6 +14,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from memory import db, services
+from tests.instance import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,15 +51,7 @@ def new_request() -> None:
 
 def backend_ended(pid: int) -> None:
     """End the server process of the connection ``pid``, from a connection of its own."""
-    settings = connection.settings_dict
-    with psycopg.connect(
-        host=settings["HOST"] or None,
-        port=settings["PORT"] or None,
-        user=settings["USER"],
-        password=settings["PASSWORD"] or None,
-        dbname=settings["NAME"],
-        autocommit=True,
-    ) as other:
+    with psycopg.connect(database_url(), autocommit=True) as other:
         assert other.execute("SELECT pg_terminate_backend(%s)", [pid]).fetchone() == (True,)
         deadline = time.monotonic() + 10
         while other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
