@@ -340,7 +340,11 @@ class _Server:
 
 
 class RedisServer(_Server):
-    """A redis-server with no persistence: ``RedisServer(extra_args=["--maxmemory", "1mb"])``."""
+    """A redis-server with no persistence: ``RedisServer(extra_args=["--maxmemory", "1mb"])``.
+
+    ``password``: ``requirepass`` (the default user's). ``tls``: TLS only, with a certificate
+    of its own made by ``openssl`` (``ca_path`` verifies it); ``url`` is then ``rediss://``.
+    """
 
     name = "redis"
 
@@ -350,32 +354,78 @@ class RedisServer(_Server):
         extra_args: Sequence[str] = (),
         port: int | None = None,
         startup_timeout: float = 10.0,
+        password: str | None = None,
+        tls: bool = False,
     ) -> None:
         super().__init__(port=port, startup_timeout=startup_timeout)
         self.extra_args = list(extra_args)
+        self.password = password
+        self.tls = tls
         binary = shutil.which("redis-server")
         if binary is None:
             raise ServerUnavailable("redis-server not found on PATH (apt-get install redis-server)")
+        if tls and shutil.which("openssl") is None:
+            raise ServerUnavailable("openssl not found on PATH (apt-get install openssl)")
         self.binary = binary
 
     @property
     def url(self) -> str:
-        """``redis://127.0.0.1:PORT/0``."""
-        return f"redis://{HOST}:{self.port}/0"
+        """``redis://127.0.0.1:PORT/0`` (``rediss://`` with TLS), without the password."""
+        return f"{'rediss' if self.tls else 'redis'}://{HOST}:{self.port}/0"
+
+    @property
+    def ca_path(self) -> Path:
+        """The certificate a TLS client verifies this server with."""
+        return self.tmpdir / "tls.crt"
+
+    def _prepare(self) -> None:
+        if self.tls:
+            command = [
+                "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                "-subj", f"/CN={HOST}", "-addext", f"subjectAltName=IP:{HOST}",
+                "-keyout", str(self.tmpdir / "tls.key"), "-out", str(self.ca_path),
+            ]  # fmt: skip
+            subprocess.run(command, check=True, capture_output=True)
 
     def _command(self) -> list[str]:
+        listen = ["--port", str(self.port)]
+        if self.tls:
+            listen = [
+                "--port", "0", "--tls-port", str(self.port), "--tls-auth-clients", "no",
+                "--tls-cert-file", str(self.ca_path),
+                "--tls-key-file", str(self.tmpdir / "tls.key"),
+            ]  # fmt: skip
         return [
             self.binary,
-            "--port", str(self.port),
+            *listen,
             "--bind", HOST,
             "--dir", str(self.tmpdir),
             "--save", "",
             "--appendonly", "no",
             "--daemonize", "no",
+            *(["--requirepass", self.password] if self.password else []),
             *self.extra_args,
         ]  # fmt: skip
 
     def _ping(self) -> bool:
+        if self.tls:
+            import redis
+
+            client = redis.Redis(
+                host=HOST,
+                port=self.port,
+                password=self.password,
+                ssl=True,
+                ssl_ca_certs=str(self.ca_path),
+                socket_timeout=0.25,
+                socket_connect_timeout=0.25,
+            )
+            try:
+                return bool(client.ping())
+            except (redis.RedisError, OSError):
+                return False
+            finally:
+                client.close()
         return _redis_ping(HOST, self.port, timeout=0.25)
 
 
@@ -384,7 +434,8 @@ def _redis_ping(host: str, port: int, *, timeout: float = 1.0) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
+            # NOTE: a server with a password answers, if only to say it wants one.
+            return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
     except OSError:
         return False
 

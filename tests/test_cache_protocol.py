@@ -122,24 +122,40 @@ def test_a_write_right_after_a_stall_updates_the_copy_although_the_breaker_is_op
 
 def test_half_open_breaker_admits_one_probe_and_writes_wait_for_it():
     breaker = cache_client.Breaker()
-    assert breaker.admit(write=False) is True
+    assert breaker.admit(write=False) == cache_client.Pass()  # closed: go, no probe
     breaker.failed(OSError("down"), "test")
-    assert breaker.admit(write=False) is False  # open: reads skip
+    assert breaker.admit(write=False) is None  # open: reads skip
     breaker.expire()
-    assert breaker.admit(write=False) is True  # half-open: this reader is the probe
-    assert breaker.admit(write=False) is False  # every other reader keeps skipping
+    ticket = breaker.admit(write=False)  # half-open: this reader is the probe
+    assert isinstance(ticket, cache_client.Pass) and ticket.probe is not None
+    assert breaker.admit(write=False) is None  # every other reader keeps skipping
     probe = breaker.admit(write=True)
-    assert isinstance(probe, threading.Event) and not probe.is_set()  # a write waits for it
+    assert probe is ticket.probe and not probe.is_set()  # a write waits for it
     breaker.succeeded()
     assert probe.is_set()
-    assert breaker.admit(write=False) is True and breaker.state == "closed"
+    assert breaker.admit(write=False) == cache_client.Pass() and breaker.state == "closed"
 
 
 def test_an_open_breaker_never_skips_a_write():
     breaker = cache_client.Breaker()
     breaker.failed(OSError("down"), "test")
     assert breaker.state == "open"
-    assert breaker.admit(write=True) is True  # no probe in flight: the write is the probe
+    ticket = breaker.admit(write=True)  # no probe in flight: the write is the probe
+    assert isinstance(ticket, cache_client.Pass) and ticket.probe is not None
+
+
+def test_a_probe_given_back_lets_the_next_caller_probe():
+    breaker = cache_client.Breaker()
+    breaker.failed(OSError("down"), "test")
+    breaker.expire()
+    ticket = breaker.admit(write=False)
+    assert isinstance(ticket, cache_client.Pass)
+    waiting = breaker.admit(write=True)
+    breaker.release(ticket)  # cancelled before Redis answered
+    assert isinstance(waiting, threading.Event) and waiting.is_set()
+    assert breaker.state == "half-open"
+    again = breaker.admit(write=False)
+    assert isinstance(again, cache_client.Pass) and again.probe is not None
 
 
 # 4. Writes that bypass the services follow the protocol.

@@ -14,7 +14,15 @@ from redis import exceptions as redis_errors
 from redis.commands.core import Script
 
 from memory import codec
-from memory.cache.client import Answer, Outcome, breaker, counts_flush, logger, redis_call
+from memory.cache.client import (
+    Answer,
+    Outcome,
+    aredis_call,
+    breaker,
+    counts_flush,
+    logger,
+    redis_call,
+)
 from memory.cache.keys import key_pattern, lock_key, owner_key
 from memory.conf import conf
 from memory.payloads import FactPayload, TurnPayload
@@ -104,10 +112,34 @@ def copy_read(*, owner_id: str, turns: int, claim_fill: bool = True) -> ReadResu
     if not isinstance(answer, Answer):
         return answer
     counts_flush()
-    reply = answer.value
+    return _read_result(answer.value, token if claim_fill else None)
+
+
+async def copy_aread(*, owner_id: str, turns: int) -> ReadResult | None:
+    """``copy_read`` from async code, without claiming the fill lock, on redis.asyncio; ``None``
+    where the alias has no async client (read through the sync path). Never raises a Redis
+    error."""
+
+    async def read(redis: Any) -> Any:
+        keys, args = [owner_key(owner_id), lock_key(owner_id)], [conf.CACHE_TTL, 0, "", turns]
+        try:
+            return await redis.evalsha(_READ.sha, len(keys), *keys, *args)
+        except redis_errors.NoScriptError:
+            # NOTE: a restarted or flushed Redis: load the script, as redis-py's Script does.
+            await redis.script_load(_READ.script)
+            return await redis.evalsha(_READ.sha, len(keys), *keys, *args)
+
+    answer = await aredis_call("read", read)
+    if not isinstance(answer, Answer):
+        return answer
+    return _read_result(answer.value, None)
+
+
+def _read_result(reply: list[Any], token: str | None) -> ReadResult:
+    """What the read script's reply says, counted (``token``: the fill claim it asked for)."""
     if reply[0] == 0:
         breaker.count("misses")
-        return Miss(fill_token=token if (claim_fill and reply[1] == 1) else None)
+        return Miss(fill_token=token if (token and reply[1] == 1) else None)
     if reply[0] == 2:
         breaker.count("short")
         return Short()

@@ -44,19 +44,25 @@ class Refused:
         self.stale = stale
 
 
-def copy_valid(owner_id: str, result: ReadResult) -> ReadResult | Refused:
+def copy_valid(
+    owner_id: str, result: ReadResult, *, suspect: bool | None = None
+) -> ReadResult | Refused:
     """The validity step every read served from a copy passes.
 
     A copy is refused while this process holds an update of that owner that Redis did not
     confirm; and, while this process saw Redis down within ``MEMORY["SUSPECT_WINDOW"]``
     seconds, unless its stamp is the owner's stamp in the database (one query): an update
-    lost by another process may not be repaired yet. Raises what the database raises.
+    lost by another process may not be repaired yet. ``suspect``: that state, as the caller
+    read it (``None``: read it now); only a suspect step queries. Raises what the database
+    raises.
     """
     if not isinstance(result, Hit):
         return result
     if pending_for(owner_id):
         return Refused(stale=False)
-    if breaker.suspect() and stamp_get(owner_id) != result.snapshot.stamp:
+    if suspect is None:
+        suspect = breaker.suspect()
+    if suspect and stamp_get(owner_id) != result.snapshot.stamp:
         breaker.count("stale_refused")
         return Refused(stale=True)
     return result

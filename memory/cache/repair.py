@@ -34,6 +34,10 @@ REPAIR_POLL = 0.1
 # owner's row and its indexes: an owner written ten times a second is cleared twice, not ten
 # times. Well under RECONCILE_GRACE, so a confirmed copy is not dropped for its mark.
 CLEAR_POLL = 0.5
+# NOTE: a repair that Redis refuses (WRONGTYPE on a key, NOPERM under an ACL) fails the same way
+# each time: its retries back off, doubling from REPAIR_POLL up to this. An outage does not
+# back off: the retry is the probe that finds Redis back.
+REPAIR_BACKOFF_MAX = 2.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class _State:
             self.pid = os.getpid()
             self.sweeps = 0
             self.dropped = 0
+            self.backoff = REPAIR_POLL
 
 
 _state = _State()
@@ -91,8 +96,10 @@ def remember(item: Pending) -> None:
         # NOTE: one drop at the highest stamp repairs every lost update of the owner.
         if held is None or held.stamp <= item.stamp:
             _state.pending[item.owner_id] = item
+        backing_off = _state.backoff > REPAIR_POLL
     repairer_ensure()
-    _state.wake.set()
+    if not backing_off:
+        _state.wake.set()
 
 
 def confirmed(*, owner_pk: int, stamp: int, outbox_pk: int | None = None) -> None:
@@ -119,7 +126,8 @@ def _confirmed_flush() -> None:
 def repair_pending() -> int:
     """Drop the copy of every owner whose update this process could not land; return how many.
 
-    Stops at the first drop Redis does not confirm (it is down: the rest would fail too).
+    Stops at the first drop Redis does not confirm because it is down (the rest would fail
+    too); one that Redis answered with an error is left for later, and the rest go on.
     Never raises.
     """
     with _state.lock:
@@ -127,6 +135,8 @@ def repair_pending() -> int:
     done = 0
     for item in items:
         if not copy_drop(owner_id=item.owner_id, stamp=item.stamp):
+            if _answered():
+                continue
             break
         with _state.lock:
             if _state.pending.get(item.owner_id) == item:
@@ -160,12 +170,16 @@ def sweep(*, grace: float | None = None) -> int:
     dropped = 0
     for pk, owner_id, stamp in forgotten:
         if not copy_drop(owner_id=owner_id, stamp=stamp):
+            if _answered():
+                continue
             return dropped
         outbox_done(pk)
         dropped += 1
     cleared = []
     for owner_pk, owner_id, stamp in dirty:
         if not copy_drop(owner_id=owner_id, stamp=stamp):
+            if _answered():
+                continue
             break
         cleared.append((owner_pk, stamp))
         dropped += 1
@@ -179,6 +193,12 @@ def sweep(*, grace: float | None = None) -> int:
         )
     _state.dropped += dropped
     return dropped
+
+
+def _answered() -> bool:
+    """Whether Redis answered the call that just failed (an error, too few replicas): the
+    breaker is closed. Then the other owners' repairs go on; after an outage they would not."""
+    return breaker.state == "closed"
 
 
 def run_once(*, grace: float | None = None) -> int:
@@ -217,9 +237,12 @@ def repairer_ensure() -> None:
 def _repairer_loop() -> None:
     me = threading.current_thread()
     while _state.thread is me and conf.REPAIR_THREAD and enabled():
+        refused = False
         try:
             if _state.pending:
+                bugs = breaker.bugs
                 repair_pending()
+                refused = bool(_state.pending) and breaker.bugs > bugs and _answered()
             _confirmed_flush()
             if time.monotonic() >= _state.next_sweep:
                 _state.next_sweep = time.monotonic() + conf.RECONCILE_INTERVAL
@@ -230,8 +253,10 @@ def _repairer_loop() -> None:
         # next round reconnects to a restarted database by itself.
         if connection.errors_occurred:
             connection.close()
+        with _state.lock:
+            _state.backoff = min(_state.backoff * 2, REPAIR_BACKOFF_MAX) if refused else REPAIR_POLL
         wait = (
-            REPAIR_POLL
+            _state.backoff
             if _state.pending
             else max(REPAIR_POLL, min(CLEAR_POLL, conf.RECONCILE_GRACE / 2))
             if _state.confirmed
