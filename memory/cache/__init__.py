@@ -46,11 +46,14 @@ before the read began, except within these bounds:
 6. *Writes that bypass the services* (``writes.orm_write``, from ``memory.signals``): a turn or
    fact saved or a fact deleted through the ORM takes a stamp and a dirty mark in its own
    transaction and drops the copy after commit, as a service write does.
-7. *One failure boundary* (``client``). Connection errors, timeouts, a loading, read-only or
-   cluster-down server, a moved slot mean "down": the call answers a miss or "not confirmed",
-   and reads skip Redis for ``BREAKER_SECONDS``, then one probe at a time. Any other Redis error
-   (``WRONGTYPE``, a script error) is a bug: logged as an error naming the command, never an
-   outage. No Redis error reaches a caller.
+7. *One failure boundary* (``client``). Every Redis call, sync or awaited, runs in one
+   ``Attempt``. Connection errors, timeouts, a loading, read-only or cluster-down server, a
+   moved slot mean "down": the call answers a miss or "not confirmed", and reads skip Redis for
+   ``BREAKER_SECONDS``, then one probe at a time; a probe cancelled or interrupted is given
+   back. Any other Redis error (``WRONGTYPE``, a script error) is a bug: logged as an error
+   naming the command (once per ``BUG_LOG_SECONDS``, with a count), never an outage; its repair
+   backs off up to ``REPAIR_BACKOFF_MAX``. No Redis error reaches a caller. The async client is
+   made from the sync client's own pool, so both reach Redis with the same credentials and TLS.
 
 Redis keys: ``<KEY_PREFIX>:v1:{<digest of owner id>}`` (a hash; the braces are a cluster hash
 tag, so an owner's keys share a slot and every script touches one slot), ``...:fill`` (the
