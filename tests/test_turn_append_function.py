@@ -1,9 +1,11 @@
-"""Tests of the append's one call (``memory_turn_append()``, migration 0008): the facts an
-inline extractor finds written in the same round trip, the fall back to the locked path when a
-fact changed meanwhile, and the prepared statement, on real Postgres and Redis."""
+"""Tests of the append's one call (``memory_turn_append()``, migrations 0008 and 0010): the
+facts an inline extractor finds written in the same round trip, the fall back to the locked
+path when a fact changed meanwhile (JSON types count), and the prepared statement, on real
+Postgres and Redis."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Mapping
@@ -138,6 +140,71 @@ def test_a_fact_changed_between_its_read_and_the_lock_is_merged_under_the_lock(m
         "chess",
         "basketball",
     ]
+
+
+class RetypingExtractor:
+    """Sets ``ratio`` to ``1.0``; the first time it looks at the owner's facts another
+    connection sets ``ratio`` from ``1`` to ``1.0`` before the append takes its lock."""
+
+    calls = 0
+
+    def extract(self, text: str, *, facts: Mapping[str, Any]) -> list[ExtractedFact]:
+        RetypingExtractor.calls += 1
+        if RetypingExtractor.calls == 1:
+            dict(facts)
+            other = threading.Thread(target=self.retype)
+            other.start()
+            other.join()
+        return [ExtractedFact("ratio", 1.0)]
+
+    @staticmethod
+    def retype() -> None:
+        try:
+            services.fact_put(owner_id="wang", key="ratio", value=1.0)
+        finally:
+            connection.close()
+
+
+def test_a_fact_retyped_between_its_read_and_the_lock_is_a_change_of_the_fact(memory_settings):
+    """``jsonb``'s ``=`` takes ``1`` and ``1.0`` for one value; the function compares as the
+    Python side does (migration 0010), so it sees the fact moved and the general path finds
+    the turn's value already there: no second version of the same value."""
+    services.fact_put(owner_id="wang", key="ratio", value=1)
+    RetypingExtractor.calls = 0
+    with memory_settings(FACT_EXTRACTOR="tests.test_turn_append_function.RetypingExtractor"):
+        append("ratio is one")
+    fact = Fact.objects.get(owner__external_id="wang", key="ratio")
+    assert (repr(fact.value), fact.version) == ("1.0", 2)
+    versions = FactVersion.objects.filter(owner__external_id="wang", key="ratio")
+    assert [repr(v) for v in versions.order_by("version").values_list("value", flat=True)] == [
+        "1",
+        "1.0",
+    ]
+
+
+def test_the_function_takes_a_fact_of_another_json_type_for_a_changed_one():
+    services.fact_put(owner_id="wang", key="ratio", value=1.0)
+    for was, conflict in [(1, True), (True, True), ("1.0", True), (1.0, False)]:
+        facts = [{"key": "ratio", "value": 2, "had": True, "was": was}]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                services.turns._APPEND_CALL,
+                [
+                    "wang",
+                    "s",
+                    "user",
+                    "x",
+                    "{}",
+                    None,
+                    False,
+                    "2026-01-01T00:00Z",
+                    False,
+                    json.dumps(facts),
+                    200,
+                ],
+            )
+            row = cursor.fetchone()
+        assert row[1] is conflict, was
 
 
 def prepared_appends() -> list[str]:

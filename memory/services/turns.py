@@ -78,8 +78,9 @@ def turn_append(
     with the turn and runs after commit, in a worker. An extractor that fails is logged and the
     turn is stored without facts; a retried ``idempotency_key`` extracts nothing again.
 
-    On PostgreSQL all of it is one call of ``memory_turn_append()`` (migration 0008), one round
-    trip (two when the extractor found facts), then the cache update after commit.
+    On PostgreSQL all of it is one call of ``memory_turn_append()`` (migration 0008, replaced
+    by 0010), one round trip (two when the extractor found facts), then the cache update after
+    commit.
     """
     metadata = dict(metadata) if metadata is not None else {}
     _check("user_id", validate_owner_id, owner_id)
@@ -133,14 +134,13 @@ aturn_append = aio.twin(turn_append)
 def _retry_checked(
     existing: Turn, key: str, session_id: str, role: str, content: str, metadata: dict[str, Any]
 ) -> Turn:
-    """The turn first stored under ``key``, if this append repeats it exactly; else raises
-    ``IdempotencyKeyReused``."""
-    if (existing.session_id, existing.role, existing.content, existing.metadata) != (
+    """The turn first stored under ``key``, if this append repeats it exactly (the metadata as
+    the same JSON value, ``codec.json_equal``); else raises ``IdempotencyKeyReused``."""
+    if (existing.session_id, existing.role, existing.content) != (
         session_id,
         role,
         content,
-        metadata,
-    ):
+    ) or not codec.json_equal(existing.metadata, metadata):
         raise IdempotencyKeyReused(key, existing)
     return existing
 
@@ -218,8 +218,8 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> _Plan:
     return _Plan(facts=changes) if changes else _NOTHING
 
 
-# The parameters of memory_turn_append() (migration 0008), in its order, typed for a cursor
-# that binds them on the server.
+# The parameters of memory_turn_append() (migrations 0008 and 0010), in its order, typed for a
+# cursor that binds them on the server.
 _APPEND_CALL = (
     "SELECT * FROM memory_turn_append(%s::text, %s::text, %s::text, %s::text, %s::jsonb,"
     " %s::text, %s::boolean, %s::timestamptz, %s::boolean, %s::jsonb, %s::integer)"
@@ -235,11 +235,12 @@ def _turn_append_call(
     idempotency_key: str | None,
     plan: _Plan,
 ) -> Turn | None:
-    """``turn_append`` on PostgreSQL, in one call of ``memory_turn_append()`` (migration 0008):
-    one round trip, its own transaction in autocommit, whatever the key and the facts; then
-    the cache update after commit (``cache.write_commit``) and, for a deferred extractor, the
-    task's enqueue. Returns the turn, or ``None`` when a fact of ``plan`` changed between its
-    read and the owner's lock (then nothing was written: the caller takes the general path).
+    """``turn_append`` on PostgreSQL, in one call of ``memory_turn_append()`` (migration 0008,
+    replaced by 0010): one round trip, its own transaction in autocommit, whatever the key and
+    the facts; then the cache update after commit (``cache.write_commit``) and, for a deferred
+    extractor, the task's enqueue. Returns the turn, or ``None`` when a fact of ``plan``
+    changed between its read and the owner's lock (then nothing was written: the caller takes
+    the general path).
     Raises ``IdempotencyKeyReused`` as ``turn_append`` does.
 
     NOTE: the path of nearly every append, so it is one call of a function whose statements
