@@ -742,15 +742,35 @@ def turn_search_queryset(*, q: str, queryset: QuerySet[Turn] | None = None) -> Q
 
     The words must match as they are (any form, any case): the similar-words fallback looks
     up one owner's vocabulary, and these turns may be anyone's. The result is a lazy queryset
-    that ranks every match; nothing runs before it is read. Raises ``ValidationError``
-    ({"q": messages}) for a bad ``q``.
+    that ranks every match; nothing runs before it is read (the async twin reads it in its
+    hop, so that async code may iterate it with ``for`` or ``async for``: narrow ``queryset``
+    to bound it). Raises ``ValidationError`` ({"q": messages}) for a bad ``q``, and
+    ``MemoryUnavailable`` when the database cannot be reached while the rows are read.
     """
     q = search.clean_query(q)
     turns = Turn.objects.all() if queryset is None else queryset
     return search.turns_matching(turns, q)
 
 
-aturn_search_queryset = aio.twin(turn_search_queryset)
+@database_guard()
+def _turn_search_queryset_read(*, q: str, queryset: QuerySet[Turn] | None) -> QuerySet[Turn]:
+    turns = turn_search_queryset(q=q, queryset=queryset)
+    # NOTE: len() fills the queryset's result cache, here in the sync thread: iterating it
+    # afterwards (``for``, ``async for``, ``len``, an index) runs no query in async code.
+    len(turns)
+    return turns
+
+
+_aturn_search_queryset_read = sync_to_async(_turn_search_queryset_read, thread_sensitive=True)
+
+
+@aio.twin_of(turn_search_queryset)
+async def aturn_search_queryset(
+    *, q: str, queryset: QuerySet[Turn] | None = None
+) -> QuerySet[Turn]:
+    # NOTE: not aio.twin: a lazy queryset out of the hop would run its query in the caller's
+    # async code on a plain ``for`` (SynchronousOnlyOperation, issue 21).
+    return await _aturn_search_queryset_read(q=q, queryset=queryset)
 
 
 __all__ = [
