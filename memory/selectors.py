@@ -444,14 +444,19 @@ def turn_list(
     owner_id: str,
     session_id: str | None = None,
     after: int | None = None,
-    limit: int = 50,
+    limit: int = DEFAULT_PAGE_SIZE,
 ) -> tuple[list[TurnPayload], bool]:
     """A page of the owner's turns, oldest first, with ``seq > after``; and whether more follow.
 
     Keyset pagination on (owner, seq): every page costs the same however deep it is.
-    ``session_id`` keeps only the turns labelled with it.
+    ``session_id`` keeps only the turns labelled with it; ``limit`` is 1-500, as in the API.
+    Raises ``ValidationError`` ({"user_id" | "after" | "limit": messages}) for bad input and
+    ``MemoryUnavailable`` when the database cannot be reached.
     """
     _check_owner(owner_id)
+    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+        raise ValidationError({"after": ["Ensure this value is an integer >= 0."]})
+    _check_limit(limit)
     turns = _turn_page_queryset(owner_id, session_id=session_id, after=after)
     rows = list(turns.values_list(*TURN_FIELDS)[: limit + 1])
     return [turn_payload_from_row(row) for row in rows[:limit]], len(rows) > limit

@@ -227,6 +227,33 @@ def test_turn_list_pages_by_seq(history):
     assert {t["session_id"] for t in page} == {"a"} and len(page) == 6
 
 
+def test_turn_list_limit_defaults_to_50_and_is_bounded_as_the_api_is(history):
+    history(turns=60)
+    page, more = selectors.turn_list(owner_id="wang")
+    assert (len(page), more) == (50, True)
+    page, more = selectors.turn_list(owner_id="wang", limit=500)
+    assert (len(page), more) == (60, False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"limit": 501}, "limit"),
+        ({"limit": 0}, "limit"),
+        ({"limit": -1}, "limit"),
+        ({"limit": 10**9}, "limit"),
+        ({"limit": True}, "limit"),
+        ({"limit": "5"}, "limit"),
+        ({"after": -1}, "after"),
+        ({"after": "10"}, "after"),
+    ],
+)
+def test_turn_list_rejects_a_bad_limit_or_after(db, kwargs, field):
+    with pytest.raises(ValidationError) as info:
+        selectors.turn_list(owner_id="wang", **kwargs)
+    assert list(info.value.message_dict) == [field]
+
+
 def test_fact_list_same_from_cache_and_database(history):
     history()
     from_db = selectors.fact_list(owner_id="wang")
