@@ -552,18 +552,22 @@ def health_get() -> HealthPayload:
 ahealth_get = aio.twin(health_get)
 
 
+@database_guard()
 def owner_dirty_count(*, limit: int) -> int:
     """How many owners have a cache update Redis has not confirmed, counted up to ``limit``
-    (one index-only scan of the partial index on ``cache_dirty``). Raises ``DatabaseError``
-    when the database fails."""
+    (one index-only scan of the partial index on ``cache_dirty``). Raises
+    ``MemoryUnavailable`` when the database cannot be reached (``DatabaseError`` for another
+    failure of it)."""
     return Owner.objects.filter(cache_dirty=True)[:limit].count()
 
 
 aowner_dirty_count = aio.twin(owner_dirty_count)
 
 
+@database_guard()
 def owner_exists(*, owner_id: str) -> bool:
-    """Whether the database holds anything of this owner."""
+    """Whether the database holds anything of this owner. Raises ``MemoryUnavailable`` when
+    the database cannot be reached."""
     return Owner.objects.filter(external_id=owner_id).exists()
 
 

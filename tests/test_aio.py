@@ -381,9 +381,14 @@ def test_async_twins_with_the_database_unreachable_raise_memory_unavailable():
                 (selectors.acontext_get, {}),
                 (selectors.acontext_messages, {"max_tokens": 100}),
                 (selectors.aturn_list, {}),
+                (selectors.aowner_exists, {}),
+                (selectors.aowner_dirty_count, {"limit": 10}),
             ]:
                 try:
-                    await twin(owner_id="wang", **kwargs)
+                    if "limit" in kwargs:
+                        await twin(**kwargs)
+                    else:
+                        await twin(owner_id="wang", **kwargs)
                 except MemoryUnavailable:
                     failed.append(twin.__name__)
             health = await selectors.ahealth_get()
@@ -401,6 +406,8 @@ def test_async_twins_with_the_database_unreachable_raise_memory_unavailable():
         "acontext_get",
         "acontext_messages",
         "aturn_list",
+        "aowner_exists",
+        "aowner_dirty_count",
     ]
     assert health["database"] == "down"
     assert seq == 1

@@ -12,6 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from memory import cache, payloads, selectors, services, tokens
+from memory.exceptions import MemoryUnavailable
 from memory.models import Fact, Turn
 
 pytestmark = pytest.mark.django_db
@@ -525,3 +526,19 @@ def test_a_turn_page_walks_the_index_without_sorting(history, session_id):
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Sort" not in plan, plan
     assert "Index" in plan, plan
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [
+        ("owner_exists", {"owner_id": "wang"}),
+        ("owner_dirty_count", {"limit": 10}),
+        ("owner_recent_list", {"limit": 10}),
+        ("turn_list", {"owner_id": "wang"}),
+    ],
+)
+def test_database_reads_raise_memory_unavailable_when_the_database_is_down(
+    dead_database, name, kwargs
+):
+    with pytest.raises(MemoryUnavailable, match="The database is unavailable"):
+        getattr(selectors, name)(**kwargs)
