@@ -17,6 +17,7 @@ from memory.conf import DEFAULTS, as_int, conf, setting_import
 #   E001 MEMORY is not a dict                E007 the cache alias is not in CACHES
 #   E002 a count is not a positive integer   E008 the cache is not a django-redis cache
 #   E003 a duration is not a number >= 0     E009 the cache hides errors (IGNORE_EXCEPTIONS)
+#        (RECONCILE_INTERVAL: > 0)
 #   E004 KEY_PREFIX is not a usable prefix   E010 FILL_WAIT_MS is not an integer >= 0
 #   E005 CONTEXT_TURNS > MAX_CONTEXT_TURNS   E011 CACHE_ALIAS is not a string
 #   E006 OWNER_RESOLVER cannot be imported   E012 OWNER_RESOLVER is not callable

@@ -1,11 +1,18 @@
-"""JSON encoding of cache payloads: orjson, as a django-redis serializer and as plain helpers."""
+"""JSON of the app: orjson encoding of cache payloads (as a django-redis serializer and as
+plain helpers), and the one JSON-typed equality that every comparison of stored values uses."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import orjson
 from django_redis.serializers.base import BaseSerializer
+
+# NOTE: the magnitude from which Python (and orjson) write a float in exponent form with no
+# fraction digit ("1e+16"): Postgres jsonb keeps such a number as an integer, and reads it
+# back as one ("10000000000000000").
+_INTEGRAL_FLOAT = 1e16
 
 
 def dumps(value: Any) -> bytes:
@@ -15,6 +22,39 @@ def dumps(value: Any) -> bytes:
 
 def loads(value: bytes | str) -> Any:
     return orjson.loads(value)
+
+
+def json_key(value: Any) -> Any:
+    """A form of the JSON ``value`` that is equal (``==``) for two values exactly when they
+    are the same JSON value: ``true``, ``1``, ``1.0`` and ``"1"`` are four values, recursively
+    through lists and objects (an object's key order does not count).
+
+    NOTE: Python's ``==`` takes ``True == 1 == 1.0``, which made a changed fact "unchanged"
+    and a different request an idempotent retry (issue 21). One exception, so that a value
+    compares equal to itself once stored: a float of 1e16 or more, which Postgres jsonb keeps
+    as the integer its shortest form denotes (``1e16`` is read back as ``10000000000000000``),
+    is that integer here too.
+    """
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int):
+        return ("int", value)
+    if isinstance(value, float):
+        if abs(value) >= _INTEGRAL_FLOAT and value == value and abs(value) != float("inf"):
+            return ("int", int(Decimal(repr(value))))
+        return ("float", value)
+    if isinstance(value, dict):
+        return ("object", {key: json_key(item) for key, item in value.items()})
+    if isinstance(value, (list, tuple)):
+        return ("array", tuple(json_key(item) for item in value))
+    return ("other", value)
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are the same JSON value (``json_key``), not merely ``==``."""
+    return bool(json_key(a) == json_key(b))
 
 
 class OrjsonSerializer(BaseSerializer):

@@ -29,7 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_FACTS": 200,
     # Prefix of every Redis key the app writes.
     "KEY_PREFIX": "memory",
-    # Seconds between two sweeps, per process, for owners whose cache update did not land.
+    # Seconds between two sweeps, per process, for owners whose cache update did not land (> 0).
     "RECONCILE_INTERVAL": 1.0,
     # Seconds (of the database's clock) a write's own cache update may take before any
     # process drops that copy.
@@ -113,12 +113,13 @@ class Settings:
             )
         return number
 
-    def _seconds(self, name: str) -> float:
+    def _seconds(self, name: str, *, positive: bool = False) -> float:
         value = self._get(name)
         seconds = _as_seconds(value)
-        if seconds is None:
+        if seconds is None or (positive and seconds <= 0):
             raise ImproperlyConfigured(
-                f"MEMORY['{name}'] must be a number of seconds >= 0, not {value!r}."
+                f"MEMORY['{name}'] must be a number of seconds {'>' if positive else '>='} 0, "
+                f"not {value!r}."
             )
         return seconds
 
@@ -182,7 +183,8 @@ class Settings:
 
     @property
     def RECONCILE_INTERVAL(self) -> float:
-        return self._seconds("RECONCILE_INTERVAL")
+        # NOTE: not 0: the repairer would sweep the database without pause (issue 21).
+        return self._seconds("RECONCILE_INTERVAL", positive=True)
 
     @property
     def RECONCILE_GRACE(self) -> float:

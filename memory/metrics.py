@@ -35,6 +35,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from memory.conf import conf
+from memory.exceptions import MemoryUnavailable
 from memory.permissions import is_service_caller
 
 logger = logging.getLogger("memory.metrics")
@@ -176,7 +177,7 @@ class _DatabaseMetrics(Collector):
 
         try:
             dirty = selectors.owner_dirty_count(limit=DIRTY_OWNERS_LIMIT)
-        except DatabaseError as e:
+        except (MemoryUnavailable, DatabaseError) as e:
             # NOTE: a scrape during a database outage still shows the process's metrics;
             # this gauge is missing, which alerting on absent() can catch.
             logger.warning("Could not count the owners with pending cache updates: %s", e)

@@ -3,6 +3,8 @@ facts and every version of every fact. Postgres is the truth; Redis only copies 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -93,6 +95,22 @@ class Role(models.TextChoices):
     TOOL = "tool"
 
 
+class TurnQuerySet(models.QuerySet["Turn"]):
+    """Turns; a ``delete()`` outside the services drops the cached copy of each owner it touches
+    after commit (``cache.orm_delete``), as a service write does."""
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        # NOTE: imported here: memory.cache imports these models.
+        from memory import cache
+
+        owners = Owner.objects.filter(pk__in=self.values("owner_id")).order_by()
+        with cache.orm_delete(lambda: owners.values_list("pk", flat=True)):
+            return super().delete()
+
+    delete.alters_data = True  # type: ignore[attr-defined]
+    delete.queryset_only = True  # type: ignore[attr-defined]
+
+
 class Turn(models.Model):
     """One message of a conversation; append-only, numbered 1..N per owner in commit order."""
 
@@ -105,6 +123,14 @@ class Turn(models.Model):
     # NOTE: NULL, not "", for "no key": the partial unique constraint skips NULLs.
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField()
+
+    # NOTE: the ORM safety net for deleted turns lives in ``delete`` here and in
+    # ``TurnQuerySet.delete``, not in a ``post_delete`` receiver: any delete receiver of Turn
+    # makes Django load every turn of an owner to forget it, instead of one DELETE (the
+    # cascade from the owner uses the base manager and sends nothing, and a forget drops
+    # the copy itself).
+    objects = TurnQuerySet.as_manager()
+
     # NOTE: on Postgres the table also has a generated ``search`` column and two GIN indexes
     # (migration 0003, read by memory.search). Not a field: SQLite has no tsvector, and loading
     # a turn never needs its search document.
@@ -133,6 +159,14 @@ class Turn(models.Model):
     def __str__(self) -> str:
         # NOTE: no owner id here: that would cost a query per row wherever turns are listed.
         return f"#{self.seq} {self.role}"
+
+    def delete(self, using: Any = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
+        """Delete the turn; outside the services, its owner's cached copy is dropped after
+        commit (``cache.orm_delete``). ``services.turn_delete`` also keeps its session's count."""
+        from memory import cache
+
+        with cache.orm_delete(lambda: [self.owner_id]):
+            return super().delete(using=using, keep_parents=keep_parents)
 
 
 class Fact(models.Model):

@@ -444,14 +444,19 @@ def turn_list(
     owner_id: str,
     session_id: str | None = None,
     after: int | None = None,
-    limit: int = 50,
+    limit: int = DEFAULT_PAGE_SIZE,
 ) -> tuple[list[TurnPayload], bool]:
     """A page of the owner's turns, oldest first, with ``seq > after``; and whether more follow.
 
     Keyset pagination on (owner, seq): every page costs the same however deep it is.
-    ``session_id`` keeps only the turns labelled with it.
+    ``session_id`` keeps only the turns labelled with it; ``limit`` is 1-500, as in the API.
+    Raises ``ValidationError`` ({"user_id" | "after" | "limit": messages}) for bad input and
+    ``MemoryUnavailable`` when the database cannot be reached.
     """
     _check_owner(owner_id)
+    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+        raise ValidationError({"after": ["Ensure this value is an integer >= 0."]})
+    _check_limit(limit)
     turns = _turn_page_queryset(owner_id, session_id=session_id, after=after)
     rows = list(turns.values_list(*TURN_FIELDS)[: limit + 1])
     return [turn_payload_from_row(row) for row in rows[:limit]], len(rows) > limit
@@ -547,18 +552,22 @@ def health_get() -> HealthPayload:
 ahealth_get = aio.twin(health_get)
 
 
+@database_guard()
 def owner_dirty_count(*, limit: int) -> int:
     """How many owners have a cache update Redis has not confirmed, counted up to ``limit``
-    (one index-only scan of the partial index on ``cache_dirty``). Raises ``DatabaseError``
-    when the database fails."""
+    (one index-only scan of the partial index on ``cache_dirty``). Raises
+    ``MemoryUnavailable`` when the database cannot be reached (``DatabaseError`` for another
+    failure of it)."""
     return Owner.objects.filter(cache_dirty=True)[:limit].count()
 
 
 aowner_dirty_count = aio.twin(owner_dirty_count)
 
 
+@database_guard()
 def owner_exists(*, owner_id: str) -> bool:
-    """Whether the database holds anything of this owner."""
+    """Whether the database holds anything of this owner. Raises ``MemoryUnavailable`` when
+    the database cannot be reached."""
     return Owner.objects.filter(external_id=owner_id).exists()
 
 
@@ -742,15 +751,35 @@ def turn_search_queryset(*, q: str, queryset: QuerySet[Turn] | None = None) -> Q
 
     The words must match as they are (any form, any case): the similar-words fallback looks
     up one owner's vocabulary, and these turns may be anyone's. The result is a lazy queryset
-    that ranks every match; nothing runs before it is read. Raises ``ValidationError``
-    ({"q": messages}) for a bad ``q``.
+    that ranks every match; nothing runs before it is read (the async twin reads it in its
+    hop, so that async code may iterate it with ``for`` or ``async for``: narrow ``queryset``
+    to bound it). Raises ``ValidationError`` ({"q": messages}) for a bad ``q``, and
+    ``MemoryUnavailable`` when the database cannot be reached while the rows are read.
     """
     q = search.clean_query(q)
     turns = Turn.objects.all() if queryset is None else queryset
     return search.turns_matching(turns, q)
 
 
-aturn_search_queryset = aio.twin(turn_search_queryset)
+@database_guard()
+def _turn_search_queryset_read(*, q: str, queryset: QuerySet[Turn] | None) -> QuerySet[Turn]:
+    turns = turn_search_queryset(q=q, queryset=queryset)
+    # NOTE: len() fills the queryset's result cache, here in the sync thread: iterating it
+    # afterwards (``for``, ``async for``, ``len``, an index) runs no query in async code.
+    len(turns)
+    return turns
+
+
+_aturn_search_queryset_read = sync_to_async(_turn_search_queryset_read, thread_sensitive=True)
+
+
+@aio.twin_of(turn_search_queryset)
+async def aturn_search_queryset(
+    *, q: str, queryset: QuerySet[Turn] | None = None
+) -> QuerySet[Turn]:
+    # NOTE: not aio.twin: a lazy queryset out of the hop would run its query in the caller's
+    # async code on a plain ``for`` (SynchronousOnlyOperation, issue 21).
+    return await _aturn_search_queryset_read(q=q, queryset=queryset)
 
 
 __all__ = [

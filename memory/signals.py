@@ -1,21 +1,23 @@
 """The app's own signals, and the cache safety net for writes that bypass the services.
 
-Services update the Redis copy themselves after commit. A fact saved or deleted, or a turn
-saved, through the ORM directly (a shell, a data migration) follows the same protocol
-(``memory.cache.orm_write``): a new stamp and a dirty mark in the write's transaction, the
-owner's copy dropped after commit. Bulk ``QuerySet.update()``/``delete()`` of turns send no
-signal: write through ``memory.services``, or call ``services.cache_drop`` after.
+Services update the Redis copy themselves after commit. A fact or turn saved or deleted
+through the ORM directly (a shell, a data migration; an instance or a queryset) follows the
+same protocol (``memory.cache.orm_write``): a new stamp and a dirty mark in the write's
+transaction, the owner's copy dropped after commit; an owner deleted so leaves a pending drop
+as a forget does. Deleted turns are caught by ``Turn.delete`` and ``TurnQuerySet.delete``
+(memory.models), not here. ``QuerySet.update()``, ``bulk_create``, ``bulk_update`` and raw SQL
+send no signal: write through ``memory.services``, or call ``services.cache_drop`` after.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db.models.signals import post_delete, post_save
+from django.db.models.signals import post_delete, post_save, pre_delete
 from django.dispatch import Signal, receiver
 
 from memory import cache
-from memory.models import Fact, Turn
+from memory.models import Fact, Owner, Turn
 
 # Sent after an owner was forgotten and the transaction committed.
 # args: owner_id (str)
@@ -29,3 +31,10 @@ def cache_safety_net(sender: type, instance: Fact | Turn, **kwargs: Any) -> None
     # NOTE: no post_delete receiver on Turn: it would make Django load every turn of an owner
     # into memory on a forget instead of one DELETE (receivers disable fast deletes).
     cache.orm_write(instance.owner_id)
+
+
+@receiver(pre_delete, sender=Owner, dispatch_uid="memory_owner_deleted")
+def cache_safety_net_forget(sender: type, instance: Owner, **kwargs: Any) -> None:
+    # NOTE: a receiver on Owner leaves the fast delete of its turns as it is: Django checks
+    # each related model's own receivers for that.
+    cache.orm_forget(instance.pk)

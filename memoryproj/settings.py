@@ -173,7 +173,7 @@ if _REDIS_LOCATION:
             "OPTIONS": {
                 # NOTE: short timeouts make a Redis that does not answer degrade to the
                 # database in milliseconds. IGNORE_EXCEPTIONS stays off on this alias: the
-                # app tells "down" from "miss" itself (memory/store.py).
+                # app tells "down" from "miss" itself (memory/cache/client.py).
                 **_REDIS_OPTIONS,
                 "SERIALIZER": "memory.codec.OrjsonSerializer",
             },

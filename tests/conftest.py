@@ -1,5 +1,6 @@
-"""Fixtures of the suite: users and API clients, a clean cache per test, and caches that are
-down (a dead port) or of the test's own (a redis-server it may flush, kill or pause)."""
+"""Fixtures of the suite: users and API clients, a clean cache per test, caches that are down
+(a dead port) or of the test's own (a redis-server it may flush, kill or pause), and a
+database that is down (a dead port)."""
 
 from __future__ import annotations
 
@@ -84,6 +85,23 @@ def dead_cache() -> Iterator[None]:
         _reset_process_state()
         yield
     _reset_process_state()
+
+
+@pytest.fixture
+def dead_database(transactional_db: None) -> Iterator[None]:
+    """This thread's connection of the default alias points at a port where no database
+    listens (as ``dead_cache`` does for Redis); the test's own rows are committed (a
+    transactional test), and the connection is restored after it."""
+    from django.db import connection
+
+    saved = connection.settings_dict
+    connection.close()
+    connection.settings_dict = {**saved, "HOST": "127.0.0.1", "PORT": "1"}
+    try:
+        yield
+    finally:
+        connection.close()
+        connection.settings_dict = saved
 
 
 @pytest.fixture

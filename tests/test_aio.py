@@ -16,6 +16,7 @@ from django.db import connection, connections
 
 from memory import selectors, services
 from memory.exceptions import FactNotFound, FactVersionConflict, MemoryUnavailable
+from memory.models import Turn
 
 # NOTE: the twins' sync code runs in another thread, with its own connection: it sees only
 # committed rows, and commits its own.
@@ -249,6 +250,36 @@ def test_async_twins_raise_what_the_sync_functions_raise(name, module, kwargs, e
 
 
 @real_db
+def test_the_async_search_queryset_can_be_iterated_as_any_list_in_async_code():
+    """Its twin handed out a lazy queryset: a plain ``for`` over it in async code raised
+    ``SynchronousOnlyOperation`` (issue 21). Its rows are read in the twin's hop."""
+    for content in ("I like basketball", "basketball again", "chess"):
+        services.turn_append(owner_id="wang", session_id="s", role="user", content=content)
+    services.turn_append(owner_id="li", session_id="s", role="user", content="basketball")
+
+    async def main() -> dict[str, Any]:
+        turns = await selectors.aturn_search_queryset(q="basketball")
+        only_wang = await selectors.aturn_search_queryset(
+            q="basketball", queryset=Turn.objects.filter(owner__external_id="wang")
+        )
+        return {
+            "for": [(turn.owner_id, turn.seq, turn.search_rank) for turn in turns],
+            "async for": [turn.seq async for turn in turns],
+            "len": len(turns),
+            "first": turns[0].seq,
+            "only wang": [turn.content for turn in only_wang],
+        }
+
+    got = run(main)
+    expected = list(selectors.turn_search_queryset(q="basketball"))
+    assert got["for"] == [(t.owner_id, t.seq, t.search_rank) for t in expected]
+    assert got["async for"] == [t.seq for t in expected]
+    assert got["len"] == len(expected) == 3
+    assert got["first"] == expected[0].seq
+    assert sorted(got["only wang"]) == ["I like basketball", "basketball again"]
+
+
+@real_db
 def test_concurrent_async_appends_get_every_seq_once():
     async def main() -> list[int]:
         turns = await asyncio.gather(
@@ -350,9 +381,14 @@ def test_async_twins_with_the_database_unreachable_raise_memory_unavailable():
                 (selectors.acontext_get, {}),
                 (selectors.acontext_messages, {"max_tokens": 100}),
                 (selectors.aturn_list, {}),
+                (selectors.aowner_exists, {}),
+                (selectors.aowner_dirty_count, {"limit": 10}),
             ]:
                 try:
-                    await twin(owner_id="wang", **kwargs)
+                    if "limit" in kwargs:
+                        await twin(**kwargs)
+                    else:
+                        await twin(owner_id="wang", **kwargs)
                 except MemoryUnavailable:
                     failed.append(twin.__name__)
             health = await selectors.ahealth_get()
@@ -370,6 +406,8 @@ def test_async_twins_with_the_database_unreachable_raise_memory_unavailable():
         "acontext_get",
         "acontext_messages",
         "aturn_list",
+        "aowner_exists",
+        "aowner_dirty_count",
     ]
     assert health["database"] == "down"
     assert seq == 1

@@ -44,6 +44,46 @@ def test_put_same_value_changes_nothing(owner_client, write):
     assert FactVersion.objects.count() == 1
 
 
+def test_put_of_the_same_number_in_another_json_type_is_a_change(owner_client, write):
+    """``true``, ``1``, ``1.0`` and ``"1"`` are four values (issue 21): each PUT over the
+    other is stored as a new version, and the same one again changes nothing."""
+    versions = []
+    for value in [1, True, 1.0, "1", 1, [1], [True], {"n": 1}, {"n": 1.0}, {"n": 1.0}]:
+        response = write(owner_client, "put", NAME, {"value": value})
+        assert response.status_code in (200, 201)
+        assert response.json()["value"] == value
+        assert type(response.json()["value"]) is type(value)
+        versions.append(response.json()["version"])
+    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 9]
+    stored = Fact.objects.get(owner__external_id="wang", key="name").value
+    assert stored == {"n": 1.0} and type(stored["n"]) is float
+    assert owner_client.get(FACTS).json()["facts"][0]["value"] == {"n": 1.0}
+    history = [v["value"] for v in reversed(owner_client.get(f"{NAME}history/").json()["results"])]
+    assert [type(v) for v in history[:5]] == [int, bool, float, str, int]
+    assert [type(v[0]) for v in history[5:7]] == [int, bool]
+    assert [type(v["n"]) for v in history[7:]] == [int, float]
+
+
+def test_patch_of_the_same_number_in_another_json_type_is_a_change(owner_client, write):
+    write(owner_client, "patch", FACTS, {"facts": {"n": 1, "m": 1.0}})
+    response = write(owner_client, "patch", FACTS, {"facts": {"n": True, "m": 1.0}})
+    assert response.status_code == 200
+    facts = {f["key"]: f for f in response.json()["facts"]}
+    assert (facts["n"]["value"], facts["n"]["version"]) == (True, 2)
+    assert (facts["m"]["value"], facts["m"]["version"]) == (1.0, 1)
+    assert FactVersion.objects.filter(key="n").count() == 2
+
+
+def test_a_float_the_database_keeps_as_an_integer_is_the_same_value_again(owner_client, write):
+    """Postgres ``jsonb`` keeps ``1e16`` as the number ``10000000000000000`` (read back as an
+    int): a PUT of it again is no change, as is a PUT of that integer."""
+    write(owner_client, "put", NAME, {"value": [1e16, 1.5e17]})
+    for value in ([1e16, 1.5e17], [10**16, 15 * 10**16]):
+        again = write(owner_client, "put", NAME, {"value": value})
+        assert (again.status_code, again.json()["version"]) == (200, 1)
+    assert FactVersion.objects.count() == 1
+
+
 @pytest.mark.parametrize(
     "value", [None, 0, -1.5, True, "", "文字", [], [1, "a", None], {"nested": {"list": [1]}}]
 )

@@ -82,6 +82,20 @@ def test_content_up_to_the_limit_is_accepted(owner_client, memory_settings):
     assert Turn.objects.count() == 1
 
 
+def test_an_idempotent_retry_of_a_float_the_database_keeps_as_an_integer_is_a_retry(
+    owner_client, django_capture_on_commit_callbacks
+):
+    """``jsonb`` keeps ``1e16`` as ``10000000000000000``: a retry that sends it again is
+    still the same request."""
+    headers = {"Idempotency-Key": "req-big"}
+    with django_capture_on_commit_callbacks(execute=True):
+        first = post_turn(owner_client, headers=headers, metadata={"n": 1e16, "m": [1.5e17]})
+        retry = post_turn(owner_client, headers=headers, metadata={"n": 1e16, "m": [1.5e17]})
+    assert (first.status_code, retry.status_code) == (201, 201)
+    assert retry.json()["seq"] == first.json()["seq"] == 1
+    assert Turn.objects.count() == 1
+
+
 def test_idempotency_key_retry_answers_the_first_turn(
     owner_client, django_capture_on_commit_callbacks
 ):
@@ -105,6 +119,11 @@ def test_idempotency_key_retry_answers_the_first_turn(
         {"content": "hello, again"},
         {"metadata": {"n": 2}},
         {"metadata": {}},
+        # NOTE: JSON types, not Python's ==: true is not 1, 1.0 is not 1 (issue 21).
+        {"metadata": {"n": True}},
+        {"metadata": {"n": 1.0}},
+        {"metadata": {"n": "1"}},
+        {"metadata": {"n": [1]}},
     ],
 )
 def test_idempotency_key_with_another_body_is_422_and_stores_nothing(

@@ -14,6 +14,7 @@ import pytest
 import redis
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from memory import cache, selectors, services
 from memory.cache import client as cache_client
@@ -200,6 +201,93 @@ def test_an_orm_write_drops_the_copy_after_commit(write, redis_client):
     with write():
         Fact.objects.get(owner__external_id="wang", key="name").delete()
     assert selectors.fact_list(owner_id="wang") == []
+
+
+def _orm_delete_turn(how: str) -> None:
+    """Delete Wang's turn 1 through the ORM, as a shell or a data migration would."""
+    if how == "instance":
+        Turn.objects.get(owner__external_id="wang", seq=1).delete()
+    elif how == "queryset":
+        Turn.objects.filter(owner__external_id="wang", seq__lte=1).delete()
+    else:
+        with transaction.atomic():
+            Turn.objects.filter(owner__external_id="wang", seq=1).delete()
+
+
+@pytest.mark.parametrize("how", ["instance", "queryset", "queryset in a transaction"])
+def test_an_orm_delete_of_a_turn_drops_the_copy_after_commit(how, write, redis_client):
+    with write():
+        append("wang", "one")
+        append("wang", "two")
+    assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
+    assert selectors.context_get(owner_id="wang")["source"] == "cache"
+    before = db_stamp("wang")
+    with write():
+        _orm_delete_turn(how)
+    assert not redis_client.hexists(cache.owner_key("wang"), "rev")
+    owner = Owner.objects.get(external_id="wang")
+    assert owner.stamp > before and owner.cache_dirty is False
+    for source in ("database", "cache"):
+        context = selectors.context_get(owner_id="wang")
+        assert (context["source"], contents(context)) == (source, ["two"])
+    another_instance()
+    assert contents(selectors.context_get(owner_id="wang")) == ["two"]
+
+
+def test_an_orm_delete_of_a_turn_takes_a_stamp_and_a_dirty_mark_in_its_transaction(
+    write, dead_cache
+):
+    with write():
+        append("wang", "one")
+        append("li", "one")
+    before = {owner: db_stamp(owner) for owner in ("wang", "li")}
+    with write(), transaction.atomic():
+        Turn.objects.filter(seq=1).delete()
+        owners = {o.external_id: o for o in Owner.objects.all()}
+        assert all(owners[o].stamp > before[o] and owners[o].cache_dirty for o in before)
+    # Redis was down for the drops: the marks stay until a repair lands.
+    assert Owner.objects.filter(cache_dirty=True).count() == 2
+    assert cache.pending_count() == 2
+
+
+def test_an_orm_delete_of_facts_drops_the_copy_after_commit(write, redis_client):
+    with write():
+        services.facts_merge(owner_id="wang", facts={"name": "Wang", "location": "Shanghai"})
+    assert selectors.context_get(owner_id="wang")["facts"] == {
+        "name": "Wang",
+        "location": "Shanghai",
+    }
+    with write():
+        Fact.objects.filter(owner__external_id="wang", key="location").delete()
+    assert not redis_client.hexists(cache.owner_key("wang"), "rev")
+    assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang"}
+    assert [f["key"] for f in selectors.fact_list(owner_id="wang")] == ["name"]
+
+
+def test_an_orm_delete_of_an_owner_drops_its_copy_after_commit(write, redis_client):
+    with write():
+        append("wang", "one")
+    selectors.context_get(owner_id="wang")
+    with write():
+        Owner.objects.get(external_id="wang").delete()
+    assert not redis_client.hexists(cache.owner_key("wang"), "rev")
+    assert not CacheInvalidation.objects.exists()
+    for _ in range(2):
+        assert contents(selectors.context_get(owner_id="wang")) == []
+
+
+def test_forget_still_deletes_every_turn_in_one_statement(write):
+    """The ORM safety net for turns (``Turn.delete``, ``TurnQuerySet.delete``) is no signal
+    receiver: with one, Django would load every turn of the owner to forget it."""
+    with write():
+        for i in range(5):
+            append("wang", f"turn {i}")
+    with CaptureQueriesContext(connection) as queries, write():
+        services.memory_forget(owner_id="wang")
+    statements = [q["sql"] for q in queries]
+    assert len([sql for sql in statements if sql.startswith('DELETE FROM "memory_turn"')]) == 1
+    assert not [sql for sql in statements if sql.startswith('SELECT "memory_turn".')]
+    assert not Turn.objects.exists()
 
 
 # 5. No floor key is load-bearing: every fill is verified after it is stored.

@@ -82,10 +82,21 @@ def test_durations_must_be_numbers_of_seconds(name, value):
     assert ids(MEMORY=memory(**{name: value})) == ["memory.E003"]
 
 
-@pytest.mark.parametrize("name", ["RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW"])
+@pytest.mark.parametrize("name", ["RECONCILE_GRACE", "SUSPECT_WINDOW"])
 @pytest.mark.parametrize("value", [0, 0.0, 0.5, 30])
 def test_durations_may_be_zero_or_more(name, value):
     assert ids(MEMORY=memory(**{name: value})) == []
+
+
+@pytest.mark.parametrize("value", [0, 0.0, -0.0])
+def test_the_reconcile_interval_must_be_positive(value):
+    """An interval of 0 made every process's repairer sweep the database without pause."""
+    [found] = messages(MEMORY=memory(RECONCILE_INTERVAL=value))
+    assert found.id == "memory.E003"
+    assert found.msg == (
+        f"MEMORY['RECONCILE_INTERVAL'] must be a number of seconds > 0, not {value!r}."
+    )
+    assert ids(MEMORY=memory(RECONCILE_INTERVAL=0.01)) == []
 
 
 @pytest.mark.parametrize("value", ["", "my app", "{memory}", "mem*", "mem?", "mem[1]", 7, None])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from memory.conf import DEFAULTS, conf
@@ -43,6 +44,15 @@ def test_durations_are_floats():
         assert isinstance(conf.RECONCILE_GRACE, float)
         assert isinstance(conf.RECONCILE_INTERVAL, float)
         assert isinstance(conf.SUSPECT_WINDOW, float)
+
+
+@pytest.mark.parametrize("value", [0, 0.0, -1])
+def test_the_reconcile_interval_must_be_positive(value):
+    with (
+        override_settings(MEMORY={"RECONCILE_INTERVAL": value}),
+        pytest.raises(ImproperlyConfigured, match=r"RECONCILE_INTERVAL'\] must be .* > 0"),
+    ):
+        assert conf.RECONCILE_INTERVAL
 
 
 def test_cache_alias_defaults_to_the_memory_alias_when_there_is_one():

@@ -356,6 +356,26 @@ def test_facts_apply_turns_a_single_value_into_a_list_and_caps_it():
     assert merged["likes"] == [*many[1:], "new"]
 
 
+def test_facts_apply_compares_json_types_not_python_equality():
+    """``true`` over ``1`` is a change, and so is ``1.0``; an item ``true`` is not the item
+    ``1`` (issue 21: Python's ``True == 1`` lost such writes)."""
+    current = {"flag": 1, "ratio": 1, "same": 1.0, "items": [1, {"n": 1}]}
+    found = [
+        ExtractedFact("flag", True),
+        ExtractedFact("ratio", 1.0),
+        ExtractedFact("same", 1.0),
+        ExtractedFact("items", True, "add"),
+        ExtractedFact("items", {"n": 1.0}, "add"),
+        ExtractedFact("items", {"n": 1}, "add"),
+    ]
+    merged = facts_apply(current, found)
+    assert set(merged) == {"flag", "ratio", "items"}
+    assert (repr(merged["flag"]), repr(merged["ratio"])) == ("True", "1.0")
+    assert repr(merged["items"]) == repr([1, {"n": 1}, True, {"n": 1.0}])
+    removed = facts_apply({"items": [1, True, 1.0]}, [ExtractedFact("items", True, "remove")])
+    assert repr(removed["items"]) == "[1, 1.0]"
+
+
 def test_facts_apply_skips_an_unknown_op(caplog):
     with caplog.at_level(logging.WARNING, logger="memory.extraction"):
         assert facts_apply({}, [ExtractedFact("likes", "x", "replace")]) == {}  # type: ignore[arg-type]

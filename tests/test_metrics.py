@@ -152,6 +152,20 @@ def test_dirty_owners_are_counted_from_the_database(service_client, dead_cache, 
     assert DIRTY_OWNERS_LIMIT >= 1000
 
 
+def test_a_scrape_while_the_database_is_down_shows_the_process_metrics(
+    anon_client, memory_settings, dead_database, caplog
+):
+    """The dirty-owners gauge is left out, and the scrape still answers (its count raised
+    ``MemoryUnavailable``, which the collector did not catch, once it had the guard)."""
+    with memory_settings(METRICS_TOKEN=TOKEN):
+        response = anon_client.get(METRICS, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200
+    values = samples(response.content.decode())
+    assert ("memory_cache_unreachable", ()) in values
+    assert ("memory_dirty_owners", ()) not in values
+    assert "Could not count the owners with pending cache updates" in caplog.text
+
+
 def test_the_scrape_does_not_touch_redis(service_client, dead_cache):
     before = scrape(service_client)
     after = scrape(service_client)

@@ -1,5 +1,6 @@
-"""Tests of migration 0009 on Postgres: the indexes an append rewrote for nothing are gone, the
-owner's id stays unique, and migrating back puts every index where it was."""
+"""Tests of migrations 0009 and 0010 on Postgres: the indexes an append rewrote for nothing are
+gone, the owner's id stays unique, the append function compares facts as JSON (0010), and
+migrating back puts every index and the function where they were."""
 
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ def migrate(target: tuple[str, str]) -> None:
     executor.migrate([target])
 
 
+def migrate_to_latest() -> None:
+    """Every migration of the app applied again, as the rest of the suite expects."""
+    executor = MigrationExecutor(connection)
+    executor.migrate([key for key in executor.loader.graph.leaf_nodes() if key[0] == "memory"])
+
+
 def test_no_owner_keyed_table_keeps_an_index_of_the_owner_alone():
     found = indexes()
     assert not DROPPED & found
@@ -61,7 +68,24 @@ def test_migrating_back_restores_every_index_and_forward_drops_them_again():
         assert "memory_owner_external_id_key" in found
         assert "memory_owner_external_id_uniq" not in found
     finally:
-        migrate(AFTER)
+        migrate_to_latest()
     found = indexes()
     assert not DROPPED & found
     assert "memory_owner_external_id_uniq" in found
+
+
+def function_source() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = 'memory_turn_append'")
+        (source,) = cursor.fetchone()
+    return str(source)
+
+
+def test_migration_0010_compares_fact_values_as_json_text_and_migrating_back_restores_0008():
+    assert "v_value::text IS DISTINCT FROM (v_fact->'was')::text" in function_source()
+    try:
+        migrate(AFTER)
+        assert "v_value IS DISTINCT FROM v_fact->'was'" in function_source()
+    finally:
+        migrate_to_latest()
+    assert "v_value::text IS DISTINCT FROM (v_fact->'was')::text" in function_source()

@@ -12,6 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from memory import cache, payloads, selectors, services, tokens
+from memory.exceptions import MemoryUnavailable
 from memory.models import Fact, Turn
 
 pytestmark = pytest.mark.django_db
@@ -225,6 +226,33 @@ def test_turn_list_pages_by_seq(history):
     assert [t["seq"] for t in page] == [11, 12] and not more
     page, _ = selectors.turn_list(owner_id="wang", session_id="a", limit=100)
     assert {t["session_id"] for t in page} == {"a"} and len(page) == 6
+
+
+def test_turn_list_limit_defaults_to_50_and_is_bounded_as_the_api_is(history):
+    history(turns=60)
+    page, more = selectors.turn_list(owner_id="wang")
+    assert (len(page), more) == (50, True)
+    page, more = selectors.turn_list(owner_id="wang", limit=500)
+    assert (len(page), more) == (60, False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"limit": 501}, "limit"),
+        ({"limit": 0}, "limit"),
+        ({"limit": -1}, "limit"),
+        ({"limit": 10**9}, "limit"),
+        ({"limit": True}, "limit"),
+        ({"limit": "5"}, "limit"),
+        ({"after": -1}, "after"),
+        ({"after": "10"}, "after"),
+    ],
+)
+def test_turn_list_rejects_a_bad_limit_or_after(db, kwargs, field):
+    with pytest.raises(ValidationError) as info:
+        selectors.turn_list(owner_id="wang", **kwargs)
+    assert list(info.value.message_dict) == [field]
 
 
 def test_fact_list_same_from_cache_and_database(history):
@@ -498,3 +526,19 @@ def test_a_turn_page_walks_the_index_without_sorting(history, session_id):
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Sort" not in plan, plan
     assert "Index" in plan, plan
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [
+        ("owner_exists", {"owner_id": "wang"}),
+        ("owner_dirty_count", {"limit": 10}),
+        ("owner_recent_list", {"limit": 10}),
+        ("turn_list", {"owner_id": "wang"}),
+    ],
+)
+def test_database_reads_raise_memory_unavailable_when_the_database_is_down(
+    dead_database, name, kwargs
+):
+    with pytest.raises(MemoryUnavailable, match="The database is unavailable"):
+        getattr(selectors, name)(**kwargs)

@@ -73,12 +73,17 @@ def test_idempotency_key_retry_stores_nothing_new(django_capture_on_commit_callb
         {"content": "hello again"},
         {"metadata": {"a": 1}},
         {"metadata": {}},
+        # NOTE: JSON types, not Python's ==: true is not 1, 1 is not 1.0 (issue 21).
+        {"metadata": {"lang": "en", "n": True}},
+        {"metadata": {"lang": "en", "n": 1.0}},
     ],
 )
 def test_idempotency_key_with_another_body_raises_and_stores_nothing(
     django_capture_on_commit_callbacks, changed
 ):
     body = {"content": "hello", "metadata": {"lang": "en"}}
+    if "n" in changed.get("metadata", {}):
+        body["metadata"] = {"lang": "en", "n": 1}
     with django_capture_on_commit_callbacks(execute=True):
         first = append("wang", idempotency_key="req-1", **body)
     stamp = Owner.objects.get(external_id="wang").stamp
@@ -168,6 +173,46 @@ def test_fact_put_same_value_changes_nothing(django_capture_on_commit_callbacks)
         fact, created = services.fact_put(owner_id="wang", key="likes", value=["basketball"])
     assert (fact.version, created) == (1, False)
     assert FactVersion.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        (1, True),
+        (True, 1),
+        (0, False),
+        (1, 1.0),
+        (1.0, 1),
+        (1, "1"),
+        ([1], [True]),
+        ({"a": 1}, {"a": 1.0}),
+    ],
+)
+def test_fact_put_of_another_json_type_is_a_new_version(
+    django_capture_on_commit_callbacks, first, then
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        services.fact_put(owner_id="wang", key="n", value=first)
+        fact, created = services.fact_put(owner_id="wang", key="n", value=then)
+    assert (created, fact.version) == (False, 2)
+    stored = Fact.objects.get(key="n").value
+    assert repr(stored) == repr(then)
+    assert [repr(v["value"]) for v in selectors.fact_history(owner_id="wang", key="n").results] == [
+        repr(then),
+        repr(first),
+    ]
+    assert repr(selectors.context_get(owner_id="wang")["facts"]["n"]) == repr(then)
+
+
+def test_facts_merge_of_another_json_type_is_a_new_version(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        services.facts_merge(owner_id="wang", facts={"a": 1, "b": [1.0], "c": "x"})
+        facts = services.facts_merge(owner_id="wang", facts={"a": True, "b": [1], "c": "x"})
+    assert [(f.key, repr(f.value), f.version) for f in facts] == [
+        ("a", "True", 2),
+        ("b", "[1]", 2),
+        ("c", "'x'", 1),
+    ]
 
 
 def test_fact_put_with_stale_version_conflicts_and_changes_nothing(

@@ -43,9 +43,13 @@ before the read began, except within these bounds:
    Redis back. Every ``RECONCILE_INTERVAL`` seconds the repairer drops the copy of every
    owner still dirty (or forgotten, ``CacheInvalidation``) after ``RECONCILE_GRACE`` seconds,
    measured on the database's clock: writers that died. Repairs only ever drop.
-6. *Writes that bypass the services* (``writes.orm_write``, from ``memory.signals``): a turn or
-   fact saved or a fact deleted through the ORM takes a stamp and a dirty mark in its own
-   transaction and drops the copy after commit, as a service write does.
+6. *Writes that bypass the services* (``writes.orm_write``, from ``memory.signals`` and the
+   ``Turn`` model's ``delete``): a turn or fact saved or deleted through the ORM (an instance
+   or a queryset) takes a stamp and a dirty mark in its own transaction and drops the copy
+   after commit, as a service write does; an owner deleted so leaves a pending drop, as a
+   forget does (``writes.orm_forget``). ``QuerySet.update()``, ``bulk_create``/``bulk_update``
+   and raw SQL send nothing: call ``services.cache_drop`` (``manage.py memory_cache drop``)
+   after them.
 7. *One failure boundary* (``client``). Every Redis call, sync or awaited, runs in one
    ``Attempt``. Connection errors, timeouts, a loading, read-only or cluster-down server, a
    moved slot mean "down": the call answers a miss or "not confirmed", and reads skip Redis for
@@ -83,7 +87,7 @@ from memory.cache.keys import key_pattern, lock_key, owner_key
 from memory.cache.readthrough import Refused, Source, cache_lookup, fill_verify, read_through
 from memory.cache.repair import pending_count, repair_pending, repairer_ensure, run_once, sweep
 from memory.cache.stamps import stamp_get, stamp_take
-from memory.cache.writes import orm_write, service_write, write_commit
+from memory.cache.writes import orm_delete, orm_forget, orm_write, service_write, write_commit
 
 
 def reset() -> None:
@@ -116,6 +120,8 @@ __all__ = [
     "fill_verify",
     "key_pattern",
     "lock_key",
+    "orm_delete",
+    "orm_forget",
     "orm_write",
     "owner_key",
     "pending_count",

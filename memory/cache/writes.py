@@ -5,7 +5,7 @@ and the same for writes that bypassed the services (the ORM safety net of memory
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 from django.db import transaction
@@ -14,7 +14,7 @@ from memory.cache.client import enabled
 from memory.cache.copy import copy_apply, copy_drop
 from memory.cache.repair import Pending, confirmed, remember, repairer_ensure
 from memory.cache.stamps import stamp_take_by_pk
-from memory.models import Owner
+from memory.models import CacheInvalidation, Owner
 from memory.payloads import FactPayload, TurnPayload
 
 # NOTE: set while a service writes, so that the ORM safety net leaves the cache to the
@@ -95,3 +95,43 @@ def orm_write(owner_pk: int) -> None:
     owner_id, stamp = row
     # NOTE: the same after-commit drop as a service's (prev_stamp is moot for a drop).
     write_commit(Owner(pk=owner_pk, external_id=owner_id, stamp=stamp), 0, drop=True)
+
+
+@contextmanager
+def orm_delete(owner_pks: Callable[[], Iterable[int]]) -> Iterator[None]:
+    """Around a delete of turns through the ORM, not a service (``Turn.delete``,
+    ``TurnQuerySet.delete``): ``orm_write`` for each owner ``owner_pks()`` names, in one
+    transaction with the delete, so that each copy is dropped after the delete commits.
+
+    Does nothing inside a service, or without a cache (``owner_pks`` is not even called).
+    NOTE: the owners are marked first, in the order of their pks, as a service takes an
+    owner's lock before it touches the owner's turns; and in a transaction even in
+    autocommit, where an on-commit drop would otherwise run before the delete.
+    """
+    if _in_service.get() or not enabled():
+        yield
+        return
+    with transaction.atomic():
+        for owner_pk in sorted(set(owner_pks())):
+            orm_write(owner_pk)
+        yield
+
+
+def orm_forget(owner_pk: int) -> None:
+    """An owner is being deleted through the ORM, not ``memory_forget``: give it a new stamp,
+    record its pending drop (``CacheInvalidation``, as a forget does: the owner row, and with
+    it its dirty mark, goes) in the delete's transaction, and drop its copy after commit.
+
+    Called by the ``pre_delete`` receiver of memory.signals; does nothing inside a service, or
+    without a cache.
+    """
+    if _in_service.get() or not enabled():
+        return
+    row = stamp_take_by_pk(owner_pk)
+    if row is None:
+        return
+    owner_id, stamp = row
+    pending = CacheInvalidation.objects.create(external_id=owner_id, stamp=stamp)
+    write_commit(
+        Owner(pk=owner_pk, external_id=owner_id, stamp=stamp), 0, drop=True, outbox_pk=pending.pk
+    )

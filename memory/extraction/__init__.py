@@ -4,7 +4,8 @@
 an owner's current facts, ``rules`` the built-in extractor (its rules in ``english`` and
 ``chinese``, their shared helpers in ``text``), and ``llm`` an extractor for any
 ``complete(prompt) -> str``. ``memory.services.turn_append`` runs ``MEMORY["FACT_EXTRACTOR"]``
-in the turn's transaction, or, for a deferred extractor, ``deferred`` runs it in a worker.
+just before the turn's transaction and writes its facts in it, or, for a deferred extractor,
+``deferred`` runs it in a worker.
 """
 
 from __future__ import annotations

@@ -46,9 +46,10 @@ class FactExtractor(Protocol):
 
     One instance is made per dotted path and shared by every thread, so it must hold no
     per-turn state. An extractor is *inline* unless it has a true ``deferred`` attribute: an
-    inline one (the built-in rules) runs inside the turn's transaction, under the owner's row
-    lock; a *deferred* one (``LLMExtractor``) runs after commit, as a task of a django-tasks
-    worker (``memory.extraction.deferred``), with no lock held while it works.
+    inline one (the built-in rules) runs once in the request, just before the turn's
+    transaction and holding no lock, and what it finds is written in that transaction; a
+    *deferred* one (``LLMExtractor``) runs after commit, as a task of a django-tasks worker
+    (``memory.extraction.deferred``), with no lock held while it works.
     """
 
     def extract(self, text: str, *, facts: Mapping[str, Any]) -> Iterable[ExtractedFact]:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from memory.codec import json_equal, json_key
 from memory.extraction.base import MAX_LIST_ITEMS, OPS, ExtractedFact, logger
 
 
 def _same_item(item: Any) -> Any:
-    return item.casefold() if isinstance(item, str) else json.dumps(item, sort_keys=True)
+    # NOTE: JSON's equality for items that are not text: ``true`` is not the item ``1``.
+    return ("text", item.casefold()) if isinstance(item, str) else json_key(item)
 
 
 def facts_apply(current: Mapping[str, Any], found: Iterable[ExtractedFact]) -> dict[str, Any]:
@@ -40,4 +41,4 @@ def facts_apply(current: Mapping[str, Any], found: Iterable[ExtractedFact]) -> d
             elif fact.op == "remove":
                 items = [old for old in items if _same_item(old) != same]
         values[fact.key] = items[-MAX_LIST_ITEMS:]
-    return {k: v for k, v in values.items() if k not in current or current[k] != v}
+    return {k: v for k, v in values.items() if k not in current or not json_equal(current[k], v)}

@@ -15,7 +15,7 @@ from django.db.models import (
     Value,
 )
 
-from memory import cache
+from memory import cache, codec
 from memory.conf import conf
 from memory.exceptions import (
     database_guard,
@@ -116,7 +116,8 @@ def _fact_write(
             .first()
         )
         fact = Fact(owner=owner, key=key, version=(last or 0) + 1)
-    elif fact.value == value:
+    elif codec.json_equal(fact.value, value):
+        # NOTE: JSON's equality, not Python's: ``true`` over ``1`` is a change (issue 21).
         return None
     else:
         fact.version += 1

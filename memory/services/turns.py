@@ -78,8 +78,9 @@ def turn_append(
     with the turn and runs after commit, in a worker. An extractor that fails is logged and the
     turn is stored without facts; a retried ``idempotency_key`` extracts nothing again.
 
-    On PostgreSQL all of it is one call of ``memory_turn_append()`` (migration 0008), one round
-    trip (two when the extractor found facts), then the cache update after commit.
+    On PostgreSQL all of it is one call of ``memory_turn_append()`` (migration 0008, replaced
+    by 0010), one round trip (two when the extractor found facts), then the cache update after
+    commit.
     """
     metadata = dict(metadata) if metadata is not None else {}
     _check("user_id", validate_owner_id, owner_id)
@@ -90,8 +91,11 @@ def turn_append(
     _check("metadata", validate_metadata, metadata)
     if idempotency_key is not None:
         _check("idempotency_key", validate_idempotency_key, idempotency_key)
+    # NOTE: on every path, once and before any lock: the general path below (SQLite, or
+    # Postgres after a fact moved meanwhile) merges what it found under the lock, and never
+    # runs the extractor again (issue 21: it ran under the lock, and twice after a conflict).
+    plan = _turn_facts_plan(owner_id, role, content)
     if connection.vendor == "postgresql":
-        plan = _turn_facts_plan(owner_id, role, content)
         with cache.service_write(), database_guard():
             turn = _turn_append_call(
                 owner_id, session_id, role, content, metadata, idempotency_key, plan
@@ -120,7 +124,7 @@ def turn_append(
             created_at=timezone.now(),
         )
         _session_touch(owner, session_id, turn.created_at)
-        facts = _turn_facts_extract(owner, turn) if role == Role.USER else []
+        facts = _turn_facts_merge(owner, turn, plan)
         cache.write_commit(
             owner, prev, turns=[turn_payload(turn)], facts=[fact_payload(f) for f in facts]
         )
@@ -133,14 +137,13 @@ aturn_append = aio.twin(turn_append)
 def _retry_checked(
     existing: Turn, key: str, session_id: str, role: str, content: str, metadata: dict[str, Any]
 ) -> Turn:
-    """The turn first stored under ``key``, if this append repeats it exactly; else raises
-    ``IdempotencyKeyReused``."""
-    if (existing.session_id, existing.role, existing.content, existing.metadata) != (
+    """The turn first stored under ``key``, if this append repeats it exactly (the metadata as
+    the same JSON value, ``codec.json_equal``); else raises ``IdempotencyKeyReused``."""
+    if (existing.session_id, existing.role, existing.content) != (
         session_id,
         role,
         content,
-        metadata,
-    ):
+    ) or not codec.json_equal(existing.metadata, metadata):
         raise IdempotencyKeyReused(key, existing)
     return existing
 
@@ -148,10 +151,12 @@ def _retry_checked(
 @dataclass(frozen=True)
 class _Plan:
     """What the extraction of a turn asks of its append, found before any write: a record for
-    a deferred extractor (``defer``), or the facts an inline one changes, each with what the
-    owner held when they were read (``facts``, the JSON array ``memory_turn_append`` takes)."""
+    a deferred extractor (``defer``), or what an inline one found (``found``, which the general
+    path merges under the lock) and the facts it changes, each with what the owner held when
+    they were read (``facts``, the JSON array ``memory_turn_append`` takes; ``None``: none)."""
 
     defer: bool = False
+    found: tuple[extraction.ExtractedFact, ...] = ()
     facts: list[dict[str, Any]] | None = None
 
 
@@ -159,12 +164,13 @@ _NOTHING = _Plan()
 
 
 def _turn_facts_plan(owner_id: str, role: str, content: str) -> _Plan:
-    """Run the inline extractor on a user turn, before the turn's transaction, and merge what
-    it finds into the owner's current facts of those keys (read here, in one query unless the
-    extractor read them all): the append then writes them under the owner's lock, provided
-    none of those facts changed meanwhile (else it takes the general path, which merges under
-    the lock). A fact with a bad key or value is logged and dropped here; an extractor that
-    fails is logged, and the turn is stored without facts.
+    """Run the inline extractor on a user turn, before the turn's transaction and holding no
+    lock, and merge what it finds into the owner's current facts of those keys (read here, in
+    one query unless the extractor read them all): the one call then writes them under the
+    owner's lock, provided none of those facts changed meanwhile (else the general path merges
+    ``found`` again under the lock, ``_turn_facts_merge``). A fact with a bad key or value is
+    logged and dropped here; an extractor that fails is logged, and the turn is stored without
+    facts.
     """
     if role != Role.USER:
         return _NOTHING
@@ -215,11 +221,11 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> _Plan:
             )
             continue
         changes.append({"key": key, "value": value, "had": key in current, "was": current.get(key)})
-    return _Plan(facts=changes) if changes else _NOTHING
+    return _Plan(found=tuple(found), facts=changes or None)
 
 
-# The parameters of memory_turn_append() (migration 0008), in its order, typed for a cursor
-# that binds them on the server.
+# The parameters of memory_turn_append() (migrations 0008 and 0010), in its order, typed for a
+# cursor that binds them on the server.
 _APPEND_CALL = (
     "SELECT * FROM memory_turn_append(%s::text, %s::text, %s::text, %s::text, %s::jsonb,"
     " %s::text, %s::boolean, %s::timestamptz, %s::boolean, %s::jsonb, %s::integer)"
@@ -235,11 +241,12 @@ def _turn_append_call(
     idempotency_key: str | None,
     plan: _Plan,
 ) -> Turn | None:
-    """``turn_append`` on PostgreSQL, in one call of ``memory_turn_append()`` (migration 0008):
-    one round trip, its own transaction in autocommit, whatever the key and the facts; then
-    the cache update after commit (``cache.write_commit``) and, for a deferred extractor, the
-    task's enqueue. Returns the turn, or ``None`` when a fact of ``plan`` changed between its
-    read and the owner's lock (then nothing was written: the caller takes the general path).
+    """``turn_append`` on PostgreSQL, in one call of ``memory_turn_append()`` (migration 0008,
+    replaced by 0010): one round trip, its own transaction in autocommit, whatever the key and
+    the facts; then the cache update after commit (``cache.write_commit``) and, for a deferred
+    extractor, the task's enqueue. Returns the turn, or ``None`` when a fact of ``plan``
+    changed between its read and the owner's lock (then nothing was written: the caller takes
+    the general path).
     Raises ``IdempotencyKeyReused`` as ``turn_append`` does.
 
     NOTE: the path of nearly every append, so it is one call of a function whose statements
@@ -340,44 +347,39 @@ def _facts_savepoint_failed(message: str, turn: Turn, owner_id: str) -> None:
     extraction.logger.exception(message, turn.seq, owner_id)
 
 
-def _turn_facts_extract(owner: Owner, turn: Turn) -> list[Fact]:
-    """Write the facts the configured extractor finds in a user turn; return those that changed.
+def _turn_facts_merge(owner: Owner, turn: Turn, plan: _Plan) -> list[Fact]:
+    """On the general path, under the owner's lock: write what the extraction planned before
+    it (``_turn_facts_plan``) for this turn; return the facts that changed.
 
-    Runs in a savepoint: an extractor that raises (a bad path, a model that timed out) or a
-    fact write that fails is logged to ``memory.extraction`` and rolled back alone, so that the
-    turn still commits. A fact with a bad key or value is logged and skipped, and so is a new
-    key once the owner holds ``MEMORY["MAX_FACTS"]`` facts (the cap never fails a turn). A
-    deferred extractor is not run here: the turn gets a ``PendingExtraction`` record, and
-    after commit a task for it (``turn_facts_extract`` in a worker).
+    What an inline extractor found is merged into the owner's facts as they are now, and each
+    changed value written, in a savepoint: a fact write that fails is logged to
+    ``memory.extraction`` and rolled back alone, so that the turn still commits. A fact with a
+    bad key or value is logged and skipped, and so is a new key once the owner holds
+    ``MEMORY["MAX_FACTS"]`` facts (the cap never fails a turn). A deferred extractor gets a
+    ``PendingExtraction`` record, and after commit a task for it (``turn_facts_extract`` in a
+    worker).
     """
+    if plan.defer:
+        # NOTE: outside a savepoint: the turn and its record commit together, or neither does.
+        _turn_extraction_defer(turn)
+        return []
+    if not plan.found:
+        return []
     try:
-        extractor = extraction.extractor_get()
-        if extractor is None:
-            return []
-        if not extraction.extractor_deferred(extractor):
-            with transaction.atomic():
-                facts = extraction.LazyFacts(
-                    lambda: dict(Fact.objects.filter(owner=owner).values_list("key", "value"))
+        with transaction.atomic():
+            current = dict(
+                Fact.objects.filter(owner=owner, key__in={f.key for f in plan.found}).values_list(
+                    "key", "value"
                 )
-                found = list(extractor.extract(turn.content, facts=facts))
-                if not found:
-                    return []
-                current = dict(
-                    Fact.objects.filter(owner=owner, key__in={f.key for f in found}).values_list(
-                        "key", "value"
-                    )
-                )
-                return _turn_facts_write(owner, turn, current, found)
+            )
+            return _turn_facts_write(owner, turn, current, list(plan.found))
     except Exception:
         _facts_savepoint_failed(
-            "Fact extraction failed for turn %s of %r; the turn is stored without facts.",
+            "Writing the facts of turn %s of %r failed; the turn is stored without facts.",
             turn,
             owner.external_id,
         )
         return []
-    # NOTE: outside the savepoint: the turn and its record commit together, or neither does.
-    _turn_extraction_defer(turn)
-    return []
 
 
 def _turn_facts_write(
