@@ -103,7 +103,10 @@ def _fetchone(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | Non
         try:
             return _prepared_run(db, sql, params)
         except DatabaseError as e:
-            if getattr(e.__cause__, "sqlstate", None) not in PREPARED_LOST:
+            # NOTE: a lost statement fails on a connection that goes on working. PgBouncer
+            # answers a statement it has no server connection for (query_wait_timeout, the
+            # database down) with 08P01 too, and closes the connection: that is an outage.
+            if getattr(e.__cause__, "sqlstate", None) not in PREPARED_LOST or _broken(db):
                 raise
             _Prepared.works = False
             logger.warning(
