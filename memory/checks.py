@@ -36,7 +36,7 @@ from memory.conf import DEFAULTS, as_int, conf, setting_import
 #   Behind a transaction pooler (POOLER "transaction"), session state that does not survive it:
 #   W007 PREPARED_STATEMENTS is True
 #   W008 a database of the app keeps server-side cursors (no DISABLE_SERVER_SIDE_CURSORS)
-#   W009 a database of the app sets session state in OPTIONS (prepare_threshold, assume_role)
+#   W009 a database of the app sets session state in OPTIONS (prepared statements, SET ROLE)
 
 COUNTS = (
     "CACHE_TTL",
@@ -177,11 +177,18 @@ def check_memory_pooler(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
                 )
             )
         options = config.get("OPTIONS") or {}
-        held = [
-            f"{name} ({what})"
-            for name, what in SESSION_OPTIONS.items()
-            if options.get(name) is not None
-        ]
+        held = []
+        # NOTE: psycopg prepares only on Django's server-binding cursors; its client-binding
+        # one (the default) never does, whatever the threshold.
+        if (
+            options.get("server_side_binding") is True
+            and options.get("prepare_threshold") is not None
+        ):
+            held.append(
+                "prepare_threshold with server_side_binding (psycopg's prepared statements)"
+            )
+        if options.get("assume_role"):
+            held.append("assume_role (SET ROLE)")
         if held:
             errors.append(
                 Warning(
@@ -194,13 +201,6 @@ def check_memory_pooler(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
                 )
             )
     return errors
-
-
-# The OPTIONS of a PostgreSQL database that hold state in the session, and what they hold.
-SESSION_OPTIONS = {
-    "prepare_threshold": "psycopg's prepared statements",
-    "assume_role": "SET ROLE",
-}
 
 
 def _app_databases() -> list[str]:

@@ -924,8 +924,9 @@ class PgBouncerServer(_Server):
         # NOTE: after a failed login to Postgres the next attempt waits this long (default
         # 15 s): service resumes within a second of the database's return.
         "server_login_retry": "1",
-        # NOTE: startup parameters some drivers send (psycopg2, JDBC; `options` for
-        # OPTIONS["options"]), which PgBouncer refuses unless told to ignore them.
+        # NOTE: startup parameters PgBouncer refuses a connection for unless told to ignore
+        # them: JDBC's extra_float_digits, and libpq's options (Django's OPTIONS["options"]).
+        # psycopg 3 sends neither by itself.
         "ignore_startup_parameters": "extra_float_digits,options",
         "max_client_conn": "500",
         "default_pool_size": "20",

@@ -298,21 +298,34 @@ def test_prepared_statements_turned_on_behind_a_transaction_pooler_warn(pooled):
     assert "max_prepared_statements" in found[0].hint
 
 
+SESSION_OPTIONS = {"server_side_binding": True, "prepare_threshold": 5, "assume_role": "app"}
+
+
 @pytest.mark.parametrize("pooler", [None, "session"])
 def test_session_state_without_a_transaction_pooler_passes(pooler, monkeypatch):
-    monkeypatch.setitem(connection.settings_dict, "OPTIONS", {"prepare_threshold": 5})
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", SESSION_OPTIONS)
     assert ids(MEMORY=memory(POOLER=pooler, PREPARED_STATEMENTS=True)) == []
 
 
 def test_session_state_in_the_database_options_behind_a_transaction_pooler_warns(pooled):
-    pooled["OPTIONS"].update(prepare_threshold=5, assume_role="memory_app")
+    pooled["OPTIONS"].update(SESSION_OPTIONS)
     found = messages(MEMORY=memory(POOLER="transaction"))
     assert [m.id for m in found] == ["memory.W009"]
-    assert "prepare_threshold (psycopg's prepared statements), assume_role (SET ROLE)" in (
-        found[0].msg
+    assert (
+        ": prepare_threshold with server_side_binding (psycopg's prepared statements), "
+        "assume_role (SET ROLE);" in found[0].msg
     )
 
 
-def test_a_prepare_threshold_of_none_is_no_session_state(pooled):
-    pooled["OPTIONS"]["prepare_threshold"] = None
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"prepare_threshold": 5},
+        {"server_side_binding": True},
+        {"server_side_binding": True, "prepare_threshold": None},
+        {"assume_role": ""},
+    ],
+)
+def test_options_that_prepare_nothing_and_set_no_role_are_no_session_state(pooled, options):
+    pooled["OPTIONS"].update(options)
     assert ids(MEMORY=memory(POOLER="transaction")) == []
