@@ -53,9 +53,11 @@ token: $(VENV)/.installed ## Print the API token of service user USER=... (creat
 
 test: $(VENV)/.installed ## Run the suite on real PostgreSQL and Redis (PYTEST_ARGS="-k ..." to narrow)
 	@scripts/ensure-chromium
+	@scripts/ensure-pgbouncer
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-faults: $(VENV)/.installed ## Run only the tests that kill, pause or restart servers
+	@scripts/ensure-pgbouncer
 	$(PY) -m pytest -m faults $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed ## Benchmarks on real PostgreSQL and Redis (BENCH_ARGS="--only warm,cold"); see docs/performance.md

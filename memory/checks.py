@@ -29,9 +29,15 @@ from memory.conf import DEFAULTS, as_int, conf, setting_import
 #   E019 a cluster memory alias reads from replicas
 #   E020 REPAIR_THREAD is not a bool
 #   E021 CACHE_REPLICAS is not an integer >= 0, or CACHE_REPLICA_WAIT_MS not a positive one
+#   E022 POOLER is not None, "session" or "transaction"
+#   E023 PREPARED_STATEMENTS is not None, True or False
 #   W001 unknown MEMORY keys                 W004 the cache has no socket timeouts
 #   W002 CACHE_TURNS < CONTEXT_TURNS         W005 the database is not PostgreSQL
 #   W006 a deferred extractor whose tasks run immediately, inside the request
+#   Behind a transaction pooler (POOLER "transaction"), session state that does not survive it:
+#   W007 PREPARED_STATEMENTS is True
+#   W008 a database of the app keeps server-side cursors (no DISABLE_SERVER_SIDE_CURSORS)
+#   W009 a database of the app sets session state in OPTIONS (prepared statements, SET ROLE)
 
 COUNTS = (
     "CACHE_TTL",
@@ -51,6 +57,8 @@ VALUE_IDS = {
     "REPAIR_THREAD": "memory.E020",
     "CACHE_REPLICAS": "memory.E021",
     "CACHE_REPLICA_WAIT_MS": "memory.E021",
+    "POOLER": "memory.E022",
+    "PREPARED_STATEMENTS": "memory.E023",
 }
 # django-tasks' default when TASKS is not set: a task runs where it is enqueued.
 IMMEDIATE_BACKEND = "django_tasks.backends.immediate.ImmediateBackend"
@@ -97,6 +105,8 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
         "REPAIR_THREAD",
         "CACHE_REPLICAS",
         "CACHE_REPLICA_WAIT_MS",
+        "POOLER",
+        "PREPARED_STATEMENTS",
     ):
         if name in problems:
             errors.append(Error(problems[name], id=VALUE_IDS.get(name, "memory.E002")))
@@ -131,6 +141,86 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
             )
         )
     return errors
+
+
+@register(Tags.compatibility)
+def check_memory_pooler(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Behind a transaction pooler, nothing the app relies on outlives a transaction: no
+    prepared statements of its own, no server-side cursors, no session settings."""
+    user = _user_memory()
+    if not isinstance(user, dict) or user.get("POOLER") != "transaction":
+        return []
+    errors: list[CheckMessage] = []
+    if user.get("PREPARED_STATEMENTS") is True:
+        errors.append(
+            Warning(
+                "MEMORY['PREPARED_STATEMENTS'] is True behind a transaction pooler "
+                "(MEMORY['POOLER']): a statement the app prepared on one server connection is "
+                "unknown on the next, or another client's statement of the same name.",
+                hint="Leave it unset (off behind a transaction pooler). Where the pooler keeps "
+                "prepared statements per client (PgBouncer 1.21+ with max_prepared_statements), "
+                "keep it and add memory.W007 to SILENCED_SYSTEM_CHECKS.",
+                id="memory.W007",
+            )
+        )
+    for alias in _app_databases():
+        # NOTE: the connection's own settings, as Django applies them.
+        config = connections[alias].settings_dict
+        if not config.get("DISABLE_SERVER_SIDE_CURSORS"):
+            errors.append(
+                Warning(
+                    f"DATABASES[{alias!r}] keeps server-side cursors behind a transaction "
+                    "pooler (MEMORY['POOLER']): a QuerySet.iterator() cursor would outlive its "
+                    "transaction's server connection.",
+                    hint=f"Set DATABASES[{alias!r}]['DISABLE_SERVER_SIDE_CURSORS'] = True, as "
+                    "Django documents for transaction pooling.",
+                    id="memory.W008",
+                )
+            )
+        options = config.get("OPTIONS") or {}
+        held = []
+        # NOTE: psycopg prepares only on Django's server-binding cursors; its client-binding
+        # one (the default) never does, whatever the threshold.
+        if (
+            options.get("server_side_binding") is True
+            and options.get("prepare_threshold") is not None
+        ):
+            held.append(
+                "prepare_threshold with server_side_binding (psycopg's prepared statements)"
+            )
+        if options.get("assume_role"):
+            held.append("assume_role (SET ROLE)")
+        if held:
+            errors.append(
+                Warning(
+                    f"DATABASES[{alias!r}]['OPTIONS'] sets session state behind a transaction "
+                    f"pooler (MEMORY['POOLER']): {', '.join(held)}; the pooler hands the next "
+                    "transaction a server connection without it, or with another client's.",
+                    hint="Remove them from OPTIONS, or connect to PostgreSQL directly: Django's "
+                    "own pool (OPTIONS['pool']) needs no PgBouncer.",
+                    id="memory.W009",
+                )
+            )
+    return errors
+
+
+def _app_databases() -> list[str]:
+    """The PostgreSQL aliases the app's statements run on: ``default`` (an append's call) and
+    those the routers pick for its models and the token lookup's."""
+    from django.apps import apps
+    from django.db import DEFAULT_DB_ALIAS, router
+
+    models = list(apps.get_app_config("memory").get_models())
+    if apps.is_installed("rest_framework.authtoken"):
+        models.append(apps.get_model("authtoken", "Token"))
+    aliases = {DEFAULT_DB_ALIAS}
+    for model in models:
+        aliases |= {router.db_for_read(model), router.db_for_write(model)}
+    return [
+        alias
+        for alias in sorted(aliases)
+        if alias in settings.DATABASES and connections[alias].vendor == "postgresql"
+    ]
 
 
 def _check_token_counter(path: Any) -> list[CheckMessage]:

@@ -47,10 +47,15 @@ DEFAULTS: dict[str, Any] = {
     # Whether each process runs a repairer thread (memory.cache.repair); off, repairs happen
     # only when something calls memory.cache.run_once (the test suite drives it so).
     "REPAIR_THREAD": True,
-    # Whether an append may run its one statement as a prepared statement on PostgreSQL
-    # (docs/performance.md); it turns itself off for the process where the server loses them
-    # (a transaction-mode pooler without prepared-statement support). False: never.
-    "PREPARED_STATEMENTS": True,
+    # The connection pooler between the app and PostgreSQL (docs/scaling.md): None for none,
+    # "session" (PgBouncer's pool_mode = session, the same to the app), or "transaction":
+    # nothing of a connection's session outlives its transaction, and the system checks warn
+    # of settings that need it to.
+    "POOLER": None,
+    # Whether an append and the API's token lookup may run as prepared statements on
+    # PostgreSQL (docs/performance.md). None: yes, unless POOLER is "transaction". It turns
+    # itself off for the process where the server loses them. False: never.
+    "PREPARED_STATEMENTS": None,
     # Dotted path of the callable mapping a request's user to the owner ids they may reach.
     "OWNER_RESOLVER": "memory.permissions.default_owner_id",
     # Dotted path of the fact extractor run on each user turn (docs/extraction.md); None: off.
@@ -64,6 +69,10 @@ DEFAULTS: dict[str, Any] = {
     # service callers may.
     "METRICS_TOKEN": None,
 }
+
+# The values of MEMORY["POOLER"] besides None: PgBouncer's pool modes that keep a transaction
+# on one server connection ("statement" pooling would break the app's transactions).
+POOLERS = ("session", "transaction")
 
 # NOTE: braces would break the per-owner hash tag, and glob characters the SCAN that finds
 # the app's keys (stats, clean-up) by prefix.
@@ -229,11 +238,24 @@ class Settings:
         return value
 
     @property
+    def POOLER(self) -> str | None:
+        value = self._get("POOLER")
+        if not (value is None or (isinstance(value, str) and value in POOLERS)):
+            raise ImproperlyConfigured(
+                f"MEMORY['POOLER'] must be None, 'session' or 'transaction', not {value!r}."
+            )
+        return value  # type: ignore[no-any-return]
+
+    @property
     def PREPARED_STATEMENTS(self) -> bool:
         value = self._get("PREPARED_STATEMENTS")
+        if value is None:
+            # NOTE: behind a transaction pooler, the next statement of a connection may run on
+            # a server connection that holds no statement of that name, or another client's.
+            return self._get("POOLER") != "transaction"
         if not isinstance(value, bool):
             raise ImproperlyConfigured(
-                f"MEMORY['PREPARED_STATEMENTS'] must be True or False, not {value!r}."
+                f"MEMORY['PREPARED_STATEMENTS'] must be None, True or False, not {value!r}."
             )
         return value
 

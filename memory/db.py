@@ -8,12 +8,13 @@ was a sixth of an append and most of the lookup's database time (docs/performanc
 ``prepared_fetchone`` runs them prepared, with server-side binding, on a cursor kept with the
 connection; it is a Django cursor, wrapped and instrumented as any other.
 
-Safe with a pooler too: a server that does not hold a statement the connection prepared fails
-it before it runs (``PREPARED_LOST``); the statement is sent again unprepared, and this process
-stops preparing, with one warning. It never prepares inside a caller's transaction (such a
-failure would abort the caller's work), nor while queries are logged (``DEBUG``,
-``CaptureQueriesContext``), whose log shows no SQL for a prepared statement, nor with
-``MEMORY["PREPARED_STATEMENTS"] = False``, nor under psycopg2.
+Behind a transaction pooler (``MEMORY["POOLER"] = "transaction"``) it prepares nothing unless
+told to (``MEMORY["PREPARED_STATEMENTS"]``). Where it does prepare, a server that does not hold
+a statement the connection prepared fails it before it runs (``PREPARED_LOST``); the statement
+is sent again unprepared, and this process stops preparing, with one warning. It never
+prepares inside a caller's transaction (such a failure would abort the caller's work), nor
+while queries are logged (``DEBUG``, ``CaptureQueriesContext``), whose log shows no SQL for a
+prepared statement, nor with ``MEMORY["PREPARED_STATEMENTS"] = False``, nor under psycopg2.
 
 A statement that only reads is also the connection's health check (``CONN_HEALTH_CHECKS``):
 where Django would first send ``SELECT 1`` on a connection kept from an earlier request, a
@@ -102,13 +103,16 @@ def _fetchone(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | Non
         try:
             return _prepared_run(db, sql, params)
         except DatabaseError as e:
-            if getattr(e.__cause__, "sqlstate", None) not in PREPARED_LOST:
+            # NOTE: a lost statement fails on a connection that goes on working. PgBouncer
+            # answers a statement it has no server connection for (query_wait_timeout, the
+            # database down) with 08P01 too, and closes the connection: that is an outage.
+            if getattr(e.__cause__, "sqlstate", None) not in PREPARED_LOST or _broken(db):
                 raise
             _Prepared.works = False
             logger.warning(
                 "The database lost a prepared statement (%s); the app's statements are sent "
                 "unprepared from now on in this process. Behind a transaction-mode pooler, "
-                "set MEMORY['PREPARED_STATEMENTS'] = False.",
+                "set MEMORY['POOLER'] = 'transaction'.",
                 e,
             )
     with server_bound_cursor(db) as cursor:

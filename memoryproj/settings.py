@@ -120,6 +120,11 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+# "transaction" behind PgBouncer in transaction mode (docs/scaling.md): Django keeps no
+# server-side cursor, and the app no prepared statement, past a transaction.
+DATABASE_POOLER = os.environ.get("DATABASE_POOLER", "").strip() or None
+if DATABASE_POOLER == "transaction":
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 
 # NOTE: the "memory" alias is the app's cache; it exists only when REDIS_URL (one Redis),
 # REDIS_CLUSTER_URL (a seed node of a Redis Cluster) or REDIS_SENTINELS (Sentinel-managed
@@ -186,6 +191,7 @@ else:
 
 MEMORY = {
     "CACHE_TTL": int(os.environ.get("MEMORY_CACHE_TTL", "3600")),
+    "POOLER": DATABASE_POOLER,
     # The bearer token Prometheus sends to /metrics (docs/metrics.md); unset: service callers only.
     "METRICS_TOKEN": os.environ.get("MEMORY_METRICS_TOKEN") or None,
     # Replicas each Redis primary has: a write's cache update counts once they hold it, so that

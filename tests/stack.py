@@ -1,5 +1,6 @@
 """Real app instances for fault and load tests: the demo project under gunicorn on loopback,
-several server processes sharing one Postgres database and one Redis, driven over HTTP."""
+several server processes sharing one Postgres database and one Redis, driven over HTTP, and
+reaching Postgres directly or through a PgBouncer of their own in transaction mode."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
+import pytest
 
-from tests.servers import free_port
+from tests.servers import PGBOUNCER_MISSING, PgBouncerServer, free_port, pgbouncer_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,9 +46,20 @@ def _swap_database(url: str, name: str) -> str:
     return parts._replace(path=f"/{name}").geturl()
 
 
+# The ways a stack's instances reach Postgres, as stack fixtures are parametrised:
+# directly, or through a PgBouncer in transaction mode.
+POOLERS = (None, "pgbouncer")
+
+
 class AppStack:
     """A database of its own on ``server_url``'s Postgres, migrated, and ``instances`` gunicorn
-    processes of the demo project sharing it and ``redis_url``."""
+    processes of the demo project sharing it and ``redis_url``.
+
+    ``pooler="pgbouncer"``: the instances (and the migration) reach that database through a
+    PgBouncer of the stack's own in transaction mode (``self.pooler``), as a site behind one
+    is configured (``DATABASE_POOLER=transaction``); the database is created and dropped
+    directly on ``server_url``.
+    """
 
     def __init__(
         self,
@@ -57,11 +70,15 @@ class AppStack:
         memory: dict[str, Any] | None = None,
         workers: int = 2,
         env: dict[str, str] | None = None,
+        pooler: str | None = None,
     ) -> None:
+        assert pooler in POOLERS, pooler
         self.server_url = server_url
         self.redis_url = redis_url
         self.database = f"memory_stack_{uuid.uuid4().hex[:10]}"
         self.database_url = _swap_database(server_url, self.database)
+        self.pooler_kind = pooler
+        self.pooler: PgBouncerServer | None = None
         self.instances = instances
         self.workers = workers
         self.memory = memory or {}
@@ -86,6 +103,8 @@ class AppStack:
             DJANGO_SECRET_KEY="stack-only-secret-key-" + "x" * 40,
             MEMORY_LOG_LEVEL="WARNING",
         )
+        if self.pooler is not None:
+            env["DATABASE_POOLER"] = "transaction"
         env.update(self.extra_env)
         return env
 
@@ -105,6 +124,9 @@ class AppStack:
     def start(self) -> AppStack:
         with psycopg.connect(_swap_database(self.server_url, "postgres"), autocommit=True) as c:
             c.execute(f'CREATE DATABASE "{self.database}"')
+        if self.pooler_kind == "pgbouncer":
+            self.pooler = PgBouncerServer(self.server_url).start()
+            self.database_url = self.pooler.url_for(self.database)
         self._run("manage.py", "migrate", "--noinput", "-v", "0")
         self.token = json.loads(self._run("-m", "tests.instance", "token", "svc"))
         for i in range(self.instances):
@@ -167,6 +189,15 @@ class AppStack:
         finally:
             conn.close()
 
+    def assert_pooled(self) -> None:
+        """Behind a PgBouncer: its pool of the stack's database is in transaction mode, and
+        the instances' transactions went through it."""
+        assert self.pooler is not None
+        [pool] = [row for row in self.pooler.show("POOLS") if row["database"] == self.database]
+        assert pool["pool_mode"] == "transaction"
+        [stats] = [row for row in self.pooler.show("STATS") if row["database"] == self.database]
+        assert stats["total_xact_count"] > 0
+
     def stop(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -177,6 +208,8 @@ class AppStack:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if self.pooler is not None:
+            self.pooler.cleanup()
         try:
             with psycopg.connect(_swap_database(self.server_url, "postgres"), autocommit=True) as c:
                 c.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
@@ -261,6 +294,10 @@ def turns_listed(stack: AppStack, owner: str) -> list[dict[str, Any]]:
 
 @contextmanager
 def app_stack(**kwargs: Any) -> Iterator[AppStack]:
+    """A started ``AppStack(**kwargs)``, stopped on exit; skips, saying how to get it, where
+    ``pooler="pgbouncer"`` and PgBouncer is not installed."""
+    if kwargs.get("pooler") == "pgbouncer" and pgbouncer_binary() is None:
+        pytest.skip(PGBOUNCER_MISSING)
     stack = AppStack(**kwargs)
     try:
         yield stack.start()

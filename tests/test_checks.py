@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.core.checks import run_checks
+from django.db import connection
 from django.test import override_settings
 
 REDIS_OPTIONS = {"SOCKET_CONNECT_TIMEOUT": 0.2, "SOCKET_TIMEOUT": 0.2}
@@ -269,3 +270,73 @@ def test_a_cluster_alias_must_not_read_from_replicas(cluster):
         },
     }
     assert ids(CACHES=caches(other=alias), MEMORY=memory(CACHE_ALIAS="other")) == ["memory.E019"]
+
+
+@pytest.fixture
+def pooled(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The default database as a site behind a transaction pooler configures it: no
+    server-side cursors. Returns its settings, to change more for one test."""
+    monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
+    options = {**connection.settings_dict["OPTIONS"]}
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
+    return connection.settings_dict
+
+
+@pytest.mark.parametrize("value", ["statement", "pgbouncer", True, 6432])
+def test_pooler_must_be_a_pool_mode_that_keeps_transactions(value):
+    assert ids(MEMORY=memory(POOLER=value)) == ["memory.E022"]
+
+
+@pytest.mark.parametrize("value", ["yes", 1, 0])
+def test_prepared_statements_must_be_none_or_a_bool(value):
+    assert ids(MEMORY=memory(PREPARED_STATEMENTS=value)) == ["memory.E023"]
+
+
+def test_a_transaction_pooler_with_the_settings_it_needs_passes(pooled):
+    assert ids(MEMORY=memory(POOLER="transaction")) == []
+    assert ids(MEMORY=memory(POOLER="transaction", PREPARED_STATEMENTS=False)) == []
+
+
+def test_a_transaction_pooler_needs_server_side_cursors_off():
+    found = messages(MEMORY=memory(POOLER="transaction"))
+    assert [m.id for m in found] == ["memory.W008"]
+    assert "DISABLE_SERVER_SIDE_CURSORS" in found[0].hint
+
+
+def test_prepared_statements_turned_on_behind_a_transaction_pooler_warn(pooled):
+    found = messages(MEMORY=memory(POOLER="transaction", PREPARED_STATEMENTS=True))
+    assert [m.id for m in found] == ["memory.W007"]
+    assert "max_prepared_statements" in found[0].hint
+
+
+SESSION_OPTIONS = {"server_side_binding": True, "prepare_threshold": 5, "assume_role": "app"}
+
+
+@pytest.mark.parametrize("pooler", [None, "session"])
+def test_session_state_without_a_transaction_pooler_passes(pooler, monkeypatch):
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", SESSION_OPTIONS)
+    assert ids(MEMORY=memory(POOLER=pooler, PREPARED_STATEMENTS=True)) == []
+
+
+def test_session_state_in_the_database_options_behind_a_transaction_pooler_warns(pooled):
+    pooled["OPTIONS"].update(SESSION_OPTIONS)
+    found = messages(MEMORY=memory(POOLER="transaction"))
+    assert [m.id for m in found] == ["memory.W009"]
+    assert (
+        ": prepare_threshold with server_side_binding (psycopg's prepared statements), "
+        "assume_role (SET ROLE);" in found[0].msg
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"prepare_threshold": 5},
+        {"server_side_binding": True},
+        {"server_side_binding": True, "prepare_threshold": None},
+        {"assume_role": ""},
+    ],
+)
+def test_options_that_prepare_nothing_and_set_no_role_are_no_session_state(pooled, options):
+    pooled["OPTIONS"].update(options)
+    assert ids(MEMORY=memory(POOLER="transaction")) == []

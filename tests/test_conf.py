@@ -9,7 +9,9 @@ from django.test import override_settings
 
 from memory.conf import DEFAULTS, conf
 
-SIMPLE = [name for name in DEFAULTS if name != "CACHE_ALIAS"]
+# NOTE: the keys whose default None stands for a value derived from other settings.
+DERIVED = ("CACHE_ALIAS", "PREPARED_STATEMENTS")
+SIMPLE = [name for name in DEFAULTS if name not in DERIVED]
 
 
 @pytest.mark.parametrize("name", SIMPLE)
@@ -87,3 +89,39 @@ def test_metrics_token_is_none_unless_a_nonempty_string():
     for value, expected in [(None, None), ("", None), (123, None), ("t" * 20, "t" * 20)]:
         with override_settings(MEMORY={"METRICS_TOKEN": value}):
             assert expected == conf.METRICS_TOKEN
+
+
+@pytest.mark.parametrize("value", [None, "session", "transaction"])
+def test_pooler_is_none_or_a_pool_mode_that_keeps_transactions(value):
+    with override_settings(MEMORY={"POOLER": value}):
+        assert value == conf.POOLER
+
+
+@pytest.mark.parametrize("value", ["statement", "Transaction", "pgbouncer", True, 6432, ["x"]])
+def test_pooler_refuses_anything_else(value):
+    with (
+        override_settings(MEMORY={"POOLER": value}),
+        pytest.raises(ImproperlyConfigured, match=r"MEMORY\['POOLER'\] must be None, "),
+    ):
+        assert conf.POOLER
+
+
+@pytest.mark.parametrize(
+    ("pooler", "expected"), [(None, True), ("session", True), ("transaction", False)]
+)
+def test_prepared_statements_default_to_off_behind_a_transaction_pooler(pooler, expected):
+    with override_settings(MEMORY={"POOLER": pooler}):
+        assert conf.PREPARED_STATEMENTS is expected
+
+
+@pytest.mark.parametrize("pooler", [None, "transaction"])
+@pytest.mark.parametrize("value", [True, False])
+def test_prepared_statements_set_win_over_the_pooler(pooler, value):
+    with override_settings(MEMORY={"POOLER": pooler, "PREPARED_STATEMENTS": value}):
+        assert conf.PREPARED_STATEMENTS is value
+
+
+def test_prepared_statements_with_a_bad_pooler_do_not_raise_its_error():
+    with override_settings(MEMORY={"POOLER": "statement"}):
+        assert conf.PREPARED_STATEMENTS is True
+        assert list(conf.problems()) == ["POOLER"]

@@ -1,20 +1,30 @@
 """``memory.db`` on real PostgreSQL: a read-only statement is the connection's health check, so
 that a request on a kept connection sends no ``SELECT 1`` first, and a connection the server
-ended while it was idle is replaced and the statement run again, once."""
+ended while it was idle is replaced and the statement run again, once. Behind a PgBouncer, a
+database outage is not taken for a lost prepared statement."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
-from django.db import DataError, close_old_connections, connection
+from django.db import DataError, OperationalError, close_old_connections, connection
+from django.db.backends.postgresql.base import DatabaseWrapper
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from memory import db, services
 from tests.instance import database_url
+from tests.servers import (
+    HOST,
+    PGBOUNCER_MISSING,
+    PgBouncerServer,
+    PostgresServer,
+    pgbouncer_binary,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -121,3 +131,47 @@ def test_a_statement_that_fails_on_a_live_connection_is_not_run_again(checks):
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP SEQUENCE memory_test_runs")
+
+
+@pytest.mark.faults
+def test_a_database_outage_behind_pgbouncer_is_not_a_lost_prepared_statement(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """PgBouncer answers a statement it cannot give a server connection with 08P01
+    (query_wait_timeout), the code of a bind that does not fit a prepared statement, and
+    closes the connection: the statement fails as it was, and the process goes on preparing."""
+    if pgbouncer_binary() is None:
+        pytest.skip(PGBOUNCER_MISSING)
+    monkeypatch.setattr(db._Prepared, "works", True)
+    # NOTE: one server connection, so that the statement the client prepared is there for its
+    # next one, as in session pooling.
+    settings = {"default_pool_size": "1", "query_wait_timeout": "1"}
+    with PostgresServer() as server, PgBouncerServer(server.url, settings=settings) as pooler:
+        pooled = DatabaseWrapper(
+            {
+                **connection.settings_dict,
+                "NAME": "postgres",
+                "USER": pooler.user,
+                "PASSWORD": "",
+                "HOST": HOST,
+                "PORT": pooler.port,
+                "OPTIONS": {},
+                "CONN_MAX_AGE": 0,
+            },
+            alias="pooled",
+        )
+        try:
+            assert db.prepared_fetchone(pooled, "SELECT %s::int + 1", [1]) == (2,)
+            with pooled.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+                assert cursor.fetchone() == (1,)
+            server.stop()
+            with (
+                caplog.at_level(logging.WARNING, logger="memory.store"),
+                pytest.raises(OperationalError, match="query_wait_timeout"),
+            ):
+                db.prepared_fetchone(pooled, "SELECT %s::int + 1", [2])
+            assert db._Prepared.works
+            assert "lost a prepared statement" not in caplog.text
+        finally:
+            pooled.close()

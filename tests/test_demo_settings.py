@@ -114,6 +114,15 @@ def test_environment_chooses_hosts_proxies_and_https(monkeypatch):
     assert settings["SECURE_PROXY_SSL_HEADER"] == ("HTTP_X_FORWARDED_PROTO", "https")
 
 
+def test_database_pooler_transaction_turns_off_what_outlives_a_transaction(monkeypatch):
+    plain = _settings(monkeypatch, DJANGO_SECRET_KEY=KEY)
+    assert plain["MEMORY"]["POOLER"] is None
+    assert not plain["DATABASES"]["default"].get("DISABLE_SERVER_SIDE_CURSORS")
+    pooled = _settings(monkeypatch, DJANGO_SECRET_KEY=KEY, DATABASE_POOLER="transaction")
+    assert pooled["MEMORY"]["POOLER"] == "transaction"
+    assert pooled["DATABASES"]["default"]["DISABLE_SERVER_SIDE_CURSORS"] is True
+
+
 def test_the_project_refuses_to_start_without_a_key():
     result = _manage(_env(), "check")
     assert result.returncode != 0

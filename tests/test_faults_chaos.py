@@ -6,7 +6,10 @@ acknowledged while Redis was unreachable, for at most one second after it answer
 bound memory.cache states).
 
 The instances run with ``SUSPECT_WINDOW`` 0, so that a process that saw Redis down does not
-check each copy against Postgres: the bound must hold by the writers' repair alone."""
+check each copy against Postgres: the bound must hold by the writers' repair alone. The run is
+made twice: with the instances connected to Postgres directly, and through a PgBouncer in
+transaction mode, where consecutive transactions of one connection run on different server
+connections."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import pytest
 import redis
 
 from tests.servers import RedisServer
-from tests.stack import AppStack, app_stack, turns_listed
+from tests.stack import POOLERS, AppStack, app_stack, turns_listed
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -47,12 +50,13 @@ def cache_server() -> Iterator[RedisServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def stack(cache_server: RedisServer) -> Iterator[AppStack]:
+@pytest.fixture(scope="module", params=POOLERS, ids=["direct", "pgbouncer"])
+def stack(request: pytest.FixtureRequest, cache_server: RedisServer) -> Iterator[AppStack]:
     with app_stack(
         server_url=os.environ["DATABASE_URL"],
         redis_url=cache_server.url,
         memory={"SUSPECT_WINDOW": 0},
+        pooler=request.param,
     ) as stack:
         yield stack
 
@@ -205,3 +209,5 @@ def test_clients_on_two_instances_through_pause_kill_snapshot_restore_and_flush(
                     )
     # The cache was in use between the faults, not bypassed throughout.
     assert any(source == "cache" for log in logs for _, _, _, source in log.reads)
+    if stack.pooler is not None:
+        stack.assert_pooled()

@@ -1,6 +1,8 @@
 """The database going away under two real app instances: a PostgreSQL cluster of this module's
 own is stopped mid-conversation and started again. Writes get 503 and are not stored, no cache
-entry claims them, and service resumes by itself."""
+entry claims them, and service resumes by itself. Each test runs with the instances connected
+directly and through a PgBouncer in transaction mode, where a write must answer 503 rather
+than wait for a server connection; the PgBouncer itself is restarted too."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 import redis
 
 from tests.servers import PostgresServer, RedisServer
-from tests.stack import AppStack, app_stack
+from tests.stack import POOLERS, AppStack, app_stack
 
 pytestmark = pytest.mark.faults
 
@@ -29,9 +31,13 @@ def cache_server() -> Iterator[RedisServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def stack(database_server: PostgresServer, cache_server: RedisServer) -> Iterator[AppStack]:
-    with app_stack(server_url=database_server.url, redis_url=cache_server.url) as stack:
+@pytest.fixture(scope="module", params=POOLERS, ids=["direct", "pgbouncer"])
+def stack(
+    request: pytest.FixtureRequest, database_server: PostgresServer, cache_server: RedisServer
+) -> Iterator[AppStack]:
+    with app_stack(
+        server_url=database_server.url, redis_url=cache_server.url, pooler=request.param
+    ) as stack:
         yield stack
 
 
@@ -54,6 +60,7 @@ def test_database_down_mid_conversation_gives_503_and_recovers(
     database_server.stop()
     try:
         for i in range(stack.instances):
+            # NOTE: behind PgBouncer, within its query_wait_timeout (3 s), not hung.
             lost = post_turn(stack, i, owner, f"never stored {i}")
             assert lost.status == 503, lost
             assert "detail" in lost.data
@@ -86,3 +93,28 @@ def test_database_down_mid_conversation_gives_503_and_recovers(
     for key in client.scan_iter():
         if client.type(key) == b"hash":
             assert b"never stored" not in b"".join(client.hvals(key))
+    if stack.pooler is not None:
+        stack.assert_pooled()
+
+
+@pytest.mark.parametrize("stack", ["pgbouncer"], indirect=True)
+def test_pgbouncer_restarted_mid_conversation_costs_no_request(stack: AppStack):
+    """The instances' kept connections to PgBouncer die with it: each is found dead by the
+    request's first statement, replaced, and the statement run again; nothing answers 503."""
+    assert stack.pooler is not None
+    owner = f"li-{uuid.uuid4().hex[:8]}"
+    expected = []
+    for n in range(8):
+        expected.append(f"before {n}")
+        assert post_turn(stack, n % 2, owner, expected[-1]).status == 201
+        assert stack.request(n % 2, "GET", f"/api/memory/users/{owner}/context/").status == 200
+    stack.pooler.kill()
+    stack.pooler.start()
+    for n in range(8):
+        expected.append(f"after {n}")
+        written = post_turn(stack, n % 2, owner, expected[-1])
+        assert written.status == 201, written
+        read = stack.request((n + 1) % 2, "GET", f"/api/memory/users/{owner}/context/?turns=50")
+        assert read.status == 200, read
+        assert [t["content"] for t in read.data["turns"]] == expected
+    stack.assert_pooled()

@@ -1,7 +1,8 @@
 """Redis misbehaving under two real app instances (gunicorn on loopback, one Postgres, one
 redis-server of this module's own): flushed, evicting under maxmemory, killed and restarted,
 paused mid-write. Requests keep succeeding, and afterwards every instance serves what
-Postgres holds."""
+Postgres holds; with the instances connected to Postgres directly and through a PgBouncer in
+transaction mode."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 import redis
 
 from tests.servers import RedisServer
-from tests.stack import AppStack, app_stack
+from tests.stack import POOLERS, AppStack, app_stack
 
 pytestmark = pytest.mark.faults
 
@@ -28,14 +29,15 @@ def cache_server() -> Iterator[RedisServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def stack(cache_server: RedisServer) -> Iterator[AppStack]:
+@pytest.fixture(scope="module", params=POOLERS, ids=["direct", "pgbouncer"])
+def stack(request: pytest.FixtureRequest, cache_server: RedisServer) -> Iterator[AppStack]:
     with app_stack(
         server_url=os.environ["DATABASE_URL"],
         redis_url=cache_server.url,
         memory={"RECONCILE_GRACE": GRACE, "RECONCILE_INTERVAL": INTERVAL},
         # NOTE: one process per instance, so that "instance 0 saw an error" means one process.
         workers=1,
+        pooler=request.param,
     ) as stack:
         yield stack
 

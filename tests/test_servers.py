@@ -1,4 +1,5 @@
-"""Tests of tests/servers.py: throwaway Redis and PostgreSQL really start, pause, die and return.
+"""Tests of tests/servers.py: throwaway Redis, PostgreSQL and PgBouncer really start, pause, die
+and return.
 
 No Django database here: each test talks to a server of its own with plain redis-py / psycopg.
 """
@@ -6,8 +7,10 @@ No Django database here: each test talks to a server of its own with plain redis
 from __future__ import annotations
 
 import os
+import pwd
 import socket
 import struct
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -16,11 +19,14 @@ import redis
 
 from tests.servers import (
     HOST,
+    PGBOUNCER_MISSING,
+    PgBouncerServer,
     PostgresServer,
     RedisCluster,
     RedisSentinel,
     RedisServer,
     free_port,
+    pgbouncer_binary,
 )
 
 pytestmark = pytest.mark.faults
@@ -36,6 +42,14 @@ def redis_server() -> Iterator[RedisServer]:
 def postgres_server() -> Iterator[PostgresServer]:
     # NOTE: module scope: initdb is the slow part, and each test leaves the server running.
     with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture
+def pgbouncer(postgres_server: PostgresServer) -> Iterator[PgBouncerServer]:
+    if pgbouncer_binary() is None:
+        pytest.skip(PGBOUNCER_MISSING)
+    with PgBouncerServer(postgres_server.url) as server:
         yield server
 
 
@@ -227,3 +241,72 @@ def test_redis_sentinel_names_its_primary() -> None:
         assert timings[b"INFO-PERIOD"] == b"900"
         pid = sentinel.pid
     assert not _alive(pid)
+
+
+def test_pgbouncer_pools_transactions_of_any_database_of_its_postgres(
+    postgres_server: PostgresServer, pgbouncer: PgBouncerServer
+) -> None:
+    with psycopg.connect(postgres_server.url, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS pooled")
+        conn.execute("CREATE DATABASE pooled")
+    with psycopg.connect(pgbouncer.url_for("pooled"), autocommit=True) as conn:
+        assert conn.execute("SELECT current_database(), inet_server_port()").fetchone() == (
+            "pooled",
+            postgres_server.port,
+        )
+    assert pgbouncer.url == f"postgres://postgres@127.0.0.1:{pgbouncer.port}/postgres"
+    pools = {row["database"]: row["pool_mode"] for row in pgbouncer.show("POOLS")}
+    assert pools["pooled"] == "transaction"
+    with psycopg.connect(postgres_server.url, autocommit=True) as conn:
+        conn.execute("DROP DATABASE pooled WITH (FORCE)")
+
+
+def test_pgbouncer_fails_queries_while_postgres_is_down_and_serves_once_it_is_back(
+    postgres_server: PostgresServer, pgbouncer: PgBouncerServer
+) -> None:
+    client = psycopg.connect(pgbouncer.url, autocommit=True)
+    client.execute("SELECT 1")
+
+    postgres_server.stop()
+    try:
+        # NOTE: an error (query_wait_timeout, then "server login has been failing"), not a
+        # query that waits for as long as Postgres is away.
+        for _ in range(2):
+            with pytest.raises(psycopg.OperationalError, match=r"query_wait_timeout|login"):
+                client.execute("SELECT 1")
+            client = psycopg.connect(pgbouncer.url, autocommit=True)
+    finally:
+        postgres_server.start()
+
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            assert client.execute("SELECT 1").fetchone() == (1,)
+            break
+        except psycopg.OperationalError:
+            assert time.monotonic() < deadline, "PgBouncer did not reach Postgres again"
+            client = psycopg.connect(pgbouncer.url, autocommit=True)
+            time.sleep(0.1)
+    client.close()
+
+
+def test_pgbouncer_kill_and_restart_keep_its_port(pgbouncer: PgBouncerServer) -> None:
+    port, pid = pgbouncer.port, pgbouncer.pid
+    kept = psycopg.connect(pgbouncer.url, autocommit=True)
+
+    pgbouncer.kill()
+
+    assert not _alive(pid)
+    with pytest.raises(psycopg.OperationalError):
+        kept.execute("SELECT 1")
+    pgbouncer.start()
+    assert pgbouncer.port == port
+    with psycopg.connect(pgbouncer.url, autocommit=True) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    kept.close()
+
+
+def test_pgbouncer_runs_as_postgres_when_root(pgbouncer: PgBouncerServer) -> None:
+    owner = os.stat(f"/proc/{pgbouncer.pid}").st_uid
+
+    assert owner == (pwd.getpwnam("postgres").pw_uid if os.geteuid() == 0 else os.geteuid())

@@ -282,6 +282,17 @@ def test_prepared_statements_can_be_turned_off(preparing, memory_settings):
     assert prepared_appends() == []
 
 
+def test_a_transaction_pooler_turns_preparing_off_unless_it_is_asked_for(
+    preparing, memory_settings
+):
+    with memory_settings(POOLER="transaction"):
+        append("first")
+    assert prepared_appends() == []
+    with memory_settings(POOLER="transaction", PREPARED_STATEMENTS=True):
+        append("second")
+    assert len(prepared_appends()) == 1
+
+
 def test_prepared_statements_must_be_a_bool(memory_settings):
     with (
         memory_settings(PREPARED_STATEMENTS="yes"),
