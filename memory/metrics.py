@@ -62,7 +62,8 @@ CACHE_EVENTS = Counter(
     "memory_cache_events",
     "Events of the cache layer: hits, misses, short (copy holds fewer turns than asked), "
     "rehydrations, fills, fills_refused, deltas (applied), drops (copies dropped), "
-    "reconcile_drops (dropped by the outbox replay).",
+    "reconcile_drops (dropped by the repairer's sweep), unreplicated (updates too few replicas "
+    "acknowledged).",
     ["event"],
     registry=REGISTRY,
 )
@@ -70,6 +71,14 @@ CACHE_UNREACHABLE = Gauge(
     "memory_cache_unreachable",
     "1 while this process finds Redis unreachable: its breaker skips Redis, retrying once a "
     "second; 0 once Redis answered again.",
+    multiprocess_mode="livemax",
+    registry=REGISTRY,
+)
+CACHE_REPLICAS_BEHIND = Gauge(
+    "memory_cache_replicas_behind",
+    "1 while this process's cache updates reach fewer online replicas than they wait for "
+    "(MEMORY['CACHE_REPLICAS']): they count as not landed and are repaired; 0 once an update "
+    "reached them all.",
     multiprocess_mode="livemax",
     registry=REGISTRY,
 )
@@ -142,6 +151,11 @@ def cache_recovered() -> None:
     if since is not None:
         CACHE_DOWN_SECONDS.inc(now - since)
     CACHE_UNREACHABLE.set(0)
+
+
+def cache_replicas_behind(behind: bool) -> None:
+    """Whether this process's last replicated cache update came up short of its replicas."""
+    CACHE_REPLICAS_BEHIND.set(1 if behind else 0)
 
 
 def cache_outage_reset() -> None:

@@ -13,7 +13,7 @@ import datetime as dt
 import functools
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Generic, Literal, NamedTuple, TypedDict, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, NotRequired, TypedDict, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -63,6 +63,7 @@ class HealthPayload(TypedDict):
     database: Literal["ok", "down"]
     cache: Literal["ok", "down", "disabled"]
     latency_ms: HealthLatency
+    cache_replicas: NotRequired[Literal["ok", "behind"]]
 
 
 def _check_owner(owner_id: str) -> None:
@@ -528,7 +529,8 @@ def _elapsed_ms(started: float) -> float:
 def health_get() -> HealthPayload:
     """Whether the database answers a query and the cache a PING, and how many milliseconds
     each took (also when it failed: a timeout shows as such); the cache's is None when no
-    cache is configured. Never raises."""
+    cache is configured. With ``MEMORY["CACHE_REPLICAS"]``, ``cache_replicas`` says whether
+    this process's last cache update reached its replicas. Never raises."""
     started = time.perf_counter()
     try:
         with connection.cursor() as cursor:
@@ -542,11 +544,15 @@ def health_get() -> HealthPayload:
     started = time.perf_counter()
     state = cache.ping()
     cache_ms = None if state == "disabled" else _elapsed_ms(started)
-    return {
+    health: HealthPayload = {
         "database": database,
         "cache": state,
         "latency_ms": {"database": database_ms, "cache": cache_ms},
     }
+    if conf.CACHE_REPLICAS and state != "disabled":
+        # NOTE: what this process's last replicated update found, not a probe of its own.
+        health["cache_replicas"] = cache.replicas_state()
+    return health
 
 
 ahealth_get = aio.twin(health_get)

@@ -474,6 +474,13 @@ class HealthSerializer(serializers.Serializer):
     database = serializers.ChoiceField(choices=["ok", "down"])
     cache = serializers.ChoiceField(choices=["ok", "down", "disabled"])
     latency_ms = HealthLatencySerializer()
+    cache_replicas = serializers.ChoiceField(
+        choices=["ok", "behind"],
+        required=False,
+        help_text="With MEMORY['CACHE_REPLICAS']: whether this instance's last cache update "
+        "reached the replicas it waits for ('behind': updates count as not landed and are "
+        "repaired, so owners written meanwhile are read from the database).",
+    )
 
 
 class ErrorSerializer(serializers.Serializer):

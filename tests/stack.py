@@ -258,8 +258,9 @@ class Conversation:
         context = self.context(i, owner)
         facts = self.fact_values(i, owner)
         expected = self.facts.get(owner, {})
+        # NOTE: the context holds the last 50 turns (``context()``), the newest of them all.
         return (
-            [turn["content"] for turn in context["turns"]] == self.turns.get(owner, [])
+            [turn["content"] for turn in context["turns"]] == self.turns.get(owner, [])[-50:]
             and all(context["facts"].get(k) == v for k, v in expected.items())
             and all(facts.get(k) == v for k, v in expected.items())
         )

@@ -66,6 +66,8 @@ fill lock), ``<KEY_PREFIX>:v1:stats`` (shared counters).
 
 from __future__ import annotations
 
+from typing import Literal
+
 from memory.cache.aio import aread_through
 from memory.cache.client import Outcome, breaker, enabled
 from memory.cache.copy import (
@@ -90,12 +92,20 @@ from memory.cache.stamps import stamp_get, stamp_take
 from memory.cache.writes import orm_delete, orm_forget, orm_write, service_write, write_commit
 
 
+def replicas_state() -> Literal["ok", "behind"]:
+    """Whether this process's last replicated update reached its replicas (health, metrics)."""
+    from memory.cache.copy import replicas
+
+    return replicas.state()
+
+
 def reset() -> None:
     """Forget this process's cache state: breaker, counters, pending repairs (tests, forks)."""
-    from memory.cache import repair
+    from memory.cache import copy, repair
 
     breaker.reset()
     repair.reset()
+    copy.replicas.reset()
 
 
 __all__ = [
@@ -129,6 +139,7 @@ __all__ = [
     "read_through",
     "repair_pending",
     "repairer_ensure",
+    "replicas_state",
     "reset",
     "run_once",
     "service_write",

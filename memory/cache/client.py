@@ -24,6 +24,7 @@ from redis import asyncio as aioredis
 from redis import connection as sync_connection
 from redis import exceptions as redis_errors
 from redis.asyncio import connection as async_connection
+from redis.exceptions import RedisClusterException, SlotNotCoveredError
 
 from memory import metrics
 from memory.conf import conf
@@ -53,8 +54,9 @@ DOWN_ERRORS: tuple[type[BaseException], ...] = (
 # NOTE: after an outage error, reads skip Redis for this long so that a Redis that hangs costs
 # one socket timeout per process and second, not one per request. Writes never skip it.
 BREAKER_SECONDS = 1.0
-# The longest a write waits for another caller's probe of a Redis that was down.
-PROBE_WAIT_SECONDS = 1.0
+# The longest a write waits, in all, for other callers' probes of a Redis that was down (a
+# probe takes one connect and one socket timeout at most); then its update is left to repair.
+PROBE_WAIT_SECONDS = 0.5
 # Counters go to Redis at most this often, in a call of their own.
 COUNTS_FLUSH_SECONDS = 1.0
 # The same Redis error of the same call is logged at most this often, with a count.
@@ -270,6 +272,14 @@ class Attempt:
         if error is None:
             breaker.succeeded()
             return False
+        if isinstance(error, RedisClusterException):
+            # NOTE: not a RedisError: a cluster no known node answers, or a slot no node
+            # serves, is down; any other (keys of several slots) is a mistake of the caller.
+            cause = error.__cause__
+            if isinstance(error, SlotNotCoveredError) or isinstance(cause, DOWN_ERRORS):
+                error = redis_errors.ConnectionError(str(error))
+            else:
+                error = redis_errors.ResponseError(str(error))
         if isinstance(error, DOWN_ERRORS):
             breaker.failed(error, self.action)
             timeout = isinstance(error, redis_errors.TimeoutError)
@@ -284,12 +294,16 @@ class Attempt:
 
 
 def _admitted(*, write: bool) -> Pass | None:
-    """The breaker's leave for a sync call (a write waits for another caller's probe)."""
+    """The breaker's leave for a sync call: a write waits for other callers' probes, for at
+    most ``PROBE_WAIT_SECONDS`` in all."""
+    deadline = 0.0
     while True:
         admitted = breaker.admit(write=write)
         if not isinstance(admitted, threading.Event):
             return admitted
-        if not admitted.wait(PROBE_WAIT_SECONDS):
+        now = time.monotonic()
+        deadline = deadline or now + PROBE_WAIT_SECONDS
+        if now >= deadline or not admitted.wait(deadline - now):
             return None
 
 

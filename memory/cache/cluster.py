@@ -7,7 +7,9 @@ follows slot moves and failovers.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -32,6 +34,8 @@ from redis.retry import Retry
 __all__ = ["ClusterClient", "ClusterConnectionFactory", "MemoryRedisCluster"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("memory.store")
 
 
 def _mapped(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -59,8 +63,88 @@ def _mapped(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise ClusterCrossSlotError(str(e)) from e
 
 
+# NOTE: how long the refresher waits between attempts to read the slot map of a cluster that
+# does not answer; each attempt asks the known nodes in turn, one socket timeout each at most.
+REFRESH_RETRY_SECONDS = 0.5
+
+
+class _Refresher:
+    """Rebuilds a cluster client's view of the cluster (nodes, slot map) in a thread of its own.
+
+    redis-py rebuilds it inside the failing command: one connect and read timeout per known node,
+    in the request, each time a node fails (9 s for a POST with six stalled nodes). Here a failing
+    command only asks for a rebuild and fails at once; the rebuild runs off the request path,
+    again every ``REFRESH_RETRY_SECONDS`` until the cluster answers, so that nodes that come
+    back, move or fail over are found without a restart.
+    """
+
+    def __init__(self, initialize: Callable[..., Any]) -> None:
+        self._initialize = initialize
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._again = False
+        self.failures = 0
+        self.last_error: str | None = None
+
+    def on_refresher(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def request(self) -> None:
+        """Have the view rebuilt soon; returns at once."""
+        with self._lock:
+            self._again = True
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(
+                target=self._run, name="memory-cluster-refresh", daemon=True
+            )
+            thread = self._thread
+        thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._again:
+                    self._thread = None
+                    return
+                self._again = False
+            try:
+                self._initialize()
+            except Exception as e:  # every failure of a rebuild is retried, whatever it is
+                with self._lock:
+                    self._again = True
+                self.failures += 1
+                self.last_error = str(e)
+                logger.debug("Could not read the cluster's slot map: %s", e)
+                time.sleep(REFRESH_RETRY_SECONDS)
+            else:
+                self.last_error = None
+
+
 class MemoryRedisCluster(RedisCluster):
-    """``RedisCluster`` whose commands and pipelines raise only ``RedisError`` subclasses."""
+    """``RedisCluster`` whose commands and pipelines raise only ``RedisError`` subclasses, and
+    whose view of the cluster is rebuilt off the request path (``_Refresher``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # NOTE: a MOVED reply patches the one slot it names (as redis-py does between its full
+        # rebuilds) and asks for a rebuild in the background, never inline.
+        kwargs.setdefault("reinitialize_steps", 2**31)
+        super().__init__(*args, **kwargs)
+        manager = self.nodes_manager
+        rebuild = manager.initialize
+        self.refresher = _Refresher(rebuild)
+
+        def initialize(*args: Any, **kwargs: Any) -> None:
+            if self.refresher.on_refresher():
+                rebuild(*args, **kwargs)
+            else:
+                self.refresher.request()
+
+        manager.initialize = initialize  # type: ignore[method-assign]
+
+    def refresh_later(self) -> None:
+        """Have the slot map rebuilt in the background (a failover seen by a caller)."""
+        self.refresher.request()
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         return _mapped(super().execute_command, *args, **kwargs)
@@ -115,10 +199,10 @@ class ClusterConnectionFactory(ConnectionFactory):
             # NOTE: the owners on the surviving primaries keep their cache while one
             # primary's slots are being failed over.
             "require_full_coverage": False,
-            # NOTE: a failed command is retried once on the refreshed slot table (a failover
-            # that already happened); the cache layer's breaker handles the rest, so that an
-            # outage costs a request milliseconds, not a retry loop.
-            "retry": Retry(NoBackoff(), retries=1),
+            # NOTE: no retry: the slot table is rebuilt in the background (``_Refresher``), and
+            # the cache layer's breaker handles the rest, so that an outage costs a request one
+            # socket timeout, not a retry loop over the nodes.
+            "retry": Retry(NoBackoff(), retries=0),
             **kwargs,
             **params,
             **self.options.get("CLUSTER_OPTIONS", {}),
