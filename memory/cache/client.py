@@ -83,12 +83,25 @@ class Answer(Generic[T]):
 
 @dataclass(frozen=True)
 class Pass:
-    """Leave to call Redis; ``probe`` is set when this caller is the half-open probe."""
+    """Leave to call Redis (``shard``: the node it goes to, "" for the whole Redis); ``probe`` is
+    set when this caller is that shard's half-open probe."""
 
     probe: threading.Event | None = None
+    shard: str = ""
 
 
 _GO = Pass()
+
+
+class _Gate:
+    """The breaker's state for one shard: a cluster node, or "" for a single Redis."""
+
+    __slots__ = ("down_since", "probe", "retry_at")
+
+    def __init__(self) -> None:
+        self.down_since: float | None = None
+        self.retry_at = 0.0
+        self.probe: threading.Event | None = None
 
 
 class Breaker:
@@ -98,6 +111,11 @@ class Breaker:
     reads skip Redis. Then it is half-open: one caller at a time probes, the other readers keep
     skipping. Writes never skip: while a probe is in flight they wait for it (at most
     ``PROBE_WAIT_SECONDS``), otherwise they are the probe. Any answer from Redis closes it.
+
+    On a cluster each node has a gate of its own (calls name the node their key's slot is on):
+    a node that is down or failing over costs only the owners whose keys it holds. The outage,
+    for logs, metrics and ``suspect``, lasts from the first gate that opens to the last that
+    closes.
     """
 
     def __init__(self) -> None:
@@ -109,14 +127,13 @@ class Breaker:
         """Forget past errors and unflushed counters (tests, a forked worker)."""
         with self.lock:
             self.down_since: float | None = None
-            self.retry_at = 0.0
+            self.gates: dict[str, _Gate] = {}
             self.last_error_at = 0.0
             self.down_seconds = 0.0
             self.outages = 0
             self.errors = 0
             self.bugs = 0
             self.bugs_logged: dict[tuple[str, str], tuple[float, int]] = {}
-            self.probe: threading.Event | None = None
             self.counts: dict[str, int] = {}
             self.counts_flushed_at = 0.0
         metrics.cache_outage_reset()
@@ -124,34 +141,41 @@ class Breaker:
     def expire(self) -> None:
         """End the open window now: the next call probes (tests, operators)."""
         with self.lock:
-            self.retry_at = 0.0
+            for gate in self.gates.values():
+                gate.retry_at = 0.0
 
     @property
     def state(self) -> str:
-        """``"closed"``, ``"open"`` or ``"half-open"`` (for metrics and operators)."""
+        """``"closed"``, ``"open"`` or ``"half-open"`` (for metrics and operators): open while
+        any shard's window runs."""
         if self.down_since is None:
             return "closed"
-        return "open" if time.monotonic() < self.retry_at else "half-open"
+        now = time.monotonic()
+        down = [gate for gate in list(self.gates.values()) if gate.down_since is not None]
+        if not down:
+            return "closed"
+        return "open" if any(now < gate.retry_at for gate in down) else "half-open"
 
-    def admit(self, *, write: bool) -> Pass | threading.Event | None:
-        """Whether a call may go to Redis now.
+    def admit(self, *, write: bool, shard: str = "") -> Pass | threading.Event | None:
+        """Whether a call to ``shard`` may go to Redis now.
 
-        A ``Pass``: go (the breaker is closed, or this caller is the probe). ``None``: skip (a
-        read while open, or while another caller probes). An ``Event``: a write should wait
+        A ``Pass``: go (the shard's gate is closed, or this caller is its probe). ``None``: skip
+        (a read while open, or while another caller probes). An ``Event``: a write should wait
         for that probe, then ask again. A probe's ``Pass`` must end in ``succeeded``,
         ``failed``, ``bug`` or ``release``: ``Attempt`` sees to it.
         """
         if self.down_since is None:
-            return _GO
+            return _GO if not shard else Pass(shard=shard)
         with self.lock:
-            if self.down_since is None:
-                return _GO
-            if self.probe is not None:
-                return self.probe if write else None
-            if not write and time.monotonic() < self.retry_at:
+            gate = self.gates.get(shard)
+            if gate is None or gate.down_since is None:
+                return _GO if not shard else Pass(shard=shard)
+            if gate.probe is not None:
+                return gate.probe if write else None
+            if not write and time.monotonic() < gate.retry_at:
                 return None
-            self.probe = threading.Event()
-            return Pass(self.probe)
+            gate.probe = threading.Event()
+            return Pass(gate.probe, shard)
 
     def release(self, ticket: Pass) -> None:
         """Give back a probe whose call ended without an answer or a Redis error (cancelled,
@@ -159,16 +183,32 @@ class Breaker:
         if ticket.probe is None:
             return
         with self.lock:
-            if self.probe is ticket.probe:
-                self.probe = None
+            gate = self.gates.get(ticket.shard)
+            if gate is not None and gate.probe is ticket.probe:
+                gate.probe = None
         ticket.probe.set()
 
-    def succeeded(self) -> None:
+    def succeeded(self, shard: str = "") -> None:
         if self.down_since is None:
             return
+        now = time.monotonic()
         with self.lock:
-            since, self.down_since = self.down_since, None
-            probe, self.probe = self.probe, None
+            probe = None
+            gate = self.gates.get(shard)
+            if gate is not None and gate.down_since is not None:
+                gate.down_since = None
+                probe, gate.probe = gate.probe, None
+            # NOTE: a node that no call has gone to for a window after its own ended (one that
+            # failed over and serves no slot now) no longer counts as down; a call that goes
+            # to it and fails opens its gate again.
+            for other in self.gates.values():
+                if other.probe is None and now - other.retry_at > BREAKER_SECONDS:
+                    other.down_since = None
+            since = self.down_since
+            if any(other.down_since is not None for other in self.gates.values()):
+                since = None
+            else:
+                self.down_since = None
             if since is not None:
                 self.down_seconds += time.monotonic() - since
         if probe is not None:
@@ -179,28 +219,35 @@ class Breaker:
             for listener in list(self.listeners):
                 listener()
 
-    def failed(self, error: BaseException, action: str) -> None:
+    def failed(self, error: BaseException, action: str, shard: str = "") -> None:
         now = time.monotonic()
         with self.lock:
             self.errors += 1
             self.last_error_at = now
-            self.retry_at = now + BREAKER_SECONDS
+            gate = self.gates.get(shard)
+            if gate is None:
+                gate = self.gates[shard] = _Gate()
+            gate.retry_at = now + BREAKER_SECONDS
+            opened = gate.down_since is None
+            if opened:
+                gate.down_since = now
             first = self.down_since is None
             if first:
                 self.down_since = now
                 self.outages += 1
-            probe, self.probe = self.probe, None
+            probe, gate.probe = gate.probe, None
         if probe is not None:
             probe.set()
         metrics.cache_failed()
-        if first:
+        where = f"Redis node {shard}" if shard else "Redis"
+        if opened:
             logger.warning(
-                "Redis unreachable (%s during %s); reading from the database.", error, action
+                "%s unreachable (%s during %s); reading from the database.", where, error, action
             )
         else:
-            logger.debug("Redis still unreachable (%s during %s).", error, action)
+            logger.debug("%s still unreachable (%s during %s).", where, error, action)
 
-    def bug(self, error: BaseException, action: str) -> None:
+    def bug(self, error: BaseException, action: str, shard: str = "") -> None:
         now = time.monotonic()
         kind = (action, str(error).split(" ", 1)[0])
         with self.lock:
@@ -209,13 +256,23 @@ class Breaker:
             due = not logged_at or now - logged_at >= BUG_LOG_SECONDS
             self.bugs_logged[kind] = (now, 0) if due else (logged_at, repeats + 1)
         # NOTE: Redis answered, if with an error: that ends an outage as any answer does.
-        self.succeeded()
+        self.succeeded(shard)
         if not due:
             return
         # NOTE: a persistent error (WRONGTYPE on a key, NOPERM under an ACL) recurs on every
         # retry: one line per kind and interval, with how often it recurred meanwhile.
         again = f" ({repeats} more since the last report)" if repeats else ""
         logger.error("Redis refused %s: %s (a bug, not an outage)%s.", action, error, again)
+
+    def is_down(self, shard: str) -> bool:
+        """Whether ``shard``'s gate is open or half-open (an outage there)."""
+        gate = self.gates.get(shard)
+        return gate is not None and gate.down_since is not None
+
+    @property
+    def down(self) -> bool:
+        """Whether any shard is in an outage."""
+        return self.down_since is not None
 
     def suspect(self) -> bool:
         """Whether this process saw Redis down within ``MEMORY["SUSPECT_WINDOW"]`` seconds."""
@@ -269,8 +326,9 @@ class Attempt:
         return self
 
     def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> bool:
+        shard = self.ticket.shard
         if error is None:
-            breaker.succeeded()
+            breaker.succeeded(shard)
             return False
         if isinstance(error, RedisClusterException):
             # NOTE: not a RedisError: a cluster no known node answers, or a slot no node
@@ -281,24 +339,24 @@ class Attempt:
             else:
                 error = redis_errors.ResponseError(str(error))
         if isinstance(error, DOWN_ERRORS):
-            breaker.failed(error, self.action)
+            breaker.failed(error, self.action, shard)
             timeout = isinstance(error, redis_errors.TimeoutError)
             self.outcome = Outcome.TIMEOUT if timeout else Outcome.DOWN
             return True
         if isinstance(error, redis_errors.RedisError):
-            breaker.bug(error, self.action)
+            breaker.bug(error, self.action, shard)
             self.outcome = Outcome.ERROR
             return True
         breaker.release(self.ticket)
         return False
 
 
-def _admitted(*, write: bool) -> Pass | None:
+def _admitted(*, write: bool, shard: str) -> Pass | None:
     """The breaker's leave for a sync call: a write waits for other callers' probes, for at
     most ``PROBE_WAIT_SECONDS`` in all."""
     deadline = 0.0
     while True:
-        admitted = breaker.admit(write=write)
+        admitted = breaker.admit(write=write, shard=shard)
         if not isinstance(admitted, threading.Event):
             return admitted
         now = time.monotonic()
@@ -307,20 +365,51 @@ def _admitted(*, write: bool) -> Pass | None:
             return None
 
 
-def redis_call(action: str, fn: Callable[[Any], T], *, write: bool = False) -> Answer[T] | Outcome:
+def redis_call(
+    action: str, fn: Callable[[Any], T], *, write: bool = False, key: str | None = None
+) -> Answer[T] | Outcome:
     """Run ``fn(client)`` against Redis: its ``Answer``, or the ``Outcome`` that stopped it.
 
-    ``action`` names the call in logs. A write (``write=True``) never skips Redis for the
-    breaker; a read does while it is open. Never raises a Redis error.
+    ``action`` names the call in logs; ``key``, the key it touches, names the cluster node
+    whose gate of the breaker it goes through. A write (``write=True``) never skips Redis for
+    the breaker; a read does while it is open. Never raises a Redis error.
     """
     if not enabled():
         return Outcome.DISABLED
-    ticket = _admitted(write=write)
+    try:
+        redis = client()
+    except Exception:
+        # NOTE: a cluster no seed answers cannot even be built: the call below meets the
+        # same error inside its Attempt, which counts it.
+        redis, shard = None, ""
+    else:
+        shard = _shard(redis, key) if key is not None else ""
+    ticket = _admitted(write=write, shard=shard)
     if ticket is None:
         return Outcome.SKIPPED
     with Attempt(action, ticket) as attempt:
-        value = fn(client())
+        value = fn(redis if redis is not None else client())
     return attempt.outcome or Answer(value)
+
+
+def shard_for(key: str) -> str:
+    """The breaker's shard of ``key``: its cluster node, or "" (a single Redis). Never raises."""
+    try:
+        return _shard(client(), key) if enabled() else ""
+    except Exception:
+        return ""
+
+
+def _shard(redis: Any, key: str) -> str:
+    """The cluster node ``key``'s slot is on, as this client's slot map has it ("" for a single
+    Redis, or a slot the map has no node for)."""
+    manager = getattr(redis, "nodes_manager", None)
+    if manager is None:
+        return ""
+    try:
+        return str(manager.get_node_from_slot(redis.keyslot(key)).name)
+    except Exception:  # a slot no node serves, mid-failover: the whole cluster's gate
+        return ""
 
 
 async def aredis_call(action: str, fn: Callable[[Any], Awaitable[T]]) -> Answer[T] | Outcome | None:

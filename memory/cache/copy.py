@@ -110,6 +110,7 @@ def copy_read(*, owner_id: str, turns: int, claim_fill: bool = True) -> ReadResu
             args=[conf.CACHE_TTL, lock_ms, token, turns],
             client=redis,
         ),
+        key=owner_key(owner_id),
     )
     if not isinstance(answer, Answer):
         return answer
@@ -187,6 +188,7 @@ def copy_fill(
         lambda redis: _FILL(
             keys=[owner_key(owner_id), lock_key(owner_id)], args=args, client=redis
         ),
+        key=owner_key(owner_id),
     )
     if not isinstance(answer, Answer):
         return answer
@@ -344,7 +346,10 @@ def copy_apply(
     args.append(len(deleted_keys))
     args += list(deleted_keys)
     answer = redis_call(
-        "write", lambda redis: _replicated(redis, _APPLY, owner_id, args), write=True
+        "write",
+        lambda redis: _replicated(redis, _APPLY, owner_id, args),
+        write=True,
+        key=owner_key(owner_id),
     )
     if not isinstance(answer, Answer) or answer.value is None:
         return False
@@ -358,7 +363,10 @@ def copy_drop(*, owner_id: str, stamp: int) -> bool:
     Returns whether Redis confirmed. A write: the breaker never skips it. Never raises.
     """
     answer = redis_call(
-        "drop", lambda redis: _replicated(redis, _DROP, owner_id, [stamp, GUARD_TTL]), write=True
+        "drop",
+        lambda redis: _replicated(redis, _DROP, owner_id, [stamp, GUARD_TTL]),
+        write=True,
+        key=owner_key(owner_id),
     )
     if not isinstance(answer, Answer) or answer.value is None:
         return False
@@ -372,6 +380,7 @@ def copy_evict(*, owner_id: str) -> bool:
         "evict",
         lambda redis: redis.delete(owner_key(owner_id), lock_key(owner_id)),
         write=True,
+        key=owner_key(owner_id),
     )
     return isinstance(answer, Answer)
 

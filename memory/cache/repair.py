@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, connection
 
-from memory.cache.client import breaker, enabled
+from memory.cache.client import breaker, enabled, shard_for
 from memory.cache.copy import copy_drop
+from memory.cache.keys import owner_key
 from memory.cache.stamps import dirty_clear, outbox_done, overdue
 from memory.conf import conf
 
@@ -126,18 +127,16 @@ def _confirmed_flush() -> None:
 def repair_pending() -> int:
     """Drop the copy of every owner whose update this process could not land; return how many.
 
-    Stops at the first drop Redis does not confirm because it is down (the rest would fail
-    too); one that Redis answered with an error is left for later, and the rest go on.
-    Never raises.
+    A drop Redis does not confirm is left for the next round, and so are the other owners of a
+    shard (the Redis, or a cluster node) found down meanwhile. Never raises.
     """
     with _state.lock:
         items = list(_state.pending.values())
     done = 0
+    drops = _Round()
     for item in items:
-        if not copy_drop(owner_id=item.owner_id, stamp=item.stamp):
-            if _answered():
-                continue
-            break
+        if not drops.drop(item.owner_id, item.stamp):
+            continue
         with _state.lock:
             if _state.pending.get(item.owner_id) == item:
                 del _state.pending[item.owner_id]
@@ -168,19 +167,16 @@ def sweep(*, grace: float | None = None) -> int:
         logger.warning("Could not read owners with pending cache updates: %s", e)
         return 0
     dropped = 0
+    drops = _Round()
     for pk, owner_id, stamp in forgotten:
-        if not copy_drop(owner_id=owner_id, stamp=stamp):
-            if _answered():
-                continue
-            return dropped
+        if not drops.drop(owner_id, stamp):
+            continue
         outbox_done(pk)
         dropped += 1
     cleared = []
     for owner_pk, owner_id, stamp in dirty:
-        if not copy_drop(owner_id=owner_id, stamp=stamp):
-            if _answered():
-                continue
-            break
+        if not drops.drop(owner_id, stamp):
+            continue
         cleared.append((owner_pk, stamp))
         dropped += 1
     dirty_clear(cleared)
@@ -195,10 +191,23 @@ def sweep(*, grace: float | None = None) -> int:
     return dropped
 
 
-def _answered() -> bool:
-    """Whether Redis answered the call that just failed (an error, too few replicas): the
-    breaker is closed. Then the other owners' repairs go on; after an outage they would not."""
-    return breaker.state == "closed"
+class _Round:
+    """The drops of one repair round or sweep: after one that found its shard (the Redis, or a
+    cluster node) down, the other owners of that shard wait for the next round, as they would
+    fail too; one that Redis answered with an error (a bug, too few replicas) stops nothing."""
+
+    def __init__(self) -> None:
+        self.down: set[str] = set()
+
+    def drop(self, owner_id: str, stamp: int) -> bool:
+        shard = shard_for(owner_key(owner_id))
+        if shard in self.down:
+            return False
+        if copy_drop(owner_id=owner_id, stamp=stamp):
+            return True
+        if breaker.is_down(shard):
+            self.down.add(shard)
+        return False
 
 
 def run_once(*, grace: float | None = None) -> int:
@@ -242,7 +251,7 @@ def _repairer_loop() -> None:
             if _state.pending:
                 bugs = breaker.bugs
                 repair_pending()
-                refused = bool(_state.pending) and breaker.bugs > bugs and _answered()
+                refused = bool(_state.pending) and breaker.bugs > bugs and not breaker.down
             _confirmed_flush()
             if time.monotonic() >= _state.next_sweep:
                 _state.next_sweep = time.monotonic() + conf.RECONCILE_INTERVAL
