@@ -18,12 +18,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from django.conf import settings
 from django.core.cache import caches
 from django_redis.exceptions import ConnectionInterrupted
 from redis import asyncio as aioredis
 from redis import connection as sync_connection
 from redis import exceptions as redis_errors
 from redis.asyncio import connection as async_connection
+from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, SlotNotCoveredError
 
 from memory import metrics
@@ -403,11 +405,10 @@ def shard_for(key: str) -> str:
 def _shard(redis: Any, key: str) -> str:
     """The cluster node ``key``'s slot is on, as this client's slot map has it ("" for a single
     Redis, or a slot the map has no node for)."""
-    manager = getattr(redis, "nodes_manager", None)
-    if manager is None:
+    if not isinstance(redis, RedisCluster):
         return ""
     try:
-        return str(manager.get_node_from_slot(redis.keyslot(key)).name)
+        return str(redis.nodes_manager.get_node_from_slot(redis.keyslot(key)).name)
     except Exception:  # a slot no node serves, mid-failover: the whole cluster's gate
         return ""
 
@@ -502,9 +503,9 @@ def _async_pool(sync_client: Any) -> Any | None:
     return pool_class(connection_class=cls, max_connections=pool.max_connections, **kwargs)
 
 
-# NOTE: a redis.asyncio pool belongs to the event loop it was made in: one per loop, made
-# again when the sync client's pool is another one (settings changed).
-_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, Any]] = (
+# NOTE: a redis.asyncio pool belongs to the event loop it was made in: one per loop and alias,
+# made again when the alias's settings are another dict (``override_settings``, tests).
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, tuple[Any, Any]]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -512,15 +513,18 @@ _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, 
 def async_client() -> Any | None:
     """This event loop's ``redis.asyncio`` client of the memory alias, built from the sync
     client's configuration, or ``None`` where it cannot match it (see ``_async_pool``)."""
-    sync_client = client()
-    loop = asyncio.get_running_loop()
-    made = _async_clients.get(loop)
-    pool = getattr(sync_client, "connection_pool", None)
-    if made is not None and made[0] is pool:
+    name = alias()
+    assert name is not None
+    params = settings.CACHES.get(name)
+    per_loop = _async_clients.get(loop := asyncio.get_running_loop())
+    if per_loop is None:
+        per_loop = _async_clients.setdefault(loop, {})
+    made = per_loop.get(name)
+    if made is not None and made[0] is params:
         return made[1]
-    async_pool = _async_pool(sync_client)
+    async_pool = _async_pool(client())
     redis = None if async_pool is None else aioredis.Redis(connection_pool=async_pool)
-    _async_clients[loop] = (pool, redis)
+    per_loop[name] = (params, redis)
     return redis
 
 

@@ -103,14 +103,15 @@ def copy_read(*, owner_id: str, turns: int, claim_fill: bool = True) -> ReadResu
     """
     token = secrets.token_hex(8) if claim_fill else ""
     lock_ms = conf.FILL_WAIT_MS * 2 if claim_fill else 0
+    key = owner_key(owner_id)
     answer = redis_call(
         "read",
         lambda redis: _READ(
-            keys=[owner_key(owner_id), lock_key(owner_id)],
+            keys=[key, lock_key(owner_id)],
             args=[conf.CACHE_TTL, lock_ms, token, turns],
             client=redis,
         ),
-        key=owner_key(owner_id),
+        key=key,
     )
     if not isinstance(answer, Answer):
         return answer
@@ -123,8 +124,10 @@ async def copy_aread(*, owner_id: str, turns: int) -> ReadResult | None:
     where the alias has no async client (read through the sync path). Never raises a Redis
     error."""
 
+    key = owner_key(owner_id)
+
     async def read(redis: Any) -> Any:
-        keys, args = [owner_key(owner_id), lock_key(owner_id)], [conf.CACHE_TTL, 0, "", turns]
+        keys, args = [key, lock_key(owner_id)], [conf.CACHE_TTL, 0, "", turns]
         try:
             return await redis.evalsha(_READ.sha, len(keys), *keys, *args)
         except redis_errors.NoScriptError:
