@@ -35,7 +35,7 @@ from django.db import DatabaseError
 
 from memory.conf import conf
 
-logger = logging.getLogger("memory.store")
+logger = logging.getLogger("memory.db")
 
 # NOTE: "prepared statement does not exist", "already exists", "cached plan must not change
 # result type" (a migration replaced a function under a connection that prepared a call of

@@ -145,7 +145,7 @@ def test_a_persistent_redis_error_is_retried_with_backoff_and_logged_once(
     # WRONGTYPE, a bug (not an outage) that no retry mends.
     client.set(owner_key("wang"), "not a hash")
     client.config_resetstat()
-    with memory_settings(REPAIR_THREAD=True), caplog.at_level(logging.ERROR, "memory.store"):
+    with memory_settings(REPAIR_THREAD=True), caplog.at_level(logging.ERROR, "memory.cache"):
         append("again")  # its update fails and is left to the repairer
         assert cache.pending_count() == 1
         time.sleep(2.0)

@@ -43,7 +43,7 @@ def test_redis_unreachable_reads_and_writes_use_postgres(
 
 
 def test_redis_outage_is_logged_once(dead_cache, caplog, django_capture_on_commit_callbacks):
-    with caplog.at_level(logging.WARNING, logger="memory.store"):
+    with caplog.at_level(logging.WARNING, logger="memory.cache"):
         with django_capture_on_commit_callbacks(execute=True):
             append("wang", "one")
         for _ in range(5):

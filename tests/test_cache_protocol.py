@@ -366,7 +366,7 @@ def test_a_wrongtype_error_is_logged_as_a_bug_and_opens_no_breaker(redis_client,
     with write():
         append("wang", "one")
     redis_client.set(cache.owner_key("wang"), "not a hash")
-    with caplog.at_level(logging.ERROR, logger="memory.store"):
+    with caplog.at_level(logging.ERROR, logger="memory.cache"):
         context = selectors.context_get(owner_id="wang")
     assert contents(context) == ["one"] and context["source"] == "database"
     assert cache.breaker.state == "closed" and cache.breaker.outages == 0

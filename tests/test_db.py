@@ -167,7 +167,7 @@ def test_a_database_outage_behind_pgbouncer_is_not_a_lost_prepared_statement(
                 assert cursor.fetchone() == (1,)
             server.stop()
             with (
-                caplog.at_level(logging.WARNING, logger="memory.store"),
+                caplog.at_level(logging.WARNING, logger="memory.db"),
                 pytest.raises(OperationalError, match="query_wait_timeout"),
             ):
                 db.prepared_fetchone(pooled, "SELECT %s::int + 1", [2])

@@ -265,7 +265,7 @@ def test_a_lost_prepared_statement_is_sent_again_unprepared(preparing, caplog):
     # What a transaction-mode pooler does: the next statement meets a server without it.
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE ALL")
-    with caplog.at_level(logging.WARNING, logger="memory.store"):
+    with caplog.at_level(logging.WARNING, logger="memory.db"):
         turn = append("second")
     assert turn.seq == 2
     assert "lost a prepared statement" in caplog.text

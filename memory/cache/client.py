@@ -31,7 +31,7 @@ from redis.exceptions import RedisClusterException, SlotNotCoveredError
 from memory import metrics
 from memory.conf import conf
 
-logger = logging.getLogger("memory.store")
+logger = logging.getLogger("memory.cache")
 
 T = TypeVar("T")
 

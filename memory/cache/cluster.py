@@ -35,7 +35,7 @@ __all__ = ["ClusterClient", "ClusterConnectionFactory", "MemoryRedisCluster"]
 
 T = TypeVar("T")
 
-logger = logging.getLogger("memory.store")
+logger = logging.getLogger("memory.cache")
 
 
 def _mapped(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -23,7 +23,7 @@ from memory.cache.keys import owner_key
 from memory.cache.stamps import dirty_clear, outbox_done, overdue
 from memory.conf import conf
 
-logger = logging.getLogger("memory.store")
+logger = logging.getLogger("memory.cache")
 
 # Most owners one sweep reads of each kind; the rest wait for the next sweep.
 BATCH = 500

@@ -17,7 +17,7 @@ from django.utils import timezone
 from memory.cache.client import enabled
 from memory.models import CacheInvalidation, Owner
 
-logger = logging.getLogger("memory.store")
+logger = logging.getLogger("memory.cache")
 
 
 def stamp_take(owner: Owner, *, turns: int = 0) -> int:
