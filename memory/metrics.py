@@ -82,6 +82,12 @@ CACHE_REPLICAS_BEHIND = Gauge(
     multiprocess_mode="livemax",
     registry=REGISTRY,
 )
+THROTTLE_LOCAL = Counter(
+    "memory_throttle_local",
+    "Rate-limit counts this process made in its own memory because Redis could not be reached "
+    "(memory.throttling): the limits then hold per process.",
+    registry=REGISTRY,
+)
 CACHE_OUTAGES = Counter(
     "memory_cache_outages",
     "Redis outages this process went through (first error after a success).",
@@ -156,6 +162,11 @@ def cache_recovered() -> None:
 def cache_replicas_behind(behind: bool) -> None:
     """Whether this process's last replicated cache update came up short of its replicas."""
     CACHE_REPLICAS_BEHIND.set(1 if behind else 0)
+
+
+def throttle_local() -> None:
+    """A rate-limit count made in the process, Redis away."""
+    THROTTLE_LOCAL.inc()
 
 
 def cache_outage_reset() -> None:

@@ -166,12 +166,9 @@ else:
     _REDIS_LOCATION = REDIS_URL
 if _REDIS_LOCATION:
     CACHES = {
-        "default": {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": _REDIS_LOCATION,
-            "KEY_PREFIX": "memoryproj",
-            "OPTIONS": {**_REDIS_OPTIONS, "IGNORE_EXCEPTIONS": True},
-        },
+        # NOTE: nothing of the project uses Django's default cache (the throttles count through
+        # the memory cache's breaker): a Redis alias here would be a use of Redis without one.
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
         "memory": {
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": _REDIS_LOCATION,
@@ -255,10 +252,11 @@ REST_FRAMEWORK = {
     # Requests per authenticated user (MEMORY_THROTTLE_USER, default 10000/hour) and per
     # anonymous client address (MEMORY_THROTTLE_ANON, default 1000/hour); an empty value turns
     # that limit off. A chat backend that calls as one service user for all its end users
-    # needs a higher user rate, or none. Counts live in the "default" cache.
+    # needs a higher user rate, or none. Counts live in the memory cache's Redis, through its
+    # breaker (memory.throttling): while Redis is away they are counted per process.
     "DEFAULT_THROTTLE_CLASSES": [
-        "rest_framework.throttling.AnonRateThrottle",
-        "rest_framework.throttling.UserRateThrottle",
+        "memory.throttling.AnonRateThrottle",
+        "memory.throttling.UserRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "user": _env_rate("MEMORY_THROTTLE_USER", "10000/hour"),

@@ -22,8 +22,8 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client
 from django.urls import path
 from rest_framework.test import APIRequestFactory
-from rest_framework.throttling import AnonRateThrottle
 
+from memory.throttling import AnonRateThrottle
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,11 +11,11 @@ import pytest
 from django.contrib.auth.models import Group, Permission, User
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
-from rest_framework.throttling import UserRateThrottle
 
 from memory import services
 from memory.models import Fact, FactVersion, Owner, Session, Turn
 from memory.permissions import can_reach, is_service_caller
+from memory.throttling import UserRateThrottle
 
 pytestmark = pytest.mark.django_db
 

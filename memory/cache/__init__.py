@@ -86,6 +86,7 @@ from memory.cache.copy import (
     stats,
 )
 from memory.cache.keys import key_pattern, lock_key, owner_key
+from memory.cache.limits import window_count
 from memory.cache.readthrough import Refused, Source, cache_lookup, fill_verify, read_through
 from memory.cache.repair import pending_count, repair_pending, repairer_ensure, run_once, sweep
 from memory.cache.stamps import stamp_get, stamp_take
@@ -101,11 +102,12 @@ def replicas_state() -> Literal["ok", "behind"]:
 
 def reset() -> None:
     """Forget this process's cache state: breaker, counters, pending repairs (tests, forks)."""
-    from memory.cache import copy, repair
+    from memory.cache import copy, limits, repair
 
     breaker.reset()
     repair.reset()
     copy.replicas.reset()
+    limits.reset()
 
 
 __all__ = [
@@ -147,5 +149,6 @@ __all__ = [
     "stamp_take",
     "stats",
     "sweep",
+    "window_count",
     "write_commit",
 ]

@@ -109,10 +109,13 @@ class _Gate:
 class Breaker:
     """Per-process Redis health: outage logging, a circuit breaker with one probe, counters.
 
-    Closed: every call goes to Redis. After an outage error it opens for ``BREAKER_SECONDS``:
-    reads skip Redis. Then it is half-open: one caller at a time probes, the other readers keep
-    skipping. Writes never skip: while a probe is in flight they wait for it (at most
-    ``PROBE_WAIT_SECONDS``), otherwise they are the probe. Any answer from Redis closes it.
+    Closed: every call goes to Redis. After an outage error it opens: where the process has a
+    prober thread (the repairer), every request skips Redis from then on, a write leaving its
+    update to the repair, and that thread alone probes until Redis answers; a request never
+    waits on a Redis that is down. Without one it opens for ``BREAKER_SECONDS``: reads skip
+    Redis; then it is half-open: one caller at a time probes, the other readers keep skipping,
+    and writes wait for that probe (at most ``PROBE_WAIT_SECONDS``) or are the probe. Any answer
+    from Redis closes it.
 
     On a cluster each node has a gate of its own (calls name the node their key's slot is on):
     a node that is down or failing over costs only the owners whose keys it holds. The outage,
@@ -122,7 +125,11 @@ class Breaker:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        # Called when a shard is found down and when Redis answers again (the repairer wakes).
         self.listeners: list[Callable[[], None]] = []
+        # NOTE: the thread that probes shards found down, off the request path (the repairer,
+        # which registers itself); without one, requests probe, one at a time.
+        self.prober: threading.Thread | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -172,6 +179,15 @@ class Breaker:
             gate = self.gates.get(shard)
             if gate is None or gate.down_since is None:
                 return _GO if not shard else Pass(shard=shard)
+            prober = self.prober
+            if (
+                prober is not None
+                and prober.is_alive()
+                and threading.current_thread() is not prober
+            ):
+                # NOTE: a thread of the process probes (the repairer): a request neither waits
+                # for it nor probes itself; a write leaves its update to the repair.
+                return None
             if gate.probe is not None:
                 return gate.probe if write else None
             if not write and time.monotonic() < gate.retry_at:
@@ -243,6 +259,8 @@ class Breaker:
         metrics.cache_failed()
         where = f"Redis node {shard}" if shard else "Redis"
         if opened:
+            for listener in list(self.listeners):
+                listener()
             logger.warning(
                 "%s unreachable (%s during %s); reading from the database.", where, error, action
             )
@@ -265,6 +283,11 @@ class Breaker:
         # retry: one line per kind and interval, with how often it recurred meanwhile.
         again = f" ({repeats} more since the last report)" if repeats else ""
         logger.error("Redis refused %s: %s (a bug, not an outage)%s.", action, error, again)
+
+    def down_shards(self) -> list[str]:
+        """The shards whose gate is open or half-open."""
+        with self.lock:
+            return [name for name, gate in self.gates.items() if gate.down_since is not None]
 
     def is_down(self, shard: str) -> bool:
         """Whether ``shard``'s gate is open or half-open (an outage there)."""
@@ -368,13 +391,19 @@ def _admitted(*, write: bool, shard: str) -> Pass | None:
 
 
 def redis_call(
-    action: str, fn: Callable[[Any], T], *, write: bool = False, key: str | None = None
+    action: str,
+    fn: Callable[[Any], T],
+    *,
+    write: bool = False,
+    key: str | None = None,
+    shard: str | None = None,
 ) -> Answer[T] | Outcome:
     """Run ``fn(client)`` against Redis: its ``Answer``, or the ``Outcome`` that stopped it.
 
     ``action`` names the call in logs; ``key``, the key it touches, names the cluster node
     whose gate of the breaker it goes through. A write (``write=True``) never skips Redis for
-    the breaker; a read does while it is open. Never raises a Redis error.
+    the breaker; a read does while it is open. ``shard`` names the gate outright (a probe).
+    Never raises a Redis error.
     """
     if not enabled():
         return Outcome.DISABLED
@@ -383,9 +412,10 @@ def redis_call(
     except Exception:
         # NOTE: a cluster no seed answers cannot even be built: the call below meets the
         # same error inside its Attempt, which counts it.
-        redis, shard = None, ""
+        redis, shard = None, shard or ""
     else:
-        shard = _shard(redis, key) if key is not None else ""
+        if shard is None:
+            shard = _shard(redis, key) if key is not None else ""
     ticket = _admitted(write=write, shard=shard)
     if ticket is None:
         return Outcome.SKIPPED

@@ -389,11 +389,29 @@ def copy_evict(*, owner_id: str) -> bool:
 
 
 def ping() -> Literal["ok", "down", "disabled"]:
-    """The cache's state for the health endpoint; a probe, whatever the breaker. Never raises."""
+    """The cache's state for the health endpoint: a PING, unless the breaker knows Redis is
+    down and a thread of the process probes it (then "down" at once). Never raises."""
     answer = redis_call("ping", lambda redis: redis.ping(), write=True)
     if answer is Outcome.DISABLED:
         return "disabled"
     return "ok" if isinstance(answer, Answer) or answer is Outcome.ERROR else "down"
+
+
+def probe(shard: str) -> bool:
+    """PING the shard (a cluster node by name, "" for the whole Redis) through the breaker, as
+    its probe: whether it answered. For the prober thread. Never raises."""
+
+    def ping_shard(redis: Any) -> Any:
+        if shard and hasattr(redis, "get_node"):
+            node = redis.get_node(node_name=shard)
+            if node is None:
+                # NOTE: a node the slot map no longer has: nothing goes to it any more.
+                return True
+            return redis.ping(target_nodes=node)
+        return redis.ping()
+
+    answer = redis_call("probe", ping_shard, write=True, shard=shard)
+    return isinstance(answer, Answer) or answer is Outcome.ERROR
 
 
 def _memory_usage(redis: Any, keys: list[bytes]) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, connection
 
 from memory.cache.client import breaker, enabled, shard_for
-from memory.cache.copy import copy_drop
+from memory.cache.copy import copy_drop, probe
 from memory.cache.keys import owner_key
 from memory.cache.stamps import dirty_clear, outbox_done, overdue
 from memory.conf import conf
@@ -72,13 +72,14 @@ class _State:
 
 
 _state = _State()
-# NOTE: Redis answering again wakes the repairer at once, whoever saw it answer.
+# NOTE: Redis found down, or answering again, wakes the repairer at once, whoever saw it.
 breaker.listeners.append(_state.wake.set)
 
 
 def reset() -> None:
     """Forget this process's pending repairs and schedule (tests, a forked worker)."""
     _state.reset()
+    breaker.prober = None
 
 
 def pending_for(owner_id: str) -> bool:
@@ -240,6 +241,7 @@ def repairer_ensure() -> None:
             _state.confirmed = set()
         thread = threading.Thread(target=_repairer_loop, name="memory-cache-repair", daemon=True)
         _state.thread = thread
+        breaker.prober = thread
     thread.start()
 
 
@@ -248,6 +250,11 @@ def _repairer_loop() -> None:
     while _state.thread is me and conf.REPAIR_THREAD and enabled():
         refused = False
         try:
+            if breaker.down:
+                # NOTE: this thread is the breaker's prober: the requests skip a Redis found
+                # down (their writes left to this repair) until a probe here finds it back.
+                for shard in breaker.down_shards():
+                    probe(shard)
             if _state.pending:
                 bugs = breaker.bugs
                 repair_pending()
@@ -266,7 +273,7 @@ def _repairer_loop() -> None:
             _state.backoff = min(_state.backoff * 2, REPAIR_BACKOFF_MAX) if refused else REPAIR_POLL
         wait = (
             _state.backoff
-            if _state.pending
+            if _state.pending or breaker.down
             else max(REPAIR_POLL, min(CLEAR_POLL, conf.RECONCILE_GRACE / 2))
             if _state.confirmed
             else conf.RECONCILE_INTERVAL

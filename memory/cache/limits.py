@@ -1,0 +1,78 @@
+"""Request counters for rate limits (``memory.throttling``), in Redis through the breaker, and
+counted in the process while Redis cannot be reached.
+
+A count is one fixed window per key: one round trip (a Lua ``INCR`` that sets the window's
+expiry). Without a cache alias, and while Redis is down, skipped by the breaker, or failing,
+each process counts in its own memory instead, with the same limits: a client then gets at
+most the limit once per process (the direction the docs state), never an unbounded pass, and
+the request waits on no Redis. A flushed Redis starts its windows again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from pathlib import Path
+
+from redis.commands.core import Script
+
+from memory import metrics
+from memory.cache.client import Answer, Outcome, redis_call
+from memory.cache.keys import prefix
+
+_COUNT = Script(None, (Path(__file__).resolve().parent / "lua" / "count.lua").read_bytes())  # type: ignore[arg-type]
+
+# Most windows the in-process fallback keeps; the oldest go first.
+LOCAL_WINDOWS = 10_000
+
+
+class _Local:
+    """The process's own counts, for while Redis is away: ``{(key, window): count}``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: dict[tuple[str, int], int] = {}
+
+    def count(self, key: str, window: int) -> int:
+        with self.lock:
+            if len(self.counts) >= LOCAL_WINDOWS:
+                for old in sorted(self.counts, key=lambda item: item[1])[: LOCAL_WINDOWS // 10]:
+                    del self.counts[old]
+            n = self.counts.get((key, window), 0) + 1
+            self.counts[(key, window)] = n
+            return n
+
+
+_local = _Local()
+
+
+def window_count(*, key: str, seconds: int) -> tuple[int, float]:
+    """Count one request for ``key`` in the current window of ``seconds``: the count in this
+    window so far (this one included) and the seconds until the window ends. Counted in Redis,
+    or in this process while Redis cannot be reached (``memory_throttle_local_total``). Never
+    raises."""
+    seconds = max(int(seconds), 1)
+    now = time.time()
+    window = int(now // seconds)
+    left = (window + 1) * seconds - now
+    digest = hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
+    name = f"{prefix()}:limit:{{{digest}}}:{window}"
+    answer = redis_call(
+        "count",
+        lambda redis: _COUNT(keys=[name], args=[seconds + 1], client=redis),
+        # NOTE: a read for the breaker: a count lost to a Redis that is down is counted here
+        # instead, never waited for.
+        key=name,
+    )
+    if isinstance(answer, Answer):
+        return int(answer.value), left
+    if answer is not Outcome.DISABLED:
+        metrics.throttle_local()
+    return _local.count(digest, window), left
+
+
+def reset() -> None:
+    """Forget the process's own counts (tests)."""
+    with _local.lock:
+        _local.counts.clear()
