@@ -38,6 +38,7 @@ from memory.conf import DEFAULTS, as_int, conf, setting_import
 #   W007 PREPARED_STATEMENTS is True
 #   W008 a database of the app keeps server-side cursors (no DISABLE_SERVER_SIDE_CURSORS)
 #   W009 a database of the app sets session state in OPTIONS (prepared statements, SET ROLE)
+#   W010 facts whose key is made only of dots (a database check: check --database default)
 
 COUNTS = (
     "CACHE_TTL",
@@ -423,5 +424,41 @@ def _check_alias_prefix(
             hint=f"Set MEMORY['KEY_PREFIX'] = {alias_prefix!r} and remove KEY_PREFIX from the "
             f"cache alias {alias!r}.",
             id="memory.E017",
+        )
+    ]
+
+
+@register(Tags.database)
+def check_memory_dot_keys(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """No fact has a key made only of dots: a client's URL of such a fact collapses to the
+    owner's own (``facts/../``). Stored before the rule; ``memory_fact_keys --rename``."""
+    from django.db import DatabaseError, router
+
+    from memory import selectors
+    from memory.exceptions import MemoryUnavailable
+    from memory.models import Fact
+
+    if router.db_for_read(Fact) not in (databases or ()):
+        return []
+    try:
+        found = len(selectors.fact_dot_key_list(limit=101))
+    except (DatabaseError, MemoryUnavailable):
+        # NOTE: migrate runs database checks before it migrates: no table yet, or no database,
+        # is nothing to warn of here.
+        return []
+    if not found:
+        return []
+    # NOTE: a count, not the owners: check output ends up in deploy logs.
+    count = found if found <= 100 else "more than 100"
+    return [
+        Warning(
+            f"Facts whose key is made only of dots: {count}. A client's URL of such a fact "
+            "(facts/../) collapses to the user's own, where a DELETE forgets the user; the "
+            "API no longer reaches them.",
+            hint="List them with python manage.py memory_fact_keys, and rename them with "
+            "--rename (. -> dot, .. -> dotdot, ... -> dots-3).",
+            id="memory.W010",
         )
     ]

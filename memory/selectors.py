@@ -43,7 +43,7 @@ from memory.payloads import (
     session_payload,
     turn_payload_from_row,
 )
-from memory.validators import validate_fact_key, validate_owner_id
+from memory.validators import validate_held_fact_key, validate_owner_id
 
 # Items on one page of ``session_list`` and ``fact_history``: by default, and at most.
 DEFAULT_PAGE_SIZE = 50
@@ -421,7 +421,7 @@ def fact_history(
     """
     _check_owner(owner_id)
     try:
-        validate_fact_key(key)
+        validate_held_fact_key(key)
     except ValidationError as e:
         raise ValidationError({"key": e.messages}) from e
     _check_limit(limit)
@@ -673,6 +673,25 @@ async def aowner_id_iter(*, min_last_seq: int = 0, chunk_size: int = 1000) -> As
             yield owner_id
         if len(rows) < chunk_size:
             return
+
+
+# Every key made only of dots (1-64 of them): the keys check memory.W010 looks for.
+DOT_KEYS = tuple("." * n for n in range(1, 65))
+
+
+@database_guard()
+def fact_dot_key_list(*, limit: int = 1000) -> list[tuple[str, str]]:
+    """Up to ``limit`` facts whose key is made only of dots, written before that rule, as
+    ``(owner_id, key)`` pairs by owner id and key (``manage.py memory_fact_keys`` renames them).
+
+    One statement over the fact table (it has no index on the key alone: a scan). Raises
+    ``MemoryUnavailable`` when the database cannot be reached.
+    """
+    facts = Fact.objects.filter(key__in=DOT_KEYS).order_by("owner__external_id", "key")
+    return list(facts.values_list("owner__external_id", "key")[:limit])
+
+
+afact_dot_key_list = aio.twin(fact_dot_key_list)
 
 
 @database_guard()

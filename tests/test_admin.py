@@ -396,6 +396,25 @@ def test_fact_add_validates_owner_and_key(admin_client, db):
     assert not Fact.objects.exists()
 
 
+@pytest.mark.parametrize("key", [".", ".."])
+def test_fact_add_refuses_a_key_made_only_of_dots(admin_client, db, key):
+    response = admin_client.post(url("fact", "add"), {"user_id": "wang", "key": key, "value": "1"})
+    assert response.status_code == 200
+    assert "only of dots" in response.context["adminform"].form.errors["key"][0]
+    assert not Fact.objects.exists()
+
+
+def test_a_fact_keyed_only_by_dots_can_still_be_deleted_in_the_admin(admin_client, chat, write):
+    """As stored before such keys were refused; the admin deletes it through the service."""
+    fact = Fact.objects.get(owner=chat, key="likes")
+    Fact.objects.filter(pk=fact.pk).update(key="..")
+    with write():
+        response = admin_client.post(url("fact", "delete", fact.pk), {"post": "yes"})
+    assert response.status_code == 302
+    assert selectors.context_get(owner_id="wang")["facts"] == {"name": "王建国"}
+    assert selectors.fact_history(owner_id="wang", key="..").results[0]["deleted"] is True
+
+
 def test_fact_delete_is_not_served_stale(admin_client, chat, write):
     warm("wang")
     fact = Fact.objects.get(owner=chat, key="likes")

@@ -340,3 +340,26 @@ def test_session_state_in_the_database_options_behind_a_transaction_pooler_warns
 def test_options_that_prepare_nothing_and_set_no_role_are_no_session_state(pooled, options):
     pooled["OPTIONS"].update(options)
     assert ids(MEMORY=memory(POOLER="transaction")) == []
+
+
+# Facts whose key is made only of dots (issue 23): a database check, as `check --database`.
+
+
+def database_ids() -> list[str]:
+    return [m.id for m in run_checks(databases=["default"]) if m.id and m.id.startswith("memory.")]
+
+
+@pytest.mark.django_db
+def test_facts_keyed_only_by_dots_warn_in_the_database_check():
+    from memory import services
+    from memory.models import Fact
+
+    services.fact_put(owner_id="wang", key="name", value="Wang")
+    assert database_ids() == []
+    # NOTE: as stored before such keys were refused: past the services' rule.
+    fact = Fact.objects.get(key="name")
+    Fact.objects.filter(pk=fact.pk).update(key="..")
+    [found] = [m for m in run_checks(databases=["default"]) if m.id == "memory.W010"]
+    assert "1." in found.msg and "wang" not in found.msg
+    assert "manage.py memory_fact_keys" in found.hint and "--rename" in found.hint
+    assert ids() == []  # not without --database
