@@ -261,6 +261,28 @@ def test_turn_changelist_rejects_a_bad_owner_filter(admin_client, chat):
     assert response["Location"].endswith("?e=1")
 
 
+@pytest.mark.parametrize("model", ["turn", "session", "fact"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"owner": "²"},  # str.isdigit() takes it, int() does not
+        {"owner": "١٢"},  # Arabic-Indic digits: int() takes them, the database id is ASCII
+        {"owner": "9" * 30},  # past a bigint
+        {"owner": "-1"},
+        {"session": "\x00"},
+        {"session": "web\x00"},
+        {"owner": "²", "session": "\x00"},
+        {"q": "\x00"},
+        {"q": "wang\x00"},
+    ],
+)
+def test_a_bad_owner_or_session_filter_is_refused_not_a_500(admin_client, chat, model, query):
+    response = admin_client.get(url(model, "changelist"), query)
+    assert response.status_code in (200, 302)
+    if response.status_code == 302:
+        assert response["Location"].endswith("?e=1")
+
+
 def test_turn_search_by_owner_id_and_content(admin_client, chat):
     changelist = url("turn", "changelist")
     assert [t.owner.external_id for t in results(admin_client.get(changelist, {"q": "li"}))] == [
