@@ -502,3 +502,27 @@ def test_fact_put_and_facts_merge_refuse_a_key_made_only_of_dots(key):
     assert set(put.value.message_dict) == {"key"}
     assert merge.value.messages == [DOTS_MESSAGE]
     assert Fact.objects.count() == 0
+
+
+def test_a_made_up_tampered_or_foreign_history_cursor_is_400(owner_client, versions):
+    """A cursor is opaque, taken from ``next`` (issue 23): not one a client made, changed, or
+    took from another fact's or another owner's listing."""
+    import base64
+
+    from memory import selectors
+
+    cursor = selectors.fact_history(owner_id="wang", key="name", limit=2).next_cursor
+    services.fact_put(owner_id="wang", key="likes", value=1)
+    services.fact_put(owner_id="wang", key="likes", value=2)
+    theirs = selectors.fact_history(owner_id="li", key="name", limit=1).next_cursor
+    assert cursor is not None
+    for path, made in [
+        (NAME, base64.urlsafe_b64encode(b"[5]").decode().rstrip("=")),  # before version 5
+        (NAME, cursor[:-1] + ("A" if cursor[-1] != "A" else "B")),
+        (f"{FACTS}likes/", cursor),  # another fact's
+        (NAME, theirs or "x"),  # another owner's
+    ]:
+        response = owner_client.get(f"{path}history/", {"cursor": made})
+        assert response.status_code == 400, (path, made)
+        assert response.json() == {"cursor": ["Invalid cursor."]}
+    assert owner_client.get(f"{NAME}history/", {"cursor": cursor}).status_code == 200
