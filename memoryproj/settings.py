@@ -32,6 +32,42 @@ def _env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+def _dev_secret_key() -> str:
+    """The key of a DEBUG demo without ``DJANGO_SECRET_KEY``: random, made once by the first
+    process and kept in ``DJANGO_DEV_SECRET_KEY_FILE`` (default ``.tmp/dev-secret-key``, which
+    git and the sdist leave out), so that every process of the demo signs with the same one."""
+    path = Path(
+        os.environ.get("DJANGO_DEV_SECRET_KEY_FILE") or BASE_DIR / ".tmp" / "dev-secret-key"
+    )
+    try:
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            fd = os.open(made, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as file:
+                file.write(f"django-insecure-{secrets.token_urlsafe(40)}\n")
+            # NOTE: a link cannot replace a file: of gunicorn's workers starting at once, the
+            # first one's key is everyone's.
+            try:
+                os.link(made, path)
+            except FileExistsError:
+                pass
+            finally:
+                made.unlink()
+        key = path.read_text().strip()
+    except OSError as e:
+        raise ImproperlyConfigured(
+            f"DEBUG is on without DJANGO_SECRET_KEY, and the development key file {path} "
+            f"cannot be made or read ({e}): set DJANGO_SECRET_KEY or DJANGO_DEV_SECRET_KEY_FILE."
+        ) from e
+    if len(key) < 50:
+        raise ImproperlyConfigured(
+            f"The development key file {path} holds no key of 50 characters or more: delete it "
+            "(a new one is made), or set DJANGO_SECRET_KEY."
+        )
+    return key
+
+
 DEBUG = _env_bool("DJANGO_DEBUG", False)
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip()
 if not SECRET_KEY:
@@ -41,9 +77,9 @@ if not SECRET_KEY:
             "python -c 'import secrets; print(secrets.token_urlsafe(50))'), or DJANGO_DEBUG=1 "
             "for a local demo."
         )
-    # NOTE: no built-in key, even for DEBUG: a key of this process's own, so sessions last
-    # until the next restart (runserver's reload logs you out; set the variable to keep them).
-    SECRET_KEY = f"django-insecure-{secrets.token_urlsafe(40)}"
+    # NOTE: no built-in key, even for DEBUG; and not one per process either, which logged a
+    # visitor out whenever the next request went to another gunicorn worker (issue 23).
+    SECRET_KEY = _dev_secret_key()
 ALLOWED_HOSTS = _env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = _env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 

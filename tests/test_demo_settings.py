@@ -5,6 +5,7 @@ finds clean. Subprocess tests start the project as an operator would."""
 
 from __future__ import annotations
 
+import http.cookiejar
 import io
 import logging
 import os
@@ -13,6 +14,7 @@ import runpy
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -87,12 +89,80 @@ def test_without_a_key_and_debug_the_settings_refuse(monkeypatch):
         _settings(monkeypatch)
 
 
-def test_debug_without_a_key_uses_a_random_one(monkeypatch):
-    first = _settings(monkeypatch, DJANGO_DEBUG="1")
-    second = _settings(monkeypatch, DJANGO_DEBUG="1")
+def test_debug_without_a_key_makes_one_once_and_keeps_it_in_a_file(monkeypatch, tmp_path):
+    """Random, never built into the source, and the same for every process that reads the
+    same file (gunicorn's workers, runserver's reloads), so that logins stick (issue 23)."""
+    kept = tmp_path / "keys" / "dev-secret-key"
+    first = _settings(monkeypatch, DJANGO_DEBUG="1", DJANGO_DEV_SECRET_KEY_FILE=str(kept))
+    second = _settings(monkeypatch, DJANGO_DEBUG="1", DJANGO_DEV_SECRET_KEY_FILE=str(kept))
     assert first["DEBUG"] is True
-    assert first["SECRET_KEY"] != second["SECRET_KEY"]
+    assert first["SECRET_KEY"] == second["SECRET_KEY"] == kept.read_text().strip()
     assert len(first["SECRET_KEY"]) > 50
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert first["SECRET_KEY"] not in SETTINGS_FILE.read_text()
+    other = _settings(
+        monkeypatch, DJANGO_DEBUG="1", DJANGO_DEV_SECRET_KEY_FILE=str(tmp_path / "another")
+    )
+    assert other["SECRET_KEY"] != first["SECRET_KEY"]
+
+
+def test_the_dev_key_file_is_out_of_git_and_the_sdist():
+    assert ".tmp/" in (ROOT / ".gitignore").read_text().splitlines()
+    assert "graft .tmp" not in (ROOT / "MANIFEST.in").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_with_debug_and_no_key_a_login_sticks_on_every_gunicorn_worker(tmp_path, settings):
+    """Each worker used to invent a key of its own: the session made by one worker's login
+    failed the next worker's check, and the visitor was anonymous again."""
+    from django.contrib.auth.models import User
+
+    from tests.instance import environment
+
+    # NOTE: the demo's hasher, not the suite's fast one, which the demo would not know.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+    User.objects.create_user("wang", password="pw-for-the-test")
+    port = free_port()
+    env = {
+        **_env(DJANGO_DEBUG="1", DJANGO_DEV_SECRET_KEY_FILE=str(tmp_path / "key")),
+        "DATABASE_URL": environment()["DATABASE_URL"],
+    }
+    env.pop("REDIS_URL", None)
+    log_path = tmp_path / "gunicorn.log"
+    command = [
+        sys.executable, "-m", "gunicorn", "memoryproj.wsgi:application", "--workers", "4",
+        "--log-level", "warning", "--bind", f"127.0.0.1:{port}",
+    ]  # fmt: skip
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                page = opener.open(f"{base}/accounts/login/", timeout=10).read().decode()
+                break
+            except OSError:
+                assert server.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.2)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)[1]
+        form = urllib.parse.urlencode(
+            {"username": "wang", "password": "pw-for-the-test", "csrfmiddlewaretoken": token}
+        ).encode()
+        opener.open(f"{base}/accounts/login/", data=form, timeout=10).read()
+        # NOTE: a new connection per request: gunicorn's workers take them in turn, at random.
+        signed_in = [
+            'id="username">wang<' in opener.open(f"{base}/chat/", timeout=10).read().decode()
+            for _ in range(16)
+        ]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert all(signed_in), (signed_in, log_path.read_text()[-2000:])
 
 
 def test_environment_chooses_hosts_proxies_and_https(monkeypatch):
