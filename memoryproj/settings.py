@@ -109,6 +109,8 @@ INSTALLED_APPS = [
     "django_tasks_db",
     "drf_spectacular_sidecar",
     "memory",
+    # The demo's own table: failed logins, for the login page's throttle (memoryproj/logins.py).
+    "memoryproj",
 ]
 
 # Deferred fact extraction (docs/extraction.md) runs as django-tasks tasks; their database
@@ -278,6 +280,24 @@ def _env_rate(name: str, default: str) -> str | None:
     value = os.environ.get(name, default).strip()
     return value or None
 
+
+def _login_rate(name: str, default: str) -> tuple[int, int] | None:
+    """``count/period`` (DRF's form: ``10/hour``; period ``s``, ``m``, ``h`` or ``d``) as
+    (count, seconds) from the environment; empty means no limit."""
+    value = _env_rate(name, default)
+    if value is None:
+        return None
+    count, _, period = value.partition("/")
+    seconds = {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(period[:1])
+    if not count.isascii() or not count.isdigit() or int(count) < 1 or seconds is None:
+        raise ImproperlyConfigured(f"{name} is {value!r}: give count/period, such as 10/hour.")
+    return int(count), seconds
+
+
+# Failed logins on the demo's login page per client address and username within a period
+# (MEMORY_THROTTLE_LOGIN, default 10/hour; empty: no limit). Counted in the database, not the
+# cache; past it the page answers 429 (memoryproj/logins.py).
+MEMORYPROJ_LOGIN_THROTTLE = _login_rate("MEMORY_THROTTLE_LOGIN", "10/hour")
 
 REST_FRAMEWORK = {
     # NOTE: DRF's token authentication, which on the memory API's views also answers the
