@@ -8,7 +8,11 @@ import warnings
 
 from django.core.asgi import get_asgi_application
 
+from memoryproj import logs
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryproj.settings")
+# NOTE: the server's access log without query strings and owner ids (memoryproj/logs.py).
+logs.install()
 
 # NOTE: WhiteNoise answers static files with a sync file iterator, which Django's ASGI handler
 # reads in a thread (fine for static files) and warns about on the first one; the project's

@@ -341,18 +341,37 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
 }
 
+# NOTE: no query string (search text, user_id=) and no owner id (users/{user_id}/) in the 5xx
+# lines and runserver's access log; memoryproj.wsgi and .asgi do the same for gunicorn's and
+# uvicorn's (memoryproj/logs.py).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"redact": {"()": "memoryproj.logs.RedactRequests"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        # Django's own format of runserver's lines.
+        "server": {
+            "()": "django.utils.log.ServerFormatter",
+            "format": "[{server_time}] {message}",
+            "style": "{",
+        },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "requests": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["redact"],
+        },
+        "server": {"class": "logging.StreamHandler", "formatter": "server", "filters": ["redact"]},
+    },
     "loggers": {
         "memory": {"handlers": ["console"], "level": os.environ.get("MEMORY_LOG_LEVEL", "INFO")},
         # NOTE: a 500 with DEBUG off, logged with its traceback (Django's default sends it only
         # to ADMINS by mail, which the demo has not).
-        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+        "django.request": {"handlers": ["requests"], "level": "ERROR", "propagate": False},
+        "django.server": {"handlers": ["server"], "level": "INFO", "propagate": False},
         "memoryproj": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }

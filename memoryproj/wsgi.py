@@ -6,6 +6,10 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from memoryproj import logs
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryproj.settings")
+# NOTE: the server's access log without query strings and owner ids (memoryproj/logs.py).
+logs.install()
 
 application = get_wsgi_application()

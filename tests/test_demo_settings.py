@@ -14,6 +14,7 @@ import runpy
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -33,12 +34,20 @@ SETTINGS_FILE = ROOT / "memoryproj" / "settings.py"
 KEY = "settings-test-secret-key-" + "k" * 40
 
 
-def boom(request: HttpRequest) -> HttpResponse:
+def boom(request: HttpRequest, **kwargs: str) -> HttpResponse:
     raise RuntimeError("boom in a view")
 
 
-# NOTE: the URLs of the logging test (pytest.mark.urls names this module).
-urlpatterns = [path("boom/", boom)]
+def unavailable(request: HttpRequest, owner: str) -> HttpResponse:
+    return HttpResponse("down", status=503)
+
+
+# NOTE: the URLs of the logging tests (pytest.mark.urls names this module).
+urlpatterns = [
+    path("boom/", boom),
+    path("api/memory/users/<str:owner>/boom/", boom),
+    path("api/memory/users/<str:owner>/down/", unavailable),
+]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -265,6 +274,77 @@ def test_a_500_is_logged_with_its_traceback():
     assert "ERROR django.request: Internal Server Error: /boom/" in logged
     assert "Traceback (most recent call last):" in logged
     assert "RuntimeError: boom in a view" in logged
+
+
+@pytest.mark.urls("tests.test_demo_settings")
+def test_a_5xx_log_line_names_no_owner_id_and_no_query_string():
+    """Search text and owner ids stay out of ``django.request``'s lines (issue 23)."""
+    handler = logging.getLogger("django.request").handlers[0]
+    stream = io.StringIO()
+    previous = handler.setStream(stream)
+    try:
+        client = Client(raise_request_exception=False)
+        assert client.get("/api/memory/users/wang-secret/boom/?q=my+diagnosis").status_code == 500
+        assert client.get("/api/memory/users/wang-secret/down/?q=my+diagnosis").status_code == 503
+    finally:
+        handler.setStream(previous)
+    logged = stream.getvalue()
+    assert "Internal Server Error: /api/memory/users/{user_id}/boom/" in logged
+    assert "Service Unavailable: /api/memory/users/{user_id}/down/" in logged
+    assert "RuntimeError: boom in a view" in logged
+    assert "wang-secret" not in logged and "diagnosis" not in logged
+
+
+ACCESS_SERVERS = {
+    "gunicorn": ["-m", "gunicorn", "memoryproj.wsgi:application", "--workers", "1",
+                 "--bind", "127.0.0.1:{port}", "--access-logfile", "-"],
+    "gunicorn-conf": ["-m", "gunicorn", "-c", "python:memoryproj.gunicorn_conf",
+                      "memoryproj.wsgi:application", "--bind", "127.0.0.1:{port}",
+                      "--access-logfile", "-"],
+    "uvicorn": ["-m", "uvicorn", "memoryproj.asgi:application", "--host", "127.0.0.1",
+                "--port", "{port}"],
+    "runserver": ["manage.py", "runserver", "--noreload", "127.0.0.1:{port}"],
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server_name", sorted(ACCESS_SERVERS))
+def test_access_logs_name_no_owner_id_and_no_query_string(tmp_path, server_name):
+    """The demo's access logs, as each server writes them by default (uvicorn and runserver
+    always, gunicorn with an access log turned on), keep the path with ``{user_id}`` for the
+    owner id, and no query string or referrer's (issue 23)."""
+    # NOTE: nothing of this reaches a database; runserver only looks for migrations.
+    env = _env(DJANGO_SECRET_KEY=KEY, DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    env.pop("REDIS_URL", None)
+    port = free_port()
+    log_path = tmp_path / "server.log"
+    command = [sys.executable, *(a.format(port=port) for a in ACCESS_SERVERS[server_name])]
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                request = urllib.request.Request(
+                    f"{base}/api/memory/users/wang-secret/search/?q=my+diagnosis",
+                    headers={"Referer": f"{base}/chat/?user_id=wang-secret&q=my+diagnosis"},
+                )
+                urllib.request.urlopen(request, timeout=10)
+            except urllib.error.HTTPError as e:
+                assert e.code in (401, 403)
+                break
+            except OSError:
+                assert server.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, f"{server_name} did not start"
+                time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    logged = log_path.read_text()
+    assert "/api/memory/users/{user_id}/search/" in logged, logged
+    assert "wang-secret" not in logged and "diagnosis" not in logged, logged
 
 
 def test_the_anonymous_throttle_ignores_x_forwarded_for(monkeypatch):
