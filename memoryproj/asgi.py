@@ -11,6 +11,9 @@ from django.core.asgi import get_asgi_application
 from memoryproj import logs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryproj.settings")
+# NOTE: read by the settings, which load below: served under ASGI, the project pools its
+# database connections (memoryproj/settings.py, DATABASE_POOL_SIZE).
+os.environ["MEMORYPROJ_ASGI"] = "1"
 # NOTE: the server's access log without query strings and owner ids (memoryproj/logs.py).
 logs.install()
 

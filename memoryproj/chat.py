@@ -36,7 +36,12 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from memory import permissions, selectors, services
-from memory.exceptions import IdempotencyKeyReused, MemoryException, MemoryUnavailable
+from memory.exceptions import (
+    IdempotencyKeyReused,
+    MemoryException,
+    MemoryUnavailable,
+    database_guard,
+)
 from memory.models import Role, Turn
 from memory.payloads import ContextPayload, TurnPayload, turn_payload
 from memory.validators import validate_content, validate_owner_id, validate_session_id
@@ -404,8 +409,10 @@ async def chat_stream(request: HttpRequest) -> HttpResponseBase:
         return JsonResponse({"detail": "; ".join(errors)}, status=400)
     data = form.cleaned_data
     try:
-        # NOTE: the session and the user are sync (database) objects: resolve them in a thread.
-        speaker = await sync_to_async(speaker_get)(request, data.get("user_id") or None)
+        # NOTE: the session and the user are sync (database) objects: resolve them in a thread;
+        # a lost database there is the same 503 as in the memory calls after it.
+        with database_guard():
+            speaker = await sync_to_async(speaker_get)(request, data.get("user_id") or None)
         context = await aexchange_open(
             owner_id=speaker.owner_id,
             session_id=data["session_id"],

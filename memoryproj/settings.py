@@ -123,6 +123,8 @@ MIDDLEWARE = [
     # STATIC_ROOT (manage.py collectstatic); with DEBUG on, straight from the apps.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # NOTE: a lost database is a 503 on every page, never a 500 (memoryproj/middleware.py).
+    "memoryproj.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -149,12 +151,16 @@ TEMPLATES = [
 ]
 
 WSGI_APPLICATION = "memoryproj.wsgi.application"
-ASGI_APPLICATION = "memoryproj.asgi.application"
+# NOTE: memoryproj/asgi.py sets MEMORYPROJ_ASGI=1 before the settings load: the project is then
+# served under ASGI, says so (ASGI_APPLICATION, which check memory.W011 reads) and pools its
+# database connections.
+SERVED_BY_ASGI = _env_bool("MEMORYPROJ_ASGI", False)
+if SERVED_BY_ASGI:
+    ASGI_APPLICATION = "memoryproj.asgi.application"
 
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
         conn_health_checks=True,
     )
 }
@@ -163,6 +169,34 @@ DATABASES = {
 DATABASE_POOLER = os.environ.get("DATABASE_POOLER", "").strip() or None
 if DATABASE_POOLER == "transaction":
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+# NOTE: bounded connections under every server. Under WSGI each of gunicorn's threads keeps one
+# (CONN_MAX_AGE 60). Under ASGI each request's sync code runs in a thread of its own, and a
+# kept connection would stay open after it: Django's pool instead (psycopg_pool), up to
+# DATABASE_POOL_SIZE connections a process; behind PgBouncer, which pools them itself, none kept.
+_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+_POOL_SIZE = int(
+    os.environ.get("DATABASE_POOL_SIZE")
+    or (8 if SERVED_BY_ASGI and _POSTGRES and DATABASE_POOLER != "transaction" else 0)
+)
+_CONN_MAX_AGE = os.environ.get("DATABASE_CONN_MAX_AGE", "").strip()
+if _POOL_SIZE > 0:
+    if not _POSTGRES:
+        raise ImproperlyConfigured("DATABASE_POOL_SIZE needs PostgreSQL (psycopg's pool).")
+    if _CONN_MAX_AGE not in ("", "0"):
+        raise ImproperlyConfigured(
+            f"DATABASE_CONN_MAX_AGE is {_CONN_MAX_AGE} with a pool of {_POOL_SIZE} connections "
+            "(DATABASE_POOL_SIZE; under ASGI 8 by default): Django's pool keeps none itself. "
+            "Unset DATABASE_CONN_MAX_AGE, or set DATABASE_POOL_SIZE=0."
+        )
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(2, _POOL_SIZE),
+        "max_size": _POOL_SIZE,
+        # Seconds a request waits for a free connection; then a 503.
+        "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT", "5")),
+    }
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = int(_CONN_MAX_AGE or (0 if SERVED_BY_ASGI else 60))
 
 # NOTE: the "memory" alias is the app's cache; it exists only when REDIS_URL (one Redis),
 # REDIS_CLUSTER_URL (a seed node of a Redis Cluster) or REDIS_SENTINELS (Sentinel-managed

@@ -42,9 +42,17 @@ def unavailable(request: HttpRequest, owner: str) -> HttpResponse:
     return HttpResponse("down", status=503)
 
 
-# NOTE: the URLs of the logging tests (pytest.mark.urls names this module).
+def remember(request: HttpRequest) -> HttpResponse:
+    request.session["seen"] = True
+    return HttpResponse("ok")
+
+
+# NOTE: the URLs of the logging tests (pytest.mark.urls names this module), and the demo's
+# handler of errors outside views.
+handler500 = "memoryproj.middleware.server_error"
 urlpatterns = [
     path("boom/", boom),
+    path("remember/", remember),
     path("api/memory/users/<str:owner>/boom/", boom),
     path("api/memory/users/<str:owner>/down/", unavailable),
 ]
@@ -202,6 +210,69 @@ def test_database_pooler_transaction_turns_off_what_outlives_a_transaction(monke
     assert pooled["DATABASES"]["default"]["DISABLE_SERVER_SIDE_CURSORS"] is True
 
 
+PG = "postgres://postgres@127.0.0.1:5432/memory"
+
+
+def test_under_asgi_the_demo_pools_its_connections_and_under_wsgi_keeps_one_a_thread(
+    monkeypatch,
+):
+    wsgi = _settings(monkeypatch, DJANGO_SECRET_KEY=KEY, DATABASE_URL=PG)
+    assert "ASGI_APPLICATION" not in wsgi
+    assert wsgi["DATABASES"]["default"]["CONN_MAX_AGE"] == 60
+    assert "pool" not in wsgi["DATABASES"]["default"].get("OPTIONS", {})
+    monkeypatch.setenv("MEMORYPROJ_ASGI", "1")
+    asgi = _settings(monkeypatch, DJANGO_SECRET_KEY=KEY, DATABASE_URL=PG)
+    assert asgi["ASGI_APPLICATION"] == "memoryproj.asgi.application"
+    assert asgi["DATABASES"]["default"]["CONN_MAX_AGE"] == 0
+    assert asgi["DATABASES"]["default"]["OPTIONS"]["pool"] == {
+        "min_size": 2,
+        "max_size": 8,
+        "timeout": 5.0,
+    }
+    # NOTE: PgBouncer pools itself: one or the other (docs/scaling.md).
+    bouncer = _settings(
+        monkeypatch, DJANGO_SECRET_KEY=KEY, DATABASE_URL=PG, DATABASE_POOLER="transaction"
+    )
+    assert bouncer["DATABASES"]["default"]["CONN_MAX_AGE"] == 0
+    assert "pool" not in bouncer["DATABASES"]["default"].get("OPTIONS", {})
+    sqlite = _settings(monkeypatch, DJANGO_SECRET_KEY=KEY, DATABASE_URL="sqlite:///x.sqlite3")
+    assert sqlite["DATABASES"]["default"]["CONN_MAX_AGE"] == 0
+    assert "pool" not in sqlite["DATABASES"]["default"].get("OPTIONS", {})
+
+
+def test_a_pool_and_kept_connections_together_are_refused(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    monkeypatch.setenv("MEMORYPROJ_ASGI", "1")
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_POOL_SIZE=0"):
+        _settings(monkeypatch, DJANGO_SECRET_KEY=KEY, DATABASE_URL=PG, DATABASE_CONN_MAX_AGE="60")
+    kept = _settings(
+        monkeypatch,
+        DJANGO_SECRET_KEY=KEY,
+        DATABASE_URL=PG,
+        DATABASE_CONN_MAX_AGE="60",
+        DATABASE_POOL_SIZE="0",
+    )
+    assert kept["DATABASES"]["default"]["CONN_MAX_AGE"] == 60
+
+
+def test_check_is_clean_under_either_server():
+    for env in ({}, {"MEMORYPROJ_ASGI": "1"}):
+        result = _manage(_env(DJANGO_SECRET_KEY=KEY, **env), "check")
+        assert result.returncode == 0, result.stderr
+        assert "memory.W011" not in result.stdout + result.stderr
+    kept = _manage(
+        _env(
+            DJANGO_SECRET_KEY=KEY,
+            MEMORYPROJ_ASGI="1",
+            DATABASE_POOL_SIZE="0",
+            DATABASE_CONN_MAX_AGE="60",
+        ),
+        "check",
+    )
+    assert "memory.W011" in kept.stdout + kept.stderr
+
+
 def test_the_project_refuses_to_start_without_a_key():
     result = _manage(_env(), "check")
     assert result.returncode != 0
@@ -345,6 +416,17 @@ def test_access_logs_name_no_owner_id_and_no_query_string(tmp_path, server_name)
     logged = log_path.read_text()
     assert "/api/memory/users/{user_id}/search/" in logged, logged
     assert "wang-secret" not in logged and "diagnosis" not in logged, logged
+
+
+@pytest.mark.urls("tests.test_demo_settings")
+def test_a_database_lost_outside_any_view_is_a_503_and_other_errors_a_500(dead_database):
+    """The session saved after a view that needed no database: the demo's handler500 answers
+    a 503 for a lost database; any other error stays Django's 500 page."""
+    client = Client(raise_request_exception=False)
+    response = client.get("/remember/")
+    assert response.status_code == 503
+    assert b"The memory database is unavailable" in response.content
+    assert client.get("/boom/").status_code == 500
 
 
 def test_the_anonymous_throttle_ignores_x_forwarded_for(monkeypatch):
