@@ -8,7 +8,7 @@ import warnings
 
 from django.core.asgi import get_asgi_application
 
-from memoryproj import logs
+from memoryproj import bodies, logs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryproj.settings")
 # NOTE: read by the settings, which load below: served under ASGI, the project pools its
@@ -26,4 +26,5 @@ warnings.filterwarnings(
     module="django.core.handlers.asgi",
 )
 
-application = get_asgi_application()
+# NOTE: request bodies capped before Django reads them (memoryproj/bodies.py).
+application = bodies.CappedASGI(get_asgi_application())

@@ -1,9 +1,12 @@
 """The demo project under real servers (uvicorn for ASGI, gunicorn for WSGI) on this test's
-database: its connections to PostgreSQL stay bounded under concurrent requests (issue 23)."""
+database: its connections to PostgreSQL stay bounded under concurrent requests, and request
+bodies are capped before they are read, with raw sockets (issue 23)."""
 
 from __future__ import annotations
 
 import http.client
+import json
+import socket
 import subprocess
 import sys
 import threading
@@ -191,3 +194,118 @@ def test_under_gunicorn_threads_keep_one_connection_each(tmp_path):
     assert set(statuses) == {200}
     # NOTE: 2 workers of 4 threads, and nothing else of the demo's connects here.
     assert 1 <= kept <= 8, kept
+
+
+# Request bodies capped before they are read (issue 23): DATA_UPLOAD_MAX_MEMORY_SIZE, 1 MiB.
+
+CAP = 1024 * 1024
+TURNS = "/api/memory/users/wang/turns/"
+
+
+def raw_request(port: int, head: bytes, body_parts: list[bytes], *, wait: float = 5) -> bytes:
+    """Send ``head`` and then each of ``body_parts`` on one socket, as far as the server lets
+    it, and return what the server answered within ``wait`` seconds (b"" if nothing)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=wait)
+    try:
+        sock.sendall(head)
+        for part in body_parts:
+            try:
+                sock.sendall(part)
+            except OSError:
+                break  # the server answered and closed: it stopped reading
+        answer = b""
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+                if b"\r\n\r\n" in answer and _complete(answer):
+                    break
+        except (TimeoutError, OSError):
+            pass
+        return answer
+    finally:
+        sock.close()
+
+
+def _complete(answer: bytes) -> bool:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(body) >= int(value)
+    return False
+
+
+def status_of(answer: bytes) -> int | None:
+    return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else None
+
+
+def chunked(*parts: bytes, last: bool = True) -> list[bytes]:
+    """``parts`` in HTTP/1.1 chunked framing, ended by the last chunk (unless ``last=False``)."""
+    framed = [b"%x\r\n%s\r\n" % (len(part), part) for part in parts]
+    return [*framed, b"0\r\n\r\n"] if last else framed
+
+
+@pytest.mark.parametrize("server_name", sorted(SERVERS))
+def test_a_body_declared_over_the_cap_is_a_413_before_it_is_read(tmp_path, server_name):
+    """Anonymous, with Content-Length 20 MiB and only the first 64 KiB sent: the answer is a
+    413 at once, without waiting for (or reading) the rest, ahead of authentication."""
+    with demo_server(server_name, tmp_path) as server:
+        head = (
+            b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % (TURNS.encode(), 20 * CAP)
+        )
+        started = time.monotonic()
+        answer = raw_request(server.port, head, [b" " * 65536], wait=5)
+        took = time.monotonic() - started
+    assert status_of(answer) == 413, answer[:300]
+    assert took < 4
+    assert b"larger than 1048576 bytes" in answer
+
+
+@pytest.mark.parametrize("server_name", sorted(SERVERS))
+def test_a_chunked_body_past_the_cap_is_a_413_and_is_read_no_further(tmp_path, server_name):
+    """The reviewer's 300 MiB chunked POST, anonymous: refused once 1 MiB has come, never
+    read to its end (here it has no end: the last chunk is never sent)."""
+    with demo_server(server_name, tmp_path) as server:
+        head = (
+            b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" % TURNS.encode()
+        )
+        answer = raw_request(server.port, head, chunked(*[b" " * 65536] * 24, last=False), wait=5)
+    assert status_of(answer) == 413, answer[:300]
+
+
+@pytest.mark.parametrize("server_name", sorted(SERVERS))
+def test_a_chunked_body_within_the_cap_is_parsed(tmp_path, server_name):
+    """Without Content-Length the body used to be read as empty (400 "This field is
+    required."); now it is the request's body like any other."""
+    from memory import selectors
+
+    token = service_token()
+    body = json.dumps({"session_id": "tab", "role": "user", "content": "我住在上海"}).encode()
+    with demo_server(server_name, tmp_path) as server:
+        head = (
+            b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Authorization: Token %s\r\nTransfer-Encoding: chunked\r\n\r\n"
+            % (TURNS.encode(), token.encode())
+        )
+        answer = raw_request(server.port, head, chunked(body[:7], body[7:]))
+    assert status_of(answer) == 201, answer[:500]
+    assert [t["content"] for t in selectors.turn_list(owner_id="wang")[0]] == ["我住在上海"]
+
+
+@pytest.mark.parametrize("server_name", sorted(SERVERS))
+def test_a_body_up_to_the_cap_is_served(tmp_path, server_name):
+    token = service_token()
+    with demo_server(server_name, tmp_path) as server:
+        # NOTE: a turn of the largest content, written with \\u escapes: under 1 MiB.
+        content = "上" * 32768
+        body = json.dumps({"session_id": "tab", "role": "user", "content": content}).encode()
+        assert len(body) < CAP
+        status, _ = server.request(
+            "POST",
+            TURNS,
+            body,
+            {"Authorization": f"Token {token}", "Content-Type": "application/json"},
+        )
+    assert status == 201
