@@ -13,6 +13,7 @@ model permission of the action: view, change (fact edits, dropping a cached copy
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -41,7 +42,12 @@ from memory import permissions, selectors, services
 from memory.conf import conf
 from memory.exceptions import FactNotFound, FactVersionConflict, MemoryException
 from memory.models import Fact, FactVersion, Owner, Session, Turn
-from memory.validators import validate_fact_key, validate_json_value, validate_owner_id
+from memory.validators import (
+    validate_fact_key,
+    validate_json_value,
+    validate_owner_id,
+    validate_session_id,
+)
 
 # Turns and facts shown inline on an owner's page; the rest are one link away.
 INLINE_TURNS = 20
@@ -104,6 +110,19 @@ class EstimatedCountPaginator(Paginator):
         return super().count
 
 
+# An owner's primary key as the filters take it: ASCII digits within a bigint.
+OWNER_PK_RE = re.compile(r"[0-9]{1,19}")
+BIGINT_MAX = 2**63 - 1
+
+
+def _owner_pk(value: str) -> int | None:
+    """The owner pk ``value`` names, or ``None``."""
+    # NOTE: not str.isdigit(), which takes "²" (and int() does not) and "١٢".
+    if not OWNER_PK_RE.fullmatch(value) or int(value) > BIGINT_MAX:
+        return None
+    return int(value)
+
+
 class OwnerFilter(admin.SimpleListFilter):
     """One owner (``?owner=<pk>``): offers only the chosen owner, never a list of every owner."""
 
@@ -114,14 +133,18 @@ class OwnerFilter(admin.SimpleListFilter):
         value = self.value()
         if value is None:
             return []
-        if not value.isdigit():
+        pk = _owner_pk(value)
+        if pk is None:
             raise IncorrectLookupParameters(f"Not an owner: {value!r}.")
-        external_id = Owner.objects.filter(pk=value).values_list("external_id", flat=True).first()
+        external_id = Owner.objects.filter(pk=pk).values_list("external_id", flat=True).first()
         return [(value, external_id or f"#{value} (gone)")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
-        return queryset if value is None else queryset.filter(owner_id=int(value))
+        pk = None if value is None else _owner_pk(value)
+        if value is not None and pk is None:
+            raise IncorrectLookupParameters(f"Not an owner: {value!r}.")
+        return queryset if pk is None else queryset.filter(owner_id=pk)
 
 
 class SessionFilter(admin.SimpleListFilter):
@@ -131,15 +154,21 @@ class SessionFilter(admin.SimpleListFilter):
     parameter_name = "session"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        owner = request.GET.get(OwnerFilter.parameter_name, "")
+        value = self.value()
+        if value is not None:
+            try:
+                validate_session_id(value)
+            except ValidationError as e:
+                # NOTE: a NUL would reach Postgres, which refuses it in text (a 500).
+                raise IncorrectLookupParameters(f"Not a session id: {value!r}.") from e
+        owner = _owner_pk(request.GET.get(OwnerFilter.parameter_name, ""))
         choices: list[str] = []
-        if owner.isdigit():
+        if owner is not None:
             choices = list(
-                Session.objects.filter(owner_id=int(owner))
+                Session.objects.filter(owner_id=owner)
                 .order_by("-last_seen")
                 .values_list("session_id", flat=True)[:FILTER_SESSIONS]
             )
-        value = self.value()
         if value is not None and value not in choices:
             choices.append(value)
         return [(session_id, session_id) for session_id in choices]

@@ -11,8 +11,13 @@ class MemoryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.core.signals import request_started
+
         from memory import checks, signals  # noqa: F401  (registers checks and receivers)
         from memory.conf import conf
+
+        # NOTE: memory.W011 at run time too: a site served by uvicorn need not say so.
+        request_started.connect(checks.asgi_request_started, dispatch_uid=checks.ASGI_RECEIVER)
 
         # NOTE: under any server, not only manage.py: a MEMORY value of the wrong type or
         # range stops the start with a message naming it (the system checks list them all).

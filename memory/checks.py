@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from importlib.util import find_spec
 from typing import Any
 
@@ -12,6 +13,8 @@ from django.db import connections
 
 from memory import tokens
 from memory.conf import DEFAULTS, as_int, conf, setting_import
+
+logger = logging.getLogger("memory")
 
 # One id per problem:
 #   E001 MEMORY is not a dict                E007 the cache alias is not in CACHES
@@ -38,6 +41,8 @@ from memory.conf import DEFAULTS, as_int, conf, setting_import
 #   W007 PREPARED_STATEMENTS is True
 #   W008 a database of the app keeps server-side cursors (no DISABLE_SERVER_SIDE_CURSORS)
 #   W009 a database of the app sets session state in OPTIONS (prepared statements, SET ROLE)
+#   W010 facts whose key is made only of dots (a database check: check --database default)
+#   W011 persistent connections (CONN_MAX_AGE, no OPTIONS["pool"]) under ASGI
 
 COUNTS = (
     "CACHE_TTL",
@@ -202,6 +207,67 @@ def check_memory_pooler(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
                 )
             )
     return errors
+
+
+@register(Tags.compatibility)
+def check_memory_asgi_connections(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Served under ASGI, no database of the app keeps connections (``CONN_MAX_AGE``) without
+    Django's pool: each request's sync code runs in a thread of its own there, whose kept
+    connection nothing closes. The project is taken as served under ASGI when it sets
+    ``ASGI_APPLICATION``, or (``asgi_request_started``) once an ASGI request reached it."""
+    if not (getattr(settings, "ASGI_APPLICATION", None) or _served.asgi):
+        return []
+    return persistent_connections()
+
+
+def persistent_connections() -> list[CheckMessage]:
+    """The warnings ``memory.W011`` of the app's databases that keep connections unpooled."""
+    errors: list[CheckMessage] = []
+    for alias in _app_databases():
+        config = connections[alias].settings_dict
+        kept = config.get("CONN_MAX_AGE", 0)
+        if kept == 0 or (config.get("OPTIONS") or {}).get("pool"):
+            continue
+        errors.append(
+            Warning(
+                f"DATABASES[{alias!r}] keeps connections (CONN_MAX_AGE {kept}) under ASGI: "
+                "there Django runs each request's sync code in a thread of its own, and the "
+                "connection it kept stays open and idle after it, one per request, until "
+                "PostgreSQL runs out of connections.",
+                hint="Use Django's pool (Django 5.1+, psycopg[pool]): OPTIONS['pool'] = "
+                "{'max_size': 8} with CONN_MAX_AGE = 0; behind PgBouncer (MEMORY['POOLER']), "
+                "CONN_MAX_AGE = 0.",
+                id="memory.W011",
+            )
+        )
+    return errors
+
+
+class _Served:
+    """Whether this process has served a request through Django's ASGI handler."""
+
+    asgi = False
+
+
+_served = _Served()
+
+
+def asgi_request_started(sender: Any, **kwargs: Any) -> None:
+    """``request_started`` receiver: on the first request of Django's ASGI handler, log the
+    ``memory.W011`` warnings once (a site served by uvicorn need not set
+    ``ASGI_APPLICATION``), then stop listening."""
+    from django.core.handlers.asgi import ASGIHandler
+    from django.core.signals import request_started
+
+    if not (isinstance(sender, type) and issubclass(sender, ASGIHandler)):
+        return
+    _served.asgi = True
+    request_started.disconnect(dispatch_uid=ASGI_RECEIVER)
+    for warning in persistent_connections():
+        logger.warning("%s (%s) %s", warning.msg, warning.id, warning.hint)
+
+
+ASGI_RECEIVER = "memory_asgi_connections"
 
 
 def _app_databases() -> list[str]:
@@ -423,5 +489,41 @@ def _check_alias_prefix(
             hint=f"Set MEMORY['KEY_PREFIX'] = {alias_prefix!r} and remove KEY_PREFIX from the "
             f"cache alias {alias!r}.",
             id="memory.E017",
+        )
+    ]
+
+
+@register(Tags.database)
+def check_memory_dot_keys(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """No fact has a key made only of dots: a client's URL of such a fact collapses to the
+    owner's own (``facts/../``). Stored before the rule; ``memory_fact_keys --rename``."""
+    from django.db import DatabaseError, router
+
+    from memory import selectors
+    from memory.exceptions import MemoryUnavailable
+    from memory.models import Fact
+
+    if router.db_for_read(Fact) not in (databases or ()):
+        return []
+    try:
+        found = len(selectors.fact_dot_key_list(limit=101))
+    except (DatabaseError, MemoryUnavailable):
+        # NOTE: migrate runs database checks before it migrates: no table yet, or no database,
+        # is nothing to warn of here.
+        return []
+    if not found:
+        return []
+    # NOTE: a count, not the owners: check output ends up in deploy logs.
+    count = found if found <= 100 else "more than 100"
+    return [
+        Warning(
+            f"Facts whose key is made only of dots: {count}. A client's URL of such a fact "
+            "(facts/../) collapses to the user's own, where a DELETE forgets the user; the "
+            "API no longer reaches them.",
+            hint="List them with python manage.py memory_fact_keys, and rename them with "
+            "--rename (. -> dot, .. -> dotdot, ... -> dots-3).",
+            id="memory.W010",
         )
     ]

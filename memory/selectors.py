@@ -11,16 +11,19 @@ import base64
 import binascii
 import datetime as dt
 import functools
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Generic, Literal, NamedTuple, NotRequired, TypedDict, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core import signing
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, connection
 from django.db.models import BigIntegerField, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Cast
+from django.utils.crypto import constant_time_compare
 from psycopg import Pipeline
 
 from memory import aio, cache, codec, search, tokens
@@ -43,13 +46,15 @@ from memory.payloads import (
     session_payload,
     turn_payload_from_row,
 )
-from memory.validators import validate_fact_key, validate_owner_id
+from memory.validators import validate_held_fact_key, validate_owner_id
 
 # Items on one page of ``session_list`` and ``fact_history``: by default, and at most.
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
-# Longest cursor accepted: a session id of 128 characters of 4 UTF-8 bytes each, in base64.
+# Longest cursor accepted: a session id of 128 characters of 4 UTF-8 bytes each, in base64,
+# and the signature: an HMAC-SHA256 in unpadded URL-safe base64.
 MAX_CURSOR_CHARS = 1024
+SIGNATURE_CHARS = 43
 
 T = TypeVar("T")
 
@@ -374,17 +379,35 @@ class Page(NamedTuple, Generic[T]):
     next_cursor: str | None
 
 
-def _cursor_encode(*key: Any) -> str:
-    return base64.urlsafe_b64encode(codec.dumps(list(key))).decode("ascii").rstrip("=")
+def _cursor_signer(scope: tuple[str, ...]) -> signing.Signer:
+    """The signer of one listing's cursors: ``scope`` names the listing and whose it is."""
+    return signing.Signer(salt="memory.cursor:" + json.dumps(scope))
 
 
-def _cursor_decode(cursor: str, shape: tuple[type, ...]) -> list[Any]:
-    """The ordering key a cursor of ``_cursor_encode`` holds; a ``ValidationError`` if it is
-    anything else (a cursor is opaque: clients only hand back the one from ``next``)."""
+def _cursor_encode(scope: tuple[str, ...], *key: Any) -> str:
+    """A cursor of the listing ``scope`` at the ordering key ``key``: the key, then its
+    signature (HMAC-SHA256 with ``SECRET_KEY``), both URL-safe base64."""
+    payload = base64.urlsafe_b64encode(codec.dumps(list(key))).decode("ascii").rstrip("=")
+    return payload + _cursor_signer(scope).signature(payload)
+
+
+def _cursor_decode(cursor: str, scope: tuple[str, ...], shape: tuple[type, ...]) -> list[Any]:
+    """The ordering key a cursor of ``_cursor_encode`` for ``scope`` holds; a
+    ``ValidationError`` if it is anything else (a cursor is opaque: clients only hand back the
+    one from ``next``, of the same listing)."""
     try:
-        if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR_CHARS:
+        if not isinstance(cursor, str) or not SIGNATURE_CHARS < len(cursor) <= MAX_CURSOR_CHARS:
             raise ValueError(cursor)
-        key = codec.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        payload, signature = cursor[:-SIGNATURE_CHARS], cursor[-SIGNATURE_CHARS:]
+        # NOTE: signed, so that a cursor is only ever one this site handed out for this owner's
+        # listing (and this fact's): made up, changed or taken from another listing, it is a 400.
+        signer = _cursor_signer(scope)
+        if not any(
+            constant_time_compare(signature, signer.signature(payload, key))
+            for key in (signer.key, *signer.fallback_keys)
+        ):
+            raise ValueError(cursor)
+        key = codec.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
         if not isinstance(key, list) or len(key) != len(shape):
             raise ValueError(cursor)
         for value, kind in zip(key, shape, strict=True):
@@ -422,18 +445,19 @@ def fact_history(
     """
     _check_owner(owner_id)
     try:
-        validate_fact_key(key)
+        validate_held_fact_key(key)
     except ValidationError as e:
         raise ValidationError({"key": e.messages}) from e
     _check_limit(limit)
     versions = FactVersion.objects.filter(owner_id=_owner_pk(owner_id), key=key)
     if cursor is not None:
-        (before,) = _cursor_decode(cursor, (int,))
+        (before,) = _cursor_decode(cursor, ("history", owner_id, key), (int,))
         versions = versions.filter(version__lt=before)
     rows = list(versions.order_by("-version")[: limit + 1])
     page = [fact_version_payload(version) for version in rows[:limit]]
     more = len(rows) > limit
-    return Page(page, _cursor_encode(page[-1]["version"]) if more else None)
+    next_cursor = _cursor_encode(("history", owner_id, key), page[-1]["version"]) if more else None
+    return Page(page, next_cursor)
 
 
 afact_history = aio.twin(fact_history)
@@ -499,7 +523,7 @@ def session_list(
     _check_limit(limit)
     sessions = Session.objects.filter(owner_id=_owner_pk(owner_id))
     if cursor is not None:
-        last_seen, session_id = _cursor_decode(cursor, (str, str))
+        last_seen, session_id = _cursor_decode(cursor, ("sessions", owner_id), (str, str))
         try:
             seen = dt.datetime.fromisoformat(last_seen)
             if seen.tzinfo is None:
@@ -516,7 +540,11 @@ def session_list(
     page = [session_payload(session) for session in rows[:limit]]
     more = len(rows) > limit
     last = rows[limit - 1] if more else None
-    return Page(page, _cursor_encode(last.last_seen.isoformat(), last.session_id) if last else None)
+    if last is None:
+        return Page(page, None)
+    return Page(
+        page, _cursor_encode(("sessions", owner_id), last.last_seen.isoformat(), last.session_id)
+    )
 
 
 asession_list = aio.twin(session_list)
@@ -679,6 +707,25 @@ async def aowner_id_iter(*, min_last_seq: int = 0, chunk_size: int = 1000) -> As
             yield owner_id
         if len(rows) < chunk_size:
             return
+
+
+# Every key made only of dots (1-64 of them): the keys check memory.W010 looks for.
+DOT_KEYS = tuple("." * n for n in range(1, 65))
+
+
+@database_guard()
+def fact_dot_key_list(*, limit: int = 1000) -> list[tuple[str, str]]:
+    """Up to ``limit`` facts whose key is made only of dots, written before that rule, as
+    ``(owner_id, key)`` pairs by owner id and key (``manage.py memory_fact_keys`` renames them).
+
+    One statement over the fact table (it has no index on the key alone: a scan). Raises
+    ``MemoryUnavailable`` when the database cannot be reached.
+    """
+    facts = Fact.objects.filter(key__in=DOT_KEYS).order_by("owner__external_id", "key")
+    return list(facts.values_list("owner__external_id", "key")[:limit])
+
+
+afact_dot_key_list = aio.twin(fact_dot_key_list)
 
 
 @database_guard()

@@ -310,7 +310,8 @@ class FactsMergeInputSerializer(serializers.Serializer):
     """The body of ``PATCH users/{user_id}/facts/``: keys to set, others left as they are."""
 
     facts = FactsMapField(
-        help_text=f"Fact key (1-64 lower-case letters, digits and _ - .) -> new value; at most "
+        help_text=f"Fact key (1-64 lower-case letters, digits and _ - ., not only dots) -> new "
+        f"value; at most "
         f'{MAX_FACTS_PER_MERGE} keys, and the user at most MEMORY["MAX_FACTS"] facts after it.',
     )
     session_id = SessionIdField(required=False, allow_null=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path, re_path, register_converter
 
 from memory import views
-from memory.validators import FACT_KEY_RE, OWNER_ID_RE
+from memory.validators import OWNER_ID_RE
 
 
 class OwnerIdConverter:
@@ -25,9 +25,11 @@ class OwnerIdConverter:
 
 
 class FactKeyConverter:
-    """``<fact_key:key>``: 1-64 lower-case letters, digits and ``_ - .``."""
+    """``<fact_key:key>``: 1-64 lower-case letters, digits and ``_ - .``, not only dots."""
 
-    regex = FACT_KEY_RE.pattern.removeprefix("^").removesuffix("$")
+    # NOTE: FACT_KEY_RE inside a path: its "not only dots" lookahead ends at the segment's
+    # end, not the string's, so "facts/../" (sent as it is, or as %2E%2E) matches no fact URL.
+    regex = r"(?!\.+(?![a-z0-9_\-.]))[a-z0-9_\-.]{1,64}"
 
     def to_python(self, value: str) -> str:
         return value

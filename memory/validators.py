@@ -12,7 +12,12 @@ from django.core.exceptions import ValidationError
 from memory.conf import conf
 
 OWNER_ID_RE = re.compile(r"^[A-Za-z0-9_\-.@:]{1,128}$")
-FACT_KEY_RE = re.compile(r"^[a-z0-9_\-.]{1,64}$")
+# NOTE: not made only of dots: "." and ".." are URL dot segments, which clients collapse, so a
+# delete of the fact "../" would go out as a delete of the user (issue 23).
+FACT_KEY_RE = re.compile(r"^(?!\.+$)[a-z0-9_\-.]{1,64}$")
+# A key a fact may already hold: the rule before dots alone were refused. Keys made only of
+# dots are found by check memory.W010 and renamed by ``manage.py memory_fact_keys --rename``.
+HELD_FACT_KEY_RE = re.compile(r"^[a-z0-9_\-.]{1,64}$")
 IDEMPOTENCY_KEY_RE = re.compile(r"^[\x20-\x7e]{1,128}$")
 # NOTE: control characters (NUL above all: Postgres rejects it in text) have no place in a label.
 SESSION_ID_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
@@ -31,11 +36,31 @@ def validate_owner_id(value: str) -> None:
 
 
 def validate_fact_key(value: str) -> None:
-    """A fact key is 1-64 characters of lower-case letters, digits and ``_ - .``."""
-    if not isinstance(value, str) or not FACT_KEY_RE.fullmatch(value):
+    """A fact key is 1-64 characters of lower-case letters, digits and ``_ - .``, not made
+    only of dots."""
+    if not isinstance(value, str) or not HELD_FACT_KEY_RE.fullmatch(value):
         raise ValidationError(
             "Enter 1-64 characters of lower-case letters, digits and _ - .", code="invalid_key"
         )
+    if not FACT_KEY_RE.fullmatch(value):
+        raise ValidationError(
+            "A key may not be made only of dots (. and .. are URL dot segments).",
+            code="dot_key",
+        )
+
+
+def validate_held_fact_key(value: str) -> None:
+    """A key a fact may already hold, to read or delete it: ``validate_fact_key``'s rule, but
+    keys made only of dots (written before that rule) pass."""
+    if not isinstance(value, str) or not HELD_FACT_KEY_RE.fullmatch(value):
+        raise ValidationError(
+            "Enter 1-64 characters of lower-case letters, digits and _ - .", code="invalid_key"
+        )
+
+
+def dots_only(value: str) -> bool:
+    """Whether ``value`` is a key made only of dots (1-64 of them)."""
+    return 1 <= len(value) <= 64 and value == "." * len(value)
 
 
 def validate_session_id(value: str) -> None:

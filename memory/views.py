@@ -174,7 +174,7 @@ FACT_KEY = OpenApiParameter(
     OpenApiTypes.STR,
     OpenApiParameter.PATH,
     pattern=FACT_KEY_RE.pattern,
-    description="A fact key: 1-64 lower-case letters, digits and _ - .",
+    description="A fact key: 1-64 lower-case letters, digits and _ - ., not only dots.",
 )
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",

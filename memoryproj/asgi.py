@@ -8,7 +8,14 @@ import warnings
 
 from django.core.asgi import get_asgi_application
 
+from memoryproj import bodies, logs
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryproj.settings")
+# NOTE: read by the settings, which load below: served under ASGI, the project pools its
+# database connections (memoryproj/settings.py, DATABASE_POOL_SIZE).
+os.environ["MEMORYPROJ_ASGI"] = "1"
+# NOTE: the server's access log without query strings and owner ids (memoryproj/logs.py).
+logs.install()
 
 # NOTE: WhiteNoise answers static files with a sync file iterator, which Django's ASGI handler
 # reads in a thread (fine for static files) and warns about on the first one; the project's
@@ -19,4 +26,5 @@ warnings.filterwarnings(
     module="django.core.handlers.asgi",
 )
 
-application = get_asgi_application()
+# NOTE: request bodies capped before Django reads them (memoryproj/bodies.py).
+application = bodies.CappedASGI(get_asgi_application())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -35,10 +36,16 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from memory import permissions, selectors, services
-from memory.exceptions import IdempotencyKeyReused, MemoryException, MemoryUnavailable
+from memory.exceptions import (
+    IdempotencyKeyReused,
+    MemoryException,
+    MemoryUnavailable,
+    database_guard,
+)
 from memory.models import Role, Turn
 from memory.payloads import ContextPayload, TurnPayload, turn_payload
 from memory.validators import validate_content, validate_owner_id, validate_session_id
+from memoryproj import logins
 from memoryproj.responders import reply_chunks, responder_get
 
 logger = logging.getLogger(__name__)
@@ -402,8 +409,10 @@ async def chat_stream(request: HttpRequest) -> HttpResponseBase:
         return JsonResponse({"detail": "; ".join(errors)}, status=400)
     data = form.cleaned_data
     try:
-        # NOTE: the session and the user are sync (database) objects: resolve them in a thread.
-        speaker = await sync_to_async(speaker_get)(request, data.get("user_id") or None)
+        # NOTE: the session and the user are sync (database) objects: resolve them in a thread;
+        # a lost database there is the same 503 as in the memory calls after it.
+        with database_guard():
+            speaker = await sync_to_async(speaker_get)(request, data.get("user_id") or None)
         context = await aexchange_open(
             owner_id=speaker.owner_id,
             session_id=data["session_id"],
@@ -433,11 +442,36 @@ async def chat_stream(request: HttpRequest) -> HttpResponseBase:
 
 
 class LoginView(auth_views.LoginView):
-    """Django's login page; on success the visitor's anonymous memory joins theirs."""
+    """Django's login page; on success the visitor's anonymous memory joins theirs. Past
+    ``MEMORYPROJ_LOGIN_THROTTLE`` failed logins of one username from one client, a 429 with
+    ``Retry-After``, without a password checked (``memoryproj.logins``)."""
 
     template_name = "memoryproj/login.html"
 
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        username = request.POST.get("username", "")
+        wait = logins.login_wait(request, username)
+        if not wait:
+            return super().post(request, *args, **kwargs)
+        # NOTE: an unbound form: a bound one would authenticate as soon as its errors are read.
+        form = self.get_form_class()(request, initial={"username": username[:150]})
+        minutes = math.ceil(wait / 60)
+        response = self.render_to_response(
+            self.get_context_data(
+                form=form,
+                throttled=f"Too many failed logins; try again in {minutes} minute(s).",
+            ),
+            status=429,
+        )
+        response["Retry-After"] = str(wait)
+        return response
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        logins.login_failed(self.request, self.request.POST.get("username", ""))
+        return super().form_invalid(form)
+
     def form_valid(self, form: Any) -> HttpResponse:
+        logins.login_cleared(self.request, self.request.POST.get("username", ""))
         response = super().form_valid(form)
         # NOTE: should the link fail, the anonymous id stays in the session and the chat page
         # links it on the next visit.

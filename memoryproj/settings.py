@@ -32,6 +32,42 @@ def _env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+def _dev_secret_key() -> str:
+    """The key of a DEBUG demo without ``DJANGO_SECRET_KEY``: random, made once by the first
+    process and kept in ``DJANGO_DEV_SECRET_KEY_FILE`` (default ``.tmp/dev-secret-key``, which
+    git and the sdist leave out), so that every process of the demo signs with the same one."""
+    path = Path(
+        os.environ.get("DJANGO_DEV_SECRET_KEY_FILE") or BASE_DIR / ".tmp" / "dev-secret-key"
+    )
+    try:
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            fd = os.open(made, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as file:
+                file.write(f"django-insecure-{secrets.token_urlsafe(40)}\n")
+            # NOTE: a link cannot replace a file: of gunicorn's workers starting at once, the
+            # first one's key is everyone's.
+            try:
+                os.link(made, path)
+            except FileExistsError:
+                pass
+            finally:
+                made.unlink()
+        key = path.read_text().strip()
+    except OSError as e:
+        raise ImproperlyConfigured(
+            f"DEBUG is on without DJANGO_SECRET_KEY, and the development key file {path} "
+            f"cannot be made or read ({e}): set DJANGO_SECRET_KEY or DJANGO_DEV_SECRET_KEY_FILE."
+        ) from e
+    if len(key) < 50:
+        raise ImproperlyConfigured(
+            f"The development key file {path} holds no key of 50 characters or more: delete it "
+            "(a new one is made), or set DJANGO_SECRET_KEY."
+        )
+    return key
+
+
 DEBUG = _env_bool("DJANGO_DEBUG", False)
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip()
 if not SECRET_KEY:
@@ -41,9 +77,9 @@ if not SECRET_KEY:
             "python -c 'import secrets; print(secrets.token_urlsafe(50))'), or DJANGO_DEBUG=1 "
             "for a local demo."
         )
-    # NOTE: no built-in key, even for DEBUG: a key of this process's own, so sessions last
-    # until the next restart (runserver's reload logs you out; set the variable to keep them).
-    SECRET_KEY = f"django-insecure-{secrets.token_urlsafe(40)}"
+    # NOTE: no built-in key, even for DEBUG; and not one per process either, which logged a
+    # visitor out whenever the next request went to another gunicorn worker (issue 23).
+    SECRET_KEY = _dev_secret_key()
 ALLOWED_HOSTS = _env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = _env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 
@@ -73,6 +109,8 @@ INSTALLED_APPS = [
     "django_tasks_db",
     "drf_spectacular_sidecar",
     "memory",
+    # The demo's own table: failed logins, for the login page's throttle (memoryproj/logins.py).
+    "memoryproj",
 ]
 
 # Deferred fact extraction (docs/extraction.md) runs as django-tasks tasks; their database
@@ -85,6 +123,8 @@ MIDDLEWARE = [
     # STATIC_ROOT (manage.py collectstatic); with DEBUG on, straight from the apps.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # NOTE: a lost database is a 503 on every page, never a 500 (memoryproj/middleware.py).
+    "memoryproj.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -111,12 +151,16 @@ TEMPLATES = [
 ]
 
 WSGI_APPLICATION = "memoryproj.wsgi.application"
-ASGI_APPLICATION = "memoryproj.asgi.application"
+# NOTE: memoryproj/asgi.py sets MEMORYPROJ_ASGI=1 before the settings load: the project is then
+# served under ASGI, says so (ASGI_APPLICATION, which check memory.W011 reads) and pools its
+# database connections.
+SERVED_BY_ASGI = _env_bool("MEMORYPROJ_ASGI", False)
+if SERVED_BY_ASGI:
+    ASGI_APPLICATION = "memoryproj.asgi.application"
 
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
         conn_health_checks=True,
     )
 }
@@ -125,6 +169,34 @@ DATABASES = {
 DATABASE_POOLER = os.environ.get("DATABASE_POOLER", "").strip() or None
 if DATABASE_POOLER == "transaction":
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+# NOTE: bounded connections under every server. Under WSGI each of gunicorn's threads keeps one
+# (CONN_MAX_AGE 60). Under ASGI each request's sync code runs in a thread of its own, and a
+# kept connection would stay open after it: Django's pool instead (psycopg_pool), up to
+# DATABASE_POOL_SIZE connections a process; behind PgBouncer, which pools them itself, none kept.
+_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+_POOL_SIZE = int(
+    os.environ.get("DATABASE_POOL_SIZE")
+    or (8 if SERVED_BY_ASGI and _POSTGRES and DATABASE_POOLER != "transaction" else 0)
+)
+_CONN_MAX_AGE = os.environ.get("DATABASE_CONN_MAX_AGE", "").strip()
+if _POOL_SIZE > 0:
+    if not _POSTGRES:
+        raise ImproperlyConfigured("DATABASE_POOL_SIZE needs PostgreSQL (psycopg's pool).")
+    if _CONN_MAX_AGE not in ("", "0"):
+        raise ImproperlyConfigured(
+            f"DATABASE_CONN_MAX_AGE is {_CONN_MAX_AGE} with a pool of {_POOL_SIZE} connections "
+            "(DATABASE_POOL_SIZE; under ASGI 8 by default): Django's pool keeps none itself. "
+            "Unset DATABASE_CONN_MAX_AGE, or set DATABASE_POOL_SIZE=0."
+        )
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(2, _POOL_SIZE),
+        "max_size": _POOL_SIZE,
+        # Seconds a request waits for a free connection; then a 503.
+        "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT", "5")),
+    }
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = int(_CONN_MAX_AGE or (0 if SERVED_BY_ASGI else 60))
 
 # NOTE: the "memory" alias is the app's cache; it exists only when REDIS_URL (one Redis),
 # REDIS_CLUSTER_URL (a seed node of a Redis Cluster) or REDIS_SENTINELS (Sentinel-managed
@@ -240,6 +312,24 @@ def _env_rate(name: str, default: str) -> str | None:
     return value or None
 
 
+def _login_rate(name: str, default: str) -> tuple[int, int] | None:
+    """``count/period`` (DRF's form: ``10/hour``; period ``s``, ``m``, ``h`` or ``d``) as
+    (count, seconds) from the environment; empty means no limit."""
+    value = _env_rate(name, default)
+    if value is None:
+        return None
+    count, _, period = value.partition("/")
+    seconds = {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(period[:1])
+    if not count.isascii() or not count.isdigit() or int(count) < 1 or seconds is None:
+        raise ImproperlyConfigured(f"{name} is {value!r}: give count/period, such as 10/hour.")
+    return int(count), seconds
+
+
+# Failed logins on the demo's login page per client address and username within a period
+# (MEMORY_THROTTLE_LOGIN, default 10/hour; empty: no limit). Counted in the database, not the
+# cache; past it the page answers 429 (memoryproj/logins.py).
+MEMORYPROJ_LOGIN_THROTTLE = _login_rate("MEMORY_THROTTLE_LOGIN", "10/hour")
+
 REST_FRAMEWORK = {
     # NOTE: DRF's token authentication, which on the memory API's views also answers the
     # permission check in the same statement (memory/authentication.py).
@@ -283,18 +373,37 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
 }
 
+# NOTE: no query string (search text, user_id=) and no owner id (users/{user_id}/) in the 5xx
+# lines and runserver's access log; memoryproj.wsgi and .asgi do the same for gunicorn's and
+# uvicorn's (memoryproj/logs.py).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"redact": {"()": "memoryproj.logs.RedactRequests"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        # Django's own format of runserver's lines.
+        "server": {
+            "()": "django.utils.log.ServerFormatter",
+            "format": "[{server_time}] {message}",
+            "style": "{",
+        },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "requests": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["redact"],
+        },
+        "server": {"class": "logging.StreamHandler", "formatter": "server", "filters": ["redact"]},
+    },
     "loggers": {
         "memory": {"handlers": ["console"], "level": os.environ.get("MEMORY_LOG_LEVEL", "INFO")},
         # NOTE: a 500 with DEBUG off, logged with its traceback (Django's default sends it only
         # to ADMINS by mail, which the demo has not).
-        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+        "django.request": {"handlers": ["requests"], "level": "ERROR", "propagate": False},
+        "django.server": {"handlers": ["server"], "level": "INFO", "propagate": False},
         "memoryproj": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }

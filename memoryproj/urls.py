@@ -28,3 +28,6 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", RedirectView.as_view(pattern_name="chat"), name="home"),
 ]
+
+# NOTE: a lost database met outside any view (the session saved after it) is a 503 too.
+handler500 = "memoryproj.middleware.server_error"

@@ -261,6 +261,28 @@ def test_turn_changelist_rejects_a_bad_owner_filter(admin_client, chat):
     assert response["Location"].endswith("?e=1")
 
 
+@pytest.mark.parametrize("model", ["turn", "session", "fact"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"owner": "²"},  # str.isdigit() takes it, int() does not
+        {"owner": "١٢"},  # Arabic-Indic digits: int() takes them, the database id is ASCII
+        {"owner": "9" * 30},  # past a bigint
+        {"owner": "-1"},
+        {"session": "\x00"},
+        {"session": "web\x00"},
+        {"owner": "²", "session": "\x00"},
+        {"q": "\x00"},
+        {"q": "wang\x00"},
+    ],
+)
+def test_a_bad_owner_or_session_filter_is_refused_not_a_500(admin_client, chat, model, query):
+    response = admin_client.get(url(model, "changelist"), query)
+    assert response.status_code in (200, 302)
+    if response.status_code == 302:
+        assert response["Location"].endswith("?e=1")
+
+
 def test_turn_search_by_owner_id_and_content(admin_client, chat):
     changelist = url("turn", "changelist")
     assert [t.owner.external_id for t in results(admin_client.get(changelist, {"q": "li"}))] == [
@@ -394,6 +416,25 @@ def test_fact_add_validates_owner_and_key(admin_client, db):
     assert response.status_code == 200
     assert set(response.context["adminform"].form.errors) == {"user_id", "key"}
     assert not Fact.objects.exists()
+
+
+@pytest.mark.parametrize("key", [".", ".."])
+def test_fact_add_refuses_a_key_made_only_of_dots(admin_client, db, key):
+    response = admin_client.post(url("fact", "add"), {"user_id": "wang", "key": key, "value": "1"})
+    assert response.status_code == 200
+    assert "only of dots" in response.context["adminform"].form.errors["key"][0]
+    assert not Fact.objects.exists()
+
+
+def test_a_fact_keyed_only_by_dots_can_still_be_deleted_in_the_admin(admin_client, chat, write):
+    """As stored before such keys were refused; the admin deletes it through the service."""
+    fact = Fact.objects.get(owner=chat, key="likes")
+    Fact.objects.filter(pk=fact.pk).update(key="..")
+    with write():
+        response = admin_client.post(url("fact", "delete", fact.pk), {"post": "yes"})
+    assert response.status_code == 302
+    assert selectors.context_get(owner_id="wang")["facts"] == {"name": "王建国"}
+    assert selectors.fact_history(owner_id="wang", key="..").results[0]["deleted"] is True
 
 
 def test_fact_delete_is_not_served_stale(admin_client, chat, write):

@@ -446,3 +446,83 @@ def test_facts_merge_past_max_facts_raises(memory_settings, three_facts):
         services.facts_merge(owner_id="wang", facts={"x": 1})
     assert set(raised.value.message_dict) == {"facts"}
     assert Fact.objects.count() == 3
+
+
+# Keys made only of dots (issue 23, finding 2): `.` and `..` are URL dot segments, which HTTP
+# clients collapse, so `DELETE users/victim/facts/../` goes out as `DELETE users/victim/`.
+
+DOT_KEYS = [".", "..", "...", "." * 64]
+DOTS_MESSAGE = "A key may not be made only of dots (. and .. are URL dot segments)."
+
+
+@pytest.mark.parametrize("key", DOT_KEYS)
+def test_a_key_made_only_of_dots_is_refused_by_put_and_patch(owner_client, write, key):
+    """No such key is ever stored, so no client builds a fact URL that names the user."""
+    put = write(owner_client, "put", f"{FACTS}{key}/", {"value": 1})
+    put_encoded = write(owner_client, "put", f"{FACTS}{'%2E' * len(key)}/", {"value": 1})
+    patch = write(owner_client, "patch", FACTS, {"facts": {"name": "Wang", key: 1}})
+    assert (put.status_code, put_encoded.status_code) == (404, 404)
+    assert patch.status_code == 400
+    assert patch.json() == {"facts": {key: [DOTS_MESSAGE]}}
+    assert Fact.objects.count() == 0
+
+
+@pytest.mark.parametrize("key", ["..", "%2E%2E", "%2e", "."])
+@pytest.mark.parametrize("method", ["get", "put", "delete"])
+def test_a_dot_segment_that_arrives_uncollapsed_reaches_no_endpoint(
+    owner_client, write, method, key
+):
+    """``facts/../`` sent as it is (or percent-encoded) is a 404 of the fact URLs' own, and
+    neither the fact view nor the user's ``DELETE`` sees it."""
+    write(owner_client, "put", NAME, {"value": "Wang"})
+    services.turn_append(owner_id="wang", session_id="s", role="user", content="hi")
+    for path in (f"{FACTS}{key}/", f"{FACTS}{key}/history/"):
+        response = write(owner_client, method, path, {"value": 1} if method == "put" else None)
+        assert response.status_code == 404, path
+        assert set(response.json()) == {"detail"}
+    assert Fact.objects.filter(owner__external_id="wang").count() == 1
+    assert owner_client.get("/api/memory/users/wang/turns/").json()["results"] != []
+
+
+@pytest.mark.parametrize("key", [".a", "a.", "a..b", "-.", "._", "..0"])
+def test_keys_with_dots_and_something_else_are_accepted(owner_client, write, key):
+    assert write(owner_client, "put", f"{FACTS}{key}/", {"value": 1}).status_code == 201
+    assert owner_client.get(f"{FACTS}{key}/history/").status_code == 200
+    assert write(owner_client, "delete", f"{FACTS}{key}/").status_code == 204
+
+
+@pytest.mark.parametrize("key", DOT_KEYS)
+def test_fact_put_and_facts_merge_refuse_a_key_made_only_of_dots(key):
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError) as put:
+        services.fact_put(owner_id="wang", key=key, value=1)
+    with pytest.raises(ValidationError) as merge:
+        services.facts_merge(owner_id="wang", facts={"name": "Wang", key: 1})
+    assert set(put.value.message_dict) == {"key"}
+    assert merge.value.messages == [DOTS_MESSAGE]
+    assert Fact.objects.count() == 0
+
+
+def test_a_made_up_tampered_or_foreign_history_cursor_is_400(owner_client, versions):
+    """A cursor is opaque, taken from ``next`` (issue 23): not one a client made, changed, or
+    took from another fact's or another owner's listing."""
+    import base64
+
+    from memory import selectors
+
+    cursor = selectors.fact_history(owner_id="wang", key="name", limit=2).next_cursor
+    services.fact_put(owner_id="wang", key="likes", value=1)
+    services.fact_put(owner_id="wang", key="likes", value=2)
+    theirs = selectors.fact_history(owner_id="li", key="name", limit=1).next_cursor
+    assert cursor is not None
+    for path, made in [
+        (NAME, base64.urlsafe_b64encode(b"[5]").decode().rstrip("=")),  # before version 5
+        (NAME, cursor[:-1] + ("A" if cursor[-1] != "A" else "B")),
+        (f"{FACTS}likes/", cursor),  # another fact's
+        (NAME, theirs or "x"),  # another owner's
+    ]:
+        response = owner_client.get(f"{path}history/", {"cursor": made})
+        assert response.status_code == 400, (path, made)
+        assert response.json() == {"cursor": ["Invalid cursor."]}
+    assert owner_client.get(f"{NAME}history/", {"cursor": cursor}).status_code == 200

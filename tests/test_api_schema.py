@@ -111,7 +111,7 @@ def test_patch_facts_map_states_the_key_rule(schema):
     # NOTE: OpenAPI 3.0 (the demo's) has no propertyNames: the description says the rule.
     assert schema["openapi"].startswith("3.0")
     assert "propertyNames" not in facts
-    assert "1-64 lower-case letters, digits and _ - ." in facts["description"]
+    assert "1-64 lower-case letters, digits and _ - ., not only dots" in facts["description"]
     assert facts["maxProperties"] == MAX_FACTS_PER_MERGE
     assert facts["additionalProperties"]["nullable"] is True
     assert "NUL" in facts["additionalProperties"]["description"]

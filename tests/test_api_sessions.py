@@ -184,3 +184,48 @@ def test_a_session_seen_again_moves_to_the_front(
         services.turn_append(owner_id="wang", session_id="s00", role="user", content="x")
     first = owner_client.get(f"{SESSIONS}?limit=2").json()["results"]
     assert [(s["session_id"], s["turn_count"]) for s in first] == [("s00", 2), ("s11", 1)]
+
+
+def _flip(cursor: str) -> str:
+    """``cursor`` with its last character changed (still of the cursor's alphabet)."""
+    return cursor[:-1] + ("A" if cursor[-1] != "A" else "B")
+
+
+def test_a_made_up_cursor_is_400(owner_client, sessions):
+    """A cursor is opaque, taken from ``next``: one a client built itself, shaped as the
+    server's own (a position in the listing), is refused (issue 23)."""
+    first = owner_client.get(SESSIONS, {"limit": 3}).json()
+    for made_up in (
+        _cursor("2099-01-01T00:00:00+00:00", "").rstrip("="),
+        _cursor("2000-01-01T00:00:00+00:00", "s05").rstrip("="),
+    ):
+        response = owner_client.get(SESSIONS, {"cursor": made_up})
+        assert response.status_code == 400
+        assert response.json() == {"cursor": ["Invalid cursor."]}
+    assert owner_client.get(first["next"]).status_code == 200
+
+
+def test_a_tampered_cursor_or_one_of_another_listing_is_400(service_client, sessions):
+    cursor = selectors.session_list(owner_id="wang", limit=3).next_cursor
+    services.turn_append(owner_id="li", session_id="web", role="user", content="x")
+    services.fact_put(owner_id="wang", key="name", value="v1")
+    services.fact_put(owner_id="wang", key="name", value="v2")
+    history = selectors.fact_history(owner_id="wang", key="name", limit=1).next_cursor
+    assert cursor is not None and history is not None
+    for owner, params in [
+        ("wang", {"cursor": _flip(cursor)}),
+        ("li", {"cursor": cursor}),  # another owner's
+        ("wang", {"cursor": history}),  # a fact history's
+    ]:
+        response = service_client.get(f"/api/memory/users/{owner}/sessions/", params)
+        assert response.status_code == 400, params
+        assert response.json() == {"cursor": ["Invalid cursor."]}
+    assert service_client.get(SESSIONS, {"cursor": cursor}).status_code == 200
+
+
+def test_python_api_refuses_a_made_up_cursor(sessions):
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError) as raised:
+        selectors.session_list(owner_id="wang", cursor=_cursor("2099-01-01T00:00:00+00:00", ""))
+    assert raised.value.message_dict == {"cursor": ["Invalid cursor."]}

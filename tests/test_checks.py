@@ -340,3 +340,68 @@ def test_session_state_in_the_database_options_behind_a_transaction_pooler_warns
 def test_options_that_prepare_nothing_and_set_no_role_are_no_session_state(pooled, options):
     pooled["OPTIONS"].update(options)
     assert ids(MEMORY=memory(POOLER="transaction")) == []
+
+
+# Facts whose key is made only of dots (issue 23): a database check, as `check --database`.
+
+
+def database_ids() -> list[str]:
+    return [m.id for m in run_checks(databases=["default"]) if m.id and m.id.startswith("memory.")]
+
+
+@pytest.mark.django_db
+def test_facts_keyed_only_by_dots_warn_in_the_database_check():
+    from memory import services
+    from memory.models import Fact
+
+    services.fact_put(owner_id="wang", key="name", value="Wang")
+    assert database_ids() == []
+    # NOTE: as stored before such keys were refused: past the services' rule.
+    fact = Fact.objects.get(key="name")
+    Fact.objects.filter(pk=fact.pk).update(key="..")
+    [found] = [m for m in run_checks(databases=["default"]) if m.id == "memory.W010"]
+    assert "1." in found.msg and "wang" not in found.msg
+    assert "manage.py memory_fact_keys" in found.hint and "--rename" in found.hint
+    assert ids() == []  # not without --database
+
+
+# Persistent connections under ASGI (issue 23): Django keeps one per request thread there.
+
+
+@pytest.fixture
+def conn_max_age(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``conn_max_age(60, pool=None)`` sets the default database's CONN_MAX_AGE and pool."""
+
+    def set_(seconds: int | None, pool: Any = None) -> None:
+        monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", seconds)
+        options = {**connection.settings_dict["OPTIONS"]}
+        options.pop("pool", None)
+        if pool is not None:
+            options["pool"] = pool
+        monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
+
+    return set_
+
+
+ASGI = "memoryproj.asgi.application"
+
+
+@pytest.mark.parametrize("seconds", [60, None])
+def test_persistent_connections_under_asgi_warn(conn_max_age, seconds):
+    conn_max_age(seconds)
+    [found] = messages(ASGI_APPLICATION=ASGI)
+    assert found.id == "memory.W011"
+    assert "CONN_MAX_AGE" in found.msg and "ASGI" in found.msg
+    assert "OPTIONS['pool']" in found.hint
+
+
+@pytest.mark.parametrize(("seconds", "pool"), [(0, None), (0, {"max_size": 4}), (0, True)])
+def test_a_pool_or_no_persistent_connections_under_asgi_pass(conn_max_age, seconds, pool):
+    conn_max_age(seconds, pool)
+    assert ids(ASGI_APPLICATION=ASGI) == []
+
+
+def test_persistent_connections_without_asgi_pass(conn_max_age):
+    conn_max_age(60)
+    assert ids() == []
+    assert ids(ASGI_APPLICATION=None) == []

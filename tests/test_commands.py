@@ -284,3 +284,60 @@ def test_prune_rejects_bad_input(chat, args, message):
     with pytest.raises(CommandError, match=message):
         run("memory_prune", *args)
     assert len(seqs("wang")) == 10
+
+
+# memory_fact_keys
+
+
+def dot_facts(**keys_by_owner: list[str]) -> None:
+    """Facts whose key is made only of dots, as stored before such keys were refused: written
+    through the service under another key, then renamed past the services' rule."""
+    from memory.models import Fact
+
+    for owner_id, keys in keys_by_owner.items():
+        for i, key in enumerate(keys):
+            services.fact_put(owner_id=owner_id, key=f"tmp{i}", value=f"{owner_id} {key}")
+            Fact.objects.filter(owner__external_id=owner_id, key=f"tmp{i}").update(key=key)
+
+
+def test_fact_keys_lists_the_keys_made_only_of_dots(chat):
+    dot_facts(wang=["..", "."], li=["..."])
+    out, _ = run("memory_fact_keys")
+    assert out.splitlines() == [
+        "li ...",
+        "wang .",
+        "wang ..",
+        "3 fact(s) with a key made only of dots.",
+    ]
+    assert {f["key"] for f in selectors.fact_list(owner_id="wang")} >= {".", ".."}
+
+
+def test_fact_keys_rename_renames_them_with_history_and_no_collision(chat, write):
+    from django.core.checks import run_checks
+
+    with write():
+        services.fact_put(owner_id="wang", key="dot", value="taken")
+    dot_facts(wang=[".", ".."], li=["...", "." * 64])
+    selectors.context_get(owner_id="wang")  # a cached copy, brought up to date after commit
+    with write():
+        out, _ = run("memory_fact_keys", "--rename")
+    assert out.splitlines() == [
+        "li: ... -> dots-3",
+        f"li: {'.' * 64} -> dots-64",
+        "wang: . -> dot-2",
+        "wang: .. -> dotdot",
+        "Renamed 4 fact(s).",
+    ]
+    facts = {f["key"]: f["value"] for f in selectors.fact_list(owner_id="wang")}
+    assert facts == {"dot": "taken", "dot-2": "wang .", "dotdot": "wang ..", "likes": ["篮球"],
+                     "name": "王建国"}  # fmt: skip
+    context = selectors.context_get(owner_id="wang")
+    assert context["source"] == "cache"
+    assert context["facts"] == facts
+    # NOTE: the old key's earlier versions are those of the key it was stored under (tmp1).
+    old = selectors.fact_history(owner_id="wang", key="..").results
+    assert [(v["version"], v["deleted"]) for v in old] == [(2, True)]
+    new = selectors.fact_history(owner_id="wang", key="dotdot").results
+    assert [(v["version"], v["value"]) for v in new] == [(1, "wang ..")]
+    assert not [m for m in run_checks(databases=["default"]) if m.id == "memory.W010"]
+    assert run("memory_fact_keys", "--rename")[0] == "Renamed 0 fact(s).\n"

@@ -487,3 +487,92 @@ def test_deterministic_responder_answers_from_the_facts(facts, turns, message, r
     assert responder.respond(
         context=context("wang", facts=facts, turns=turns), message=message
     ) == (reply)
+
+
+# The login page's throttle (issue 23): failed logins counted per client address and username.
+
+
+def _login(client: Client, username: str, password: str, addr: str = "198.51.100.7") -> Any:
+    return client.post(
+        "/accounts/login/", {"username": username, "password": password}, REMOTE_ADDR=addr
+    )
+
+
+@pytest.mark.django_db
+def test_failed_logins_past_the_limit_are_429_even_with_the_right_password(client, settings):
+    User.objects.create_user("wang", password="wang-pw-123")
+    for _ in range(10):
+        assert _login(client, "wang", "guess").status_code == 200
+    refused = _login(client, "wang", "wang-pw-123")
+    assert refused.status_code == 429
+    assert int(refused["Retry-After"]) > 0
+    assert "Too many failed logins" in refused.content.decode()
+    assert "_auth_user_id" not in client.session
+    # Another username from that address, and that username from another address, go on.
+    User.objects.create_user("li", password="li-pw-123")
+    assert _login(client, "li", "li-pw-123").status_code == 302
+    client.logout()
+    assert _login(Client(), "wang", "wang-pw-123", addr="203.0.113.1").status_code == 302
+
+
+@pytest.mark.django_db
+def test_a_login_clears_the_failures_and_the_limit_ends_with_its_window(client):
+    from django.utils import timezone
+
+    from memoryproj.models import LoginFailure
+
+    User.objects.create_user("wang", password="wang-pw-123")
+    for _ in range(9):
+        _login(client, "wang", "guess")
+    assert _login(client, "wang", "wang-pw-123").status_code == 302
+    client.logout()
+    for _ in range(10):
+        assert _login(client, "wang", "guess").status_code == 200
+    assert _login(client, "wang", "wang-pw-123").status_code == 429
+    # NOTE: an hour later (the default MEMORY_THROTTLE_LOGIN is 10/hour).
+    LoginFailure.objects.update(at=timezone.now() - timezone.timedelta(hours=1, seconds=1))
+    assert _login(client, "wang", "wang-pw-123").status_code == 302
+    # Neither the address nor the username is stored as it is.
+    assert not LoginFailure.objects.filter(key__contains="wang").exists()
+
+
+# A lost database on the demo's pages (issue 23): a 503 on every page, never a 500, whether the
+# session, the user, the page's own reads or the session's save meet it.
+
+
+@commits
+def test_with_the_database_down_every_page_is_a_503(request):
+    User.objects.create_user("wang", password="wang-pw-123")
+    admin = User.objects.create_superuser("root", password="root-pw-123")
+    signed_in, staff, anonymous = Client(), Client(), Client()
+    assert signed_in.login(username="wang", password="wang-pw-123")
+    staff.force_login(admin)
+    say(anonymous, "laptop", INTRO)
+    request.getfixturevalue("dead_database")
+    fields = {"session_id": "laptop", "message": "hi", "exchange_id": "x" * 16}
+    login = {"username": "wang", "password": "wang-pw-123"}
+    for client, method, path, data, status in [
+        (Client(), "get", "/chat/", None, 503),  # a first visit
+        (anonymous, "get", "/chat/", None, 503),  # the session is looked up
+        (anonymous, "post", "/chat/", fields, 503),
+        (signed_in, "get", "/chat/", None, 503),  # the session, then its user
+        (signed_in, "post", "/chat/", fields, 503),
+        (Client(), "post", "/accounts/login/", login, 503),
+        (signed_in, "get", "/accounts/login/", None, 200),  # the form needs no database
+        (staff, "get", "/admin/", None, 503),
+        (staff, "get", "/admin/memory/turn/", None, 503),
+    ]:
+        client.raise_request_exception = False
+        response = getattr(client, method)(path, data)
+        assert response.status_code == status, (method, path, response.status_code)
+        assert b"Traceback" not in response.content
+
+    async def stream(cookies: Any) -> Any:
+        async_client = AsyncClient(raise_request_exception=False)
+        async_client.cookies = cookies
+        return await async_client.post("/chat/stream/", fields)
+
+    for client in (signed_in, anonymous, Client()):
+        response = async_to_sync(stream)(client.cookies)
+        assert response.status_code == 503
+        assert response.json() == {"detail": "The memory database is unavailable; try again."}

@@ -5,6 +5,7 @@ finds clean. Subprocess tests start the project as an operator would."""
 
 from __future__ import annotations
 
+import http.cookiejar
 import io
 import logging
 import os
@@ -13,6 +14,8 @@ import runpy
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -31,12 +34,28 @@ SETTINGS_FILE = ROOT / "memoryproj" / "settings.py"
 KEY = "settings-test-secret-key-" + "k" * 40
 
 
-def boom(request: HttpRequest) -> HttpResponse:
+def boom(request: HttpRequest, **kwargs: str) -> HttpResponse:
     raise RuntimeError("boom in a view")
 
 
-# NOTE: the URLs of the logging test (pytest.mark.urls names this module).
-urlpatterns = [path("boom/", boom)]
+def unavailable(request: HttpRequest, owner: str) -> HttpResponse:
+    return HttpResponse("down", status=503)
+
+
+def remember(request: HttpRequest) -> HttpResponse:
+    request.session["seen"] = True
+    return HttpResponse("ok")
+
+
+# NOTE: the URLs of the logging tests (pytest.mark.urls names this module), and the demo's
+# handler of errors outside views.
+handler500 = "memoryproj.middleware.server_error"
+urlpatterns = [
+    path("boom/", boom),
+    path("remember/", remember),
+    path("api/memory/users/<str:owner>/boom/", boom),
+    path("api/memory/users/<str:owner>/down/", unavailable),
+]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -87,12 +106,80 @@ def test_without_a_key_and_debug_the_settings_refuse(monkeypatch):
         _settings(monkeypatch)
 
 
-def test_debug_without_a_key_uses_a_random_one(monkeypatch):
-    first = _settings(monkeypatch, DJANGO_DEBUG="1")
-    second = _settings(monkeypatch, DJANGO_DEBUG="1")
+def test_debug_without_a_key_makes_one_once_and_keeps_it_in_a_file(monkeypatch, tmp_path):
+    """Random, never built into the source, and the same for every process that reads the
+    same file (gunicorn's workers, runserver's reloads), so that logins stick (issue 23)."""
+    kept = tmp_path / "keys" / "dev-secret-key"
+    first = _settings(monkeypatch, DJANGO_DEBUG="1", DJANGO_DEV_SECRET_KEY_FILE=str(kept))
+    second = _settings(monkeypatch, DJANGO_DEBUG="1", DJANGO_DEV_SECRET_KEY_FILE=str(kept))
     assert first["DEBUG"] is True
-    assert first["SECRET_KEY"] != second["SECRET_KEY"]
+    assert first["SECRET_KEY"] == second["SECRET_KEY"] == kept.read_text().strip()
     assert len(first["SECRET_KEY"]) > 50
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert first["SECRET_KEY"] not in SETTINGS_FILE.read_text()
+    other = _settings(
+        monkeypatch, DJANGO_DEBUG="1", DJANGO_DEV_SECRET_KEY_FILE=str(tmp_path / "another")
+    )
+    assert other["SECRET_KEY"] != first["SECRET_KEY"]
+
+
+def test_the_dev_key_file_is_out_of_git_and_the_sdist():
+    assert ".tmp/" in (ROOT / ".gitignore").read_text().splitlines()
+    assert "graft .tmp" not in (ROOT / "MANIFEST.in").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_with_debug_and_no_key_a_login_sticks_on_every_gunicorn_worker(tmp_path, settings):
+    """Each worker used to invent a key of its own: the session made by one worker's login
+    failed the next worker's check, and the visitor was anonymous again."""
+    from django.contrib.auth.models import User
+
+    from tests.instance import environment
+
+    # NOTE: the demo's hasher, not the suite's fast one, which the demo would not know.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+    User.objects.create_user("wang", password="pw-for-the-test")
+    port = free_port()
+    env = {
+        **_env(DJANGO_DEBUG="1", DJANGO_DEV_SECRET_KEY_FILE=str(tmp_path / "key")),
+        "DATABASE_URL": environment()["DATABASE_URL"],
+    }
+    env.pop("REDIS_URL", None)
+    log_path = tmp_path / "gunicorn.log"
+    command = [
+        sys.executable, "-m", "gunicorn", "memoryproj.wsgi:application", "--workers", "4",
+        "--log-level", "warning", "--bind", f"127.0.0.1:{port}",
+    ]  # fmt: skip
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                page = opener.open(f"{base}/accounts/login/", timeout=10).read().decode()
+                break
+            except OSError:
+                assert server.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.2)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)[1]
+        form = urllib.parse.urlencode(
+            {"username": "wang", "password": "pw-for-the-test", "csrfmiddlewaretoken": token}
+        ).encode()
+        opener.open(f"{base}/accounts/login/", data=form, timeout=10).read()
+        # NOTE: a new connection per request: gunicorn's workers take them in turn, at random.
+        signed_in = [
+            'id="username">wang<' in opener.open(f"{base}/chat/", timeout=10).read().decode()
+            for _ in range(16)
+        ]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert all(signed_in), (signed_in, log_path.read_text()[-2000:])
 
 
 def test_environment_chooses_hosts_proxies_and_https(monkeypatch):
@@ -121,6 +208,69 @@ def test_database_pooler_transaction_turns_off_what_outlives_a_transaction(monke
     pooled = _settings(monkeypatch, DJANGO_SECRET_KEY=KEY, DATABASE_POOLER="transaction")
     assert pooled["MEMORY"]["POOLER"] == "transaction"
     assert pooled["DATABASES"]["default"]["DISABLE_SERVER_SIDE_CURSORS"] is True
+
+
+PG = "postgres://postgres@127.0.0.1:5432/memory"
+
+
+def test_under_asgi_the_demo_pools_its_connections_and_under_wsgi_keeps_one_a_thread(
+    monkeypatch,
+):
+    wsgi = _settings(monkeypatch, DJANGO_SECRET_KEY=KEY, DATABASE_URL=PG)
+    assert "ASGI_APPLICATION" not in wsgi
+    assert wsgi["DATABASES"]["default"]["CONN_MAX_AGE"] == 60
+    assert "pool" not in wsgi["DATABASES"]["default"].get("OPTIONS", {})
+    monkeypatch.setenv("MEMORYPROJ_ASGI", "1")
+    asgi = _settings(monkeypatch, DJANGO_SECRET_KEY=KEY, DATABASE_URL=PG)
+    assert asgi["ASGI_APPLICATION"] == "memoryproj.asgi.application"
+    assert asgi["DATABASES"]["default"]["CONN_MAX_AGE"] == 0
+    assert asgi["DATABASES"]["default"]["OPTIONS"]["pool"] == {
+        "min_size": 2,
+        "max_size": 8,
+        "timeout": 5.0,
+    }
+    # NOTE: PgBouncer pools itself: one or the other (docs/scaling.md).
+    bouncer = _settings(
+        monkeypatch, DJANGO_SECRET_KEY=KEY, DATABASE_URL=PG, DATABASE_POOLER="transaction"
+    )
+    assert bouncer["DATABASES"]["default"]["CONN_MAX_AGE"] == 0
+    assert "pool" not in bouncer["DATABASES"]["default"].get("OPTIONS", {})
+    sqlite = _settings(monkeypatch, DJANGO_SECRET_KEY=KEY, DATABASE_URL="sqlite:///x.sqlite3")
+    assert sqlite["DATABASES"]["default"]["CONN_MAX_AGE"] == 0
+    assert "pool" not in sqlite["DATABASES"]["default"].get("OPTIONS", {})
+
+
+def test_a_pool_and_kept_connections_together_are_refused(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    monkeypatch.setenv("MEMORYPROJ_ASGI", "1")
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_POOL_SIZE=0"):
+        _settings(monkeypatch, DJANGO_SECRET_KEY=KEY, DATABASE_URL=PG, DATABASE_CONN_MAX_AGE="60")
+    kept = _settings(
+        monkeypatch,
+        DJANGO_SECRET_KEY=KEY,
+        DATABASE_URL=PG,
+        DATABASE_CONN_MAX_AGE="60",
+        DATABASE_POOL_SIZE="0",
+    )
+    assert kept["DATABASES"]["default"]["CONN_MAX_AGE"] == 60
+
+
+def test_check_is_clean_under_either_server():
+    for env in ({}, {"MEMORYPROJ_ASGI": "1"}):
+        result = _manage(_env(DJANGO_SECRET_KEY=KEY, **env), "check")
+        assert result.returncode == 0, result.stderr
+        assert "memory.W011" not in result.stdout + result.stderr
+    kept = _manage(
+        _env(
+            DJANGO_SECRET_KEY=KEY,
+            MEMORYPROJ_ASGI="1",
+            DATABASE_POOL_SIZE="0",
+            DATABASE_CONN_MAX_AGE="60",
+        ),
+        "check",
+    )
+    assert "memory.W011" in kept.stdout + kept.stderr
 
 
 def test_the_project_refuses_to_start_without_a_key():
@@ -195,6 +345,88 @@ def test_a_500_is_logged_with_its_traceback():
     assert "ERROR django.request: Internal Server Error: /boom/" in logged
     assert "Traceback (most recent call last):" in logged
     assert "RuntimeError: boom in a view" in logged
+
+
+@pytest.mark.urls("tests.test_demo_settings")
+def test_a_5xx_log_line_names_no_owner_id_and_no_query_string():
+    """Search text and owner ids stay out of ``django.request``'s lines (issue 23)."""
+    handler = logging.getLogger("django.request").handlers[0]
+    stream = io.StringIO()
+    previous = handler.setStream(stream)
+    try:
+        client = Client(raise_request_exception=False)
+        assert client.get("/api/memory/users/wang-secret/boom/?q=my+diagnosis").status_code == 500
+        assert client.get("/api/memory/users/wang-secret/down/?q=my+diagnosis").status_code == 503
+    finally:
+        handler.setStream(previous)
+    logged = stream.getvalue()
+    assert "Internal Server Error: /api/memory/users/{user_id}/boom/" in logged
+    assert "Service Unavailable: /api/memory/users/{user_id}/down/" in logged
+    assert "RuntimeError: boom in a view" in logged
+    assert "wang-secret" not in logged and "diagnosis" not in logged
+
+
+ACCESS_SERVERS = {
+    "gunicorn": ["-m", "gunicorn", "memoryproj.wsgi:application", "--workers", "1",
+                 "--bind", "127.0.0.1:{port}", "--access-logfile", "-"],
+    "gunicorn-conf": ["-m", "gunicorn", "-c", "python:memoryproj.gunicorn_conf",
+                      "memoryproj.wsgi:application", "--bind", "127.0.0.1:{port}",
+                      "--access-logfile", "-"],
+    "uvicorn": ["-m", "uvicorn", "memoryproj.asgi:application", "--host", "127.0.0.1",
+                "--port", "{port}"],
+    "runserver": ["manage.py", "runserver", "--noreload", "127.0.0.1:{port}"],
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server_name", sorted(ACCESS_SERVERS))
+def test_access_logs_name_no_owner_id_and_no_query_string(tmp_path, server_name):
+    """The demo's access logs, as each server writes them by default (uvicorn and runserver
+    always, gunicorn with an access log turned on), keep the path with ``{user_id}`` for the
+    owner id, and no query string or referrer's (issue 23)."""
+    # NOTE: nothing of this reaches a database; runserver only looks for migrations.
+    env = _env(DJANGO_SECRET_KEY=KEY, DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    env.pop("REDIS_URL", None)
+    port = free_port()
+    log_path = tmp_path / "server.log"
+    command = [sys.executable, *(a.format(port=port) for a in ACCESS_SERVERS[server_name])]
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                request = urllib.request.Request(
+                    f"{base}/api/memory/users/wang-secret/search/?q=my+diagnosis",
+                    headers={"Referer": f"{base}/chat/?user_id=wang-secret&q=my+diagnosis"},
+                )
+                urllib.request.urlopen(request, timeout=10)
+            except urllib.error.HTTPError as e:
+                assert e.code in (401, 403)
+                break
+            except OSError:
+                assert server.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, f"{server_name} did not start"
+                time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    logged = log_path.read_text()
+    assert "/api/memory/users/{user_id}/search/" in logged, logged
+    assert "wang-secret" not in logged and "diagnosis" not in logged, logged
+
+
+@pytest.mark.urls("tests.test_demo_settings")
+def test_a_database_lost_outside_any_view_is_a_503_and_other_errors_a_500(dead_database):
+    """The session saved after a view that needed no database: the demo's handler500 answers
+    a 503 for a lost database; any other error stays Django's 500 page."""
+    client = Client(raise_request_exception=False)
+    response = client.get("/remember/")
+    assert response.status_code == 503
+    assert b"The memory database is unavailable" in response.content
+    assert client.get("/boom/").status_code == 500
 
 
 def test_the_anonymous_throttle_ignores_x_forwarded_for(monkeypatch):

@@ -416,10 +416,14 @@ class QueryFailingExtractor:
 
 
 class SloppyExtractor:
-    """A plugged-in extractor that returns one bad key among good facts."""
+    """A plugged-in extractor that returns bad keys among good facts."""
 
     def extract(self, text: str, *, facts: Any) -> list[ExtractedFact]:
-        return [ExtractedFact("Bad Key!", "x"), ExtractedFact("mood", text)]
+        return [
+            ExtractedFact("Bad Key!", "x"),
+            ExtractedFact("..", "a key made only of dots"),
+            ExtractedFact("mood", text),
+        ]
 
 
 sloppy_instance = SloppyExtractor()
@@ -660,6 +664,7 @@ def test_a_bad_extracted_fact_is_skipped(
         append("cheerful")
     assert facts_of() == {"mood": "cheerful"}
     assert "Bad Key!" in caplog.text
+    assert "'..'" in caplog.text and "only of dots" in caplog.text
 
 
 @pytest.mark.django_db

@@ -438,3 +438,22 @@ def test_a_link_past_max_facts_is_refused_whole(write, memory_settings):
     assert len(selectors.turn_list(owner_id="anon-1")[0]) == 1
     with memory_settings(MAX_FACTS=4):
         assert services.memory_link(owner_id="wang", from_owner_id="anon-1").facts_moved == 2
+
+
+@db
+def test_a_link_from_an_owner_with_a_key_made_only_of_dots_is_refused_whole(write):
+    """Such a key (stored before the rule) is not written into the owner: the link waits for
+    ``memory_fact_keys --rename``, then goes through."""
+    with write():
+        services.fact_put(owner_id=ANON, key="tmp", value="x")
+        services.turn_append(owner_id=ANON, session_id="tab", role="user", content="hi")
+    Fact.objects.filter(owner__external_id=ANON, key="tmp").update(key="..")
+    with pytest.raises(ValidationError) as refused:
+        link()
+    assert "memory_fact_keys --rename" in refused.value.message_dict["from_user_id"][0]
+    assert not Owner.objects.filter(external_id="wang").exists()
+    assert contents(ANON) == [(1, "hi")]
+    with write():
+        assert services.fact_dot_keys_rename(owner_id=ANON) == {"..": "dotdot"}
+        assert link() == LinkResult(1, 1)
+    assert {f["key"] for f in selectors.fact_list(owner_id="wang")} == {"dotdot"}

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from memory.services.facts import (
     afact_delete,
+    afact_dot_keys_rename,
     afact_put,
     afacts_merge,
     fact_delete,
+    fact_dot_keys_rename,
     fact_put,
     facts_merge,
 )
@@ -40,6 +42,7 @@ __all__ = [
     "LinkResult",
     "acache_drop",
     "afact_delete",
+    "afact_dot_keys_rename",
     "afact_put",
     "afacts_merge",
     "amemory_forget",
@@ -50,6 +53,7 @@ __all__ = [
     "aturns_prune",
     "cache_drop",
     "fact_delete",
+    "fact_dot_keys_rename",
     "fact_put",
     "facts_merge",
     "memory_forget",

@@ -3,7 +3,7 @@ history."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -17,6 +17,7 @@ from memory.exceptions import (
 from memory.models import (
     Fact,
     FactVersion,
+    Owner,
 )
 from memory.payloads import fact_payload
 from memory.services._common import (
@@ -27,7 +28,9 @@ from memory.services._common import (
     _service,
 )
 from memory.validators import (
+    dots_only,
     validate_fact_key,
+    validate_held_fact_key,
     validate_json_value,
     validate_owner_id,
     validate_session_id,
@@ -137,7 +140,7 @@ def fact_delete(*, owner_id: str, key: str, expected_version: int | None = None)
     reached; then nothing changed.
     """
     _check("user_id", validate_owner_id, owner_id)
-    _check("key", validate_fact_key, key)
+    _check("key", validate_held_fact_key, key)
     with _service():
         owner = _owner_lock(owner_id, create=False)
         fact = Fact.objects.filter(owner=owner, key=key).first() if owner else None
@@ -145,19 +148,88 @@ def fact_delete(*, owner_id: str, key: str, expected_version: int | None = None)
             raise FactNotFound(key)
         if expected_version is not None and fact.version != expected_version:
             raise FactVersionConflict(key, expected_version, fact.version)
-        FactVersion.objects.create(
-            owner=owner,
-            key=key,
-            value=None,
-            version=fact.version + 1,
-            session_id=None,
-            source_turn_seq=None,
-            deleted=True,
-            updated_at=timezone.now(),
-        )
-        fact.delete()
+        _fact_remove(owner, fact, at=timezone.now())
         prev = cache.stamp_take(owner)
         cache.write_commit(owner, prev, deleted_keys=[key])
 
 
 afact_delete = aio.twin(fact_delete)
+
+
+def _fact_remove(owner: Owner, fact: Fact, *, at: Any) -> None:
+    """Delete one fact under the owner lock, leaving its last, ``deleted``, version."""
+    FactVersion.objects.create(
+        owner=owner,
+        key=fact.key,
+        value=None,
+        version=fact.version + 1,
+        session_id=None,
+        source_turn_seq=None,
+        deleted=True,
+        updated_at=at,
+    )
+    fact.delete()
+
+
+def _dot_key_new(key: str, held: Collection[str]) -> str:
+    """The new name of a key made only of dots, the first that ``held`` lacks."""
+    base = {1: "dot", 2: "dotdot"}.get(len(key), f"dots-{len(key)}")
+    name, n = base, 1
+    while name in held:
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+def fact_dot_keys_rename(*, owner_id: str) -> dict[str, str]:
+    """Rename the owner's facts whose key is made only of dots (stored before keys of dots
+    alone were refused): ``.`` -> ``dot``, ``..`` -> ``dotdot``, three or more -> ``dots-<n>``,
+    with ``-2``, ``-3``, ... after it where the owner holds that key already. Return
+    ``{old key: new key}``, empty when there were none.
+
+    Each renamed fact leaves history as a delete of the old key and a put of the new one would:
+    a last ``deleted`` version of the old key, and the value (its session id and source turn
+    kept) as a new version of the new key. One transaction under the owner's lock; the cached
+    copy is updated after commit. Raises ``MemoryUnavailable`` when the database cannot be
+    reached; then nothing changed.
+    """
+    _check("user_id", validate_owner_id, owner_id)
+    with _service():
+        owner = _owner_lock(owner_id, create=False)
+        if owner is None:
+            return {}
+        facts = list(Fact.objects.filter(owner=owner).order_by("key"))
+        held = {fact.key for fact in facts}
+        at = timezone.now()
+        renamed: dict[str, str] = {}
+        written: list[Fact] = []
+        for fact in facts:
+            if not dots_only(fact.key):
+                continue
+            new_key = _dot_key_new(fact.key, held)
+            held.add(new_key)
+            value = fact.value
+            _fact_remove(owner, fact, at=at)
+            moved = _fact_write(
+                owner,
+                new_key,
+                value,
+                session_id=fact.session_id,
+                source_turn_seq=fact.source_turn_seq,
+                at=at,
+            )
+            assert moved is not None
+            written.append(moved[0])
+            renamed[fact.key] = new_key
+        if renamed:
+            prev = cache.stamp_take(owner)
+            cache.write_commit(
+                owner,
+                prev,
+                facts=[fact_payload(fact) for fact in written],
+                deleted_keys=list(renamed),
+            )
+        return renamed
+
+
+afact_dot_keys_rename = aio.twin(fact_dot_keys_rename)

@@ -35,6 +35,7 @@ from memory.services._common import (
 )
 from memory.signals import memory_forgotten
 from memory.validators import (
+    dots_only,
     validate_owner_id,
 )
 
@@ -205,8 +206,9 @@ def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
     either owner meanwhile wait, then continue after the moved turns (the owner's) or on a new
     anonymous owner (the anonymous one's); no turn is lost and no seq skipped or repeated.
     Linking again moves nothing: an unknown ``from_owner_id`` gives ``LinkResult(0, 0)`` and
-    changes nothing. Raises ``ValidationError`` for a bad id, an owner linked to itself, or a
-    link that would leave the owner with more than ``MEMORY["MAX_FACTS"]`` facts, and
+    changes nothing. Raises ``ValidationError`` for a bad id, an owner linked to itself, an
+    anonymous owner holding a fact key made only of dots (``fact_dot_keys_rename`` renames
+    it), or a link that would leave the owner with more than ``MEMORY["MAX_FACTS"]`` facts, and
     ``MemoryUnavailable`` when the database cannot be reached; then nothing changed.
     """
     _check("user_id", validate_owner_id, owner_id)
@@ -228,13 +230,23 @@ def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
             # NOTE: linked or forgotten meanwhile; undo creating the target, if this did.
             transaction.set_rollback(True)
             return LinkResult(0, 0)
+        offered = list(Fact.objects.filter(owner=source).values_list("key", flat=True))
+        # NOTE: a key made only of dots (stored before keys of dots alone were refused) is not
+        # written into the owner: the link is refused whole until it was renamed.
+        dotted = sorted(key for key in offered if dots_only(key))
+        if dotted:
+            raise ValidationError(
+                {
+                    "from_user_id": [
+                        "The user to link holds facts whose keys are made only of dots "
+                        f"({', '.join(dotted)}); rename them first: manage.py memory_fact_keys "
+                        "--rename."
+                    ]
+                }
+            )
         # NOTE: the facts the owner lacks become theirs: past MAX_FACTS the link is refused
         # whole, as any write past it is (nothing moved; the anonymous owner stays).
-        _facts_cap_check(
-            target,
-            list(Fact.objects.filter(owner=source).values_list("key", flat=True)),
-            field="from_user_id",
-        )
+        _facts_cap_check(target, offered, field="from_user_id")
         base = target.last_seq
         _source_turn_seqs_follow(source, base)
         facts_moved = _facts_link(source, target)
