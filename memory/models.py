@@ -3,6 +3,8 @@ facts and every version of every fact. Postgres is the truth; Redis only copies 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from django.db import models
@@ -95,16 +97,23 @@ class Role(models.TextChoices):
     TOOL = "tool"
 
 
+def _no_guard(owner_pks: Callable[[], Iterable[int]]) -> AbstractContextManager[None]:
+    return nullcontext()
+
+
+# NOTE: what wraps a delete of turns made through the ORM: ``memory.cache.orm_delete``, set by
+# ``memory.signals`` when the app loads. The models import nothing above them (the cache
+# package imports the models).
+orm_delete_guard: Callable[[Callable[[], Iterable[int]]], AbstractContextManager[None]] = _no_guard
+
+
 class TurnQuerySet(models.QuerySet["Turn"]):
     """Turns; a ``delete()`` outside the services drops the cached copy of each owner it touches
     after commit (``cache.orm_delete``), as a service write does."""
 
     def delete(self) -> tuple[int, dict[str, int]]:
-        # NOTE: imported here: memory.cache imports these models.
-        from memory import cache
-
         owners = Owner.objects.filter(pk__in=self.values("owner_id")).order_by()
-        with cache.orm_delete(lambda: owners.values_list("pk", flat=True)):
+        with orm_delete_guard(lambda: owners.values_list("pk", flat=True)):
             return super().delete()
 
     delete.alters_data = True  # type: ignore[attr-defined]
@@ -163,9 +172,7 @@ class Turn(models.Model):
     def delete(self, using: Any = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Delete the turn; outside the services, its owner's cached copy is dropped after
         commit (``cache.orm_delete``). ``services.turn_delete`` also keeps its session's count."""
-        from memory import cache
-
-        with cache.orm_delete(lambda: [self.owner_id]):
+        with orm_delete_guard(lambda: [self.owner_id]):
             return super().delete(using=using, keep_parents=keep_parents)
 
 

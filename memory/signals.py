@@ -16,8 +16,12 @@ from typing import Any
 from django.db.models.signals import post_delete, post_save, pre_delete
 from django.dispatch import Signal, receiver
 
-from memory import cache
+from memory import cache, models
 from memory.models import Fact, Owner, Turn
+
+# NOTE: a delete of turns through the ORM (``Turn.delete``, ``TurnQuerySet.delete``) marks
+# their owners and drops their copies after commit, as a service write does.
+models.orm_delete_guard = cache.orm_delete
 
 # Sent after an owner was forgotten and the transaction committed.
 # args: owner_id (str)

@@ -29,7 +29,7 @@ from rest_framework.serializers import Serializer, as_serializer_error
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from memory import metrics, selectors, services
+from memory import counters, selectors, services
 from memory.exceptions import (
     FactNotFound,
     FactVersionConflict,
@@ -300,7 +300,7 @@ class MemoryView(APIView):
         started = time.perf_counter()
         response = super().dispatch(request, *args, **kwargs)
         match = request.resolver_match
-        metrics.request_observed(
+        counters.request_observed(
             view=match.view_name if match is not None else type(self).__name__,
             method=request.method or "",
             status=response.status_code,

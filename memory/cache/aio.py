@@ -8,20 +8,20 @@ from __future__ import annotations
 
 from asgiref.sync import sync_to_async
 
-from memory.cache import copy
 from memory.cache.client import breaker, enabled
+from memory.cache.copy import Hit, Snapshot, copy_aread
 from memory.cache.readthrough import Loader, Source, copy_valid, read_through
 from memory.cache.repair import repairer_ensure
 
 
-async def aread_through(*, owner_id: str, turns: int, load: Loader) -> tuple[copy.Snapshot, Source]:
+async def aread_through(*, owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, Source]:
     """``read_through`` for async code: a valid copy in one async Redis round trip, no query
     and no thread; the validity step's database check (only while suspect) and every other
     case in one ``sync_to_async`` call of the sync path. Raises what ``load`` raises."""
     if enabled():
         repairer_ensure()
-        result = await copy.copy_aread(owner_id=owner_id, turns=turns)
-        if isinstance(result, copy.Hit):
+        result = await copy_aread(owner_id=owner_id, turns=turns)
+        if isinstance(result, Hit):
             # NOTE: read once: another thread may see Redis down meanwhile, and a validity step
             # that then queried would do so on the event loop.
             suspect = breaker.suspect()
@@ -29,6 +29,6 @@ async def aread_through(*, owner_id: str, turns: int, load: Loader) -> tuple[cop
                 checked = await sync_to_async(copy_valid)(owner_id, result, suspect=True)
             else:
                 checked = copy_valid(owner_id, result, suspect=False)
-            if isinstance(checked, copy.Hit):
+            if isinstance(checked, Hit):
                 return checked.snapshot, "cache"
     return await sync_to_async(read_through)(owner_id=owner_id, turns=turns, load=load)

@@ -28,7 +28,7 @@ from redis.asyncio import connection as async_connection
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, SlotNotCoveredError
 
-from memory import metrics
+from memory import counters
 from memory.conf import conf
 
 logger = logging.getLogger("memory.cache")
@@ -145,7 +145,7 @@ class Breaker:
             self.bugs_logged: dict[tuple[str, str], tuple[float, int]] = {}
             self.counts: dict[str, int] = {}
             self.counts_flushed_at = 0.0
-        metrics.cache_outage_reset()
+        counters.cache_outage_reset()
 
     def expire(self) -> None:
         """End the open window now: the next call probes (tests, operators)."""
@@ -232,7 +232,7 @@ class Breaker:
         if probe is not None:
             probe.set()
         if since is not None:
-            metrics.cache_recovered()
+            counters.cache_recovered()
             logger.warning("Redis reachable again after %.1f s.", time.monotonic() - since)
             for listener in list(self.listeners):
                 listener()
@@ -256,7 +256,7 @@ class Breaker:
             probe, gate.probe = gate.probe, None
         if probe is not None:
             probe.set()
-        metrics.cache_failed()
+        counters.cache_failed()
         where = f"Redis node {shard}" if shard else "Redis"
         if opened:
             for listener in list(self.listeners):
@@ -308,7 +308,7 @@ class Breaker:
     def count(self, name: str, n: int = 1) -> None:
         with self.lock:
             self.counts[name] = self.counts.get(name, 0) + n
-        metrics.cache_event(name, n)
+        counters.cache_event(name, n)
 
 
 breaker = Breaker()

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from redis import exceptions as redis_errors
 from redis.commands.core import Script
 
-from memory import codec, metrics
+from memory import codec, counters
 from memory.cache.client import (
     Answer,
     Outcome,
@@ -215,7 +215,7 @@ class _Replicas:
             self.behind = False
             self.shortfalls = 0
             self.logged_at = 0.0
-        metrics.cache_replicas_behind(False)
+        counters.cache_replicas_behind(False)
 
     def want(self, node: str, replicas: int) -> int:
         """How many replicas a write to ``node`` waits for: those it had online last time."""
@@ -230,7 +230,7 @@ class _Replicas:
         short = acknowledged < wanted
         if short != self.behind:
             self.behind = short
-            metrics.cache_replicas_behind(short)
+            counters.cache_replicas_behind(short)
         if not short:
             return True
         breaker.count("unreplicated")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from redis.commands.core import Script
 
-from memory import metrics
+from memory import counters
 from memory.cache.client import Answer, Outcome, redis_call
 from memory.cache.keys import prefix
 
@@ -68,7 +68,7 @@ def window_count(*, key: str, seconds: int) -> tuple[int, float]:
     if isinstance(answer, Answer):
         return int(answer.value), left
     if answer is not Outcome.DISABLED:
-        metrics.throttle_local()
+        counters.throttle_local()
     return _local.count(digest, window), left
 
 
