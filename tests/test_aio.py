@@ -5,35 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
-from django.db import connection, connections
+from django.db import connection
 
 from memory import selectors, services
 from memory.exceptions import FactNotFound, FactVersionConflict, MemoryUnavailable
 from memory.models import Turn
+from tests.loop import run
 
 # NOTE: the twins' sync code runs in another thread, with its own connection: it sees only
 # committed rows, and commits its own.
 real_db = pytest.mark.django_db(transaction=True)
-
-
-def run(main: Callable[[], Awaitable[Any]]) -> Any:
-    """``asyncio.run(main())``, as an async program would; then the connection of the thread
-    that served its sync code is closed, so that the test database can be flushed and dropped."""
-
-    async def program() -> Any:
-        try:
-            return await main()
-        finally:
-            await sync_to_async(connections.close_all, thread_sensitive=True)()
-
-    return asyncio.run(program())
 
 
 def _sync_functions(module: Any) -> list[str]:

@@ -10,32 +10,19 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
-from asgiref.sync import sync_to_async
-from django.db import connections
 
 from memory import cache, selectors, services
 from memory.cache import readthrough
 from memory.cache.client import redis_call
 from memory.cache.keys import owner_key
+from tests.loop import run
 
 real_db = pytest.mark.django_db(transaction=True)
-
-
-def run(main: Callable[[], Awaitable[Any]]) -> Any:
-    """``asyncio.run(main())``, then close the connection its sync code used (see test_aio)."""
-
-    async def program() -> Any:
-        try:
-            return await main()
-        finally:
-            await sync_to_async(connections.close_all, thread_sensitive=True)()
-
-    return asyncio.run(program())
 
 
 def append(content: str, owner_id: str = "wang") -> None:

@@ -4,18 +4,16 @@ and async reads and writes use the cache alike, and async traffic never turns it
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connections
 from django.test import override_settings
 
 from memory import cache, selectors, services
+from tests.loop import run
 from tests.servers import RedisServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -90,16 +88,6 @@ def guarded_cache(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
     finally:
         server.cleanup()
         cache.reset()
-
-
-def run(main: Any) -> Any:
-    async def program() -> Any:
-        try:
-            return await main()
-        finally:
-            await sync_to_async(connections.close_all, thread_sensitive=True)()
-
-    return asyncio.run(program())
 
 
 def test_sync_and_async_traffic_both_use_a_cache_that_wants_credentials(guarded_cache):

@@ -130,6 +130,36 @@ def exempt(acked_at: float, read_at: float, outages: list[tuple[float, float]]) 
     return any(start <= acked_at <= end + 0.3 and read_at < end + BOUND for start, end in outages)
 
 
+def assert_kept_and_fresh(
+    stack: AppStack, logs: list[Log], outages: list[tuple[float, float]]
+) -> None:
+    """Every acknowledged write kept exactly once, in commit order, nothing else; and no read
+    older than what was acknowledged before it began, outside the bound of an outage."""
+    for log in logs:
+        assert log.errors == []
+        # Every acknowledged write kept exactly once, in commit order, nothing else.
+        listed = turns_listed(stack, log.owner)
+        assert [t["seq"] for t in listed] == list(range(1, len(log.turns) + 1))
+        assert {t["seq"]: t["content"] for t in listed} == {
+            seq: content for seq, (content, _) in log.turns.items()
+        }
+        assert len(log.reads) >= 10
+        # No read older than what was acknowledged before it began, outside the bound.
+        for read_at, seen, counter, source in log.reads:
+            for seq, (_, acked_at) in log.turns.items():
+                if acked_at < read_at and seq > seen:
+                    assert exempt(acked_at, read_at, outages), (
+                        f"{log.owner}: a read ({source}) {read_at - acked_at:.2f} s after turn "
+                        f"{seq} was acknowledged saw only up to {seen}"
+                    )
+            for value, acked_at in log.facts:
+                if acked_at < read_at and (counter is None or counter < value):
+                    assert exempt(acked_at, read_at, outages), (
+                        f"{log.owner}: facts/ {read_at - acked_at:.2f} s after counter={value} "
+                        f"was acknowledged served {counter}"
+                    )
+
+
 def test_clients_on_two_instances_through_pause_kill_snapshot_restore_and_flush(
     stack: AppStack, cache_server: RedisServer
 ):
@@ -184,29 +214,7 @@ def test_clients_on_two_instances_through_pause_kill_snapshot_restore_and_flush(
         for thread in threads:
             thread.join()
 
-    for log in logs + quiet:
-        assert log.errors == []
-        # Every acknowledged write kept exactly once, in commit order, nothing else.
-        listed = turns_listed(stack, log.owner)
-        assert [t["seq"] for t in listed] == list(range(1, len(log.turns) + 1))
-        assert {t["seq"]: t["content"] for t in listed} == {
-            seq: content for seq, (content, _) in log.turns.items()
-        }
-        assert len(log.reads) >= 10
-        # No read older than what was acknowledged before it began, outside the bound.
-        for read_at, seen, counter, source in log.reads:
-            for seq, (_, acked_at) in log.turns.items():
-                if acked_at < read_at and seq > seen:
-                    assert exempt(acked_at, read_at, outages), (
-                        f"{log.owner}: a read ({source}) {read_at - acked_at:.2f} s after turn "
-                        f"{seq} was acknowledged saw only up to {seen}"
-                    )
-            for value, acked_at in log.facts:
-                if acked_at < read_at and (counter is None or counter < value):
-                    assert exempt(acked_at, read_at, outages), (
-                        f"{log.owner}: facts/ {read_at - acked_at:.2f} s after counter={value} "
-                        f"was acknowledged served {counter}"
-                    )
+    assert_kept_and_fresh(stack, logs + quiet, outages)
     # The cache was in use between the faults, not bypassed throughout.
     assert any(source == "cache" for log in logs for _, _, _, source in log.reads)
     if stack.pooler is not None:

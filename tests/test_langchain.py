@@ -3,7 +3,6 @@ RunnableWithMessageHistory and fake chat model, across sessions, processes and a
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import threading
@@ -11,9 +10,8 @@ from typing import Any
 
 import pytest
 import redis
-from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
-from django.db import connection, connections
+from django.db import connection
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -32,6 +30,7 @@ from memory import selectors
 from memory.integrations.langchain import MemoryChatMessageHistory
 from tests import instance
 from tests.instance import ROOT
+from tests.loop import run
 
 pytestmark = pytest.mark.filterwarnings(
     # NOTE: langchain-core 1.x deprecates RunnableWithMessageHistory (for LangGraph) but keeps it.
@@ -87,18 +86,6 @@ async def achain_turn(*, owner_id: str, session_id: str, text: str, reply: str) 
     answer = await chain([reply], seen).ainvoke({"input": text}, config=config)
     assert answer.content == reply
     return _typed(seen[0])
-
-
-def run(main: Any) -> Any:
-    """``asyncio.run(main())``, closing the connection its sync code used (see test_aio)."""
-
-    async def program() -> Any:
-        try:
-            return await main()
-        finally:
-            await sync_to_async(connections.close_all, thread_sensitive=True)()
-
-    return asyncio.run(program())
 
 
 @pytest.mark.slow
