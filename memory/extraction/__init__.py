@@ -2,7 +2,8 @@
 
 ``base`` holds the extractor protocol and its loader, ``merge`` how extracted facts merge into
 an owner's current facts, ``rules`` the built-in extractor (its rules in ``english`` and
-``chinese``, their shared helpers in ``text``), and ``llm`` an extractor for any
+``chinese``, the checks of their values in ``values``, the text helpers both use in
+``text``), and ``llm`` an extractor for any
 ``complete(prompt) -> str``. ``memory.services.turn_append`` runs ``MEMORY["FACT_EXTRACTOR"]``
 just before the turn's transaction and writes its facts in it, or, for a deferred extractor,
 ``deferred`` runs it in a worker.
