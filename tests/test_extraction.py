@@ -33,12 +33,12 @@ from memory.extraction import (
     LazyFacts,
     LLMExtractor,
     RuleBasedExtractor,
-    deferred,
     extractor_deferred,
     extractor_get,
     facts_apply,
 )
 from memory.models import Fact, FactVersion, PendingExtraction, Turn
+from memory.services import deferred
 from tests import instance
 
 # --- the rule-based extractor: sentences and the facts they state ---------------------------
@@ -775,7 +775,7 @@ def test_deferred_extraction_writes_a_record_with_the_turn_and_enqueues_after_co
     assert facts_of() == {}
     task = DBTaskResult.objects.get()
     assert (task.task_path, task.args_kwargs["args"]) == (
-        "memory.extraction.deferred.extraction_run",
+        "memory.services.deferred.extraction_run",
         [pending.pk],
     )
     assert deferred.extraction_run.call(pending.pk) == 2

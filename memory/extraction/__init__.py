@@ -2,10 +2,11 @@
 
 ``base`` holds the extractor protocol and its loader, ``merge`` how extracted facts merge into
 an owner's current facts, ``rules`` the built-in extractor (its rules in ``english`` and
-``chinese``, their shared helpers in ``text``), and ``llm`` an extractor for any
-``complete(prompt) -> str``. ``memory.services.turn_append`` runs ``MEMORY["FACT_EXTRACTOR"]``
-just before the turn's transaction and writes its facts in it, or, for a deferred extractor,
-``deferred`` runs it in a worker.
+``chinese``, the checks of their values in ``values``, the text helpers all three use in
+``text``), and ``llm`` an extractor for any ``complete(prompt) -> str``. Nothing here imports
+the services: ``memory.services.turn_append`` runs ``MEMORY["FACT_EXTRACTOR"]`` just before
+the turn's transaction and writes its facts in it, or, for a deferred extractor, the task in
+``memory.services.deferred`` runs it in a worker.
 """
 
 from __future__ import annotations

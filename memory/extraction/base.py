@@ -49,7 +49,7 @@ class FactExtractor(Protocol):
     inline one (the built-in rules) runs once in the request, just before the turn's
     transaction and holding no lock, and what it finds is written in that transaction; a
     *deferred* one (``LLMExtractor``) runs after commit, as a task of a django-tasks worker
-    (``memory.extraction.deferred``), with no lock held while it works.
+    (``memory.services.deferred``), with no lock held while it works.
     """
 
     def extract(self, text: str, *, facts: Mapping[str, Any]) -> Iterable[ExtractedFact]:

@@ -1,5 +1,6 @@
 """The rule-based extractor for English and Chinese: sentences, clauses, and what one clause
-tells the next (the rules themselves are in ``english`` and ``chinese``)."""
+tells the next (the rules themselves are in ``english`` and ``chinese``, their value checks in
+``values``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from memory.extraction.chinese import (
     _ZH_QUESTION,
     _ZH_RULES,
     _ZH_RUN_ON,
-    _items_zh,
 )
 from memory.extraction.english import (
     _EN_APPOSITIVE,
@@ -31,13 +31,12 @@ from memory.extraction.english import (
     _EN_FIRST_PERSON,
     _EN_IT_IS,
     _EN_LIST_CLOSE,
-    _EN_NEG,
     _EN_QUESTION_START,
     _EN_RULES,
     _EN_RUN_ON,
-    _items_en,
 )
 from memory.extraction.text import _HAN_RE, _fold, _is_han
+from memory.extraction.values import _EN_NEG, _items_en, _items_zh
 
 _SENTENCE_END = re.compile(r"[。！？!?；;\n…]+|\.+(?=\s|$|[\"')\]])")
 _ABBREVIATION = re.compile(

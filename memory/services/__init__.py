@@ -3,7 +3,9 @@
 Every service runs in one transaction under the owner's row lock, commits to the database
 first, and only then (``transaction.on_commit``) updates the Redis copy. A write that raises
 stored nothing; a Redis failure never fails a write (``memory.cache`` states the protocol).
-One module per thing written: ``turns``, ``facts``, ``owners``; ``_common`` holds what they share.
+One module per thing written: ``turns``, ``turn_facts`` (the facts a turn states), ``facts``,
+``owners``; ``_common`` holds what they share. ``deferred`` holds the django-tasks task of a
+deferred extractor, imported only when one is configured (not from here).
 """
 
 from __future__ import annotations
@@ -27,14 +29,13 @@ from memory.services.owners import (
     memory_forget,
     memory_link,
 )
+from memory.services.turn_facts import aturn_facts_extract, turn_facts_extract
 from memory.services.turns import (
     aturn_append,
     aturn_delete,
-    aturn_facts_extract,
     aturns_prune,
     turn_append,
     turn_delete,
-    turn_facts_extract,
     turns_prune,
 )
 

@@ -40,7 +40,7 @@ class Command(BaseCommand):
         # NOTE: 0 is allowed here (every record, now), unlike a prune's age.
         grace = dt.timedelta(0) if text.strip() in ("0", "0s") else parse_age(text)
         try:
-            from memory.extraction.deferred import pending_enqueue
+            from memory.services.deferred import pending_enqueue
         except ImportError as e:
             raise CommandError(f"Deferred extraction needs django-tasks: {e}") from e
         try:

@@ -3,7 +3,8 @@ enqueueing after the turn's commit, and the re-enqueueing of turns whose task ne
 
 Needs the ``django-tasks`` backport (``pip install django-memory[deferred]``) and a task
 backend in ``TASKS``: its database backend (``django_tasks_db``, worker ``manage.py
-db_worker``) or any other (RQ, Celery). Imported only when a deferred extractor is configured.
+db_worker``) or any other (RQ, Celery). Imported only when a deferred extractor is configured
+(``turns`` imports it inside the function that enqueues), never by ``memory.services``.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from django.db import transaction
 from django.utils import timezone
 from django_tasks import task
 
-from memory import services
 from memory.exceptions import database_guard
 from memory.extraction.base import logger
 from memory.models import PendingExtraction
+from memory.services.turn_facts import turn_facts_extract
 
 # Records re-enqueued per statement by ``pending_enqueue``.
 BATCH = 500
@@ -43,7 +44,7 @@ def extraction_run(pending_pk: int) -> int:
             PendingExtraction.objects.filter(pk=pending_pk).delete()
             return 0
     owner_id, seq = turn
-    return len(services.turn_facts_extract(owner_id=owner_id, seq=seq))
+    return len(turn_facts_extract(owner_id=owner_id, seq=seq))
 
 
 def extraction_enqueue(*, pending_pk: int) -> bool:

@@ -1,0 +1,202 @@
+"""Writes of the facts a turn states: the write of what an extractor found, shared by an
+append (inline) and a deferred run, and ``turn_facts_extract``, the worker's deferred run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+
+from memory import aio, cache, extraction
+from memory.conf import conf
+from memory.exceptions import MemoryUnavailable, database_guard
+from memory.models import Fact, Owner, PendingExtraction, Turn
+from memory.payloads import fact_payload
+from memory.services._common import _check, _fact_write, _owner_lock, _service
+from memory.validators import validate_fact_key, validate_json_value, validate_owner_id
+
+
+def _fact_cap_warn(key: str, seq: int, owner_id: str) -> None:
+    extraction.logger.warning(
+        "Extracted fact %r of turn %s of %r skipped: the owner holds "
+        "MEMORY['MAX_FACTS'] (%s) facts.",
+        key,
+        seq,
+        owner_id,
+        conf.MAX_FACTS,
+    )
+
+
+def _facts_savepoint_failed(message: str, turn: Turn, owner_id: str) -> None:
+    """Log ``message`` (with the turn's seq and owner) for a turn's facts that failed in their
+    savepoint, in an ``except`` block: the turn is stored without them. Re-raises when the
+    connection failed with them.
+
+    NOTE: the savepoint rolled back only the facts; a connection that failed with them cannot
+    commit the turn either, so that failure is the caller's (MemoryUnavailable).
+    """
+    if transaction.get_rollback() or connection.closed_in_transaction:
+        raise
+    extraction.logger.exception(message, turn.seq, owner_id)
+
+
+def _turn_facts_write(
+    owner: Owner,
+    turn: Turn,
+    current: Mapping[str, Any],
+    found: list[extraction.ExtractedFact],
+) -> list[Fact]:
+    """Merge ``found`` into the owner's ``current`` facts and write, with the turn as their
+    source, each value that changed; return those facts. Runs under the owner lock."""
+    changed: list[Fact] = []
+    room: int | None = None
+    for key, value in extraction.facts_apply(current, found).items():
+        if key not in current:
+            if room is None:
+                room = conf.MAX_FACTS - Fact.objects.filter(owner=owner).count()
+            if room <= 0:
+                _fact_cap_warn(key, turn.seq, owner.external_id)
+                continue
+        try:
+            validate_fact_key(key)
+            validate_json_value(value)
+        except ValidationError as e:
+            extraction.logger.warning(
+                "Extracted fact %r of turn %s of %r dropped: %s",
+                key,
+                turn.seq,
+                owner.external_id,
+                " ".join(e.messages),
+            )
+            continue
+        written = _fact_write(
+            owner,
+            key,
+            value,
+            session_id=turn.session_id,
+            source_turn_seq=turn.seq,
+            at=turn.created_at,
+        )
+        if written is not None:
+            changed.append(written[0])
+            if written[1] and room is not None:
+                room -= 1
+    return changed
+
+
+def turn_facts_extract(*, owner_id: str, seq: int) -> list[Fact]:
+    """Run the deferred fact extraction of the owner's turn ``seq``; return the facts it changed.
+
+    Called by the worker's task (``memory.services.deferred``), never inside a request. The
+    extractor runs with no transaction open and no lock held; the owner's row lock is taken
+    only for the short write after it, which goes through the same path as an inline
+    extraction (facts with the turn's ``session_id`` and ``source_turn_seq``, then the same
+    cache update). Turns of the owner still pending before ``seq`` are extracted first, so
+    facts land in the order the user stated them; a fact changed after the turn (by a later
+    turn or a direct write) is not overwritten by it.
+
+    Idempotent: a turn whose extraction is done (or that is gone: deleted, its owner
+    forgotten) writes nothing and returns ``[]``; a turn linked to another owner meanwhile is
+    extracted for that owner. An extractor that raises is logged and the turn is left without
+    facts, as inline. Raises ``MemoryUnavailable`` when the database cannot be reached; then
+    the turn stays pending and is retried.
+    """
+    _check("user_id", validate_owner_id, owner_id)
+    changed: list[Fact] = []
+    with database_guard():
+        target_pk = (
+            PendingExtraction.objects.filter(turn__owner__external_id=owner_id, turn__seq=seq)
+            .values_list("pk", flat=True)
+            .first()
+        )
+    while target_pk is not None:
+        with database_guard():
+            # NOTE: re-read each round: a link may have moved the turn to another owner.
+            target = (
+                PendingExtraction.objects.filter(pk=target_pk)
+                .values_list("turn__owner_id", "turn__seq")
+                .first()
+            )
+            if target is None:
+                break
+            # NOTE: one turn at a time, the owner's oldest pending first; each round either
+            # deletes a record or finds it moved or gone, so the loop ends.
+            pending = (
+                PendingExtraction.objects.filter(turn__owner_id=target[0], turn__seq__lte=target[1])
+                .select_related("turn", "turn__owner")
+                .order_by("turn__seq")
+                .first()
+            )
+        if pending is None:
+            break
+        changed += _pending_extract(pending)
+    return changed
+
+
+aturn_facts_extract = aio.twin(turn_facts_extract)
+
+
+def _pending_extract(pending: PendingExtraction) -> list[Fact]:
+    """Run the extractor on one pending turn, then write its facts under the owner lock."""
+    turn = pending.turn
+    owner_id = turn.owner.external_id
+    found: list[extraction.ExtractedFact] = []
+    try:
+        extractor = extraction.extractor_get()
+        if extractor is not None:
+            with database_guard():
+                facts = extraction.LazyFacts(
+                    lambda: dict(Fact.objects.filter(owner=turn.owner).values_list("key", "value"))
+                )
+                found = list(extractor.extract(turn.content, facts=facts))
+    except MemoryUnavailable:
+        raise
+    except Exception:
+        extraction.logger.exception(
+            "Fact extraction failed for turn %s of %r; the turn is stored without facts.",
+            turn.seq,
+            owner_id,
+        )
+    with _service():
+        owner = _owner_lock(owner_id, create=False)
+        # NOTE: re-read under the lock: another run may have done it, a forget or prune
+        # removed its turn, or a link moved the turn to another owner (the caller's next
+        # round finds it there).
+        pending = PendingExtraction.objects.filter(pk=pending.pk).select_related("turn").first()
+        if owner is None or pending is None or pending.turn.owner_id != owner.pk:
+            return []
+        turn = pending.turn
+        pending.delete()
+        if not found:
+            return []
+        rows = list(
+            Fact.objects.filter(owner=owner, key__in={f.key for f in found}).values_list(
+                "key", "value", "source_turn_seq", "updated_at"
+            )
+        )
+        # NOTE: a value set after this turn (by a later turn, or a direct write) stays, as
+        # it would have had the extraction run inline.
+        newer = {
+            key
+            for key, _, source, at in rows
+            if (source > turn.seq if source is not None else at > turn.created_at)
+        }
+        current = {key: value for key, value, _, _ in rows if key not in newer}
+        try:
+            with transaction.atomic():
+                changed = _turn_facts_write(
+                    owner, turn, current, [f for f in found if f.key not in newer]
+                )
+        except Exception:
+            _facts_savepoint_failed(
+                "Writing the facts of turn %s of %r failed; the turn is stored without facts.",
+                turn,
+                owner_id,
+            )
+            return []
+        if changed:
+            prev = cache.stamp_take(owner)
+            cache.write_commit(owner, prev, facts=[fact_payload(f) for f in changed])
+        return changed
