@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
 from django.db.models import (
     QuerySet,
 )
@@ -18,7 +18,6 @@ from django.utils import timezone
 
 from memory import aio, cache, codec, extraction
 from memory.conf import conf
-from memory.db import prepared_fetchone
 from memory.exceptions import (
     IdempotencyKeyReused,
     MemoryUnavailable,
@@ -31,7 +30,7 @@ from memory.models import (
     Role,
     Turn,
 )
-from memory.payloads import fact_payload, fact_payload_from_row, turn_payload
+from memory.payloads import fact_payload, turn_payload
 from memory.services._common import (
     _check,
     _fact_write,
@@ -79,9 +78,36 @@ def turn_append(
     turn is stored without facts; a retried ``idempotency_key`` extracts nothing again.
 
     On PostgreSQL all of it is one call of ``memory_turn_append()`` (migration 0008, replaced
-    by 0010), one round trip (two when the extractor found facts), then the cache update after
-    commit.
+    by 0010; ``memory.postgres.turn_append``), one round trip (two when the extractor found
+    facts), then the cache update after commit.
     """
+    return _turn_append(
+        owner_id,
+        session_id,
+        role,
+        content,
+        metadata,
+        idempotency_key,
+        fast=connection.vendor == "postgresql",
+    )
+
+
+def _turn_append(
+    owner_id: str,
+    session_id: str,
+    role: str,
+    content: str,
+    metadata: Mapping[str, Any] | None,
+    idempotency_key: str | None,
+    *,
+    fast: bool,
+) -> Turn:
+    """``turn_append``: its checks and its extraction plan, then, with ``fast``, the one call
+    (``memory.postgres.turn_append``) unless a fact moved meanwhile, else ``_turn_append_django``.
+    """
+    # NOTE: imported here: memory.postgres.turn_append builds on this module's helpers.
+    from memory.postgres.turn_append import turn_append_call
+
     metadata = dict(metadata) if metadata is not None else {}
     _check("user_id", validate_owner_id, owner_id)
     _check("session_id", validate_session_id, session_id)
@@ -95,13 +121,28 @@ def turn_append(
     # Postgres after a fact moved meanwhile) merges what it found under the lock, and never
     # runs the extractor again (issue 21: it ran under the lock, and twice after a conflict).
     plan = _turn_facts_plan(owner_id, role, content)
-    if connection.vendor == "postgresql":
+    if fast:
         with cache.service_write(), database_guard():
-            turn = _turn_append_call(
+            turn = turn_append_call(
                 owner_id, session_id, role, content, metadata, idempotency_key, plan
             )
         if turn is not None:
             return turn
+    return _turn_append_django(owner_id, session_id, role, content, metadata, idempotency_key, plan)
+
+
+def _turn_append_django(
+    owner_id: str,
+    session_id: str,
+    role: str,
+    content: str,
+    metadata: dict[str, Any],
+    idempotency_key: str | None,
+    plan: _Plan,
+) -> Turn:
+    """The append of checked input through the ORM, under the owner's row lock: the
+    specification of ``memory.postgres.turn_append`` (tests/test_postgres.py), and the path
+    off PostgreSQL or after a fact of ``plan`` moved."""
     with _service():
         owner = _owner_lock(owner_id, create=True)
         if idempotency_key is not None:
@@ -222,97 +263,6 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> _Plan:
             continue
         changes.append({"key": key, "value": value, "had": key in current, "was": current.get(key)})
     return _Plan(found=tuple(found), facts=changes or None)
-
-
-# The parameters of memory_turn_append() (migrations 0008 and 0010), in its order, typed for a
-# cursor that binds them on the server.
-_APPEND_CALL = (
-    "SELECT * FROM memory_turn_append(%s::text, %s::text, %s::text, %s::text, %s::jsonb,"
-    " %s::text, %s::boolean, %s::timestamptz, %s::boolean, %s::jsonb, %s::integer)"
-)
-
-
-def _turn_append_call(
-    owner_id: str,
-    session_id: str,
-    role: str,
-    content: str,
-    metadata: dict[str, Any],
-    idempotency_key: str | None,
-    plan: _Plan,
-) -> Turn | None:
-    """``turn_append`` on PostgreSQL, in one call of ``memory_turn_append()`` (migration 0008,
-    replaced by 0010): one round trip, its own transaction in autocommit, whatever the key and
-    the facts; then the cache update after commit (``cache.write_commit``) and, for a deferred
-    extractor, the task's enqueue. Returns the turn, or ``None`` when a fact of ``plan``
-    changed between its read and the owner's lock (then nothing was written: the caller takes
-    the general path).
-    Raises ``IdempotencyKeyReused`` as ``turn_append`` does.
-
-    NOTE: the path of nearly every append, so it is one call of a function whose statements
-    the server plans once per connection: the ORM's lock, update, insert, session update and
-    extraction savepoint cost nine round trips, and even one statement sent by Django's
-    client-side binding was planned anew each time (docs/performance.md).
-    """
-    db = connections[DEFAULT_DB_ALIAS]
-    at = timezone.now()
-    row = prepared_fetchone(
-        db,
-        _APPEND_CALL,
-        [
-            owner_id,
-            session_id,
-            role,
-            content,
-            codec.dumps(metadata).decode(),
-            idempotency_key,
-            cache.enabled(),
-            at,
-            plan.defer,
-            codec.dumps(plan.facts).decode() if plan.facts is not None else None,
-            conf.MAX_FACTS,
-        ],
-    )
-    created, conflict, turn_pk, owner_pk, seq, stamp, prev, *stored = row[:12]
-    pending_pk, written, skipped = row[12:15]
-    if conflict:
-        return None
-    if not created:
-        existing = _turn_loaded(
-            id=turn_pk,
-            owner_id=owner_pk,
-            seq=seq,
-            session_id=stored[0],
-            role=stored[1],
-            content=stored[2],
-            metadata=codec.loads(stored[3]),
-            idempotency_key=idempotency_key,
-            created_at=stored[4],
-        )
-        assert idempotency_key is not None
-        return _retry_checked(existing, idempotency_key, session_id, role, content, metadata)
-    turn = _turn_loaded(
-        id=turn_pk,
-        owner_id=owner_pk,
-        seq=seq,
-        session_id=session_id,
-        role=role,
-        content=content,
-        metadata=metadata,
-        idempotency_key=idempotency_key,
-        created_at=at,
-    )
-    for key in skipped or ():
-        _fact_cap_warn(key, seq, owner_id)
-    facts = [
-        fact_payload_from_row((fact["key"], fact["value"], session_id, at, fact["version"]))
-        for fact in (codec.loads(written) if written else ())
-    ]
-    owner = Owner(pk=owner_pk, external_id=owner_id, stamp=stamp)
-    cache.write_commit(owner, prev, turns=[turn_payload(turn)], facts=facts)
-    if pending_pk is not None:
-        _extraction_enqueue(pending_pk)
-    return turn
 
 
 def _fact_cap_warn(key: str, seq: int, owner_id: str) -> None:
