@@ -77,15 +77,16 @@ def context_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
     if not owner_rows:
         return cache.Snapshot(stamp=0, turns=[], facts=[]), True
     rows.reverse()
-    # NOTE: jsonb arrives as text (Django's loader). Decoded with orjson, as the cached copy
-    # is: every value was written through memory.validators, which orjson could encode.
+    # NOTE: jsonb arrives as text (Django's loader). Decoded as Django's JSONField decodes it
+    # (codec.loads_jsonb: orjson, but json.loads for an integer past 64 bits, which a float of
+    # 1.8e19 or more is once stored; orjson read it as a float, found by tests/test_postgres.py).
     turn_list: list[TurnPayload] = [
         {
             "seq": seq,
             "session_id": session_id,
             "role": role,
             "content": content,
-            "metadata": codec.loads(metadata),
+            "metadata": codec.loads_jsonb(metadata),
             "created_at": _iso(created_at),
         }
         for seq, session_id, role, content, metadata, created_at in rows
@@ -93,7 +94,7 @@ def context_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
     facts: list[FactPayload] = [
         {
             "key": key,
-            "value": codec.loads(value),
+            "value": codec.loads_jsonb(value),
             "session_id": session_id,
             "updated_at": _iso(updated_at),
             "version": version,

@@ -77,7 +77,7 @@ def turn_append_call(
             session_id=stored[0],
             role=stored[1],
             content=stored[2],
-            metadata=codec.loads(stored[3]),
+            metadata=codec.loads_jsonb(stored[3]),
             idempotency_key=idempotency_key,
             created_at=stored[4],
         )
