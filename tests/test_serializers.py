@@ -26,7 +26,7 @@ TEXT = st.one_of(
 VALUE = st.one_of(TEXT, JSON, st.sampled_from(["user", "assistant", "system", "tool", "User"]))
 FIELDS = {
     "session_id": st.one_of(VALUE, st.sampled_from(["web", "手机"])),
-    "role": st.one_of(VALUE, st.sampled_from(["user", "assistant"])),
+    "role": st.one_of(VALUE, st.sampled_from(["user", "assistant", "system", "tool"])),
     "content": st.one_of(VALUE, st.sampled_from(["", "hi", "x" * 10, "x" * 11])),
 }
 BODY = st.one_of(
@@ -62,6 +62,7 @@ def serializer_says(data: Any) -> dict[str, Any] | None:
 )
 @given(BODY)
 @example({"session_id": "web", "role": "user", "content": "hi"})
+@example({"session_id": "web", "role": "tool", "content": "", "metadata": {}})
 @example({"session_id": "web", "role": "user", "content": "", "metadata": {"a": [1]}})
 @example({"session_id": "web", "role": "user", "content": "hi", "metadata": None})
 @example({"session_id": "web", "role": "user", "content": "hi", "extra": 1})
