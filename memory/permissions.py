@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, Permission, User
-from django.contrib.contenttypes.models import ContentType
-from django.db import connection
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.http import Http404
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from memory.conf import conf, setting_import
+from memory.postgres.permission_held import permission_held
 
 ACCESS_ALL = "memory.access_all_memories"
 
@@ -55,42 +53,12 @@ def is_service_caller(user: AbstractBaseUser | AnonymousUser) -> bool:
         return True
     if list(settings.AUTHENTICATION_BACKENDS) == [MODEL_BACKEND] and isinstance(user, User):
         # NOTE: what ModelBackend.has_perm answers for this one permission, in one EXISTS
-        # query (or none, when the authentication's statement answered it already); has_perm
-        # loads every permission of the user and of their groups (two queries and a set of all
-        # their names), which was half of an API request's time.
+        # query (memory.postgres.permission_held; or none, when the authentication's statement
+        # answered it already); has_perm loads every permission of the user and of their
+        # groups (two queries and a set of all their names), half of an API request's time.
         held = getattr(user, HOLDS_ACCESS_ALL, None)
-        return held if held is not None else _holds_access_all(user)
+        return held if held is not None else permission_held(user=user, permission=ACCESS_ALL)
     return bool(user.has_perm(ACCESS_ALL))
-
-
-def _holds_access_all(user: User) -> bool:
-    app_label, codename = ACCESS_ALL.split(".")
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {holds_sql('%s')}", [app_label, codename, user.pk, user.pk])
-        return bool(cursor.fetchone()[0])
-
-
-@functools.cache
-def holds_sql(user_id: str) -> str:
-    """An SQL boolean: whether the ``auth.User`` whose id is the SQL ``user_id`` holds the
-    permission named by two parameters, app label then codename, directly or through a group
-    (what ``ModelBackend`` reads for an active non-superuser). ``user_id`` is a column of an
-    enclosing query, or ``%s``: then the user's id is the third and the fourth parameter."""
-    q = connection.ops.quote_name
-    permission = q(Permission._meta.db_table)
-    content_type = q(ContentType._meta.db_table)
-    direct = q(User.user_permissions.through._meta.db_table)
-    member = q(User.groups.through._meta.db_table)
-    granted = q(Group.permissions.through._meta.db_table)
-    # NOTE: semi-joins rather than the joins of one EXISTS per path: the planner's work is most
-    # of this statement's time (Django sends the text every time), and this plans in less.
-    return (
-        f"EXISTS (SELECT 1 FROM {permission} p WHERE p.content_type_id IN"
-        f" (SELECT ct.id FROM {content_type} ct WHERE ct.app_label = %s) AND p.codename = %s"
-        f" AND (p.id IN (SELECT d.permission_id FROM {direct} d WHERE d.user_id = {user_id})"
-        f" OR p.id IN (SELECT g.permission_id FROM {granted} g WHERE g.group_id IN"
-        f" (SELECT m.group_id FROM {member} m WHERE m.user_id = {user_id}))))"
-    )
 
 
 def can_reach(user: AbstractBaseUser | AnonymousUser, owner_id: str) -> bool:

@@ -17,14 +17,12 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any, Generic, Literal, NamedTuple, NotRequired, TypedDict, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.core import signing
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, connection
 from django.db.models import BigIntegerField, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Cast
 from django.utils.crypto import constant_time_compare
-from psycopg import Pipeline
 
 from memory import aio, cache, codec, search, tokens
 from memory.conf import conf
@@ -46,6 +44,7 @@ from memory.payloads import (
     session_payload,
     turn_payload_from_row,
 )
+from memory.postgres import context_read
 from memory.validators import validate_held_fact_key, validate_owner_id
 
 # Items on one page of ``session_list`` and ``fact_history``: by default, and at most.
@@ -93,10 +92,15 @@ def _database_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
     """The owner's stamp, last ``turns`` turns and facts; and whether those are all its turns.
 
     Three queries whatever the history length (the (owner, seq) index serves the turns); on
-    PostgreSQL with psycopg 3 they go in one round trip.
+    PostgreSQL with psycopg 3 they go in one round trip (``memory.postgres.context_read``).
     """
-    if _postgres_read_usable():
-        return _postgres_read(owner_id, turns)
+    if context_read.context_read_usable():
+        return context_read.context_read(owner_id, turns)
+    return _django_read(owner_id, turns)
+
+
+def _django_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
+    """``_database_read`` through the ORM: its specification, and its path off PostgreSQL."""
     row = Owner.objects.filter(external_id=owner_id).values_list("pk", "stamp").first()
     if row is None:
         return cache.Snapshot(stamp=0, turns=[], facts=[]), True
@@ -112,95 +116,6 @@ def _database_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
     memory = cache.Snapshot(
         stamp=stamp, turns=[turn_payload_from_row(turn) for turn in rows], facts=facts
     )
-    return memory, len(rows) < turns
-
-
-def _postgres_read_usable() -> bool:
-    """Whether ``_postgres_read`` can serve: PostgreSQL through psycopg 3 with pipeline mode,
-    and aware datetimes (which it writes as UTC)."""
-    if connection.vendor != "postgresql" or not settings.USE_TZ:
-        return False
-    connection.ensure_connection()
-    return hasattr(connection.connection, "pipeline") and Pipeline.is_supported()
-
-
-def _utc(column: str) -> str:
-    # NOTE: text of a fixed shape whatever the session's DateStyle; _iso() finishes it.
-    return f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US')"
-
-
-def _iso(text: str) -> str:
-    """``isoformat()`` of the aware UTC datetime ``_utc()`` wrote (``payloads.isoformat``)."""
-    return (text[:-7] if text.endswith(".000000") else text) + "Z"
-
-
-@functools.cache
-def _postgres_read_sql() -> tuple[str, str, str]:
-    """The three statements of ``_postgres_read``, written once from the models' tables."""
-    q = connection.ops.quote_name
-    owner, turn, fact = (q(model._meta.db_table) for model in (Owner, Turn, Fact))
-    owner_pk = f"(SELECT id FROM {owner} WHERE external_id = %s)"
-    turn_columns = [*map(q, TURN_FIELDS[:-1]), _utc(q(TURN_FIELDS[-1]))]
-    fact_columns = [*map(q, FACT_FIELDS[:3]), _utc(q(FACT_FIELDS[3])), q(FACT_FIELDS[4])]
-    return (
-        f"SELECT stamp FROM {owner} WHERE external_id = %s",
-        f"SELECT {', '.join(turn_columns)} FROM {turn}"
-        f" WHERE owner_id = {owner_pk} ORDER BY seq DESC LIMIT %s",
-        f"SELECT {', '.join(fact_columns)} FROM {fact}"
-        f" WHERE owner_id = {owner_pk} ORDER BY {q('key')}",
-    )
-
-
-def _postgres_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
-    """``_database_read`` in one round trip, with the payloads built straight from the rows.
-
-    NOTE: building the three querysets cost the ORM more than the database took to answer
-    them, and parsing timestamps only to format them again cost as much (docs/performance.md).
-    So the SQL is written once; psycopg's pipeline mode sends the three statements together;
-    timestamps arrive as text. The owner's pk is a scalar subquery, so that no statement waits
-    for another and the turns are still read backwards along the (owner, seq) index.
-    """
-    owner_sql, turns_sql, facts_sql = _postgres_read_sql()
-    cursors = [connection.cursor() for _ in range(3)]
-    try:
-        # NOTE: errors of pipelined statements surface when the pipeline syncs, outside
-        # Django's cursor wrapper: they are wrapped here into django.db errors like any query's.
-        with connection.wrap_database_errors:
-            with connection.connection.pipeline():
-                cursors[0].execute(owner_sql, [owner_id])
-                cursors[1].execute(turns_sql, [owner_id, turns])
-                cursors[2].execute(facts_sql, [owner_id])
-            owner_rows, rows, fact_rows = (cursor.fetchall() for cursor in cursors)
-    finally:
-        for cursor in cursors:
-            cursor.close()
-    if not owner_rows:
-        return cache.Snapshot(stamp=0, turns=[], facts=[]), True
-    rows.reverse()
-    # NOTE: jsonb arrives as text (Django's loader). Decoded with orjson, as the cached copy
-    # is: every value was written through memory.validators, which orjson could encode.
-    turn_list: list[TurnPayload] = [
-        {
-            "seq": seq,
-            "session_id": session_id,
-            "role": role,
-            "content": content,
-            "metadata": codec.loads(metadata),
-            "created_at": _iso(created_at),
-        }
-        for seq, session_id, role, content, metadata, created_at in rows
-    ]
-    facts: list[FactPayload] = [
-        {
-            "key": key,
-            "value": codec.loads(value),
-            "session_id": session_id,
-            "updated_at": _iso(updated_at),
-            "version": version,
-        }
-        for key, value, session_id, updated_at, version in fact_rows
-    ]
-    memory = cache.Snapshot(stamp=owner_rows[0][0], turns=turn_list, facts=facts)
     return memory, len(rows) < turns
 
 

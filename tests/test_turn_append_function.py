@@ -20,6 +20,7 @@ from memory import db, selectors, services
 from memory.conf import conf
 from memory.extraction import ExtractedFact, RuleBasedExtractor
 from memory.models import Fact, FactVersion, Owner, Turn
+from memory.postgres import turn_append
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -213,7 +214,7 @@ def test_the_function_takes_a_fact_of_another_json_type_for_a_changed_one():
         facts = [{"key": "ratio", "value": 2, "had": True, "was": was}]
         with connection.cursor() as cursor:
             cursor.execute(
-                services.turns._APPEND_CALL,
+                turn_append._APPEND_CALL,
                 [
                     "wang",
                     "s",

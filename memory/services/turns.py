@@ -7,21 +7,17 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import connection, transaction
 from django.db.models import (
     QuerySet,
 )
 from django.utils import timezone
 
-from memory import aio, cache, codec, extraction
-from memory.conf import conf
-from memory.db import prepared_fetchone
+from memory import aio, cache, extraction
 from memory.exceptions import (
-    IdempotencyKeyReused,
     database_guard,
 )
 from memory.models import (
@@ -31,7 +27,13 @@ from memory.models import (
     Role,
     Turn,
 )
-from memory.payloads import fact_payload, fact_payload_from_row, turn_payload
+from memory.payloads import fact_payload, turn_payload
+from memory.postgres.turn_append import turn_append_call
+from memory.services._append import (
+    _extraction_enqueue,
+    _Plan,
+    _retry_checked,
+)
 from memory.services._common import (
     _check,
     _owner_lock,
@@ -39,7 +41,7 @@ from memory.services._common import (
     _session_touch,
     _sessions_uncount,
 )
-from memory.services.turn_facts import _fact_cap_warn, _facts_savepoint_failed, _turn_facts_write
+from memory.services.turn_facts import _facts_savepoint_failed, _turn_facts_write
 from memory.validators import (
     validate_content,
     validate_fact_key,
@@ -79,8 +81,32 @@ def turn_append(
     turn is stored without facts; a retried ``idempotency_key`` extracts nothing again.
 
     On PostgreSQL all of it is one call of ``memory_turn_append()`` (migration 0008, replaced
-    by 0010), one round trip (two when the extractor found facts), then the cache update after
-    commit.
+    by 0010; ``memory.postgres.turn_append``), one round trip (two when the extractor found
+    facts), then the cache update after commit.
+    """
+    return _turn_append(
+        owner_id,
+        session_id,
+        role,
+        content,
+        metadata,
+        idempotency_key,
+        fast=connection.vendor == "postgresql",
+    )
+
+
+def _turn_append(
+    owner_id: str,
+    session_id: str,
+    role: str,
+    content: str,
+    metadata: Mapping[str, Any] | None,
+    idempotency_key: str | None,
+    *,
+    fast: bool,
+) -> Turn:
+    """``turn_append``: its checks and its extraction plan, then, with ``fast``, the one call
+    (``memory.postgres.turn_append``) unless a fact moved meanwhile, else ``_turn_append_django``.
     """
     metadata = dict(metadata) if metadata is not None else {}
     _check("user_id", validate_owner_id, owner_id)
@@ -95,13 +121,28 @@ def turn_append(
     # Postgres after a fact moved meanwhile) merges what it found under the lock, and never
     # runs the extractor again (issue 21: it ran under the lock, and twice after a conflict).
     plan = _turn_facts_plan(owner_id, role, content)
-    if connection.vendor == "postgresql":
+    if fast:
         with cache.service_write(), database_guard():
-            turn = _turn_append_call(
+            turn = turn_append_call(
                 owner_id, session_id, role, content, metadata, idempotency_key, plan
             )
         if turn is not None:
             return turn
+    return _turn_append_django(owner_id, session_id, role, content, metadata, idempotency_key, plan)
+
+
+def _turn_append_django(
+    owner_id: str,
+    session_id: str,
+    role: str,
+    content: str,
+    metadata: dict[str, Any],
+    idempotency_key: str | None,
+    plan: _Plan,
+) -> Turn:
+    """The append of checked input through the ORM, under the owner's row lock: the
+    specification of ``memory.postgres.turn_append`` (tests/test_postgres.py), and the path
+    off PostgreSQL or after a fact of ``plan`` moved."""
     with _service():
         owner = _owner_lock(owner_id, create=True)
         if idempotency_key is not None:
@@ -132,32 +173,6 @@ def turn_append(
 
 
 aturn_append = aio.twin(turn_append)
-
-
-def _retry_checked(
-    existing: Turn, key: str, session_id: str, role: str, content: str, metadata: dict[str, Any]
-) -> Turn:
-    """The turn first stored under ``key``, if this append repeats it exactly (the metadata as
-    the same JSON value, ``codec.json_equal``); else raises ``IdempotencyKeyReused``."""
-    if (existing.session_id, existing.role, existing.content) != (
-        session_id,
-        role,
-        content,
-    ) or not codec.json_equal(existing.metadata, metadata):
-        raise IdempotencyKeyReused(key, existing)
-    return existing
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What the extraction of a turn asks of its append, found before any write: a record for
-    a deferred extractor (``defer``), or what an inline one found (``found``, which the general
-    path merges under the lock) and the facts it changes, each with what the owner held when
-    they were read (``facts``, the JSON array ``memory_turn_append`` takes; ``None``: none)."""
-
-    defer: bool = False
-    found: tuple[extraction.ExtractedFact, ...] = ()
-    facts: list[dict[str, Any]] | None = None
 
 
 _NOTHING = _Plan()
@@ -224,105 +239,6 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> _Plan:
     return _Plan(found=tuple(found), facts=changes or None)
 
 
-# The parameters of memory_turn_append() (migrations 0008 and 0010), in its order, typed for a
-# cursor that binds them on the server.
-_APPEND_CALL = (
-    "SELECT * FROM memory_turn_append(%s::text, %s::text, %s::text, %s::text, %s::jsonb,"
-    " %s::text, %s::boolean, %s::timestamptz, %s::boolean, %s::jsonb, %s::integer)"
-)
-
-
-def _turn_append_call(
-    owner_id: str,
-    session_id: str,
-    role: str,
-    content: str,
-    metadata: dict[str, Any],
-    idempotency_key: str | None,
-    plan: _Plan,
-) -> Turn | None:
-    """``turn_append`` on PostgreSQL, in one call of ``memory_turn_append()`` (migration 0008,
-    replaced by 0010): one round trip, its own transaction in autocommit, whatever the key and
-    the facts; then the cache update after commit (``cache.write_commit``) and, for a deferred
-    extractor, the task's enqueue. Returns the turn, or ``None`` when a fact of ``plan``
-    changed between its read and the owner's lock (then nothing was written: the caller takes
-    the general path).
-    Raises ``IdempotencyKeyReused`` as ``turn_append`` does.
-
-    NOTE: the path of nearly every append, so it is one call of a function whose statements
-    the server plans once per connection: the ORM's lock, update, insert, session update and
-    extraction savepoint cost nine round trips, and even one statement sent by Django's
-    client-side binding was planned anew each time (docs/performance.md).
-    """
-    db = connections[DEFAULT_DB_ALIAS]
-    at = timezone.now()
-    row = prepared_fetchone(
-        db,
-        _APPEND_CALL,
-        [
-            owner_id,
-            session_id,
-            role,
-            content,
-            codec.dumps(metadata).decode(),
-            idempotency_key,
-            cache.enabled(),
-            at,
-            plan.defer,
-            codec.dumps(plan.facts).decode() if plan.facts is not None else None,
-            conf.MAX_FACTS,
-        ],
-    )
-    created, conflict, turn_pk, owner_pk, seq, stamp, prev, *stored = row[:12]
-    pending_pk, written, skipped = row[12:15]
-    if conflict:
-        return None
-    if not created:
-        existing = _turn_loaded(
-            id=turn_pk,
-            owner_id=owner_pk,
-            seq=seq,
-            session_id=stored[0],
-            role=stored[1],
-            content=stored[2],
-            metadata=codec.loads(stored[3]),
-            idempotency_key=idempotency_key,
-            created_at=stored[4],
-        )
-        assert idempotency_key is not None
-        return _retry_checked(existing, idempotency_key, session_id, role, content, metadata)
-    turn = _turn_loaded(
-        id=turn_pk,
-        owner_id=owner_pk,
-        seq=seq,
-        session_id=session_id,
-        role=role,
-        content=content,
-        metadata=metadata,
-        idempotency_key=idempotency_key,
-        created_at=at,
-    )
-    for key in skipped or ():
-        _fact_cap_warn(key, seq, owner_id)
-    facts = [
-        fact_payload_from_row((fact["key"], fact["value"], session_id, at, fact["version"]))
-        for fact in (codec.loads(written) if written else ())
-    ]
-    owner = Owner(pk=owner_pk, external_id=owner_id, stamp=stamp)
-    cache.write_commit(owner, prev, turns=[turn_payload(turn)], facts=facts)
-    if pending_pk is not None:
-        _extraction_enqueue(pending_pk)
-    return turn
-
-
-def _turn_loaded(**fields: Any) -> Turn:
-    """A ``Turn`` for a row this module read or wrote with its own SQL, as the ORM loads one."""
-    turn = Turn(**fields)
-    turn._state.adding = False
-    turn._state.db = DEFAULT_DB_ALIAS
-    return turn
-
-
 def _turn_facts_merge(owner: Owner, turn: Turn, plan: _Plan) -> list[Fact]:
     """On the general path, under the owner's lock: write what the extraction planned before
     it (``_turn_facts_plan``) for this turn; return the facts that changed.
@@ -364,15 +280,6 @@ def _turn_extraction_defer(turn: Turn) -> None:
         turn=turn, created_at=turn.created_at, enqueued_at=turn.created_at
     )
     _extraction_enqueue(pending.pk)
-
-
-def _extraction_enqueue(pending_pk: int) -> None:
-    """Enqueue the task of a ``PendingExtraction`` after the current transaction commits."""
-    # NOTE: imported here, so that django-tasks is needed only by a site with a deferred
-    # extractor. A crash before the enqueue leaves the record for ``memory_extract --pending``.
-    from memory.services.deferred import extraction_enqueue
-
-    transaction.on_commit(lambda: extraction_enqueue(pending_pk=pending_pk), robust=True)
 
 
 def turn_delete(*, owner_id: str, seq: int) -> bool:

@@ -1,0 +1,105 @@
+"""The context's database read in one round trip: ``memory.selectors._django_read`` (its
+specification) on PostgreSQL through psycopg 3's pipeline mode."""
+
+from __future__ import annotations
+
+import functools
+
+from django.conf import settings
+from django.db import connection
+from psycopg import Pipeline
+
+from memory import cache, codec
+from memory.models import Fact, Owner, Turn
+from memory.payloads import FACT_FIELDS, TURN_FIELDS, FactPayload, TurnPayload
+
+
+def context_read_usable() -> bool:
+    """Whether ``context_read`` can serve: PostgreSQL through psycopg 3 with pipeline mode,
+    and aware datetimes (which it writes as UTC)."""
+    if connection.vendor != "postgresql" or not settings.USE_TZ:
+        return False
+    connection.ensure_connection()
+    return hasattr(connection.connection, "pipeline") and Pipeline.is_supported()
+
+
+def _utc(column: str) -> str:
+    # NOTE: text of a fixed shape whatever the session's DateStyle; _iso() finishes it.
+    return f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US')"
+
+
+def _iso(text: str) -> str:
+    """``isoformat()`` of the aware UTC datetime ``_utc()`` wrote (``payloads.isoformat``)."""
+    return (text[:-7] if text.endswith(".000000") else text) + "Z"
+
+
+@functools.cache
+def _context_read_sql() -> tuple[str, str, str]:
+    """The three statements of ``context_read``, written once from the models' tables."""
+    q = connection.ops.quote_name
+    owner, turn, fact = (q(model._meta.db_table) for model in (Owner, Turn, Fact))
+    owner_pk = f"(SELECT id FROM {owner} WHERE external_id = %s)"
+    turn_columns = [*map(q, TURN_FIELDS[:-1]), _utc(q(TURN_FIELDS[-1]))]
+    fact_columns = [*map(q, FACT_FIELDS[:3]), _utc(q(FACT_FIELDS[3])), q(FACT_FIELDS[4])]
+    return (
+        f"SELECT stamp FROM {owner} WHERE external_id = %s",
+        f"SELECT {', '.join(turn_columns)} FROM {turn}"
+        f" WHERE owner_id = {owner_pk} ORDER BY seq DESC LIMIT %s",
+        f"SELECT {', '.join(fact_columns)} FROM {fact}"
+        f" WHERE owner_id = {owner_pk} ORDER BY {q('key')}",
+    )
+
+
+def context_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
+    """``memory.selectors._django_read`` in one round trip, with the payloads built straight
+    from the rows: the same snapshot and completeness.
+
+    NOTE: building the three querysets cost the ORM more than the database took to answer
+    them, and parsing timestamps only to format them again cost as much (docs/performance.md).
+    So the SQL is written once; psycopg's pipeline mode sends the three statements together;
+    timestamps arrive as text. The owner's pk is a scalar subquery, so that no statement waits
+    for another and the turns are still read backwards along the (owner, seq) index.
+    """
+    owner_sql, turns_sql, facts_sql = _context_read_sql()
+    cursors = [connection.cursor() for _ in range(3)]
+    try:
+        # NOTE: errors of pipelined statements surface when the pipeline syncs, outside
+        # Django's cursor wrapper: they are wrapped here into django.db errors like any query's.
+        with connection.wrap_database_errors:
+            with connection.connection.pipeline():
+                cursors[0].execute(owner_sql, [owner_id])
+                cursors[1].execute(turns_sql, [owner_id, turns])
+                cursors[2].execute(facts_sql, [owner_id])
+            owner_rows, rows, fact_rows = (cursor.fetchall() for cursor in cursors)
+    finally:
+        for cursor in cursors:
+            cursor.close()
+    if not owner_rows:
+        return cache.Snapshot(stamp=0, turns=[], facts=[]), True
+    rows.reverse()
+    # NOTE: jsonb arrives as text (Django's loader). Decoded as Django's JSONField decodes it
+    # (codec.loads_jsonb: orjson, but json.loads for an integer past 64 bits, which a float of
+    # 1.8e19 or more is once stored; orjson read it as a float, found by tests/test_postgres.py).
+    turn_list: list[TurnPayload] = [
+        {
+            "seq": seq,
+            "session_id": session_id,
+            "role": role,
+            "content": content,
+            "metadata": codec.loads_jsonb(metadata),
+            "created_at": _iso(created_at),
+        }
+        for seq, session_id, role, content, metadata, created_at in rows
+    ]
+    facts: list[FactPayload] = [
+        {
+            "key": key,
+            "value": codec.loads_jsonb(value),
+            "session_id": session_id,
+            "updated_at": _iso(updated_at),
+            "version": version,
+        }
+        for key, value, session_id, updated_at, version in fact_rows
+    ]
+    memory = cache.Snapshot(stamp=owner_rows[0][0], turns=turn_list, facts=facts)
+    return memory, len(rows) < turns

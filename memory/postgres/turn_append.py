@@ -1,0 +1,108 @@
+"""The turn append in one call of the database function ``memory_turn_append()`` (migration
+0008, replaced by 0010), on PostgreSQL: ``memory.services.turns._turn_append_django`` (its
+specification) in one round trip."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.utils import timezone
+
+from memory import cache, codec
+from memory.conf import conf
+from memory.db import prepared_fetchone
+from memory.models import Owner, Turn
+from memory.payloads import fact_payload_from_row, turn_payload
+from memory.services._append import _extraction_enqueue, _Plan, _retry_checked, _turn_loaded
+from memory.services.turn_facts import _fact_cap_warn
+
+# The parameters of memory_turn_append() (migrations 0008 and 0010), in its order, typed for a
+# cursor that binds them on the server.
+_APPEND_CALL = (
+    "SELECT * FROM memory_turn_append(%s::text, %s::text, %s::text, %s::text, %s::jsonb,"
+    " %s::text, %s::boolean, %s::timestamptz, %s::boolean, %s::jsonb, %s::integer)"
+)
+
+
+def turn_append_call(
+    owner_id: str,
+    session_id: str,
+    role: str,
+    content: str,
+    metadata: dict[str, Any],
+    idempotency_key: str | None,
+    plan: _Plan,
+) -> Turn | None:
+    """``turn_append`` of checked input on PostgreSQL, as ``_turn_append_django`` does it, in
+    one call of ``memory_turn_append()``: one round trip, its own transaction in autocommit,
+    whatever the key and the facts; then the cache update after commit
+    (``cache.write_commit``) and, for a deferred extractor, the task's enqueue. Returns the
+    turn, or ``None`` when a fact of ``plan`` changed between its read and the owner's lock
+    (then nothing was written: the caller takes the general path). Raises
+    ``IdempotencyKeyReused`` as ``turn_append`` does.
+
+    NOTE: the path of nearly every append, so it is one call of a function whose statements
+    the server plans once per connection: the ORM's lock, update, insert, session update and
+    extraction savepoint cost nine round trips, and even one statement sent by Django's
+    client-side binding was planned anew each time (docs/performance.md).
+    """
+    db = connections[DEFAULT_DB_ALIAS]
+    at = timezone.now()
+    row = prepared_fetchone(
+        db,
+        _APPEND_CALL,
+        [
+            owner_id,
+            session_id,
+            role,
+            content,
+            codec.dumps(metadata).decode(),
+            idempotency_key,
+            cache.enabled(),
+            at,
+            plan.defer,
+            codec.dumps(plan.facts).decode() if plan.facts is not None else None,
+            conf.MAX_FACTS,
+        ],
+    )
+    created, conflict, turn_pk, owner_pk, seq, stamp, prev, *stored = row[:12]
+    pending_pk, written, skipped = row[12:15]
+    if conflict:
+        return None
+    if not created:
+        existing = _turn_loaded(
+            id=turn_pk,
+            owner_id=owner_pk,
+            seq=seq,
+            session_id=stored[0],
+            role=stored[1],
+            content=stored[2],
+            metadata=codec.loads_jsonb(stored[3]),
+            idempotency_key=idempotency_key,
+            created_at=stored[4],
+        )
+        assert idempotency_key is not None
+        return _retry_checked(existing, idempotency_key, session_id, role, content, metadata)
+    turn = _turn_loaded(
+        id=turn_pk,
+        owner_id=owner_pk,
+        seq=seq,
+        session_id=session_id,
+        role=role,
+        content=content,
+        metadata=metadata,
+        idempotency_key=idempotency_key,
+        created_at=at,
+    )
+    for key in skipped or ():
+        _fact_cap_warn(key, seq, owner_id)
+    facts = [
+        fact_payload_from_row((fact["key"], fact["value"], session_id, at, fact["version"]))
+        for fact in (codec.loads(written) if written else ())
+    ]
+    owner = Owner(pk=owner_pk, external_id=owner_id, stamp=stamp)
+    cache.write_commit(owner, prev, turns=[turn_payload(turn)], facts=facts)
+    if pending_pk is not None:
+        _extraction_enqueue(pending_pk)
+    return turn

@@ -1,0 +1,57 @@
+"""The pieces of an append that both its paths use, ``services.turns`` (the spec) and its
+PostgreSQL fast path (``memory.postgres.turn_append``): the extraction's plan, the check of an
+idempotent retry, a turn from a row, and a deferred extraction's enqueue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, transaction
+
+from memory import codec, extraction
+from memory.exceptions import IdempotencyKeyReused
+from memory.models import Turn
+
+
+def _retry_checked(
+    existing: Turn, key: str, session_id: str, role: str, content: str, metadata: dict[str, Any]
+) -> Turn:
+    """The turn first stored under ``key``, if this append repeats it exactly (the metadata as
+    the same JSON value, ``codec.json_equal``); else raises ``IdempotencyKeyReused``."""
+    if (existing.session_id, existing.role, existing.content) != (
+        session_id,
+        role,
+        content,
+    ) or not codec.json_equal(existing.metadata, metadata):
+        raise IdempotencyKeyReused(key, existing)
+    return existing
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the extraction of a turn asks of its append, found before any write: a record for
+    a deferred extractor (``defer``), or what an inline one found (``found``, which the general
+    path merges under the lock) and the facts it changes, each with what the owner held when
+    they were read (``facts``, the JSON array ``memory_turn_append`` takes; ``None``: none)."""
+
+    defer: bool = False
+    found: tuple[extraction.ExtractedFact, ...] = ()
+    facts: list[dict[str, Any]] | None = None
+
+
+def _turn_loaded(**fields: Any) -> Turn:
+    """A ``Turn`` for a row this module read or wrote with its own SQL, as the ORM loads one."""
+    turn = Turn(**fields)
+    turn._state.adding = False
+    turn._state.db = DEFAULT_DB_ALIAS
+    return turn
+
+
+def _extraction_enqueue(pending_pk: int) -> None:
+    """Enqueue the task of a ``PendingExtraction`` after the current transaction commits."""
+    # NOTE: imported here, so that django-tasks is needed only by a site with a deferred
+    # extractor. A crash before the enqueue leaves the record for ``memory_extract --pending``.
+    from memory.services.deferred import extraction_enqueue
+
+    transaction.on_commit(lambda: extraction_enqueue(pending_pk=pending_pk), robust=True)
