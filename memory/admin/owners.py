@@ -1,0 +1,232 @@
+"""The owners' and sessions' pages: an owner's bounded turns and facts, forgetting owners,
+dropping a cached copy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.models import DELETION, LogEntry
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from memory import permissions, selectors, services
+from memory.admin.base import (
+    CONFIRM_OWNERS,
+    FactsInline,
+    LatestTurnsInline,
+    MemoryAdmin,
+    OwnerFilter,
+    Refused,
+    _error_text,
+)
+from memory.conf import conf
+from memory.exceptions import MemoryException
+from memory.models import Fact, Owner, Session, Turn
+
+
+@admin.register(Owner)
+class OwnerAdmin(MemoryAdmin):
+    list_display = ("external_id", "last_seq", "updated_at", "created_at", "cache_dirty")
+    list_filter = (
+        "cache_dirty",
+        ("updated_at", admin.DateFieldListFilter),
+        ("created_at", admin.DateFieldListFilter),
+    )
+    search_fields = ("external_id",)
+    search_help_text = "Owner id (the chat product's user id), or part of it."
+    fieldsets = (
+        (None, {"fields": ("external_id", "created_at", "updated_at", "browse")}),
+        ("Cache", {"fields": ("stamp", "cache_dirty")}),
+    )
+    readonly_fields = ("external_id", "created_at", "updated_at", "browse", "stamp", "cache_dirty")
+    inlines = (FactsInline, LatestTurnsInline)
+    actions = ("forget_owners", "drop_cached_copy")
+
+    # NOTE: an owner row changes only through the services' writes; the page is view-only.
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    # NOTE: the owner's "change" permission, meaningless for a view-only row, grants the
+    # harmless cache actions.
+    def has_drop_cache_permission(self, request: HttpRequest) -> bool:
+        opts = self.opts
+        return permissions.is_service_caller(request.user) and request.user.has_perm(
+            f"{opts.app_label}.change_{opts.model_name}"
+        )
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        # NOTE: "forget" replaces Django's delete, whose confirmation lists every turn.
+        actions.pop("delete_selected", None)
+        return actions
+
+    @admin.display(description="history")
+    def browse(self, owner: Owner) -> SafeString:
+        links = [
+            (
+                self._url(Turn, "changelist", owner=owner.pk),
+                f"all turns (latest seq {owner.last_seq})",
+            ),
+            (self._url(Fact, "changelist", owner=owner.pk), "all facts"),
+            (self._url(Session, "changelist", owner=owner.pk), "sessions"),
+        ]
+        return format_html_join(" · ", '<a href="{}">{}</a>', links)
+
+    def get_deleted_objects(
+        self, objs: Iterable[Owner], request: HttpRequest
+    ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+        # NOTE: Django's collector would list every turn (100,000 lines); count them instead.
+        deleted: list[Any] = []
+        totals = {"turns": 0, "sessions": 0, "facts": 0, "fact versions": 0}
+        for owner in objs:
+            summary = selectors.owner_summary_get(owner_id=owner.external_id)
+            if summary is None:
+                continue
+            counts = {
+                "turns": summary["turns"],
+                "sessions": summary["sessions"],
+                "facts": summary["facts"],
+                "fact versions": summary["fact_versions"],
+            }
+            for name, count in counts.items():
+                totals[name] += count
+            deleted += [
+                format_html("Memory owner: {}", self._owner_link(owner)),
+                [f"{count:,} {name}" for name, count in counts.items()],
+            ]
+        # NOTE: the service deletes the rows, so no permission on them is needed.
+        return deleted, totals, set(), []
+
+    def delete_model(self, request: HttpRequest, obj: Owner) -> None:
+        # NOTE: the service also deletes the entry Django's delete view has just logged (it
+        # names the owner); the forget is then recorded without the id.
+        try:
+            forgotten = services.memory_forget(owner_id=obj.external_id)
+        except (MemoryException, ValidationError) as e:
+            raise Refused(f"{obj} was not forgotten: {_error_text(e)}") from e
+        self._log_forget(request, int(forgotten))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Owner]) -> None:
+        self._forget(request, list(queryset.values_list("external_id", flat=True)))
+
+    def _log_forget(self, request: HttpRequest, count: int) -> None:
+        """Record in the admin log that ``count`` owners were forgotten, naming none of them."""
+        if count == 0:
+            return
+        noun = "memory owner" if count == 1 else "memory owners"
+        LogEntry.objects.create(
+            user_id=request.user.pk,
+            content_type=ContentType.objects.get_for_model(Owner),
+            object_id=None,
+            object_repr=f"{count} {noun} (ids not kept)",
+            action_flag=DELETION,
+            change_message=f"Forgot {count} {noun}: turns, facts, sessions and cached copy.",
+        )
+
+    def _forget(self, request: HttpRequest, owner_ids: list[str]) -> int:
+        forgotten, failed = 0, []
+        for owner_id in owner_ids:
+            try:
+                forgotten += services.memory_forget(owner_id=owner_id)
+            except (MemoryException, ValidationError) as e:
+                failed.append(f"{owner_id} ({_error_text(e)})")
+        self._log_forget(request, forgotten)
+        if failed:
+            raise Refused(
+                f"Forgot {forgotten} owner(s); not forgotten: {', '.join(failed)}.",
+                redirect_to=self._url(Owner, "changelist"),
+            )
+        return forgotten
+
+    @admin.action(
+        description="Forget these owners (turns, facts, sessions, cached copy)",
+        permissions=["delete"],
+    )
+    def forget_owners(
+        self, request: HttpRequest, queryset: QuerySet[Owner]
+    ) -> TemplateResponse | None:
+        owners = list(queryset.order_by("external_id").values_list("pk", "external_id"))
+        if request.POST.get("post") != "yes":
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Forget these owners?",
+                "opts": self.opts,
+                "count": len(owners),
+                "shown": [owner_id for _, owner_id in owners[:CONFIRM_OWNERS]],
+                "more": max(len(owners) - CONFIRM_OWNERS, 0),
+                "pks": [pk for pk, _ in owners],
+                "action_checkbox_name": ACTION_CHECKBOX_NAME,
+            }
+            request.current_app = self.admin_site.name
+            return TemplateResponse(request, "admin/memory/owner/forget_confirmation.html", context)
+        forgotten = self._forget(request, [owner_id for _, owner_id in owners])
+        self.message_user(request, f"Forgot {forgotten} owner(s).", messages.SUCCESS)
+        return None
+
+    @admin.action(
+        description="Drop the cached copy (the next read rehydrates)",
+        permissions=["drop_cache"],
+    )
+    def drop_cached_copy(self, request: HttpRequest, queryset: QuerySet[Owner]) -> None:
+        if conf.CACHE_ALIAS is None:
+            self.message_user(request, "No cache is configured: nothing to drop.", messages.INFO)
+            return
+        owner_ids = list(queryset.values_list("external_id", flat=True))
+        unconfirmed = [
+            owner_id for owner_id in owner_ids if not services.cache_drop(owner_id=owner_id)
+        ]
+        dropped = len(owner_ids) - len(unconfirmed)
+        if dropped:
+            self.message_user(request, f"Dropped the cached copy of {dropped} owner(s).")
+        if unconfirmed:
+            self.message_user(
+                request,
+                f"Redis did not confirm for {', '.join(unconfirmed)}; is it down? "
+                "Their copies are unchanged.",
+                messages.WARNING,
+            )
+
+
+@admin.register(Session)
+class SessionAdmin(MemoryAdmin):
+    list_display = ("session_id", "owner", "turn_count", "first_seen", "last_seen", "turns")
+    list_select_related = ("owner",)
+    list_filter = (OwnerFilter, ("last_seen", admin.DateFieldListFilter))
+    search_fields = ("=owner__external_id", "session_id")
+    search_help_text = "Exact owner id, or part of a session id."
+    ordering = ("-last_seen",)
+    fields = ("owner_link", "session_id", "turn_count", "first_seen", "last_seen", "turns")
+    readonly_fields = fields
+    actions = None
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Session]:
+        return super().get_queryset(request).select_related("owner")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="owner")
+    def owner_link(self, session: Session) -> SafeString:
+        return self._owner_link(session.owner)
+
+    @admin.display(description="turns")
+    def turns(self, session: Session) -> SafeString:
+        url = self._url(Turn, "changelist", owner=session.owner_id, session=session.session_id)
+        return format_html('<a href="{}">{} turns</a>', url, session.turn_count)
