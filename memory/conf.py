@@ -65,6 +65,11 @@ DEFAULTS: dict[str, Any] = {
     "TOKEN_COUNTER": "memory.tokens.estimate_counter",
     # Milliseconds each statement of a search may run before Postgres stops it (a 503).
     "SEARCH_TIMEOUT_MS": 500,
+    # Heavy reads one caller may have in flight per process (memory.limits): a search, or a
+    # context, its messages or a turn page of more turns than the cached copy or a default
+    # page holds. Past it the API answers 429 with Retry-After. Keep it below a process's
+    # threads (gunicorn --threads), so that one caller never holds them all.
+    "HEAVY_READS_PER_CALLER": 2,
     # Bearer token that lets a scraper read the metrics view (docs/metrics.md); None: only
     # service callers may.
     "METRICS_TOKEN": None,
@@ -293,6 +298,10 @@ class Settings:
     @property
     def SEARCH_TIMEOUT_MS(self) -> int:
         return self._count("SEARCH_TIMEOUT_MS")
+
+    @property
+    def HEAVY_READS_PER_CALLER(self) -> int:
+        return self._count("HEAVY_READS_PER_CALLER")
 
     @property
     def METRICS_TOKEN(self) -> str | None:

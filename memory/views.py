@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
@@ -29,16 +30,17 @@ from rest_framework.serializers import Serializer, as_serializer_error
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from memory import metrics, selectors, services
+from memory import limits, metrics, selectors, services
 from memory.exceptions import (
     FactNotFound,
     FactVersionConflict,
     IdempotencyKeyReused,
     MemoryUnavailable,
+    ReadsInFlight,
     SearchTimeout,
 )
 from memory.payloads import fact_payload, turn_payload
-from memory.permissions import CanReachOwner, can_reach
+from memory.permissions import CanReachOwner, can_reach, owner_id_for
 from memory.serializers import (
     ContextMessagesQuerySerializer,
     ContextMessagesSerializer,
@@ -104,6 +106,8 @@ def api_exception(exc: Exception) -> Exception:
         return exceptions.NotFound(str(exc))
     if isinstance(exc, SearchTimeout):
         return ServiceUnavailable(str(exc))
+    if isinstance(exc, ReadsInFlight):
+        return exceptions.Throttled(wait=exc.retry_after, detail=str(exc))
     if isinstance(exc, (MemoryUnavailable, OperationalError, InterfaceError)):
         return ServiceUnavailable()
     if isinstance(exc, DjangoValidationError):
@@ -214,7 +218,11 @@ ERRORS: dict[int, OpenApiResponse] = {
     ),
     413: OpenApiResponse(ErrorSerializer, description="The body is over the configured size."),
     415: OpenApiResponse(ErrorSerializer, description="The body is not JSON."),
-    429: OpenApiResponse(ErrorSerializer, description="Throttled."),
+    429: OpenApiResponse(
+        ErrorSerializer,
+        description="Throttled: too many requests, or (search, long contexts and turn pages) "
+        'too many heavy reads in flight (MEMORY["HEAVY_READS_PER_CALLER"]); see Retry-After.',
+    ),
     503: OpenApiResponse(ErrorSerializer, description="The database is unreachable."),
 }
 READ_ERRORS = (400, 401, 403, 404, 429, 503)
@@ -298,7 +306,13 @@ class MemoryView(APIView):
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
-        response = super().dispatch(request, *args, **kwargs)
+        with ExitStack() as self._slots:
+            self._heavy = False
+            response = super().dispatch(request, *args, **kwargs)
+            if self._heavy:
+                # NOTE: rendered while the slot is held: the JSON of a long page or context is
+                # much of its work (Django renders again only what is not rendered yet).
+                response.render()
         match = request.resolver_match
         metrics.request_observed(
             view=match.view_name if match is not None else type(self).__name__,
@@ -307,6 +321,17 @@ class MemoryView(APIView):
             seconds=time.perf_counter() - started,
         )
         return response
+
+    def heavy_read(self, request: Request, user_id: str) -> None:
+        """Hold one of the caller's heavy-read slots (``memory.limits``) until this response is
+        rendered; raises ``ReadsInFlight`` (a 429) when they are all held. The caller is the
+        user, or for a service caller reaching another's memory, that owner: a chat backend
+        calling for all its end users gets slots per end user."""
+        user = request.user
+        own = owner_id_for(user) == user_id
+        caller = f"user:{user.pk}" if own else f"owner:{user_id}"
+        self._slots.enter_context(limits.heavy_read(caller=caller))
+        self._heavy = True
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Response | None]:
         handler = super().get_exception_handler()
@@ -361,6 +386,8 @@ class TurnsView(MemoryView):
     )
     def get(self, request: Request, user_id: str) -> Response:
         query = _validated(TurnListQuerySerializer, request.query_params.dict())
+        if limits.page_heavy(limit=query["limit"]):
+            self.heavy_read(request, user_id)
         turns, more = selectors.turn_list(owner_id=user_id, **query)
         next_url = None
         if more:
@@ -382,6 +409,8 @@ class ContextView(MemoryView):
         turns = None
         if request.query_params:
             turns = _validated(ContextQuerySerializer, request.query_params.dict()).get("turns")
+        if limits.context_heavy(turns=turns):
+            self.heavy_read(request, user_id)
         return Response(selectors.context_get(owner_id=user_id, turns=turns))
 
 
@@ -397,6 +426,8 @@ class ContextMessagesView(MemoryView):
     )
     def get(self, request: Request, user_id: str) -> Response:
         query = _validated(ContextMessagesQuerySerializer, request.query_params.dict())
+        if limits.context_heavy(turns=query.get("turns"), max_tokens=query.get("max_tokens")):
+            self.heavy_read(request, user_id)
         return Response(selectors.context_messages(owner_id=user_id, **query))
 
 
@@ -561,6 +592,7 @@ class SearchView(MemoryView):
     )
     def get(self, request: Request, user_id: str) -> Response:
         query = _validated(SearchQuerySerializer, request.query_params.dict())
+        self.heavy_read(request, user_id)
         return Response({"results": selectors.turn_search(owner_id=user_id, **query)})
 
 
