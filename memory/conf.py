@@ -63,6 +63,9 @@ DEFAULTS: dict[str, Any] = {
     # Dotted path of the callable ``str -> int`` counting tokens for ``max_tokens`` budgets
     # (memory.tokens: the default estimate, or tiktoken_counter).
     "TOKEN_COUNTER": "memory.tokens.estimate_counter",
+    # Turns a link moves per transaction (services.memory_link): each batch holds both
+    # owners' row locks, so the owner's writers wait for one batch at most.
+    "LINK_BATCH_TURNS": 50,
     # Milliseconds each statement of a search may run before Postgres stops it (a 503).
     "SEARCH_TIMEOUT_MS": 500,
     # Heavy reads one caller may have in flight per process (memory.limits): a search, or a
@@ -298,6 +301,10 @@ class Settings:
     @property
     def SEARCH_TIMEOUT_MS(self) -> int:
         return self._count("SEARCH_TIMEOUT_MS")
+
+    @property
+    def LINK_BATCH_TURNS(self) -> int:
+        return self._count("LINK_BATCH_TURNS")
 
     @property
     def HEAVY_READS_PER_CALLER(self) -> int:
