@@ -19,8 +19,9 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, connection
-from django.db.models import BigIntegerField, Q, QuerySet, Subquery, Value
-from django.db.models.functions import Cast
+from django.db.models import BigIntegerField, Count, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Cast, Length
+from django.utils import timezone
 from psycopg import Pipeline
 
 from memory import aio, cache, codec, search, tokens
@@ -574,6 +575,41 @@ def owner_exists(*, owner_id: str) -> bool:
 aowner_exists = aio.twin(owner_exists)
 
 
+class OwnerUsage(NamedTuple):
+    """What an owner holds: turns, and the characters of their contents."""
+
+    turns: int
+    chars: int
+
+
+@database_guard()
+def owner_usage_get(*, owner_id: str) -> OwnerUsage:
+    """How many turns the owner holds and how many characters their contents have together
+    (``OwnerUsage(0, 0)`` for an unknown owner): one query over the owner's turns, so as slow
+    as they are long; for checking a cap before a write, where the cap bounds it. Raises
+    ``MemoryUnavailable`` when the database cannot be reached."""
+    _check_owner(owner_id)
+    totals = Turn.objects.filter(owner_id=_owner_pk(owner_id)).aggregate(
+        turns=Count("pk"), chars=Sum(Length("content"))
+    )
+    return OwnerUsage(totals["turns"] or 0, totals["chars"] or 0)
+
+
+aowner_usage_get = aio.twin(owner_usage_get)
+
+
+@database_guard()
+def owners_idle_count(*, prefix: str, idle_for: dt.timedelta) -> int:
+    """How many owners ``services.owners_forget_idle`` would forget now: ids starting with
+    ``prefix``, no write for longer than ``idle_for``. Raises ``MemoryUnavailable`` when the
+    database cannot be reached."""
+    cutoff = timezone.now() - idle_for
+    return Owner.objects.filter(external_id__startswith=prefix, updated_at__lt=cutoff).count()
+
+
+aowners_idle_count = aio.twin(owners_idle_count)
+
+
 class OwnerSummary(TypedDict):
     owner_id: str
     last_seq: int
@@ -794,6 +830,8 @@ __all__ = [
     "aowner_id_iter",
     "aowner_recent_list",
     "aowner_summary_get",
+    "aowner_usage_get",
+    "aowners_idle_count",
     "asearch",
     "asession_list",
     "astats_get",
@@ -810,6 +848,8 @@ __all__ = [
     "owner_id_iter",
     "owner_recent_list",
     "owner_summary_get",
+    "owner_usage_get",
+    "owners_idle_count",
     "session_list",
     "stats_get",
     "turn_list",

@@ -21,9 +21,11 @@ from memory.services.owners import (
     acache_drop,
     amemory_forget,
     amemory_link,
+    aowners_forget_idle,
     cache_drop,
     memory_forget,
     memory_link,
+    owners_forget_idle,
 )
 from memory.services.turns import (
     aturn_append,
@@ -44,6 +46,7 @@ __all__ = [
     "afacts_merge",
     "amemory_forget",
     "amemory_link",
+    "aowners_forget_idle",
     "aturn_append",
     "aturn_delete",
     "aturn_facts_extract",
@@ -54,6 +57,7 @@ __all__ = [
     "facts_merge",
     "memory_forget",
     "memory_link",
+    "owners_forget_idle",
     "turn_append",
     "turn_delete",
     "turn_facts_extract",

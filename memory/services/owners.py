@@ -1,8 +1,9 @@
-"""Writes of a whole owner: forget it, drop its cached copy, link an anonymous owner into a
-known one."""
+"""Writes of a whole owner: forget it (or every owner idle too long), drop its cached copy,
+link an anonymous owner into a known one."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -19,9 +20,11 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Greatest, Least
+from django.utils import timezone
 
 from memory import aio, cache
 from memory.conf import conf
+from memory.exceptions import database_guard
 from memory.models import (
     CacheInvalidation,
     Fact,
@@ -59,20 +62,77 @@ def memory_forget(*, owner_id: str) -> bool:
         owner = _owner_lock(owner_id, create=False)
         if owner is None:
             return False
-        _admin_log_scrub(owner)
-        cache.stamp_take(owner)
-        # NOTE: the owner row goes, and with it its dirty mark; this row is the durable
-        # record that its cached copy must still go, deleted once Redis confirmed.
-        pending = CacheInvalidation.objects.create(external_id=owner_id, stamp=owner.stamp)
-        cache.write_commit(owner, 0, drop=True, outbox_pk=pending.pk)
-        owner.delete()
-        transaction.on_commit(
-            lambda: memory_forgotten.send(sender=Owner, owner_id=owner_id), robust=True
-        )
+        _forget_locked(owner)
         return True
 
 
+def _forget_locked(owner: Owner) -> None:
+    """``memory_forget`` of an owner whose row this transaction holds locked."""
+    owner_id = owner.external_id
+    _admin_log_scrub(owner)
+    cache.stamp_take(owner)
+    # NOTE: the owner row goes, and with it its dirty mark; this row is the durable record
+    # that its cached copy must still go, deleted once Redis confirmed.
+    pending = CacheInvalidation.objects.create(external_id=owner_id, stamp=owner.stamp)
+    cache.write_commit(owner, 0, drop=True, outbox_pk=pending.pk)
+    owner.delete()
+    transaction.on_commit(
+        lambda: memory_forgotten.send(sender=Owner, owner_id=owner_id), robust=True
+    )
+
+
 amemory_forget = aio.twin(memory_forget)
+
+
+# Owner ids ``owners_forget_idle`` reads per query.
+IDLE_PAGE = 500
+
+
+def owners_forget_idle(*, prefix: str, idle_for: dt.timedelta, limit: int | None = None) -> int:
+    """Forget, as ``memory_forget`` does, every owner whose id starts with ``prefix`` and that
+    no write touched for longer than ``idle_for`` (``Owner.updated_at``, which every write
+    sets; reads do not); return how many went.
+
+    For a retention rule on owners nobody will come back to, such as the demo's anonymous
+    visitors (``anon-``). Oldest first, one transaction per owner, its idleness checked again
+    under its row lock: an owner written meanwhile stays. At most ``limit`` owners when given.
+    Raises ``ValidationError`` for an empty ``prefix`` or a ``idle_for`` that is not positive,
+    and ``MemoryUnavailable`` when the database cannot be reached (the owners forgotten before
+    it stay forgotten).
+    """
+    if not isinstance(prefix, str) or not prefix:
+        raise ValidationError({"prefix": ["Give the prefix of the owner ids to forget."]})
+    if not isinstance(idle_for, dt.timedelta) or idle_for <= dt.timedelta(0):
+        raise ValidationError({"idle_for": ["Give a positive time."]})
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValidationError({"limit": ["Ensure this value is greater than or equal to 1."]})
+    forgotten = 0
+    while limit is None or forgotten < limit:
+        cutoff = timezone.now() - idle_for
+        with database_guard():
+            # NOTE: the (updated_at) index serves this, oldest first, a page at a time.
+            page = list(
+                Owner.objects.filter(external_id__startswith=prefix, updated_at__lt=cutoff)
+                .order_by("updated_at")
+                .values_list("external_id", flat=True)[:IDLE_PAGE]
+            )
+        if not page:
+            return forgotten
+        for owner_id in page:
+            if limit is not None and forgotten >= limit:
+                break
+            with _service():
+                owner = _owner_lock(owner_id, create=False)
+                if owner is None or owner.updated_at >= cutoff:
+                    continue
+                _forget_locked(owner)
+            forgotten += 1
+        if len(page) < IDLE_PAGE:
+            return forgotten
+    return forgotten
+
+
+aowners_forget_idle = aio.twin(owners_forget_idle)
 
 
 def cache_drop(*, owner_id: str) -> bool:
