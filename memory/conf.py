@@ -72,7 +72,7 @@ DEFAULTS: dict[str, Any] = {
     # context, its messages or a turn page of more turns than the cached copy or a default
     # page holds. Past it the API answers 429 with Retry-After. Keep it below a process's
     # threads (gunicorn --threads), so that one caller never holds them all.
-    "HEAVY_READS_PER_CALLER": 2,
+    "HEAVY_READS_PER_CALLER": 1,
     # Bearer token that lets a scraper read the metrics view (docs/metrics.md); None: only
     # service callers may.
     "METRICS_TOKEN": None,

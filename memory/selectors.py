@@ -277,7 +277,7 @@ def _facts_text(facts: dict[str, Any]) -> str:
 
 def _context_messages(context: ContextPayload, max_tokens: int | None) -> ContextMessagesPayload:
     """``context`` as model messages, its turns cut to ``max_tokens`` (see ``context_messages``)."""
-    count = tokens.counter_get()
+    count = tokens.counter_remembering()
     system: MessagePayload = {"role": "system", "content": _facts_text(context["facts"])}
     used = count(system["content"])
     if max_tokens is not None and used > max_tokens:
