@@ -23,6 +23,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_CONTEXT_TURNS": 200,
     # Longest turn content accepted, in characters.
     "MAX_TURN_CHARS": 32768,
+    # Most bytes of turn contents on one page of the API's turns/ (at least one turn a page;
+    # `next` goes on): 500 turns of 32 KB made pages of 11 MB.
+    "MAX_PAGE_BYTES": 1048576,
     # Largest metadata object or fact value accepted, in bytes of JSON.
     "MAX_JSON_BYTES": 16384,
     # Most facts one owner may hold; a write that would pass it is refused.
@@ -179,6 +182,10 @@ class Settings:
     @property
     def MAX_TURN_CHARS(self) -> int:
         return self._count("MAX_TURN_CHARS")
+
+    @property
+    def MAX_PAGE_BYTES(self) -> int:
+        return self._count("MAX_PAGE_BYTES", unit=" (bytes)")
 
     @property
     def MAX_JSON_BYTES(self) -> int:

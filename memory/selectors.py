@@ -19,7 +19,18 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, connection
-from django.db.models import BigIntegerField, Count, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import (
+    BigIntegerField,
+    Count,
+    F,
+    Func,
+    IntegerField,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.db.models.functions import Cast, Length
 from django.utils import timezone
 from psycopg import Pipeline
@@ -446,21 +457,52 @@ def turn_list(
     session_id: str | None = None,
     after: int | None = None,
     limit: int = DEFAULT_PAGE_SIZE,
+    max_bytes: int | None = None,
 ) -> tuple[list[TurnPayload], bool]:
     """A page of the owner's turns, oldest first, with ``seq > after``; and whether more follow.
 
     Keyset pagination on (owner, seq): every page costs the same however deep it is.
     ``session_id`` keeps only the turns labelled with it; ``limit`` is 1-500, as in the API.
-    Raises ``ValidationError`` ({"user_id" | "after" | "limit": messages}) for bad input and
-    ``MemoryUnavailable`` when the database cannot be reached.
+    With ``max_bytes`` the page also ends before its turns' contents pass that many bytes
+    (characters off PostgreSQL), but holds at least one turn: one more query, of the sizes
+    alone (PostgreSQL reads them without the contents), and a long page costs what its bytes do.
+    Raises ``ValidationError`` ({"user_id" | "after" | "limit" | "max_bytes": messages}) for
+    bad input and ``MemoryUnavailable`` when the database cannot be reached.
     """
     _check_owner(owner_id)
     if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
         raise ValidationError({"after": ["Ensure this value is an integer >= 0."]})
     _check_limit(limit)
+    if max_bytes is not None and (
+        isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
+    ):
+        raise ValidationError({"max_bytes": ["Ensure this value is an integer >= 1."]})
     turns = _turn_page_queryset(owner_id, session_id=session_id, after=after)
+    if max_bytes is not None:
+        sizes = list(turns.annotate(size=_content_bytes()).values_list("seq", "size")[: limit + 1])
+        fit = _page_fit([size for _, size in sizes[:limit]], max_bytes)
+        if fit < len(sizes):
+            rows = list(turns.filter(seq__lte=sizes[fit - 1][0]).values_list(*TURN_FIELDS)[:fit])
+            return [turn_payload_from_row(row) for row in rows], True
     rows = list(turns.values_list(*TURN_FIELDS)[: limit + 1])
     return [turn_payload_from_row(row) for row in rows[:limit]], len(rows) > limit
+
+
+def _content_bytes() -> Func | Length:
+    # NOTE: octet_length reads a long content's size from its TOAST pointer, not the content.
+    if connection.vendor == "postgresql":
+        return Func(F("content"), function="octet_length", output_field=IntegerField())
+    return Length("content")
+
+
+def _page_fit(sizes: list[int], max_bytes: int) -> int:
+    """How many of the first ``sizes`` fit in ``max_bytes`` together; at least one."""
+    used = 0
+    for fit, size in enumerate(sizes):
+        if fit and used + size > max_bytes:
+            return fit
+        used += size
+    return len(sizes)
 
 
 aturn_list = aio.twin(turn_list)

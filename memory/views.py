@@ -32,6 +32,7 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from memory import limits, metrics, selectors, services
+from memory.conf import conf
 from memory.exceptions import (
     FactNotFound,
     FactVersionConflict,
@@ -443,7 +444,7 @@ class TurnsView(MemoryView):
         query = _validated(TurnListQuerySerializer, request.query_params.dict())
         if limits.page_heavy(limit=query["limit"]):
             self.heavy_read(request, user_id)
-        turns, more = selectors.turn_list(owner_id=user_id, **query)
+        turns, more = selectors.turn_list(owner_id=user_id, max_bytes=conf.MAX_PAGE_BYTES, **query)
         next_url = None
         if more:
             next_url = replace_query_param(request.build_absolute_uri(), "after", turns[-1]["seq"])
