@@ -23,6 +23,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_CONTEXT_TURNS": 200,
     # Longest turn content accepted, in characters.
     "MAX_TURN_CHARS": 32768,
+    # Most bytes of turn contents on one page of the API's turns/ (at least one turn a page;
+    # `next` goes on): 500 turns of 32 KB made pages of 11 MB.
+    "MAX_PAGE_BYTES": 1048576,
     # Largest metadata object or fact value accepted, in bytes of JSON.
     "MAX_JSON_BYTES": 16384,
     # Most facts one owner may hold; a write that would pass it is refused.
@@ -63,8 +66,16 @@ DEFAULTS: dict[str, Any] = {
     # Dotted path of the callable ``str -> int`` counting tokens for ``max_tokens`` budgets
     # (memory.tokens: the default estimate, or tiktoken_counter).
     "TOKEN_COUNTER": "memory.tokens.estimate_counter",
+    # Turns a link moves per transaction (services.memory_link): each batch holds both
+    # owners' row locks, so the owner's writers wait for one batch at most.
+    "LINK_BATCH_TURNS": 50,
     # Milliseconds each statement of a search may run before Postgres stops it (a 503).
     "SEARCH_TIMEOUT_MS": 500,
+    # Heavy reads one caller may have in flight per process (memory.limits): a search, or a
+    # context, its messages or a turn page of more turns than the cached copy or a default
+    # page holds. Past it the API answers 429 with Retry-After. Keep it below a process's
+    # threads (gunicorn --threads), so that one caller never holds them all.
+    "HEAVY_READS_PER_CALLER": 1,
     # Bearer token that lets a scraper read the metrics view (docs/metrics.md); None: only
     # service callers may.
     "METRICS_TOKEN": None,
@@ -171,6 +182,10 @@ class Settings:
     @property
     def MAX_TURN_CHARS(self) -> int:
         return self._count("MAX_TURN_CHARS")
+
+    @property
+    def MAX_PAGE_BYTES(self) -> int:
+        return self._count("MAX_PAGE_BYTES", unit=" (bytes)")
 
     @property
     def MAX_JSON_BYTES(self) -> int:
@@ -293,6 +308,14 @@ class Settings:
     @property
     def SEARCH_TIMEOUT_MS(self) -> int:
         return self._count("SEARCH_TIMEOUT_MS")
+
+    @property
+    def LINK_BATCH_TURNS(self) -> int:
+        return self._count("LINK_BATCH_TURNS")
+
+    @property
+    def HEAVY_READS_PER_CALLER(self) -> int:
+        return self._count("HEAVY_READS_PER_CALLER")
 
     @property
     def METRICS_TOKEN(self) -> str | None:

@@ -63,6 +63,19 @@ class SearchTimeout(MemoryException):
         self.milliseconds = milliseconds
 
 
+class ReadsInFlight(MemoryException):
+    """The caller already has ``MEMORY["HEAVY_READS_PER_CALLER"]`` heavy reads in flight in this
+    process (``memory.limits``); nothing was read. Retry after ``retry_after`` seconds."""
+
+    def __init__(self, limit: int, retry_after: int = 1) -> None:
+        super().__init__(
+            f"Too many heavy reads in flight: at most {limit} at once per caller "
+            "(searches, long contexts and long turn pages); wait for one to finish."
+        )
+        self.limit = limit
+        self.retry_after = retry_after
+
+
 class database_guard(contextlib.ContextDecorator):
     """Turn a lost database connection into ``MemoryUnavailable`` (a decorator or a ``with``)."""
 

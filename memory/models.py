@@ -246,6 +246,27 @@ class CacheInvalidation(models.Model):
         return f"drop cache of {self.external_id} at {self.stamp}"
 
 
+class OwnerLink(models.Model):
+    """A link under way (``services.memory_link``): ``source``'s turns move into ``target`` a
+    batch per transaction, and this row remembers where each moved turn that a fact of the
+    source names went, so that a link cut off (a worker killed, a lost database) resumes with
+    nothing lost. Goes with the source, which the link's last batch forgets."""
+
+    source = models.OneToOneField(Owner, on_delete=models.CASCADE, related_name="+")
+    target = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="+")
+    # NOTE: {source seq (as text, a JSON key): the seq it got on the target}, only for the
+    # seqs that the source's facts and fact versions name (``source_turn_seq``): bounded by
+    # them, not by the turns; the last batch points those at the new seqs.
+    seqs = models.JSONField(default=dict)
+    started_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return f"link of owner {self.source_id} into owner {self.target_id}"
+
+
 class PendingExtraction(models.Model):
     """A user turn whose deferred fact extraction has not run yet; deleted once it has.
 

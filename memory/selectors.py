@@ -20,8 +20,20 @@ from asgiref.sync import sync_to_async
 from django.core import signing
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, connection
-from django.db.models import BigIntegerField, Q, QuerySet, Subquery, Value
-from django.db.models.functions import Cast
+from django.db.models import (
+    BigIntegerField,
+    Count,
+    F,
+    Func,
+    IntegerField,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Cast, Length
+from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
 from memory import aio, cache, codec, search, tokens
@@ -197,7 +209,7 @@ def _facts_text(facts: dict[str, Any]) -> str:
 
 def _context_messages(context: ContextPayload, max_tokens: int | None) -> ContextMessagesPayload:
     """``context`` as model messages, its turns cut to ``max_tokens`` (see ``context_messages``)."""
-    count = tokens.counter_get()
+    count = tokens.counter_remembering()
     system: MessagePayload = {"role": "system", "content": _facts_text(context["facts"])}
     used = count(system["content"])
     if max_tokens is not None and used > max_tokens:
@@ -385,21 +397,52 @@ def turn_list(
     session_id: str | None = None,
     after: int | None = None,
     limit: int = DEFAULT_PAGE_SIZE,
+    max_bytes: int | None = None,
 ) -> tuple[list[TurnPayload], bool]:
     """A page of the owner's turns, oldest first, with ``seq > after``; and whether more follow.
 
     Keyset pagination on (owner, seq): every page costs the same however deep it is.
     ``session_id`` keeps only the turns labelled with it; ``limit`` is 1-500, as in the API.
-    Raises ``ValidationError`` ({"user_id" | "after" | "limit": messages}) for bad input and
-    ``MemoryUnavailable`` when the database cannot be reached.
+    With ``max_bytes`` the page also ends before its turns' contents pass that many bytes
+    (characters off PostgreSQL), but holds at least one turn: one more query, of the sizes
+    alone (PostgreSQL reads them without the contents), and a long page costs what its bytes do.
+    Raises ``ValidationError`` ({"user_id" | "after" | "limit" | "max_bytes": messages}) for
+    bad input and ``MemoryUnavailable`` when the database cannot be reached.
     """
     _check_owner(owner_id)
     if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
         raise ValidationError({"after": ["Ensure this value is an integer >= 0."]})
     _check_limit(limit)
+    if max_bytes is not None and (
+        isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
+    ):
+        raise ValidationError({"max_bytes": ["Ensure this value is an integer >= 1."]})
     turns = _turn_page_queryset(owner_id, session_id=session_id, after=after)
+    if max_bytes is not None:
+        sizes = list(turns.annotate(size=_content_bytes()).values_list("seq", "size")[: limit + 1])
+        fit = _page_fit([size for _, size in sizes[:limit]], max_bytes)
+        if fit < len(sizes):
+            rows = list(turns.filter(seq__lte=sizes[fit - 1][0]).values_list(*TURN_FIELDS)[:fit])
+            return [turn_payload_from_row(row) for row in rows], True
     rows = list(turns.values_list(*TURN_FIELDS)[: limit + 1])
     return [turn_payload_from_row(row) for row in rows[:limit]], len(rows) > limit
+
+
+def _content_bytes() -> Func | Length:
+    # NOTE: octet_length reads a long content's size from its TOAST pointer, not the content.
+    if connection.vendor == "postgresql":
+        return Func(F("content"), function="octet_length", output_field=IntegerField())
+    return Length("content")
+
+
+def _page_fit(sizes: list[int], max_bytes: int) -> int:
+    """How many of the first ``sizes`` fit in ``max_bytes`` together; at least one."""
+    used = 0
+    for fit, size in enumerate(sizes):
+        if fit and used + size > max_bytes:
+            return fit
+        used += size
+    return len(sizes)
 
 
 aturn_list = aio.twin(turn_list)
@@ -521,6 +564,41 @@ def owner_exists(*, owner_id: str) -> bool:
 
 
 aowner_exists = aio.twin(owner_exists)
+
+
+class OwnerUsage(NamedTuple):
+    """What an owner holds: turns, and the characters of their contents."""
+
+    turns: int
+    chars: int
+
+
+@database_guard()
+def owner_usage_get(*, owner_id: str) -> OwnerUsage:
+    """How many turns the owner holds and how many characters their contents have together
+    (``OwnerUsage(0, 0)`` for an unknown owner): one query over the owner's turns, so as slow
+    as they are long; for checking a cap before a write, where the cap bounds it. Raises
+    ``MemoryUnavailable`` when the database cannot be reached."""
+    _check_owner(owner_id)
+    totals = Turn.objects.filter(owner_id=_owner_pk(owner_id)).aggregate(
+        turns=Count("pk"), chars=Sum(Length("content"))
+    )
+    return OwnerUsage(totals["turns"] or 0, totals["chars"] or 0)
+
+
+aowner_usage_get = aio.twin(owner_usage_get)
+
+
+@database_guard()
+def owners_idle_count(*, prefix: str, idle_for: dt.timedelta) -> int:
+    """How many owners ``services.owners_forget_idle`` would forget now: ids starting with
+    ``prefix``, no write for longer than ``idle_for``. Raises ``MemoryUnavailable`` when the
+    database cannot be reached."""
+    cutoff = timezone.now() - idle_for
+    return Owner.objects.filter(external_id__startswith=prefix, updated_at__lt=cutoff).count()
+
+
+aowners_idle_count = aio.twin(owners_idle_count)
 
 
 class OwnerSummary(TypedDict):
@@ -762,6 +840,8 @@ __all__ = [
     "aowner_id_iter",
     "aowner_recent_list",
     "aowner_summary_get",
+    "aowner_usage_get",
+    "aowners_idle_count",
     "asearch",
     "asession_list",
     "astats_get",
@@ -778,6 +858,8 @@ __all__ = [
     "owner_id_iter",
     "owner_recent_list",
     "owner_summary_get",
+    "owner_usage_get",
+    "owners_idle_count",
     "session_list",
     "stats_get",
     "turn_list",

@@ -12,8 +12,9 @@ from rest_framework import throttling
 from memory import cache
 
 
-class _WindowThrottle:
-    """A fixed window of ``duration`` seconds per cache key, counted by ``memory.cache``."""
+class WindowThrottle:
+    """A fixed window of ``duration`` seconds per cache key, counted by ``memory.cache``: mix it
+    in front of any DRF ``SimpleRateThrottle`` subclass (``class T(WindowThrottle, X)``)."""
 
     rate: str | None
     num_requests: int
@@ -34,15 +35,15 @@ class _WindowThrottle:
         return getattr(self, "_left", None)
 
 
-class UserRateThrottle(_WindowThrottle, throttling.UserRateThrottle):
+class UserRateThrottle(WindowThrottle, throttling.UserRateThrottle):
     """DRF's ``UserRateThrottle`` (scope ``user``), counted through the memory cache."""
 
 
-class AnonRateThrottle(_WindowThrottle, throttling.AnonRateThrottle):
+class AnonRateThrottle(WindowThrottle, throttling.AnonRateThrottle):
     """DRF's ``AnonRateThrottle`` (scope ``anon``), counted through the memory cache."""
 
 
-class ScopedRateThrottle(_WindowThrottle, throttling.ScopedRateThrottle):
+class ScopedRateThrottle(WindowThrottle, throttling.ScopedRateThrottle):
     """DRF's ``ScopedRateThrottle`` (a view's ``throttle_scope``), counted through the memory
     cache."""
 
@@ -53,4 +54,4 @@ class ScopedRateThrottle(_WindowThrottle, throttling.ScopedRateThrottle):
             return True
         self.rate = self.get_rate()
         self.num_requests, self.duration = self.parse_rate(self.rate)
-        return _WindowThrottle.allow_request(self, request, view)
+        return WindowThrottle.allow_request(self, request, view)

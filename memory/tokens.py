@@ -1,5 +1,6 @@
 """Token counters for ``MEMORY["TOKEN_COUNTER"]``: the default estimate, tiktoken's count when it
-works offline, and ``counter_get()``, which resolves the setting on each use."""
+works offline, and ``counter_get()``, which resolves the setting on each use and remembers the
+counts of long texts (a turn is counted once per process, not on every read of a context)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import hashlib
 import os
 import re
 import tempfile
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -113,6 +116,48 @@ def _counter_import(path: str) -> TokenCounter:
     return counter  # type: ignore[no-any-return]
 
 
+# Texts at least this long have their counts remembered, and how many counts a process keeps.
+MEMO_MIN_CHARS = 1024
+MEMO_SIZE = 4096
+
+
+class _Memo:
+    """Token counts of long texts, by counter and a digest of the text, least recently used out.
+
+    NOTE: a context's messages count every turn they may send, and the same turns come back
+    in every context of the owner: counting 200 turns of 32 KB took 150-350 ms of one core,
+    holding the interpreter's lock against every other request of the process (issue 23,
+    finding 3). A digest costs a fiftieth of that; the memo keeps digests, never the texts.
+    """
+
+    def __init__(self) -> None:
+        self._counts: OrderedDict[tuple[str, bytes], int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def count(self, path: str, counter: TokenCounter, text: str) -> int:
+        if len(text) < MEMO_MIN_CHARS:
+            return counter(text)
+        key = (path, hashlib.blake2b(text.encode(), digest_size=16).digest())
+        with self._lock:
+            known = self._counts.get(key)
+            if known is not None:
+                self._counts.move_to_end(key)
+                return known
+        counted = counter(text)
+        with self._lock:
+            self._counts[key] = counted
+            while len(self._counts) > MEMO_SIZE:
+                self._counts.popitem(last=False)
+        return counted
+
+    def clear(self) -> None:
+        with self._lock:
+            self._counts.clear()
+
+
+memo = _Memo()
+
+
 def counter_get() -> TokenCounter:
     """The callable ``MEMORY["TOKEN_COUNTER"]`` names (read on each call).
 
@@ -124,3 +169,11 @@ def counter_get() -> TokenCounter:
     if not isinstance(path, str):
         raise ImproperlyConfigured(f"MEMORY['TOKEN_COUNTER'] must be a dotted path, not {path!r}.")
     return _counter_import(path)
+
+
+def counter_remembering() -> TokenCounter:
+    """``counter_get()``'s counter, remembering the count of each text of ``MEMO_MIN_CHARS``
+    or more for the process (``memo``: a counter's count depends on its text alone). Raises as
+    ``counter_get``."""
+    counter = counter_get()
+    return functools.partial(memo.count, conf.TOKEN_COUNTER, counter)

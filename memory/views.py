@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
+import orjson
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import InterfaceError, OperationalError
@@ -21,7 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import exceptions, parsers, status
+from rest_framework import exceptions, parsers, renderers, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -29,16 +31,18 @@ from rest_framework.serializers import Serializer, as_serializer_error
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from memory import counters, selectors, services
+from memory import counters, limits, selectors, services
+from memory.conf import conf
 from memory.exceptions import (
     FactNotFound,
     FactVersionConflict,
     IdempotencyKeyReused,
     MemoryUnavailable,
+    ReadsInFlight,
     SearchTimeout,
 )
 from memory.payloads import fact_payload, turn_payload
-from memory.permissions import CanReachOwner, can_reach
+from memory.permissions import CanReachOwner, can_reach, owner_id_for
 from memory.serializers import (
     ContextMessagesQuerySerializer,
     ContextMessagesSerializer,
@@ -104,6 +108,8 @@ def api_exception(exc: Exception) -> Exception:
         return exceptions.NotFound(str(exc))
     if isinstance(exc, SearchTimeout):
         return ServiceUnavailable(str(exc))
+    if isinstance(exc, ReadsInFlight):
+        return exceptions.Throttled(wait=exc.retry_after, detail=str(exc))
     if isinstance(exc, (MemoryUnavailable, OperationalError, InterfaceError)):
         return ServiceUnavailable()
     if isinstance(exc, DjangoValidationError):
@@ -121,6 +127,52 @@ class JSONParser(parsers.JSONParser):
             return super().parse(stream, media_type, parser_context)
         except RecursionError as e:
             raise exceptions.ParseError("JSON parse error - nested too deep.") from e
+
+
+def _drf_only(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is DRF's to write")
+
+
+# NOTE: what orjson does not write as DRF's encoder does goes to ``default``, which hands it
+# back to DRF: a datetime (DRF cuts microseconds to milliseconds and writes "Z"), a dataclass,
+# and subclasses of str, int, dict and list (DRF's ErrorDetail, lazy strings).
+_ORJSON_OPTIONS = (
+    orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
+class JSONRenderer(renderers.JSONRenderer):
+    """DRF's JSON renderer, written by orjson where that writes the same JSON: compact, UTF-8,
+    U+2028 and U+2029 escaped as DRF escapes them. Anything else (an ``indent`` asked for,
+    DRF's ASCII or spaced settings, a value orjson would write otherwise, an integer past 64
+    bits) is rendered by DRF itself.
+
+    NOTE: a turn page or a long context is megabytes of JSON: DRF's encoder took about 35 ms
+    for 6 MB, holding the interpreter's lock against every other request of the process
+    (``health/`` included), orjson takes 5-8 ms (issue 23, finding 3). A float may be written
+    in another exponent form (``1e16`` for ``1e+16``), the same JSON number.
+    """
+
+    def render(
+        self,
+        data: Any,
+        accepted_media_type: str | None = None,
+        renderer_context: Any = None,
+    ) -> bytes:
+        if data is None:
+            return b""
+        indent = self.get_indent(accepted_media_type, renderer_context or {})
+        if self.ensure_ascii or not self.compact or indent is not None:
+            return super().render(data, accepted_media_type, renderer_context)  # type: ignore[no-any-return]
+        try:
+            body = orjson.dumps(data, default=_drf_only, option=_ORJSON_OPTIONS)
+        except TypeError:
+            return super().render(data, accepted_media_type, renderer_context)  # type: ignore[no-any-return]
+        if b"\xe2\x80\xa8" in body or b"\xe2\x80\xa9" in body:
+            body = body.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
+        return body
 
 
 def _validated(serializer_class: type[Serializer], data: Any) -> dict[str, Any]:
@@ -214,7 +266,11 @@ ERRORS: dict[int, OpenApiResponse] = {
     ),
     413: OpenApiResponse(ErrorSerializer, description="The body is over the configured size."),
     415: OpenApiResponse(ErrorSerializer, description="The body is not JSON."),
-    429: OpenApiResponse(ErrorSerializer, description="Throttled."),
+    429: OpenApiResponse(
+        ErrorSerializer,
+        description="Throttled: too many requests, or (search, long contexts and turn pages) "
+        'too many heavy reads in flight (MEMORY["HEAVY_READS_PER_CALLER"]); see Retry-After.',
+    ),
     503: OpenApiResponse(ErrorSerializer, description="The database is unreachable."),
 }
 READ_ERRORS = (400, 401, 403, 404, 429, 503)
@@ -298,7 +354,13 @@ class MemoryView(APIView):
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
-        response = super().dispatch(request, *args, **kwargs)
+        with ExitStack() as self._slots:
+            self._heavy = False
+            response = super().dispatch(request, *args, **kwargs)
+            if self._heavy:
+                # NOTE: rendered while the slot is held: the JSON of a long page or context is
+                # much of its work (Django renders again only what is not rendered yet).
+                response.render()
         match = request.resolver_match
         counters.request_observed(
             view=match.view_name if match is not None else type(self).__name__,
@@ -307,6 +369,25 @@ class MemoryView(APIView):
             seconds=time.perf_counter() - started,
         )
         return response
+
+    def heavy_read(self, request: Request, user_id: str) -> None:
+        """Hold one of the caller's heavy-read slots (``memory.limits``) until this response is
+        rendered; raises ``ReadsInFlight`` (a 429) when they are all held. The caller is the
+        user, or for a service caller reaching another's memory, that owner: a chat backend
+        calling for all its end users gets slots per end user."""
+        user = request.user
+        own = owner_id_for(user) == user_id
+        caller = f"user:{user.pk}" if own else f"owner:{user_id}"
+        self._slots.enter_context(limits.heavy_read(caller=caller))
+        self._heavy = True
+
+    def get_renderers(self) -> list[renderers.BaseRenderer]:
+        # NOTE: the site's renderers (DRF's defaults, or its DEFAULT_RENDERER_CLASSES), read
+        # per request, with DRF's JSON renderer replaced by this module's (the same JSON).
+        return [
+            JSONRenderer() if renderer is renderers.JSONRenderer else renderer()
+            for renderer in self.renderer_classes
+        ]
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Response | None]:
         handler = super().get_exception_handler()
@@ -361,7 +442,9 @@ class TurnsView(MemoryView):
     )
     def get(self, request: Request, user_id: str) -> Response:
         query = _validated(TurnListQuerySerializer, request.query_params.dict())
-        turns, more = selectors.turn_list(owner_id=user_id, **query)
+        if limits.page_heavy(limit=query["limit"]):
+            self.heavy_read(request, user_id)
+        turns, more = selectors.turn_list(owner_id=user_id, max_bytes=conf.MAX_PAGE_BYTES, **query)
         next_url = None
         if more:
             next_url = replace_query_param(request.build_absolute_uri(), "after", turns[-1]["seq"])
@@ -382,6 +465,8 @@ class ContextView(MemoryView):
         turns = None
         if request.query_params:
             turns = _validated(ContextQuerySerializer, request.query_params.dict()).get("turns")
+        if limits.context_heavy(turns=turns):
+            self.heavy_read(request, user_id)
         return Response(selectors.context_get(owner_id=user_id, turns=turns))
 
 
@@ -397,6 +482,8 @@ class ContextMessagesView(MemoryView):
     )
     def get(self, request: Request, user_id: str) -> Response:
         query = _validated(ContextMessagesQuerySerializer, request.query_params.dict())
+        if limits.context_heavy(turns=query.get("turns"), max_tokens=query.get("max_tokens")):
+            self.heavy_read(request, user_id)
         return Response(selectors.context_messages(owner_id=user_id, **query))
 
 
@@ -561,6 +648,7 @@ class SearchView(MemoryView):
     )
     def get(self, request: Request, user_id: str) -> Response:
         query = _validated(SearchQuerySerializer, request.query_params.dict())
+        self.heavy_read(request, user_id)
         return Response({"results": selectors.turn_search(owner_id=user_id, **query)})
 
 

@@ -1,7 +1,9 @@
 """The demo chat page (``/chat/``): talk to the assistant and see the context it answered from.
 
-A visitor who has not logged in talks as an anonymous owner bound to their browser session; a
-logged-in user talks as themselves, and logging in links the anonymous memory into theirs.
+A visitor who has not logged in talks as an anonymous owner bound to their browser session,
+made with their first message (a bare visit stores nothing) and bounded by
+``memoryproj.anonymous`` (throttles, caps, retention); a logged-in user talks as themselves,
+and logging in links the anonymous memory into theirs.
 Only service callers may pick another user id. The page posts to ``chat`` (server-rendered,
 works without JavaScript) or, with JavaScript, reads the reply as it is produced from
 ``chat_stream`` (an async view: streamed under an ASGI server such as uvicorn).
@@ -45,16 +47,13 @@ from memory.exceptions import (
 from memory.models import Role, Turn
 from memory.payloads import ContextPayload, TurnPayload, turn_payload
 from memory.validators import validate_content, validate_owner_id, validate_session_id
-from memoryproj import logins
+from memoryproj import anonymous, logins
+from memoryproj.anonymous import ANON_PREFIX, ANON_SESSION_KEY, session_anon_id
 from memoryproj.responders import reply_chunks, responder_get
 
 logger = logging.getLogger(__name__)
 
 EXCHANGE_ID_RE = r"^[A-Za-z0-9_-]{8,64}$"
-# The visitor's anonymous owner id, kept in their Django session (server side: only the
-# session cookie names it, and nobody else can pick it on this page).
-ANON_SESSION_KEY = "memoryproj_anon_owner_id"
-ANON_PREFIX = "anon-"
 DEFAULT_SESSION_ID = "web"
 UNAVAILABLE = "The memory database is unavailable; try again."
 
@@ -79,9 +78,10 @@ class MessageForm(PickForm):
 
 @dataclass(frozen=True)
 class Speaker:
-    """Whose memory the visitor talks as, and whether they may pick another one."""
+    """Whose memory the visitor talks as, and whether they may pick another one; ``owner_id`` is
+    ``None`` for an anonymous visitor who has not sent a message yet (there is none yet)."""
 
-    owner_id: str
+    owner_id: str | None
     anonymous: bool
     can_pick: bool
 
@@ -95,11 +95,14 @@ class Exchange:
 
 
 def anon_owner_id(request: HttpRequest) -> str:
-    """The visitor's anonymous owner id, made (``anon-`` and 128 random bits) on first use."""
-    owner_id = request.session.get(ANON_SESSION_KEY)
-    if not isinstance(owner_id, str):
+    """The visitor's anonymous owner id, made (``anon-`` and 128 random bits) on first use: the
+    first message. Making one starts the visitor's session (its row and cookie) and, at most
+    hourly per process, the retention sweep's task."""
+    owner_id = session_anon_id(request)
+    if owner_id is None:
         owner_id = f"{ANON_PREFIX}{secrets.token_hex(16)}"
         request.session[ANON_SESSION_KEY] = owner_id
+        anonymous.sweep_due()
     return owner_id
 
 
@@ -127,9 +130,11 @@ def anon_link(request: HttpRequest) -> int:
     return result.turns_moved
 
 
-def speaker_get(request: HttpRequest, picked: str | None) -> Speaker:
+def speaker_get(request: HttpRequest, picked: str | None, *, create: bool = False) -> Speaker:
     """Whose memory this request talks as: a logged-in user's own (their anonymous memory
-    linked in first), the visitor's anonymous one, or ``picked`` for a service caller.
+    linked in first), the visitor's anonymous one, or ``picked`` for a service caller. An
+    anonymous visitor's owner is made only with ``create`` (a message to store); without, a
+    visitor who has none talks as ``None`` and nothing is written, not even a session.
 
     Raises ``Http404`` for a ``picked`` id the visitor may not reach (as the API answers: a
     stranger learns nothing), or for a logged-in user the owner mapping gives no id;
@@ -137,9 +142,11 @@ def speaker_get(request: HttpRequest, picked: str | None) -> Speaker:
     """
     user = request.user
     if not user.is_authenticated:
-        own = anon_owner_id(request)
+        own = session_anon_id(request)
         if picked and picked != own:
             raise Http404
+        if own is None and create:
+            own = anon_owner_id(request)
         return Speaker(owner_id=own, anonymous=True, can_pick=False)
     anon_link(request)
     service = permissions.is_service_caller(user)
@@ -260,15 +267,19 @@ def _page(
     reply: TurnPayload | None = None,
     error: str | None = None,
     status: int = 200,
+    retry_after: int | None = None,
 ) -> HttpResponse:
     """The page: who is talking, the session form, the conversation, the message box and the
-    context panel."""
+    context panel; with ``retry_after``, a ``Retry-After`` header (a 429)."""
     # NOTE: the fields that passed validation, even when another did not (an empty message).
     cleaned = getattr(form, "cleaned_data", {}) if form.is_bound else {}
+    if context is None and speaker is not None and speaker.owner_id is None:
+        # NOTE: a visitor with no memory yet: nothing was read, and the page says so.
+        context = {"user_id": "", "facts": {}, "turns": [], "source": "database"}
     turns: list[TurnPayload] = list(context["turns"]) if context else []
     if reply is not None:
         turns.append(reply)
-    return render(
+    response = render(
         request,
         "memoryproj/chat.html",
         {
@@ -287,6 +298,13 @@ def _page(
         },
         status=status,
     )
+    if retry_after is not None:
+        response["Retry-After"] = str(retry_after)
+    return response
+
+
+def _throttled_text(wait: int) -> str:
+    return f"Too many messages; try again in {wait} s, or log in."
 
 
 def _speaker_or_none(request: HttpRequest) -> Speaker | None:
@@ -303,6 +321,10 @@ def chat(request: HttpRequest) -> HttpResponse:
     """GET ``?session_id=``: the visitor's memory now; POST a message: the reply, and the
     context it was computed from. ``user_id`` picks another owner, for service callers only
     (``memory.permissions``); any other visitor gets a 404 for an id not their own.
+
+    An anonymous visitor's GET writes nothing (no session, no owner); their messages are
+    throttled (429 with ``Retry-After``) and capped (403: log in to go on) by
+    ``memoryproj.anonymous``, before anything is stored.
     """
     if request.method == "POST":
         form: PickForm = MessageForm(request.POST)
@@ -313,12 +335,27 @@ def chat(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _page(request, form, speaker=_speaker_or_none(request), status=400)
     data = form.cleaned_data
+    posting = isinstance(form, MessageForm)
+    wait = anonymous.throttle_wait(request) if posting else None
+    if wait is not None:
+        speaker = _speaker_or_none(request)
+        error = _throttled_text(wait)
+        return _page(request, form, speaker=speaker, error=error, status=429, retry_after=wait)
     try:
-        speaker = speaker_get(request, data.get("user_id") or None)
+        speaker = speaker_get(request, data.get("user_id") or None, create=posting)
     except MemoryUnavailable:
         return _page(request, form, error=UNAVAILABLE, status=503)
     try:
-        if isinstance(form, MessageForm):
+        if posting and speaker.anonymous:
+            assert speaker.owner_id is not None
+            full = anonymous.room_refusal(owner_id=speaker.owner_id, message=data["message"])
+            if full is not None:
+                context = selectors.context_get(owner_id=speaker.owner_id)
+                return _page(
+                    request, form, speaker=speaker, context=context, error=full, status=403
+                )
+        if posting:
+            assert speaker.owner_id is not None
             exchange = chat_exchange(
                 owner_id=speaker.owner_id,
                 session_id=data["session_id"],
@@ -332,6 +369,8 @@ def chat(request: HttpRequest) -> HttpResponse:
                 context=exchange.context,
                 reply=turn_payload(exchange.reply),
             )
+        if speaker.owner_id is None:
+            return _page(request, form, speaker=speaker)
         context = selectors.context_get(owner_id=speaker.owner_id)
         return _page(request, form, speaker=speaker, context=context)
     except ValidationError as e:
@@ -354,6 +393,7 @@ async def _reply_events(
     produces it, then the stored reply turn (or an error, once the stream has begun)."""
     yield _event(
         "context",
+        user_id=owner_id,
         facts=[{"key": key, "value": text} for key, text in _fact_rows(context["facts"])],
         source=context["source"],
         turns=len(context["turns"]),
@@ -400,19 +440,36 @@ async def chat_stream(request: HttpRequest) -> HttpResponseBase:
     is sent as it is produced; under WSGI the same lines come in one body at the end.
 
     Bad input is a 400 and a lost database a 503, both ``{"detail": ...}``, before anything is
-    streamed; a 404 for an owner the visitor may not reach, as ``chat``. A failure after the
-    stream began ends it with an ``error`` line; the user's turn is then stored without reply.
+    streamed; a 404 for an owner the visitor may not reach, as ``chat``; for an anonymous
+    visitor, a 429 (with ``Retry-After``) past a throttle and a 403 past a cap, as ``chat``.
+    A failure after the stream began ends it with an ``error`` line; the user's turn is then
+    stored without reply.
     """
     form = MessageForm(request.POST)
     if not form.is_valid():
         errors = [f"{field}: {m}" for field, ms in form.errors.items() for m in ms]
         return JsonResponse({"detail": "; ".join(errors)}, status=400)
     data = form.cleaned_data
+    # NOTE: the throttles read the session and the cache, sync objects: in a thread.
+    wait = await sync_to_async(anonymous.throttle_wait)(request)
+    if wait is not None:
+        response = JsonResponse({"detail": _throttled_text(wait)}, status=429)
+        response["Retry-After"] = str(wait)
+        return response
     try:
         # NOTE: the session and the user are sync (database) objects: resolve them in a thread;
         # a lost database there is the same 503 as in the memory calls after it.
         with database_guard():
-            speaker = await sync_to_async(speaker_get)(request, data.get("user_id") or None)
+            speaker = await sync_to_async(speaker_get)(
+                request, data.get("user_id") or None, create=True
+            )
+            assert speaker.owner_id is not None
+            if speaker.anonymous:
+                full = await sync_to_async(anonymous.room_refusal)(
+                    owner_id=speaker.owner_id, message=data["message"]
+                )
+                if full is not None:
+                    return JsonResponse({"detail": full}, status=403)
         context = await aexchange_open(
             owner_id=speaker.owner_id,
             session_id=data["session_id"],

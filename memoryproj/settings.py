@@ -272,6 +272,14 @@ MEMORY = {
     ),
 }
 
+# What one anonymous visitor's memory may hold on the chat page (memoryproj/anonymous.py): turns,
+# and characters of their contents; past either a message is refused (403: log in to go on).
+MEMORYPROJ_ANON_MAX_TURNS = int(os.environ.get("MEMORYPROJ_ANON_MAX_TURNS", "200"))
+MEMORYPROJ_ANON_MAX_CHARS = int(os.environ.get("MEMORYPROJ_ANON_MAX_CHARS", "200000"))
+# Days an anonymous memory nobody writes to is kept; the worker's task memoryproj.tasks.anon_sweep
+# (or `manage.py memory_forget_idle --prefix anon- --idle-for 30d` from cron) forgets it then.
+MEMORYPROJ_ANON_RETENTION_DAYS = int(os.environ.get("MEMORYPROJ_ANON_RETENTION_DAYS", "30"))
+
 # The demo chat page's assistant (/chat/, memoryproj/chat.py): a dotted path to a class with
 # ``respond(*, context, message) -> str`` (memoryproj.responders.Responder). A site puts its LLM
 # call there; the default answers from the memory alone, deterministically.
@@ -351,6 +359,11 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "user": _env_rate("MEMORY_THROTTLE_USER", "10000/hour"),
         "anon": _env_rate("MEMORY_THROTTLE_ANON", "1000/hour"),
+        # The chat page's messages from visitors who have not logged in (memoryproj/anonymous.py):
+        # per browser session, per client address, and new anonymous memories per address.
+        "chat_session": _env_rate("MEMORY_THROTTLE_CHAT_SESSION", "20/minute"),
+        "chat_address": _env_rate("MEMORY_THROTTLE_CHAT_ADDRESS", "60/minute"),
+        "chat_new": _env_rate("MEMORY_THROTTLE_CHAT_NEW", "20/hour"),
     },
     # NOTE: how many proxies in front append to X-Forwarded-For (DJANGO_NUM_PROXIES). 0: the
     # anonymous throttle counts by the peer address and ignores the header a client can forge.

@@ -111,7 +111,13 @@ def main(argv: list[str]) -> None:
         seen = chain_turn(owner_id=owner_id, session_id=argv[2], text=argv[3], reply=argv[4])
         print(json.dumps(seen, ensure_ascii=False))
     elif command == "link":
-        result = services.memory_link(owner_id=owner_id, from_owner_id=argv[2])
+        # link <owner id> <from owner id> [<turns per batch>]
+        from django.conf import settings
+        from django.test import override_settings
+
+        batch = {"LINK_BATCH_TURNS": int(argv[3])} if len(argv) > 3 else {}
+        with override_settings(MEMORY={**settings.MEMORY, **batch}):
+            result = services.memory_link(owner_id=owner_id, from_owner_id=argv[2])
         print(json.dumps(result._asdict()))
     else:
         raise SystemExit(f"unknown command {command!r}")

@@ -44,7 +44,13 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # (the classes stay on; tests/test_permissions.py sets a rate to see a 429).
 REST_FRAMEWORK = {
     **REST_FRAMEWORK,  # noqa: F405
-    "DEFAULT_THROTTLE_RATES": {"user": None, "anon": None},
+    "DEFAULT_THROTTLE_RATES": {
+        "user": None,
+        "anon": None,
+        "chat_session": None,
+        "chat_address": None,
+        "chat_new": None,
+    },
 }
 
 # NOTE: the suite runs without collectstatic: WhiteNoise looks the files up per request instead

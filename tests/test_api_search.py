@@ -204,7 +204,9 @@ def test_health_answers_while_searches_wait(owner_user, committed_turns, memory_
         finally:
             connection.close()
 
-    with memory_settings(SEARCH_TIMEOUT_MS=120_000):
+    # NOTE: one caller's searches past MEMORY["HEAVY_READS_PER_CALLER"] would be 429s at once
+    # (tests/test_api_limits.py); here they all wait.
+    with memory_settings(SEARCH_TIMEOUT_MS=120_000, HEAVY_READS_PER_CALLER=searches):
         with turns_locked() as lock:
             threads = [threading.Thread(target=search) for _ in range(searches)]
             for thread in threads:

@@ -10,7 +10,7 @@ import pytest
 from django.db import OperationalError, connection, transaction
 from rest_framework.test import APIClient
 
-from memory import services
+from memory import selectors, services
 from memory.models import Fact, Owner, Session, Turn
 
 pytestmark = pytest.mark.django_db
@@ -210,6 +210,33 @@ def test_list_turns_of_one_session_keeps_the_filter_in_next(owner_client, histor
 def test_list_turns_after_a_seq(owner_client, history):
     body = owner_client.get(TURNS, {"after": 5}).json()
     assert [t["seq"] for t in body["results"]] == [6, 7]
+
+
+def test_a_page_stops_at_max_page_bytes_of_content_and_next_goes_on(
+    owner_client, memory_settings, write
+):
+    with write():
+        for i in range(10):
+            services.turn_append(
+                owner_id="wang", session_id="s", role="assistant", content=f"{i}" * 3000
+            )
+        services.turn_append(owner_id="wang", session_id="s", role="assistant", content="x" * 9000)
+    seen, pages = [], []
+    with memory_settings(MAX_PAGE_BYTES=10_000):
+        url = f"{TURNS}?limit=500"
+        while url is not None:
+            body = owner_client.get(url).json()
+            pages.append([t["seq"] for t in body["results"]])
+            seen += body["results"]
+            url = body["next"]
+        # A turn larger than the budget alone still has a page of its own.
+        alone = owner_client.get(f"{TURNS}?after=10").json()
+    assert pages == [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10], [11]]
+    assert [t["seq"] for t in seen] == list(range(1, 12))
+    assert [t["seq"] for t in alone["results"]] == [11]
+    assert alone["next"] is None
+    # The Python API pages by count alone unless asked.
+    assert len(selectors.turn_list(owner_id="wang", limit=500)[0]) == 11
 
 
 def test_list_turns_of_an_unknown_user_is_empty(service_client):

@@ -72,17 +72,19 @@ def test_an_anonymous_chat_joins_the_users_memory_at_login(
         try:
             visitor = new_page(browser)
             open_chat(visitor, live_server.url, "laptop")
-            anon_id = visitor.locator("#anon-id").inner_text()
+            # NOTE: a visit alone stores nothing: the anonymous memory starts with a message.
+            assert visitor.locator("#anon-id").inner_text() == ""
             assert visitor.locator("#facts").inner_text() == "No facts yet."
             assert say(visitor, INTRO) == MET
+            anon_id = visitor.locator("#anon-id").inner_text()
             assert visitor.locator('#facts dd[data-key="name"]').inner_text() == "Wang Jianguo"
             visitor.screenshot(path=str(artifacts / "chat_1_anonymous.png"), full_page=True)
 
             # NOTE: another browser context shares no cookie: another visitor.
             stranger = new_page(browser, width=480, height=900)
             open_chat(stranger, live_server.url, "laptop")
-            stranger_id = stranger.locator("#anon-id").inner_text()
             assert say(stranger, "What's my name?").startswith("I don't know your name yet.")
+            stranger_id = stranger.locator("#anon-id").inner_text()
             assert stranger.locator("#facts").inner_text() == "No facts yet."
             stranger.screenshot(path=str(artifacts / "chat_2_stranger.png"), full_page=True)
 
@@ -164,8 +166,8 @@ def test_two_tabs_under_uvicorn_share_memory_across_a_flushall(
             context.set_default_timeout(TIMEOUT_MS)
             tab_a = context.new_page()
             open_chat(tab_a, uvicorn_server, "laptop")
-            anon_id = tab_a.locator("#anon-id").inner_text()
             assert say(tab_a, INTRO) == MET
+            anon_id = tab_a.locator("#anon-id").inner_text()
             # NOTE: the reply came in pieces, as it was produced, not as one buffered body.
             assert int(tab_a.locator("#reply").get_attribute("data-reads")) > 1
             assert tab_a.locator('#facts dd[data-key="name"]').inner_text() == "Wang Jianguo"

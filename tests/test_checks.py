@@ -63,6 +63,9 @@ def test_unknown_keys_warn_and_other_checks_still_run():
         "MAX_TURN_CHARS",
         "MAX_JSON_BYTES",
         "MAX_FACTS",
+        "MAX_PAGE_BYTES",
+        "HEAVY_READS_PER_CALLER",
+        "LINK_BATCH_TURNS",
     ],
 )
 @pytest.mark.parametrize("value", [0, -5, 1.5, "100", None, True])

@@ -341,3 +341,57 @@ def test_fact_keys_rename_renames_them_with_history_and_no_collision(chat, write
     assert [(v["version"], v["value"]) for v in new] == [(1, "wang ..")]
     assert not [m for m in run_checks(databases=["default"]) if m.id == "memory.W010"]
     assert run("memory_fact_keys", "--rename")[0] == "Renamed 0 fact(s).\n"
+
+
+# memory_forget_idle
+
+
+def idle(owner_id: str, days: int) -> None:
+    """Make the owner look unwritten for ``days``."""
+    Owner.objects.filter(external_id=owner_id).update(
+        updated_at=timezone.now() - dt.timedelta(days=days)
+    )
+
+
+def test_forget_idle_forgets_owners_of_the_prefix_idle_longer_and_drops_their_copy(write):
+    with write():
+        for owner_id in ("anon-old", "anon-new", "wang"):
+            services.turn_append(owner_id=owner_id, session_id="s", role="user", content="hi")
+    for owner_id in ("anon-old", "wang"):
+        idle(owner_id, 40)
+    selectors.context_get(owner_id="anon-old")
+    assert selectors.context_get(owner_id="anon-old")["source"] == "cache"
+    out, _ = run("memory_forget_idle", "--prefix", "anon-", "--idle-for", "30d", "--dry-run")
+    assert "1 owner(s)" in out
+    assert Owner.objects.filter(external_id="anon-old").exists()
+    with write():
+        out, _ = run("memory_forget_idle", "--prefix", "anon-", "--idle-for", "30d")
+    assert "Forgot 1 owner(s)" in out
+    assert set(Owner.objects.values_list("external_id", flat=True)) == {"anon-new", "wang"}
+    assert selectors.context_get(owner_id="anon-old")["turns"] == []
+
+
+def test_forget_idle_keeps_an_owner_written_meanwhile(write):
+    with write():
+        services.turn_append(owner_id="anon-1", session_id="s", role="user", content="hi")
+    idle("anon-1", 40)
+    with write():
+        services.turn_append(owner_id="anon-1", session_id="s", role="user", content="back")
+    assert services.owners_forget_idle(prefix="anon-", idle_for=dt.timedelta(days=30)) == 0
+    assert seqs("anon-1") == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--idle-for", "30d"], "--prefix"),
+        (["--prefix", "", "--idle-for", "30d"], "--prefix"),
+        (["--prefix", "anon-"], "--idle-for"),
+        (["--prefix", "anon-", "--idle-for", "soon"], "--idle-for"),
+        (["--prefix", "anon-", "--idle-for", "0d"], "--idle-for"),
+    ],
+)
+def test_forget_idle_rejects_bad_input(chat, args, message):
+    with pytest.raises(CommandError, match=message):
+        run("memory_forget_idle", *args)
+    assert Owner.objects.count() == 2

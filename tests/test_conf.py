@@ -125,3 +125,15 @@ def test_prepared_statements_with_a_bad_pooler_do_not_raise_its_error():
     with override_settings(MEMORY={"POOLER": "statement"}):
         assert conf.PREPARED_STATEMENTS is True
         assert list(conf.problems()) == ["POOLER"]
+
+
+def test_heavy_reads_per_caller_is_a_positive_integer():
+    assert conf.HEAVY_READS_PER_CALLER == 1
+    with override_settings(MEMORY={"HEAVY_READS_PER_CALLER": 8.0}):
+        assert conf.HEAVY_READS_PER_CALLER == 8
+    for value in (0, -1, 1.5, "2", None, True):
+        with (
+            override_settings(MEMORY={"HEAVY_READS_PER_CALLER": value}),
+            pytest.raises(ImproperlyConfigured, match="HEAVY_READS_PER_CALLER"),
+        ):
+            conf.HEAVY_READS_PER_CALLER  # noqa: B018

@@ -123,8 +123,6 @@ def test_an_anonymous_visitor_talks_as_an_owner_of_their_session(client):
     response = client.get("/chat/")
     assert response.status_code == 200
     html = response.content.decode()
-    owner_id = anon_id(client)
-    assert f'<code id="anon-id">{owner_id}</code>' in html
     assert 'id="send"' in html and 'id="login"' in html
     # NOTE: no user id to pick: only service callers get that field.
     assert 'name="user_id"' not in html
@@ -132,6 +130,8 @@ def test_an_anonymous_visitor_talks_as_an_owner_of_their_session(client):
 
     first = say(client, "laptop", INTRO)
     assert first.status_code == 200
+    owner_id = anon_id(client)
+    assert f'<code id="anon-id">{owner_id}</code>' in first.content.decode()
     assert first.context["reply"]["content"] == (
         "Nice to meet you, Wang Jianguo! I'll remember that you like basketball."
     )
@@ -169,16 +169,18 @@ def test_another_browser_has_its_own_anonymous_memory(client):
 def test_an_anonymous_visitor_cannot_pick_a_user_id(client):
     services.fact_put(owner_id="wang", key="name", value="Wang Jianguo")
     assert client.get("/chat/", {"user_id": "wang", "session_id": "x"}).status_code == 404
-    client.get("/chat/")
-    owner_id = anon_id(client)
     assert say(client, "x", "My name is Bob", user_id="wang").status_code == 404
+    # NOTE: a refused message makes no anonymous memory either.
+    assert ANON_SESSION_KEY not in client.session
     # NOTE: nor another visitor's anonymous id, which only that visitor's session holds.
     other = Client()
     say(other, "x", INTRO)
     assert say(client, "x", "hi", user_id=anon_id(other)).status_code == 404
+    say(client, "x", "hi")
+    assert say(client, "x", "hi", user_id=anon_id(other)).status_code == 404
     assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang Jianguo"}
     assert len(selectors.turn_list(owner_id=anon_id(other))[0]) == 2
-    assert selectors.turn_list(owner_id=owner_id)[0] == []
+    assert len(selectors.turn_list(owner_id=anon_id(client))[0]) == 2
 
 
 @commits
@@ -318,8 +320,9 @@ def test_a_resubmitted_message_is_stored_once(client):
 
 @commits
 def test_bad_input_is_a_400_and_stores_nothing(client):
-    client.get("/chat/")
+    say(client, "laptop", "hi")
     owner_id = anon_id(client)
+    assert _stored(owner_id) == 2
     bad_session = say(client, "s" * 129, "hi", exchange_id="bad-input-00")
     assert bad_session.status_code == 400
     assert "session_id:" in bad_session.content.decode()
@@ -334,7 +337,7 @@ def test_bad_input_is_a_400_and_stores_nothing(client):
     assert say(client, "laptop", "", exchange_id="bad-input-02").status_code == 400
     assert say(client, "laptop", "hi", exchange_id="x").status_code == 400
     assert say(client, "laptop", "a\x00b", exchange_id="bad-input-03").status_code == 400
-    assert selectors.turn_list(owner_id=owner_id)[0] == []
+    assert _stored(owner_id) == 2
 
 
 @commits
@@ -407,7 +410,8 @@ def test_the_stream_view_refuses_what_the_page_refuses(client, settings):
     assert status == 400 and "message" in events[0]["detail"]
     status, _ = _stream(client, "laptop", "hi", user_id="wang")
     assert status == 404
-    assert selectors.turn_list(owner_id=anon_id(client))[0] == []
+    # NOTE: nothing stored, not even an anonymous memory (nor its session).
+    assert ANON_SESSION_KEY not in client.session
     assert selectors.turn_list(owner_id="wang")[0] == []
     assert client.get("/chat/stream/").status_code == 405
 
@@ -552,7 +556,7 @@ def test_with_the_database_down_every_page_is_a_503(request):
     fields = {"session_id": "laptop", "message": "hi", "exchange_id": "x" * 16}
     login = {"username": "wang", "password": "wang-pw-123"}
     for client, method, path, data, status in [
-        (Client(), "get", "/chat/", None, 503),  # a first visit
+        (Client(), "get", "/chat/", None, 200),  # a first visit reads and stores nothing
         (anonymous, "get", "/chat/", None, 503),  # the session is looked up
         (anonymous, "post", "/chat/", fields, 503),
         (signed_in, "get", "/chat/", None, 503),  # the session, then its user
@@ -576,3 +580,154 @@ def test_with_the_database_down_every_page_is_a_503(request):
         response = async_to_sync(stream)(client.cookies)
         assert response.status_code == 503
         assert response.json() == {"detail": "The memory database is unavailable; try again."}
+
+
+# Anonymous memory is bounded and expires ----------------------------------------------------
+
+
+@pytest.fixture
+def rates(monkeypatch):
+    """``rates(chat_session="3/minute")`` sets the demo's chat throttle rates for one test (the
+    suite runs without any)."""
+    from rest_framework.throttling import SimpleRateThrottle
+
+    def set_rates(**scopes: str) -> None:
+        for scope, rate in scopes.items():
+            monkeypatch.setitem(SimpleRateThrottle.THROTTLE_RATES, scope, rate)
+
+    return set_rates
+
+
+def _stored(owner_id: str) -> int:
+    return len(selectors.turn_list(owner_id=owner_id)[0])
+
+
+@commits
+def test_a_bare_get_stores_no_session_and_no_owner(client):
+    from django.contrib.sessions.models import Session as BrowserSession
+
+    from memory.models import Owner
+
+    page = client.get("/chat/")
+    assert page.status_code == 200
+    assert "sessionid" not in page.cookies
+    assert BrowserSession.objects.count() == 0
+    assert not Owner.objects.exists()
+    html = page.content.decode()
+    assert 'id="send"' in html and "You are chatting anonymously" in html
+    assert page.context["speaker"].owner_id is None
+    # The first message makes the visitor's session and anonymous owner.
+    first = say(client, "laptop", INTRO)
+    assert first.status_code == 200
+    owner_id = anon_id(client)
+    assert BrowserSession.objects.count() == 1
+    assert f'<code id="anon-id">{owner_id}</code>' in first.content.decode()
+    assert _stored(owner_id) == 2
+
+
+@commits
+def test_anonymous_messages_are_throttled_per_session(client, rates):
+    rates(chat_session="3/minute")
+    # NOTE: the first message of a session makes its anonymous memory, counted by address
+    # (chat_address, chat_new); the session's own count starts with the second.
+    statuses = [say(client, "laptop", f"message {i}").status_code for i in range(5)]
+    assert statuses == [200, 200, 200, 200, 429]
+    refused = say(client, "laptop", "one more")
+    assert refused.status_code == 429
+    assert int(refused["Retry-After"]) > 0
+    assert "Too many messages" in refused.content.decode()
+    assert _stored(anon_id(client)) == 8
+    # Another visitor (another session) from the same address is not held up.
+    assert say(Client(), "laptop", "hello").status_code == 200
+
+
+@commits
+def test_anonymous_messages_are_throttled_per_client_address(client, rates):
+    rates(chat_address="3/minute")
+    visitors = [Client() for _ in range(3)]
+    assert [say(v, "laptop", "hi").status_code for v in visitors] == [200, 200, 200]
+    assert say(visitors[0], "laptop", "again").status_code == 429
+    # NOTE: X-Forwarded-For is a client's word unless DJANGO_NUM_PROXIES says proxies set it.
+    forged = Client(HTTP_X_FORWARDED_FOR="203.0.113.7")
+    assert say(forged, "laptop", "hi").status_code == 429
+    # From another address, and once logged in, messages go on.
+    assert say(Client(REMOTE_ADDR="198.51.100.2"), "laptop", "hi").status_code == 200
+    User.objects.create_user("wang", password="pw")
+    assert client.login(username="wang", password="pw")
+    assert say(client, "laptop", "hi").status_code == 200
+
+
+@commits
+def test_new_anonymous_memories_per_client_address_are_throttled(rates):
+    from memory.models import Owner
+
+    rates(chat_new="2/minute")
+    first, second, third = Client(), Client(), Client()
+    assert say(first, "laptop", "hi").status_code == 200
+    assert say(second, "laptop", "hi").status_code == 200
+    assert say(third, "laptop", "hi").status_code == 429
+    assert Owner.objects.count() == 2
+    # A visitor who has one goes on with it.
+    assert say(first, "laptop", "again").status_code == 200
+
+
+@commits
+def test_the_stream_view_is_throttled_as_the_page(client, settings, rates):
+    settings.MEMORYPROJ_RESPONDER = "tests.test_demo_chat.InstantResponder"
+    rates(chat_session="1/minute")
+    assert _stream(client, "laptop", "hi")[0] == 200
+    assert _stream(client, "laptop", "again")[0] == 200
+    status, events = _stream(client, "laptop", "and again")
+    assert status == 429
+    assert "Too many messages" in events[0]["detail"]
+    assert _stored(anon_id(client)) == 4
+
+
+@commits
+def test_an_anonymous_memory_holds_at_most_its_caps(client, settings):
+    settings.MEMORYPROJ_ANON_MAX_TURNS = 4
+    assert say(client, "laptop", "hi").status_code == 200
+    assert say(client, "laptop", "hello").status_code == 200
+    full = say(client, "laptop", "and more")
+    assert full.status_code == 403
+    assert "Log in to keep" in full.content.decode()
+    assert _stored(anon_id(client)) == 4
+    # Characters too: the message that would pass the cap is refused whole.
+    settings.MEMORYPROJ_ANON_MAX_TURNS = 100
+    settings.MEMORYPROJ_ANON_MAX_CHARS = 1000
+    other = Client()
+    assert say(other, "laptop", "x" * 400).status_code == 200
+    assert say(other, "laptop", "y" * 600).status_code == 403
+    assert _stored(anon_id(other)) == 2
+    # Logged in, the user's own memory has no such cap.
+    User.objects.create_user("wang", password="pw")
+    assert client.login(username="wang", password="pw")
+    settings.MEMORYPROJ_ANON_MAX_TURNS = 1
+    assert say(client, "laptop", "now as wang").status_code == 200
+
+
+@commits
+def test_idle_anonymous_owners_are_forgotten_by_the_demos_task(client, settings):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from memory.models import Owner
+    from memoryproj import tasks
+
+    say(client, "laptop", INTRO)
+    idle = anon_id(client)
+    fresh = Client()
+    say(fresh, "laptop", "hi")
+    services.turn_append(owner_id="anonymous-fan", session_id="s", role="user", content="hi")
+    assert selectors.context_get(owner_id=idle)["facts"]["name"] == "Wang Jianguo"
+    Owner.objects.filter(external_id__in=[idle, "anonymous-fan"]).update(
+        updated_at=timezone.now() - dt.timedelta(days=31)
+    )
+    settings.MEMORYPROJ_ANON_RETENTION_DAYS = 30
+    assert tasks.anon_sweep.call() == 1
+    assert not Owner.objects.filter(external_id=idle).exists()
+    # Through the forget: no cached copy outlives it.
+    assert selectors.context_get(owner_id=idle)["facts"] == {}
+    assert _stored(anon_id(fresh)) == 2
+    assert _stored("anonymous-fan") == 1

@@ -5,13 +5,22 @@ two app instances."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
 
 from memory import selectors, services
-from memory.models import CacheInvalidation, Fact, FactVersion, Owner, Session, Turn
+from memory.models import (
+    CacheInvalidation,
+    Fact,
+    FactVersion,
+    Owner,
+    OwnerLink,
+    Session,
+    Turn,
+)
 from memory.services import LinkResult
 from memory.signals import memory_forgotten
 from tests import instance
@@ -45,8 +54,16 @@ def link(owner_id: str = "wang", from_owner_id: str = ANON) -> LinkResult:
     return services.memory_link(owner_id=owner_id, from_owner_id=from_owner_id)
 
 
+@pytest.fixture(params=[None, 1], ids=["one-batch", "batches-of-1"])
+def batches(request: Any, settings: Any) -> None:
+    """The test twice: its link in one batch (the default holds every turn), and one turn per
+    transaction; every guarantee holds either way."""
+    if request.param is not None:
+        settings.MEMORY = {**settings.MEMORY, "LINK_BATCH_TURNS": request.param}
+
+
 @db
-def test_turns_follow_the_owners_in_order(django_capture_on_commit_callbacks):
+def test_turns_follow_the_owners_in_order(batches, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         for text in ["w1", "w2", "w3"]:
             append("wang", text)
@@ -72,7 +89,7 @@ def test_turns_follow_the_owners_in_order(django_capture_on_commit_callbacks):
 
 
 @db
-def test_link_into_an_owner_with_no_memory_yet(django_capture_on_commit_callbacks):
+def test_link_into_an_owner_with_no_memory_yet(batches, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         append(ANON, "a1")
         append(ANON, "a2")
@@ -84,7 +101,7 @@ def test_link_into_an_owner_with_no_memory_yet(django_capture_on_commit_callback
 
 
 @db
-def test_facts_merge_newest_wins_and_history_is_kept(django_capture_on_commit_callbacks):
+def test_facts_merge_newest_wins_and_history_is_kept(batches, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         services.fact_put(owner_id=ANON, key="name", value="Jim")
         services.fact_put(owner_id="wang", key="name", value="Wang")
@@ -131,7 +148,7 @@ def test_facts_merge_newest_wins_and_history_is_kept(django_capture_on_commit_ca
 
 
 @db
-def test_a_tie_keeps_the_known_owners_value(django_capture_on_commit_callbacks):
+def test_a_tie_keeps_the_known_owners_value(batches, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         mine, _ = services.fact_put(owner_id="wang", key="name", value="Wang")
         theirs, _ = services.fact_put(owner_id=ANON, key="name", value="Jim")
@@ -142,7 +159,7 @@ def test_a_tie_keeps_the_known_owners_value(django_capture_on_commit_callbacks):
 
 
 @db
-def test_source_turn_seq_follows_its_turn(django_capture_on_commit_callbacks):
+def test_source_turn_seq_follows_its_turn(batches, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "hello")
         append("wang", "hi there")
@@ -162,7 +179,7 @@ def test_source_turn_seq_follows_its_turn(django_capture_on_commit_callbacks):
 
 
 @db
-def test_sessions_of_one_id_merge(django_capture_on_commit_callbacks):
+def test_sessions_of_one_id_merge(batches, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         first = append(ANON, "a1", session_id="tab")
         append(ANON, "a2", session_id="phone")
@@ -183,7 +200,7 @@ def test_sessions_of_one_id_merge(django_capture_on_commit_callbacks):
 
 @db
 def test_idempotency_keys_the_owner_used_are_cleared_on_moved_turns(
-    django_capture_on_commit_callbacks,
+    batches, django_capture_on_commit_callbacks
 ):
     with django_capture_on_commit_callbacks(execute=True):
         mine = append("wang", "w1", idempotency_key="req-1")
@@ -200,7 +217,7 @@ def test_idempotency_keys_the_owner_used_are_cleared_on_moved_turns(
 
 
 @db
-def test_linking_twice_moves_nothing_the_second_time(django_capture_on_commit_callbacks):
+def test_linking_twice_moves_nothing_the_second_time(batches, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "w1")
         append(ANON, "a1")
@@ -239,7 +256,9 @@ def test_bad_link_is_a_validation_error_and_changes_nothing(owner_id, from_owner
 
 
 @db
-def test_the_anonymous_owner_is_forgotten_like_memory_forget(django_capture_on_commit_callbacks):
+def test_the_anonymous_owner_is_forgotten_like_memory_forget(
+    batches, django_capture_on_commit_callbacks
+):
     forgotten: list[str] = []
 
     def receiver(sender: Any, owner_id: str, **kwargs: Any) -> None:
@@ -263,7 +282,7 @@ def test_the_anonymous_owner_is_forgotten_like_memory_forget(django_capture_on_c
 
 
 @db
-def test_no_stale_cached_copy_of_either_owner(django_capture_on_commit_callbacks):
+def test_no_stale_cached_copy_of_either_owner(batches, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "w1")
         append(ANON, "a1")
@@ -283,7 +302,7 @@ def test_no_stale_cached_copy_of_either_owner(django_capture_on_commit_callbacks
 
 
 @db
-def test_linked_turns_are_searched_as_the_owners(django_capture_on_commit_callbacks):
+def test_linked_turns_are_searched_as_the_owners(batches, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         append(ANON, "我喜欢打篮球")
         link()
@@ -310,7 +329,7 @@ def _linker(waits: list[threading.Event]) -> LinkResult:
 
 
 @db_transaction
-def test_link_while_both_owners_are_appended_to():
+def test_link_while_both_owners_are_appended_to(batches):
     for i in range(10):
         append("wang", f"wang-0-{i}", session_id="wang-0")
         append(ANON, f"anon-0-{i}", session_id="anon-0")
@@ -457,3 +476,126 @@ def test_a_link_from_an_owner_with_a_key_made_only_of_dots_is_refused_whole(writ
         assert services.fact_dot_keys_rename(owner_id=ANON) == {"..": "dotdot"}
         assert link() == LinkResult(1, 1)
     assert {f["key"] for f in selectors.fact_list(owner_id="wang")} == {"dotdot"}
+
+
+# Linking in bounded steps -------------------------------------------------------------------
+
+
+def _words(n: int, size: int = 4000) -> str:
+    """Text of ``size`` characters, different for each ``n`` (its search document is work)."""
+    return " ".join(f"w{n}x{i}" for i in range(size // 8))[:size]
+
+
+@db_transaction
+def test_a_long_link_lets_the_owners_writers_in_between_its_batches(memory_settings):
+    for i in range(60):
+        append(ANON, f"anon {i} {_words(i)}")
+    append("wang", "wang first")
+    linking = threading.Event()
+    done = threading.Event()
+
+    def writer() -> list[int]:
+        seqs = []
+        while not done.is_set():
+            seqs.append(append("wang", f"wang while linking {len(seqs)}").seq)
+            linking.set()
+        return seqs
+
+    def linker() -> LinkResult:
+        linking.wait(timeout=30)
+        try:
+            return link()
+        finally:
+            done.set()
+
+    with memory_settings(LINK_BATCH_TURNS=5):
+        threads = [Thread(writer), Thread(linker)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    assert all(thread.error is None for thread in threads)
+    writes, result = threads[0].result, threads[1].result
+    assert result == LinkResult(turns_moved=60, facts_moved=0)
+    turns = contents("wang")
+    assert [seq for seq, _ in turns] == list(range(1, len(turns) + 1))
+    moved = [seq for seq, text in turns if text.startswith("anon ")]
+    # Order kept: the anonymous turns in their order, each batch continuing the owner's seq.
+    assert [text.split()[1] for _, text in turns if text.startswith("anon ")] == [
+        str(i) for i in range(60)
+    ]
+    # NOTE: the point: the owner's appends did not wait for the whole link; some landed
+    # between two of its batches (one transaction would put all of them before or after).
+    assert any(moved[0] < seq < moved[-1] for seq in writes)
+    assert not Owner.objects.filter(external_id=ANON).exists()
+    counted = Session.objects.filter(owner__external_id="wang")
+    assert sum(counted.values_list("turn_count", flat=True)) == len(turns)
+    context = selectors.context_get(owner_id="wang", turns=50)
+    assert context["turns"] == selectors._database_read("wang", 50)[0].turns
+
+
+def _moved(owner_id: str) -> int:
+    return Turn.objects.filter(owner__external_id=owner_id, content__startswith="anon ").count()
+
+
+def _anon_with_a_fact(turns: int = 60) -> None:
+    """anon's turns, its turn 2 ("anon 1 ...", moved in an early batch) the source of a fact."""
+    for i in range(turns):
+        append(ANON, f"anon {i} {_words(i)}")
+    services.fact_put(owner_id=ANON, key="name", value="Jim")
+    Fact.objects.filter(owner__external_id=ANON).update(source_turn_seq=2)
+    FactVersion.objects.filter(owner__external_id=ANON).update(source_turn_seq=2)
+
+
+def _cut_off_link(owner_id: str, at_least: int) -> int:
+    """Another instance links ANON into ``owner_id``, five turns a batch, and is killed
+    (SIGKILL) once ``at_least`` turns moved; how many had."""
+    proc = instance.spawn("link", owner_id, ANON, "5")
+    try:
+        deadline = time.monotonic() + 60
+        while _moved(owner_id) < at_least and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        proc.kill()
+    finally:
+        proc.communicate(timeout=30)
+    return _moved(owner_id)
+
+
+@db_transaction
+def test_a_link_cut_off_resumes_where_it_stopped():
+    _anon_with_a_fact()
+    append("wang", "wang first")
+    cut = _cut_off_link("wang", 10)
+    # Cut off: the batches that committed moved, the rest waits on the anonymous owner.
+    assert 0 < cut < 60
+    assert cut % 5 == 0
+    assert Turn.objects.filter(owner__external_id=ANON).count() == 60 - cut
+    for owner_id in ("wang", ANON):
+        seqs = [seq for seq, _ in contents(owner_id)]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    # Linking again finishes it: every turn once, in order, the fact's source turn followed.
+    assert link() == LinkResult(turns_moved=60 - cut, facts_moved=1)
+    turns = contents("wang")
+    assert [seq for seq, _ in turns] == list(range(1, 62))
+    assert [text.split()[1] for _, text in turns[1:]] == [str(i) for i in range(60)]
+    fact = Fact.objects.get(owner__external_id="wang", key="name")
+    assert turns[fact.source_turn_seq - 1][1].startswith("anon 1 ")
+    assert not Owner.objects.filter(external_id=ANON).exists()
+    assert not OwnerLink.objects.exists()
+    assert link() == LinkResult(0, 0)
+
+
+@db_transaction
+def test_a_link_cut_off_and_then_made_into_another_owner_starts_over():
+    _anon_with_a_fact()
+    cut = _cut_off_link("wang", 10)
+    assert 0 < cut < 60
+    assert link("li") == LinkResult(turns_moved=60 - cut, facts_moved=1)
+    # The turns first moved stay with wang; the rest went to li, in order; the fact's source
+    # turn is wang's now, so li's fact names none rather than another turn.
+    assert [text.split()[1] for _, text in contents("wang")] == [str(i) for i in range(cut)]
+    assert [text.split()[1] for _, text in contents("li")] == [str(i) for i in range(cut, 60)]
+    assert [seq for seq, _ in contents("li")] == list(range(1, 61 - cut))
+    assert Fact.objects.get(owner__external_id="li", key="name").source_turn_seq is None
+    assert not Owner.objects.filter(external_id=ANON).exists()
+    assert not OwnerLink.objects.exists()

@@ -221,14 +221,22 @@ def test_user_rate_throttle_answers_429(owner_client, monkeypatch):
 
 def test_demo_settings_read_throttle_rates_from_the_environment(monkeypatch):
     settings_file = Path(__file__).resolve().parent.parent / "memoryproj" / "settings.py"
-    monkeypatch.delenv("MEMORY_THROTTLE_USER", raising=False)
-    monkeypatch.delenv("MEMORY_THROTTLE_ANON", raising=False)
+    scopes = ("USER", "ANON", "CHAT_SESSION", "CHAT_ADDRESS", "CHAT_NEW")
+    for scope in scopes:
+        monkeypatch.delenv(f"MEMORY_THROTTLE_{scope}", raising=False)
     defaults = runpy.run_path(str(settings_file))["REST_FRAMEWORK"]["DEFAULT_THROTTLE_RATES"]
     monkeypatch.setenv("MEMORY_THROTTLE_USER", "5/second")
     monkeypatch.setenv("MEMORY_THROTTLE_ANON", "")
+    monkeypatch.setenv("MEMORY_THROTTLE_CHAT_NEW", "3/day")
     chosen = runpy.run_path(str(settings_file))["REST_FRAMEWORK"]["DEFAULT_THROTTLE_RATES"]
-    assert defaults == {"user": "10000/hour", "anon": "1000/hour"}
-    assert chosen == {"user": "5/second", "anon": None}
+    assert defaults == {
+        "user": "10000/hour",
+        "anon": "1000/hour",
+        "chat_session": "20/minute",
+        "chat_address": "60/minute",
+        "chat_new": "20/hour",
+    }
+    assert chosen == {**defaults, "user": "5/second", "anon": None, "chat_new": "3/day"}
 
 
 def test_the_one_query_service_check_agrees_with_has_perm(db):

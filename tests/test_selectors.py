@@ -542,3 +542,12 @@ def test_database_reads_raise_memory_unavailable_when_the_database_is_down(
 ):
     with pytest.raises(MemoryUnavailable, match="The database is unavailable"):
         getattr(selectors, name)(**kwargs)
+
+
+def test_owner_usage_counts_turns_and_their_characters(write):
+    assert selectors.owner_usage_get(owner_id="wang") == (0, 0)
+    with write():
+        for content in ("hello", "我住在上海"):
+            services.turn_append(owner_id="wang", session_id="s", role="user", content=content)
+        services.turn_append(owner_id="li", session_id="s", role="user", content="x" * 100)
+    assert selectors.owner_usage_get(owner_id="wang") == selectors.OwnerUsage(turns=2, chars=10)

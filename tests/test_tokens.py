@@ -98,3 +98,40 @@ def test_tiktoken_counter_counts_offline():
     assert tokens.tiktoken_counter("我喜欢打篮球") > 0
     # NOTE: special-token text is counted as text, never refused.
     assert tokens.tiktoken_counter("<|endoftext|>") > 1
+
+
+counted_texts: list[str] = []
+
+
+def recording(text: str) -> int:
+    """A counter that records what it was asked to count."""
+    counted_texts.append(text)
+    return len(text)
+
+
+def test_a_long_text_is_counted_once_per_process(monkeypatch):
+    tokens.memo.clear()
+    counted_texts.clear()
+    long, other, short = "a" * tokens.MEMO_MIN_CHARS, "b" * tokens.MEMO_MIN_CHARS, "short"
+    with override_settings(MEMORY={"TOKEN_COUNTER": "tests.test_tokens.recording"}):
+        count = tokens.counter_remembering()
+        assert [count(text) for text in (long, long, other, short, short)] == [
+            len(long),
+            len(long),
+            len(other),
+            5,
+            5,
+        ]
+        assert counted_texts == [long, other, short, short]
+    # Counts are kept per counter: another counter counts the text itself.
+    with override_settings(MEMORY={"TOKEN_COUNTER": "memory.tokens.estimate_counter"}):
+        assert tokens.counter_remembering()(long) == tokens.estimate_counter(long)
+    # The memo is bounded: the least recently used count goes first.
+    monkeypatch.setattr(tokens, "MEMO_SIZE", 2)
+    with override_settings(MEMORY={"TOKEN_COUNTER": "tests.test_tokens.recording"}):
+        count = tokens.counter_remembering()
+        counted_texts.clear()
+        count("c" * tokens.MEMO_MIN_CHARS)
+        count(long)
+        assert counted_texts == ["c" * tokens.MEMO_MIN_CHARS, long]
+    tokens.memo.clear()

@@ -25,9 +25,11 @@ from memory.services.owners import (
     acache_drop,
     amemory_forget,
     amemory_link,
+    aowners_forget_idle,
     cache_drop,
     memory_forget,
     memory_link,
+    owners_forget_idle,
 )
 from memory.services.turn_facts import aturn_facts_extract, turn_facts_extract
 from memory.services.turns import (
@@ -48,6 +50,7 @@ __all__ = [
     "afacts_merge",
     "amemory_forget",
     "amemory_link",
+    "aowners_forget_idle",
     "aturn_append",
     "aturn_delete",
     "aturn_facts_extract",
@@ -59,6 +62,7 @@ __all__ = [
     "facts_merge",
     "memory_forget",
     "memory_link",
+    "owners_forget_idle",
     "turn_append",
     "turn_delete",
     "turn_facts_extract",

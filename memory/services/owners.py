@@ -1,8 +1,10 @@
-"""Writes of a whole owner: forget it, drop its cached copy, link an anonymous owner into a
-known one."""
+"""Writes of a whole owner: forget it (or every owner idle too long), drop its cached copy,
+link an anonymous owner into a known one."""
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from django.core.exceptions import ValidationError
@@ -10,19 +12,25 @@ from django.db import connection, transaction
 from django.db.models import (
     BigIntegerField,
     Case,
+    Count,
     F,
     Max,
+    Min,
     Value,
     When,
 )
 from django.db.models.functions import Greatest, Least
+from django.utils import timezone
 
 from memory import aio, cache
+from memory.conf import conf
+from memory.exceptions import database_guard
 from memory.models import (
     CacheInvalidation,
     Fact,
     FactVersion,
     Owner,
+    OwnerLink,
     Session,
     Turn,
 )
@@ -32,6 +40,7 @@ from memory.services._common import (
     _facts_cap_check,
     _owner_lock,
     _service,
+    _sessions_uncount,
 )
 from memory.signals import memory_forgotten
 from memory.validators import (
@@ -54,20 +63,77 @@ def memory_forget(*, owner_id: str) -> bool:
         owner = _owner_lock(owner_id, create=False)
         if owner is None:
             return False
-        _admin_log_scrub(owner)
-        cache.stamp_take(owner)
-        # NOTE: the owner row goes, and with it its dirty mark; this row is the durable
-        # record that its cached copy must still go, deleted once Redis confirmed.
-        pending = CacheInvalidation.objects.create(external_id=owner_id, stamp=owner.stamp)
-        cache.write_commit(owner, 0, drop=True, outbox_pk=pending.pk)
-        owner.delete()
-        transaction.on_commit(
-            lambda: memory_forgotten.send(sender=Owner, owner_id=owner_id), robust=True
-        )
+        _forget_locked(owner)
         return True
 
 
+def _forget_locked(owner: Owner) -> None:
+    """``memory_forget`` of an owner whose row this transaction holds locked."""
+    owner_id = owner.external_id
+    _admin_log_scrub(owner)
+    cache.stamp_take(owner)
+    # NOTE: the owner row goes, and with it its dirty mark; this row is the durable record
+    # that its cached copy must still go, deleted once Redis confirmed.
+    pending = CacheInvalidation.objects.create(external_id=owner_id, stamp=owner.stamp)
+    cache.write_commit(owner, 0, drop=True, outbox_pk=pending.pk)
+    owner.delete()
+    transaction.on_commit(
+        lambda: memory_forgotten.send(sender=Owner, owner_id=owner_id), robust=True
+    )
+
+
 amemory_forget = aio.twin(memory_forget)
+
+
+# Owner ids ``owners_forget_idle`` reads per query.
+IDLE_PAGE = 500
+
+
+def owners_forget_idle(*, prefix: str, idle_for: dt.timedelta, limit: int | None = None) -> int:
+    """Forget, as ``memory_forget`` does, every owner whose id starts with ``prefix`` and that
+    no write touched for longer than ``idle_for`` (``Owner.updated_at``, which every write
+    sets; reads do not); return how many went.
+
+    For a retention rule on owners nobody will come back to, such as the demo's anonymous
+    visitors (``anon-``). Oldest first, one transaction per owner, its idleness checked again
+    under its row lock: an owner written meanwhile stays. At most ``limit`` owners when given.
+    Raises ``ValidationError`` for an empty ``prefix`` or a ``idle_for`` that is not positive,
+    and ``MemoryUnavailable`` when the database cannot be reached (the owners forgotten before
+    it stay forgotten).
+    """
+    if not isinstance(prefix, str) or not prefix:
+        raise ValidationError({"prefix": ["Give the prefix of the owner ids to forget."]})
+    if not isinstance(idle_for, dt.timedelta) or idle_for <= dt.timedelta(0):
+        raise ValidationError({"idle_for": ["Give a positive time."]})
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValidationError({"limit": ["Ensure this value is greater than or equal to 1."]})
+    forgotten = 0
+    while limit is None or forgotten < limit:
+        cutoff = timezone.now() - idle_for
+        with database_guard():
+            # NOTE: the (updated_at) index serves this, oldest first, a page at a time.
+            page = list(
+                Owner.objects.filter(external_id__startswith=prefix, updated_at__lt=cutoff)
+                .order_by("updated_at")
+                .values_list("external_id", flat=True)[:IDLE_PAGE]
+            )
+        if not page:
+            return forgotten
+        for owner_id in page:
+            if limit is not None and forgotten >= limit:
+                break
+            with _service():
+                owner = _owner_lock(owner_id, create=False)
+                if owner is None or owner.updated_at >= cutoff:
+                    continue
+                _forget_locked(owner)
+            forgotten += 1
+        if len(page) < IDLE_PAGE:
+            return forgotten
+    return forgotten
+
+
+aowners_forget_idle = aio.twin(owners_forget_idle)
 
 
 def cache_drop(*, owner_id: str) -> bool:
@@ -87,30 +153,37 @@ class LinkResult(NamedTuple):
     facts_moved: int
 
 
-def _source_turn_seqs_follow(owner: Owner, base: int) -> None:
-    """Point the owner's ``source_turn_seq`` values at the seqs its turns get after ``base``."""
+def _source_turn_seqs_follow(owner: Owner, seqs: Mapping[int, int]) -> None:
+    """Point the owner's ``source_turn_seq`` values at the seqs its turns got (``seqs``: old to
+    new); a value that ``seqs`` does not name (its turn was deleted since) becomes NULL."""
     sources = [
         model.objects.filter(owner=owner, source_turn_seq__isnull=False)
         for model in (Fact, FactVersion)
     ]
-    referenced = {seq for rows in sources for seq in rows.values_list("source_turn_seq", flat=True)}
-    if not referenced:
-        return
-    seqs = Turn.objects.filter(owner=owner).order_by("seq").values_list("seq", flat=True)
-    renumbered = {seq: base + rank for rank, seq in enumerate(seqs, 1) if seq in referenced}
     # NOTE: one statement per table, so that a new seq is never taken for an old one; a turn
     # deleted since leaves NULL rather than a number that now names another turn.
     source_turn_seq = (
         Case(
-            *[When(source_turn_seq=old, then=Value(new)) for old, new in renumbered.items()],
+            *[When(source_turn_seq=old, then=Value(new)) for old, new in seqs.items()],
             default=Value(None),
             output_field=BigIntegerField(),
         )
-        if renumbered
+        if seqs
         else Value(None, output_field=BigIntegerField())
     )
     for rows in sources:
         rows.update(source_turn_seq=source_turn_seq)
+
+
+def _referenced_seqs(owner: Owner) -> set[int]:
+    """The seqs of the owner's turns that its facts and fact versions name."""
+    return {
+        seq
+        for model in (Fact, FactVersion)
+        for seq in model.objects.filter(owner=owner, source_turn_seq__isnull=False)
+        .values_list("source_turn_seq", flat=True)
+        .distinct()
+    }
 
 
 def _facts_link(source: Owner, target: Owner) -> int:
@@ -155,69 +228,71 @@ def _facts_link(source: Owner, target: Owner) -> int:
     return taken
 
 
-def _turns_link(source: Owner, target: Owner, base: int) -> int:
-    """Move every turn of ``source`` to ``target`` as seqs ``base + 1...``, in order; return
-    how many. Idempotency keys the target already uses are cleared on the moved turns."""
-    Turn.objects.filter(
-        owner=source,
+def _turns_link(source: Owner, target: Owner, limit: int) -> list[tuple[int, int]]:
+    """Move the ``limit`` oldest turns of ``source`` to ``target`` as seqs after the target's
+    last, in order, with their sessions' counts; return each moved turn's (old seq, new seq).
+    Idempotency keys the target already uses are cleared on the moved turns."""
+    ids = list(
+        Turn.objects.filter(owner=source).order_by("seq").values_list("pk", flat=True)[:limit]
+    )
+    if not ids:
+        return []
+    batch = Turn.objects.filter(pk__in=ids)
+    batch.filter(
         idempotency_key__in=Turn.objects.filter(owner=target, idempotency_key__isnull=False).values(
             "idempotency_key"
         ),
     ).update(idempotency_key=None)
+    sessions = list(
+        batch.order_by()
+        .values("session_id")
+        .annotate(turns=Count("pk"), first=Min("created_at"), last=Max("created_at"))
+        .values_list("session_id", "turns", "first", "last")
+    )
     table = connection.ops.quote_name(Turn._meta.db_table)
-    # NOTE: one statement renumbers and moves them all, so a turn appended to the source
-    # after this transaction cannot slip in between (it waits for the source's row lock).
+    # NOTE: one statement renumbers and moves the batch, so a turn appended to either owner
+    # meanwhile cannot slip in between (it waits for the row locks this batch holds).
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {table} SET owner_id = %s, seq = %s + ranked.rn"
-            f" FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY seq) AS rn FROM {table}"
-            f" WHERE owner_id = %s) AS ranked WHERE {table}.id = ranked.id",
-            [target.pk, base, source.pk],
+            f" FROM (SELECT id, seq, ROW_NUMBER() OVER (ORDER BY seq) AS rn FROM {table}"
+            f" WHERE id IN ({', '.join(['%s'] * len(ids))})) AS ranked"
+            f" WHERE {table}.id = ranked.id RETURNING ranked.seq, {table}.seq",
+            [target.pk, target.last_seq, *ids],
         )
-        return int(cursor.rowcount)
-
-
-def _sessions_link(source: Owner, target: Owner) -> None:
-    """Give ``target`` the sessions of ``source``; a session id both have is merged."""
-    targets = Session.objects.filter(owner=target).values("session_id")
-    for session in Session.objects.filter(owner=source, session_id__in=targets):
-        Session.objects.filter(owner=target, session_id=session.session_id).update(
-            turn_count=F("turn_count") + session.turn_count,
-            first_seen=Least("first_seen", Value(session.first_seen)),
-            last_seen=Greatest("last_seen", Value(session.last_seen)),
+        moved = [(int(old), int(new)) for old, new in cursor.fetchall()]
+    for session_id, turns, first, last in sessions:
+        updated = Session.objects.filter(owner=target, session_id=session_id).update(
+            turn_count=F("turn_count") + turns,
+            first_seen=Least("first_seen", Value(first)),
+            last_seen=Greatest("last_seen", Value(last)),
         )
-    Session.objects.filter(owner=source).exclude(session_id__in=targets).update(owner=target)
+        if not updated:
+            Session.objects.create(
+                owner=target,
+                session_id=session_id,
+                first_seen=first,
+                last_seen=last,
+                turn_count=turns,
+            )
+    _sessions_uncount(source, {session_id: turns for session_id, turns, _, _ in sessions})
+    return moved
 
 
-def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
-    """Merge the memory of ``from_owner_id`` (an anonymous visitor) into ``owner_id``, then
-    forget ``from_owner_id``; return how many turns and facts moved.
+class _LinkStep(NamedTuple):
+    """What one transaction of a link did: turns it moved, facts it took, whether it ended."""
 
-    Its turns follow the owner's, in their order, ``seq`` continuing the owner's. A fact the
-    owner lacks is copied; for a key both have, the value updated last wins (on a tie, the
-    owner's), the anonymous value as a new version of the owner's fact. A fact taken keeps its
-    history, its versions renumbered after the owner's; where the owner's value stays, the
-    anonymous history of that key is forgotten. Sessions of one id merge (counts add up),
-    ``source_turn_seq`` follows its turn, and idempotency keys the owner already used are
-    cleared on the moved turns. The anonymous owner is then forgotten as ``memory_forget``
-    does, and after commit both cached copies are dropped.
+    turns_moved: int
+    facts_moved: int
+    done: bool
 
-    One transaction under both owners' row locks, taken in the order of their ids: appends to
-    either owner meanwhile wait, then continue after the moved turns (the owner's) or on a new
-    anonymous owner (the anonymous one's); no turn is lost and no seq skipped or repeated.
-    Linking again moves nothing: an unknown ``from_owner_id`` gives ``LinkResult(0, 0)`` and
-    changes nothing. Raises ``ValidationError`` for a bad id, an owner linked to itself, an
-    anonymous owner holding a fact key made only of dots (``fact_dot_keys_rename`` renames
-    it), or a link that would leave the owner with more than ``MEMORY["MAX_FACTS"]`` facts, and
-    ``MemoryUnavailable`` when the database cannot be reached; then nothing changed.
-    """
-    _check("user_id", validate_owner_id, owner_id)
-    _check("from_user_id", validate_owner_id, from_owner_id)
-    if owner_id == from_owner_id:
-        raise ValidationError({"from_user_id": ["A user cannot be linked to itself."]})
+
+def _link_step(owner_id: str, from_owner_id: str) -> _LinkStep:
+    """One transaction of ``memory_link``: move a batch of turns; the last one also merges the
+    facts and forgets the anonymous owner."""
     with _service():
         if not Owner.objects.filter(external_id=from_owner_id).exists():
-            return LinkResult(0, 0)
+            return _LinkStep(0, 0, True)
         # NOTE: every link locks its two owners in this one order, so links never wait on each
         # other in a cycle; appends and other writes hold one owner's lock only.
         locked = {
@@ -229,10 +304,10 @@ def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
         if source is None:
             # NOTE: linked or forgotten meanwhile; undo creating the target, if this did.
             transaction.set_rollback(True)
-            return LinkResult(0, 0)
+            return _LinkStep(0, 0, True)
         offered = list(Fact.objects.filter(owner=source).values_list("key", flat=True))
         # NOTE: a key made only of dots (stored before keys of dots alone were refused) is not
-        # written into the owner: the link is refused whole until it was renamed.
+        # written into the owner: the link is refused, before any batch, until it was renamed.
         dotted = sorted(key for key in offered if dots_only(key))
         if dotted:
             raise ValidationError(
@@ -245,17 +320,70 @@ def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
                 }
             )
         # NOTE: the facts the owner lacks become theirs: past MAX_FACTS the link is refused
-        # whole, as any write past it is (nothing moved; the anonymous owner stays).
+        # before this batch, as any write past it is (this batch moves nothing).
         _facts_cap_check(target, offered, field="from_user_id")
-        base = target.last_seq
-        _source_turn_seqs_follow(source, base)
-        facts_moved = _facts_link(source, target)
-        turns_moved = _turns_link(source, target, base)
-        _sessions_link(source, target)
-        cache.stamp_take(target, turns=turns_moved)
+        progress = OwnerLink.objects.filter(source=source).first()
+        # NOTE: a link into another owner, cut off, starts over here: the turns it moved stay
+        # where they went, and the facts that name them will name none.
+        seqs = progress.seqs if progress is not None and progress.target_id == target.pk else {}
+        referenced = _referenced_seqs(source)
+        moved = _turns_link(source, target, conf.LINK_BATCH_TURNS)
+        seqs = {**seqs, **{str(old): new for old, new in moved if old in referenced}}
+        cache.stamp_take(target, turns=len(moved))
         cache.write_commit(target, 0, drop=True)
+        if Turn.objects.filter(owner=source).exists():
+            OwnerLink.objects.update_or_create(
+                source=source, defaults={"target": target, "seqs": seqs}
+            )
+            cache.stamp_take(source)
+            cache.write_commit(source, 0, drop=True)
+            return _LinkStep(len(moved), 0, False)
+        _source_turn_seqs_follow(source, {int(old): new for old, new in seqs.items()})
+        facts_moved = _facts_link(source, target)
         memory_forget(owner_id=from_owner_id)
-        return LinkResult(turns_moved, facts_moved)
+        return _LinkStep(len(moved), facts_moved, True)
+
+
+def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
+    """Merge the memory of ``from_owner_id`` (an anonymous visitor) into ``owner_id``, then
+    forget ``from_owner_id``; return how many turns and facts this call moved.
+
+    Its turns follow the owner's, in their order, ``seq`` continuing the owner's. A fact the
+    owner lacks is copied; for a key both have, the value updated last wins (on a tie, the
+    owner's), the anonymous value as a new version of the owner's fact. A fact taken keeps its
+    history, its versions renumbered after the owner's; where the owner's value stays, the
+    anonymous history of that key is forgotten. Sessions of one id merge (counts add up),
+    ``source_turn_seq`` follows its turn, and idempotency keys the owner already used are
+    cleared on the moved turns. The anonymous owner is then forgotten as ``memory_forget``
+    does, and both cached copies are dropped after each commit.
+
+    In bounded steps: each transaction moves at most ``MEMORY["LINK_BATCH_TURNS"]`` turns,
+    under both owners' row locks (taken in the order of their ids), so writers of either owner
+    wait for one batch at most; an append to the owner between two batches takes the next seq,
+    and the next batch follows it (no seq is skipped or repeated, on either owner). The last
+    batch also merges the facts and forgets the anonymous owner; turns appended to it
+    meanwhile move too, and after it they start a new anonymous owner. A link cut off between
+    batches (a killed worker, a lost database) leaves the moved turns with the owner and the
+    rest with the anonymous owner, which keeps where the turns its facts name went
+    (``OwnerLink``): linking again finishes it. Linking a linked owner again moves nothing: an
+    unknown ``from_owner_id`` gives ``LinkResult(0, 0)`` and changes nothing.
+
+    Raises ``ValidationError`` for a bad id, an owner linked to itself, an anonymous owner
+    holding a fact key made only of dots (``fact_dot_keys_rename`` renames it), or a link that
+    would leave the owner with more than ``MEMORY["MAX_FACTS"]`` facts (checked before each
+    batch: before the first, nothing changed), and ``MemoryUnavailable`` when the database cannot be
+    reached (the batches committed before it stay moved).
+    """
+    _check("user_id", validate_owner_id, owner_id)
+    _check("from_user_id", validate_owner_id, from_owner_id)
+    if owner_id == from_owner_id:
+        raise ValidationError({"from_user_id": ["A user cannot be linked to itself."]})
+    turns_moved = 0
+    while True:
+        step = _link_step(owner_id, from_owner_id)
+        turns_moved += step.turns_moved
+        if step.done:
+            return LinkResult(turns_moved, step.facts_moved)
 
 
 amemory_link = aio.twin(memory_link)

@@ -17,12 +17,13 @@ AGE_RE = re.compile(r"^(\d+)([smhdw])$")
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
-def parse_age(text: str) -> dt.timedelta:
-    """``30d``, ``12h``, ``90m``, ``2w``, ``45s`` as a positive ``timedelta``."""
+def parse_age(text: str, option: str = "--older-than") -> dt.timedelta:
+    """``30d``, ``12h``, ``90m``, ``2w``, ``45s`` as a positive ``timedelta``; a
+    ``CommandError`` naming ``option`` for anything else."""
     match = AGE_RE.fullmatch(text.strip())
     if match is None or int(match[1]) == 0:
         raise CommandError(
-            f"--older-than {text!r}: give a positive number and a unit s, m, h, d or w (30d)."
+            f"{option} {text!r}: give a positive number and a unit s, m, h, d or w (30d)."
         )
     return dt.timedelta(**{UNITS[match[2]]: int(match[1])})
 

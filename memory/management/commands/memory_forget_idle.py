@@ -1,0 +1,47 @@
+"""``manage.py memory_forget_idle --prefix anon- --idle-for 30d``: forget the owners of an id
+prefix that nothing wrote to for that long (a retention rule, e.g. for anonymous visitors)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from memory import selectors, services
+from memory.exceptions import MemoryUnavailable
+from memory.management.commands.memory_prune import parse_age
+
+
+class Command(BaseCommand):
+    help = (
+        "Forget every owner whose id starts with --prefix and that no write touched for longer "
+        "than --idle-for (30d): every turn, fact and session, and the cached copy, one owner "
+        "per transaction. Run it from cron (the demo's worker also runs it as a task)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--prefix", help="The owner ids' prefix, such as anon- (required).")
+        parser.add_argument(
+            "--idle-for", metavar="AGE", help="Unwritten for longer than: 30d, 12h, 2w (required)."
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Count the owners that would go; change nothing."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        prefix = options["prefix"]
+        if not prefix:
+            raise CommandError("Give --prefix, the start of the owner ids to forget (anon-).")
+        if not options["idle_for"]:
+            raise CommandError("Give --idle-for, how long unwritten (30d).")
+        idle_for = parse_age(options["idle_for"], option="--idle-for")
+        try:
+            if options["dry_run"]:
+                count = selectors.owners_idle_count(prefix=prefix, idle_for=idle_for)
+                self.stdout.write(f"{count:,} owner(s) would go.")
+                return
+            forgotten = services.owners_forget_idle(prefix=prefix, idle_for=idle_for)
+        except (ValidationError, MemoryUnavailable) as e:
+            raise CommandError(" ".join(getattr(e, "messages", [str(e)]))) from e
+        self.stdout.write(f"Forgot {forgotten:,} owner(s).")
