@@ -102,7 +102,7 @@ CLIENTS = 32
 # as Retry-After says when refused; so one heavy read of theirs is always in flight.
 HEAVY_THREADS = 6
 LOAD_SECONDS = 10.0
-HEAVY_TURNS = 300
+HEAVY_TURNS = 220
 TURN_CHARS = 32_000
 # A chat client's pause between two exchanges (an append and a context read), drawn from this
 # range in seconds: people chatting (quicker than people type), not a benchmark loop.
@@ -225,7 +225,7 @@ def test_one_user_at_full_weight_does_not_stall_an_asgi_instance(uvicorn_instanc
             owner_id="heavy", session_id="s", role="assistant", content=_words(rng, TURN_CHARS)
         )
     connection.close()
-    # NOTE: the heaviest reads an ordinary user may send: a search through 300 turns of 32 KB,
+    # NOTE: the heaviest reads an ordinary user may send: a search through 220 turns of 32 KB,
     # 200 of them as messages (6 MB), a page of 500 (MEMORY["MAX_PAGE_BYTES"] cuts it to 1 MiB),
     # a context of 200 (6 MB).
     heavy_reads = [

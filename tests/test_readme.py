@@ -23,6 +23,7 @@ import sys
 import sysconfig
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,17 +100,32 @@ def json_stream(text: str) -> list[Any]:
 
 
 def chat_page_sources(base: str, times: int = 2) -> list[str]:
-    """Where the chat page read its context from, loaded ``times`` times by one visitor (an
-    anonymous one, whose owner is bound to their session cookie)."""
+    """Where the chat page read its context from, for one visitor (an anonymous one, whose
+    owner is bound to their session cookie): their first message's reply page, then the page
+    loaded ``times - 1`` times. (A visit alone reads nothing: the memory starts with a message.)
+    """
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
-    sources = []
-    for _ in range(times):
-        with opener.open(f"{base}/chat/?session_id=tab", timeout=10) as response:
-            assert response.status == 200
-            page = response.read().decode()
+
+    def source(page: str) -> str:
         match = re.search(r'id="source"[^>]*>(\w+)<', page)
         assert match, page[:2000]
-        sources.append(match[1])
+        return match[1]
+
+    with opener.open(f"{base}/chat/?session_id=tab", timeout=10) as response:
+        page = response.read().decode()
+    form = {
+        name: re.search(rf'name="{name}" value="([^"]+)"', page)[1]  # type: ignore[index]
+        for name in ("csrfmiddlewaretoken", "exchange_id")
+    }
+    body = urllib.parse.urlencode({**form, "session_id": "tab", "message": "hello"}).encode()
+    request = urllib.request.Request(f"{base}/chat/", data=body, headers={"Referer": base})
+    with opener.open(request, timeout=10) as response:
+        assert response.status == 200
+        sources = [source(response.read().decode())]
+    for _ in range(times - 1):
+        with opener.open(f"{base}/chat/?session_id=tab", timeout=10) as response:
+            assert response.status == 200
+            sources.append(source(response.read().decode()))
     return sources
 
 
