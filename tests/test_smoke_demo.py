@@ -118,3 +118,20 @@ def test_demo_searches_on_sqlite_by_substring(demo_env):
     )
     out = _manage(demo_env, "shell", "-v", "0", "-c", script).splitlines()
     assert out[-2:] == ["['I like basketball']", "['我喜欢打篮球']"]
+
+
+def test_the_sqlite_default_keeps_no_connection_and_no_pool(monkeypatch):
+    """The zero-setup demo (SQLite, no cache), also as the ASGI entry point loads it: no pool
+    (PostgreSQL's), no kept connection."""
+    import runpy
+
+    settings_file = Path(__file__).resolve().parent.parent / "memoryproj" / "settings.py"
+    for name in list(os.environ):
+        if name.startswith("DJANGO_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "smoke-only-secret-key-" + "x" * 40)
+    monkeypatch.setenv("DATABASE_URL", "sqlite:///x.sqlite3")
+    monkeypatch.setenv("MEMORYPROJ_ASGI", "1")
+    database = runpy.run_path(str(settings_file))["DATABASES"]["default"]
+    assert database["CONN_MAX_AGE"] == 0
+    assert "pool" not in database.get("OPTIONS", {})
