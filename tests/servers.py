@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -1070,3 +1070,37 @@ class PgBouncerServer(_Server):
         except psycopg.Error:
             return False
         return True
+
+
+# --- the demo under uvicorn ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def uvicorn_demo(env: Mapping[str, str], *, name: str) -> Iterator[int]:
+    """The demo project under uvicorn with ``env``, on a free port of 127.0.0.1, until the
+    block ends; its port. ``name`` names its log (``/tmp/memory-<name>-<port>.log``), which is
+    shown if it exits during startup and removed after."""
+    port = free_port()
+    log_path = Path(f"/tmp/memory-{name}-{port}.log")
+    command = [
+        sys.executable, "-m", "uvicorn", "memoryproj.asgi:application",
+        "--host", HOST, "--port", str(port), "--log-level", "warning",
+    ]  # fmt: skip
+    root = Path(__file__).resolve().parent.parent
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(command, cwd=root, env=dict(env), stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection((HOST, port), timeout=1):
+                    break
+            except OSError:
+                assert server.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "uvicorn did not start"
+                time.sleep(0.1)
+        yield port
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        log_path.unlink(missing_ok=True)

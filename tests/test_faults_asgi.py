@@ -8,18 +8,15 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from django.conf import settings
 
-from tests.instance import ROOT, environment
-from tests.servers import RedisServer, free_port
+from tests.instance import environment
+from tests.servers import RedisServer, uvicorn_demo
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
 
@@ -28,7 +25,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
 def uvicorn_app(own_redis: RedisServer) -> Iterator[int]:
     """The demo project, with a host site's async views, under uvicorn on this test's
     database and own redis-server; its port."""
-    port = free_port()
     # NOTE: the demo's own settings (a repairer thread per process, as in production), on the
     # test's database and key prefix.
     env = {
@@ -45,28 +41,8 @@ def uvicorn_app(own_redis: RedisServer) -> Iterator[int]:
         "MEMORY_THROTTLE_USER": "1000000/hour",
         "MEMORY_THROTTLE_ANON": "1000000/hour",
     }
-    log_path = Path(f"/tmp/memory-asgi-faults-{port}.log")
-    command = [
-        sys.executable, "-m", "uvicorn", "memoryproj.asgi:application",
-        "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-    ]  # fmt: skip
-    with log_path.open("wb") as log:
-        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert server.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, "uvicorn did not start"
-                time.sleep(0.1)
+    with uvicorn_demo(env, name="asgi-faults") as port:
         yield port
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-        log_path.unlink(missing_ok=True)
 
 
 def _request(

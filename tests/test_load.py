@@ -9,14 +9,12 @@ import http.client
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -26,8 +24,8 @@ from django.db import connection
 from rest_framework.authtoken.models import Token
 
 from memory import services
-from tests.instance import ROOT, database_url, environment
-from tests.servers import RedisServer, free_port
+from tests.instance import database_url, environment
+from tests.servers import RedisServer, uvicorn_demo
 from tests.stack import AppStack, app_stack, turns_listed
 
 pytestmark = pytest.mark.faults
@@ -134,7 +132,6 @@ print(json.dumps({"latencies": latencies, "statuses": statuses}))
 def uvicorn_instance(own_redis: RedisServer) -> Iterator[int]:
     """The demo project under uvicorn, one process, on this test's database and its own
     redis-server, with no rate throttle (the limit under test is the one on work in flight)."""
-    port = free_port()
     env = {
         **environment(),
         "DJANGO_SETTINGS_MODULE": "tests.instance_settings",
@@ -154,28 +151,8 @@ def uvicorn_instance(own_redis: RedisServer) -> Iterator[int]:
         # connection, and the bound below is the pool's size.
         "DATABASE_POOL_SIZE": str(CLIENTS + 1),
     }
-    log_path = Path(f"/tmp/memory-asgi-load-{port}.log")
-    command = [
-        sys.executable, "-m", "uvicorn", "memoryproj.asgi:application",
-        "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-    ]  # fmt: skip
-    with log_path.open("wb") as log:
-        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert server.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, "uvicorn did not start"
-                time.sleep(0.1)
+    with uvicorn_demo(env, name="asgi-load") as port:
         yield port
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-        log_path.unlink(missing_ok=True)
 
 
 def _call(port: int, path: str, token: str, body: object = None) -> int:
