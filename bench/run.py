@@ -325,7 +325,7 @@ class Bench:
 
         selectors.context_get(owner_id="ctx")
         assert selectors.context_get(owner_id="ctx")["source"] == "cache"
-        key = cache.owner_key("ctx")
+        key = cache.keys.owner_key("ctx")
         ttl = conf.CACHE_TTL
         redis_client = self.redis
         # The baseline knows which fields the context needs and fetches just those.
@@ -367,7 +367,7 @@ class Bench:
         from memory import cache, selectors
 
         def op() -> float:
-            cache.copy_evict(owner_id=owner_id)
+            cache.copy.copy_evict(owner_id=owner_id)
             started = time.perf_counter()
             context = selectors.context_get(owner_id=owner_id)
             elapsed = time.perf_counter() - started
@@ -412,7 +412,7 @@ class Bench:
         content = "x" * CONTENT_CHARS
         selectors.context_get(owner_id="floor-app")
         raw, redis_client = self.raw, self.redis
-        key = cache.owner_key("floor-raw")
+        key = cache.keys.owner_key("floor-raw")
         ttl = conf.CACHE_TTL
         statement = (
             "WITH o AS (UPDATE memory_owner SET stamp = nextval('memory_stamp_seq'),"
@@ -705,7 +705,7 @@ class Bench:
         def burst() -> tuple[int, list[str]]:
             """Evict the owner, let ``readers`` threads read it at once; count rehydrations."""
             cache.run_once()
-            cache.copy_evict(owner_id="herd")
+            cache.copy.copy_evict(owner_id="herd")
             before = cache.stats()["counters"].get("rehydrations", 0)
             barrier = threading.Barrier(readers)
             sources: list[str] = []
@@ -762,9 +762,9 @@ class Bench:
         from memory import cache, selectors
         from memory.models import Fact, Turn
 
-        cache.copy_evict(owner_id="mem")
+        cache.copy.copy_evict(owner_id="mem")
         selectors.context_get(owner_id="mem")
-        used = self.redis.memory_usage(cache.owner_key("mem"), samples=0) or 0
+        used = self.redis.memory_usage(cache.keys.owner_key("mem"), samples=0) or 0
         contents = Turn.objects.filter(owner__external_id="mem").values_list("content", flat=True)
         facts = Fact.objects.filter(owner__external_id="mem").values_list("key", "value")
         raw = sum(len(text.encode()) for text in contents)

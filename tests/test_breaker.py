@@ -51,33 +51,33 @@ def test_an_async_read_cancelled_while_it_probes_gives_the_probe_back(own_redis)
     own_redis.pause()
     try:
         assert not served()  # times out: the breaker opens
-        assert cache.breaker.state == "open"
+        assert cache.client.breaker.state == "open"
 
         async def cancelled_reads() -> None:
             for _ in range(5):
                 # NOTE: the window over, each read is the half-open probe, and is cancelled
                 # while Redis does not answer: a client that went away.
-                cache.breaker.expire()
+                cache.client.breaker.expire()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(selectors.acontext_get(owner_id="wang"), 0.05)
 
         run(cancelled_reads)
     finally:
         own_redis.resume()
-    cache.breaker.expire()
+    cache.client.breaker.expire()
     assert eventually(served, within=2.0)
     # A write after it is confirmed by Redis, not skipped after waiting for a lost probe.
     append("I like basketball")
     context = selectors.context_get(owner_id="wang")
     assert context["source"] == "cache"
     assert context["turns"][-1]["content"] == "I like basketball"
-    assert cache.pending_count() == 0
+    assert cache.repair.pending_count() == 0
 
 
 def test_a_sync_call_interrupted_while_it_probes_gives_the_probe_back(db):
     append("hi")
-    cache.breaker.failed(redis.ConnectionError("gone"), "test")
-    cache.breaker.expire()
+    cache.client.breaker.failed(redis.ConnectionError("gone"), "test")
+    cache.client.breaker.expire()
 
     def interrupted(client: Any) -> None:
         raise KeyboardInterrupt
@@ -86,18 +86,18 @@ def test_a_sync_call_interrupted_while_it_probes_gives_the_probe_back(db):
         redis_call("read", interrupted)
     # The next reader is the probe, Redis answers, and the breaker closes.
     assert served() or served()
-    assert cache.breaker.state == "closed"
+    assert cache.client.breaker.state == "closed"
 
 
 @real_db
 def test_an_async_hit_never_queries_on_the_event_loop_when_another_thread_errs_meanwhile():
     append("hi")
     selectors.context_get(owner_id="wang")
-    assert not cache.breaker.suspect()
+    assert not cache.client.breaker.suspect()
     seen = []
 
     def another_thread_sees_redis_down() -> None:
-        cache.breaker.failed(redis.ConnectionError("gone"), "test")
+        cache.client.breaker.failed(redis.ConnectionError("gone"), "test")
 
     def hook(frame: Any, event: str, arg: Any) -> None:
         # NOTE: the moment the read decides whether its copy is valid, another thread of the
@@ -117,7 +117,7 @@ def test_an_async_hit_never_queries_on_the_event_loop_when_another_thread_errs_m
 
     context = run(read)
     assert seen
-    assert cache.breaker.suspect()
+    assert cache.client.breaker.suspect()
     assert context["turns"][-1]["content"] == "hi"
 
 
@@ -134,13 +134,13 @@ def test_a_persistent_redis_error_is_retried_with_backoff_and_logged_once(
     client.config_resetstat()
     with memory_settings(REPAIR_THREAD=True), caplog.at_level(logging.ERROR, "memory.cache"):
         append("again")  # its update fails and is left to the repairer
-        assert cache.pending_count() == 1
+        assert cache.repair.pending_count() == 1
         time.sleep(2.0)
         attempts = _calls(client, "evalsha")
         errors = [r for r in caplog.records if "WRONGTYPE" in r.getMessage()]
         client.delete(owner_key("wang"))
         # Mended, the repair lands within the backoff's cap.
-        assert eventually(lambda: cache.pending_count() == 0, within=3.0)
+        assert eventually(lambda: cache.repair.pending_count() == 0, within=3.0)
     # At 0.1 s a retry, 2 s are 20 attempts; backing off from 0.1 s, doubling: at most 5.
     assert attempts <= 6, attempts
     # One line for the write that failed, one for its repairs: not one per attempt.

@@ -104,7 +104,7 @@ def test_sync_and_async_traffic_both_use_a_cache_that_wants_credentials(guarded_
 
     assert run(main) == ["cache", "cache", "cache", "cache", "1"]
     # Async traffic left the cache on for the sync side too.
-    assert cache.breaker.state == "closed"
+    assert cache.client.breaker.state == "closed"
     context = selectors.context_get(owner_id="wang")
     assert context["source"] == "cache"
     assert [t["content"] for t in context["turns"]] == ["我叫王建国", "hi"]

@@ -86,7 +86,7 @@ def test_memory_is_cached_and_kept_coherent_on_a_cluster(on_cluster, write):
 
 def test_owners_spread_over_every_primary(on_cluster):
     owners = [f"owner-{n}" for n in range(60)]
-    assert len({on_cluster.master_for(cache.owner_key(o)).port for o in owners}) == 3
+    assert len({on_cluster.master_for(cache.keys.owner_key(o)).port for o in owners}) == 3
 
 
 def test_stats_scan_every_node(on_cluster, write):
@@ -122,25 +122,25 @@ def test_a_dead_primary_is_down_for_its_owners_only(on_cluster, write):
         next(
             f"li-{n}"
             for n in range(1000)
-            if on_cluster.master_for(cache.owner_key(f"li-{n}")).port
-            != on_cluster.master_for(cache.owner_key("wang")).port
+            if on_cluster.master_for(cache.keys.owner_key(f"li-{n}")).port
+            != on_cluster.master_for(cache.keys.owner_key("wang")).port
         ),
     )
     for owner in (doomed, spared):
         with write():
             tell(owner, f"{owner} says hello")
         selectors.context_get(owner_id=owner)
-    victim = on_cluster.master_for(cache.owner_key(doomed))
+    victim = on_cluster.master_for(cache.keys.owner_key(doomed))
     on_cluster.kill(victim)
     try:
         # NOTE: no replica takes over: the slot is uncovered, which is "down", not a bug.
-        assert cache.copy_read(owner_id=doomed, turns=5) is cache.Outcome.DOWN
-        assert cache.breaker.down_since is not None
+        assert cache.copy.copy_read(owner_id=doomed, turns=5) is cache.client.Outcome.DOWN
+        assert cache.client.breaker.down_since is not None
         context = selectors.context_get(owner_id=doomed)
         assert (context["source"], contents(context)) == ("database", ["wang says hello"])
         cache.reset()
-        cached = cache.copy_read(owner_id=spared, turns=5)
-        assert isinstance(cached, cache.Hit)
+        cached = cache.copy.copy_read(owner_id=spared, turns=5)
+        assert isinstance(cached, cache.copy.Hit)
         assert [turn["content"] for turn in cached.snapshot.turns] == [f"{spared} says hello"]
     finally:
         victim.start()
@@ -174,7 +174,7 @@ def test_counters_on_a_dead_primary_cost_the_owners_elsewhere_no_hits(
     owner = next(
         f"li-{n}"
         for n in range(1000)
-        if on_cluster.master_for(cache.owner_key(f"li-{n}")).port != victim.port
+        if on_cluster.master_for(cache.keys.owner_key(f"li-{n}")).port != victim.port
     )
     with write():
         tell(owner, "hello")
@@ -183,12 +183,12 @@ def test_counters_on_a_dead_primary_cost_the_owners_elsewhere_no_hits(
     on_cluster.kill(victim)
     try:
         # NOTE: every read now also flushes the counters, to the dead primary.
-        cached = cache.copy_read(owner_id=owner, turns=5)
-        assert isinstance(cached, cache.Hit)
-        assert cache.breaker.down_since is None
+        cached = cache.copy.copy_read(owner_id=owner, turns=5)
+        assert isinstance(cached, cache.copy.Hit)
+        assert cache.client.breaker.down_since is None
         assert selectors.context_get(owner_id=owner)["source"] == "cache"
         # The counts are kept for a later flush, not lost.
-        assert cache.breaker.counts["hits"] >= 2
+        assert cache.client.breaker.counts["hits"] >= 2
     finally:
         victim.start()
         on_cluster.wait_stable()

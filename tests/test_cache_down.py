@@ -50,7 +50,7 @@ def test_redis_outage_is_logged_once(dead_cache, caplog, django_capture_on_commi
             selectors.context_get(owner_id="wang")
     warnings = [r for r in caplog.records if "unreachable" in r.getMessage()]
     assert len(warnings) == 1
-    assert cache.breaker.outages == 1
+    assert cache.client.breaker.outages == 1
 
 
 @pytest.mark.faults
@@ -90,11 +90,11 @@ def test_write_while_redis_paused_is_not_hidden_by_the_older_copy(
         own_redis.resume()
     # NOTE: Redis answers again, but the writer's lost update is not repaired yet: the writer
     # does not serve the copy it knows to be behind.
-    assert cache.pending_count() == 1
+    assert cache.repair.pending_count() == 1
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "said while Redis hung"]
     # The repairer's next round (every REPAIR_POLL seconds in a server process).
     assert cache.run_once() == 1
-    assert cache.pending_count() == 0
+    assert cache.repair.pending_count() == 0
     assert Owner.objects.get(external_id="wang").cache_dirty is False
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "said while Redis hung"]
     context = selectors.context_get(owner_id="wang")
@@ -151,7 +151,7 @@ def test_reads_within_grace_leave_fresh_writes_alone(
     another_instance()
     with memory_settings(RECONCILE_GRACE=60):
         assert cache.run_once() == 0
-    assert redis_client.hexists(cache.owner_key("wang"), "rev")
+    assert redis_client.hexists(cache.keys.owner_key("wang"), "rev")
 
 
 @pytest.mark.faults
@@ -189,6 +189,6 @@ def test_cache_flushed_during_outage_rehydrates(own_redis, django_capture_on_com
         append("wang", "two")
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
     own_redis.start()
-    cache.breaker.expire()
+    cache.client.breaker.expire()
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]

@@ -39,7 +39,7 @@ def another_instance() -> None:
 
 
 def copy_stamp(client, owner_id: str) -> int | None:
-    rev = client.hget(cache.owner_key(owner_id), "rev")
+    rev = client.hget(cache.keys.owner_key(owner_id), "rev")
     return int(rev) if rev is not None else None
 
 
@@ -66,7 +66,7 @@ def test_facts_are_not_served_from_a_copy_behind_a_write_lost_while_redis_was_pa
         own_redis.resume()
     # NOTE: Redis received nothing of that write while paused, so the copy is still at "Bob"
     # unless the paused Redis ran the buffered update on resume; make it stale for certain.
-    client.hset(cache.owner_key("wang"), "f:name", json.dumps({"key": "name", "value": "Bob"}))
+    client.hset(cache.keys.owner_key("wang"), "f:name", json.dumps({"key": "name", "value": "Bob"}))
     # The writer knows its update did not land: neither facts nor context serve the copy.
     assert [f["value"] for f in selectors.fact_list(owner_id="wang")] == ["Wang Jianguo"]
     assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang Jianguo"}
@@ -86,9 +86,9 @@ def test_a_suspect_process_checks_each_copy_against_the_database(write, redis_cl
         Owner.objects.filter(external_id="wang").update(stamp=db_stamp("wang") + 1000)
         Fact.objects.filter(owner__external_id="wang").update(value="Wang Jianguo")
     assert selectors.fact_list(owner_id="wang")[0]["value"] == "Bob"  # not suspect: the bound
-    cache.breaker.failed(OSError("seen down"), "test")
-    cache.breaker.succeeded()
-    assert cache.breaker.suspect()
+    cache.client.breaker.failed(OSError("seen down"), "test")
+    cache.client.breaker.succeeded()
+    assert cache.client.breaker.suspect()
     assert selectors.fact_list(owner_id="wang")[0]["value"] == "Wang Jianguo"
     assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang Jianguo"}
     assert copy_stamp(redis_client, "wang") == db_stamp("wang")
@@ -109,12 +109,12 @@ def test_a_write_right_after_a_stall_updates_the_copy_although_the_breaker_is_op
         assert selectors.context_get(owner_id="wang")["source"] == "database"
     finally:
         own_redis.resume()
-    assert cache.breaker.state == "open"
+    assert cache.client.breaker.state == "open"
     with write():
         append("wang", "two")
     client = redis.Redis.from_url(own_redis.url)
     assert copy_stamp(client, "wang") == db_stamp("wang")
-    assert cache.breaker.state == "closed"
+    assert cache.client.breaker.state == "closed"
     another_instance()
     context = selectors.context_get(owner_id="wang")
     assert context["source"] == "cache"
@@ -176,7 +176,7 @@ def test_an_orm_fact_edit_takes_a_stamp_and_a_dirty_mark_in_its_transaction(
         assert owner.stamp > before and owner.cache_dirty
     # Redis was down for the drop: the mark stays until a repair lands.
     assert Owner.objects.get(external_id="wang").cache_dirty
-    assert cache.pending_count() == 1
+    assert cache.repair.pending_count() == 1
 
 
 def test_an_orm_write_drops_the_copy_after_commit(write, redis_client):
@@ -187,7 +187,7 @@ def test_an_orm_write_drops_the_copy_after_commit(write, redis_client):
         turn = Turn.objects.get(owner__external_id="wang", seq=1)
         turn.content = "corrected"
         turn.save()
-    assert not redis_client.hexists(cache.owner_key("wang"), "rev")
+    assert not redis_client.hexists(cache.keys.owner_key("wang"), "rev")
     assert Owner.objects.get(external_id="wang").cache_dirty is False
     assert contents(selectors.context_get(owner_id="wang")) == ["corrected"]
     with write():
@@ -224,7 +224,7 @@ def test_an_orm_delete_of_a_turn_drops_the_copy_after_commit(how, write, redis_c
     before = db_stamp("wang")
     with write():
         _orm_delete_turn(how)
-    assert not redis_client.hexists(cache.owner_key("wang"), "rev")
+    assert not redis_client.hexists(cache.keys.owner_key("wang"), "rev")
     owner = Owner.objects.get(external_id="wang")
     assert owner.stamp > before and owner.cache_dirty is False
     for source in ("database", "cache"):
@@ -247,7 +247,7 @@ def test_an_orm_delete_of_a_turn_takes_a_stamp_and_a_dirty_mark_in_its_transacti
         assert all(owners[o].stamp > before[o] and owners[o].cache_dirty for o in before)
     # Redis was down for the drops: the marks stay until a repair lands.
     assert Owner.objects.filter(cache_dirty=True).count() == 2
-    assert cache.pending_count() == 2
+    assert cache.repair.pending_count() == 2
 
 
 def test_an_orm_delete_of_facts_drops_the_copy_after_commit(write, redis_client):
@@ -259,7 +259,7 @@ def test_an_orm_delete_of_facts_drops_the_copy_after_commit(write, redis_client)
     }
     with write():
         Fact.objects.filter(owner__external_id="wang", key="location").delete()
-    assert not redis_client.hexists(cache.owner_key("wang"), "rev")
+    assert not redis_client.hexists(cache.keys.owner_key("wang"), "rev")
     assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang"}
     assert [f["key"] for f in selectors.fact_list(owner_id="wang")] == ["name"]
 
@@ -270,7 +270,7 @@ def test_an_orm_delete_of_an_owner_drops_its_copy_after_commit(write, redis_clie
     selectors.context_get(owner_id="wang")
     with write():
         Owner.objects.get(external_id="wang").delete()
-    assert not redis_client.hexists(cache.owner_key("wang"), "rev")
+    assert not redis_client.hexists(cache.keys.owner_key("wang"), "rev")
     assert not CacheInvalidation.objects.exists()
     for _ in range(2):
         assert contents(selectors.context_get(owner_id="wang")) == []
@@ -298,7 +298,7 @@ def _racing_load(owner_id: str, write, lose_floor):
     (leaving a floor), then loses that floor, and only then hands back what it read."""
 
     def load(n: int):
-        stale = selectors._database_read(owner_id, n)
+        stale = selectors.context.database_read(owner_id, n)
         with write():
             append(owner_id, "written during the fill")
         lose_floor()
@@ -315,9 +315,9 @@ def test_a_lost_floor_cannot_let_a_stale_fill_stay(loss, write, own_redis):
     client = redis.Redis.from_url(own_redis.url)
 
     def lose_floor() -> None:
-        assert client.hget(cache.owner_key("wang"), "floor") is not None
+        assert client.hget(cache.keys.owner_key("wang"), "floor") is not None
         if loss == "delete":
-            client.delete(cache.owner_key("wang"))
+            client.delete(cache.keys.owner_key("wang"))
         else:
             client.flushall()
 
@@ -348,9 +348,9 @@ def test_an_evicted_floor_cannot_let_a_stale_fill_stay(write, own_redis):
         client.config_set("maxmemory", used + 200_000)
         for i in range(2000):
             client.set(f"filler:{i}", "x" * 1000, ex=86400)
-            if not client.exists(cache.owner_key("wang")):
+            if not client.exists(cache.keys.owner_key("wang")):
                 break
-        assert not client.exists(cache.owner_key("wang"))
+        assert not client.exists(cache.keys.owner_key("wang"))
         client.config_set("maxmemory", 0)
 
     cache.read_through(owner_id="wang", turns=20, load=_racing_load("wang", write, evict_floor))
@@ -365,12 +365,12 @@ def test_an_evicted_floor_cannot_let_a_stale_fill_stay(write, own_redis):
 def test_a_wrongtype_error_is_logged_as_a_bug_and_opens_no_breaker(redis_client, caplog, write):
     with write():
         append("wang", "one")
-    redis_client.set(cache.owner_key("wang"), "not a hash")
+    redis_client.set(cache.keys.owner_key("wang"), "not a hash")
     with caplog.at_level(logging.ERROR, logger="memory.cache"):
         context = selectors.context_get(owner_id="wang")
     assert contents(context) == ["one"] and context["source"] == "database"
-    assert cache.breaker.state == "closed" and cache.breaker.outages == 0
-    assert cache.breaker.bugs >= 1
+    assert cache.client.breaker.state == "closed" and cache.client.breaker.outages == 0
+    assert cache.client.breaker.bugs >= 1
     [record] = [r for r in caplog.records if r.levelno == logging.ERROR][:1]
     assert "read" in record.getMessage() and "WRONGTYPE" in record.getMessage()
 
@@ -380,9 +380,9 @@ def test_a_float_fill_wait_is_coerced_and_the_fill_lock_works(memory_settings, w
         append("wang", "one")
     with memory_settings(FILL_WAIT_MS=200.0):
         assert conf.FILL_WAIT_MS == 200 and isinstance(conf.FILL_WAIT_MS, int)
-        first = cache.copy_read(owner_id="wang", turns=20)
-        assert isinstance(first, cache.Miss) and first.fill_token
-    assert cache.breaker.bugs == 0 and cache.breaker.outages == 0
+        first = cache.copy.copy_read(owner_id="wang", turns=20)
+        assert isinstance(first, cache.copy.Miss) and first.fill_token
+    assert cache.client.breaker.bugs == 0 and cache.client.breaker.outages == 0
 
 
 @pytest.mark.parametrize(
@@ -460,10 +460,10 @@ def test_an_update_no_replica_acknowledged_has_not_landed(write, memory_settings
         with write():
             append("wang", "two")
         assert Owner.objects.get(external_id="wang").cache_dirty
-        assert cache.pending_count() == 1
+        assert cache.repair.pending_count() == 1
         context = selectors.context_get(owner_id="wang")
         assert (context["source"], contents(context)) == ("database", ["one", "two"])
-        assert cache.breaker.state == "closed"  # Redis answered: not an outage
+        assert cache.client.breaker.state == "closed"  # Redis answered: not an outage
     with memory_settings(CACHE_REPLICAS=0):
         assert cache.run_once() == 1
     assert not Owner.objects.get(external_id="wang").cache_dirty

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.cluster import key_slot
 
-from memory.cache import owner_key
+from memory.cache.keys import owner_key
 from tests.servers import RedisCluster, RedisServer
 from tests.stack import AppStack, Conversation, app_stack
 

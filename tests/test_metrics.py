@@ -102,7 +102,10 @@ def test_a_refused_fill_is_counted(service_client, write):
 
     # NOTE: a fill read at an older stamp than the copy holds: the protocol refuses it.
     stale = cache.Snapshot(stamp=0, turns=[], facts=[])
-    assert cache.copy_fill(owner_id="wang", snapshot=stale, complete=True) is cache.Fill.REFUSED
+    assert (
+        cache.copy.copy_fill(owner_id="wang", snapshot=stale, complete=True)
+        is cache.copy.Fill.REFUSED
+    )
     assert event(scrape(service_client), "fills_refused") == event(before, "fills_refused") + 1
 
 
@@ -178,9 +181,10 @@ def test_multiprocess_mode_adds_up_every_process(tmp_path):
     wrote there, as under gunicorn workers (docs/metrics.md)."""
     code = (
         "import django, sys; django.setup();"
+        "from prometheus_client import generate_latest;"
         "from memory import metrics;"
         "metrics.cache_event('hits', int(sys.argv[1]));"
-        "print(metrics.generate_latest(metrics.registry_for_scrape()).decode())"
+        "print(generate_latest(metrics.registry_for_scrape()).decode())"
     )
     env = {**environment(), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     outputs = [

@@ -120,7 +120,7 @@ class MemoryMachine(RuleBasedStateMachine):
 
     @rule()
     def breaker_window_ends(self) -> None:
-        cache.breaker.expire()
+        cache.client.breaker.expire()
 
     @rule()
     def repairer_round(self) -> None:
@@ -143,15 +143,15 @@ class MemoryMachine(RuleBasedStateMachine):
         """A cold reader reads the database; a write commits and lands (leaving a floor); the
         floor is deleted or evicted; only then does the reader store what it read."""
         owner_id = self.owner_id(owner)
-        cache.copy_evict(owner_id=owner_id)
+        cache.copy.copy_evict(owner_id=owner_id)
 
         def load(n: int) -> Any:
-            stale = selectors._database_read(owner_id, n)
+            stale = selectors.context.database_read(owner_id, n)
             with committed():
                 services.turn_append(
                     owner_id=owner_id, session_id="reconnect", role="user", content="racer"
                 )
-            cache.copy_evict(owner_id=owner_id)
+            cache.copy.copy_evict(owner_id=owner_id)
             return stale
 
         cache.read_through(owner_id=owner_id, turns=CONTEXT_TURNS, load=load)
@@ -160,14 +160,14 @@ class MemoryMachine(RuleBasedStateMachine):
     @rule()
     def flush_cache(self) -> None:
         for owner in OWNERS:
-            cache.copy_evict(owner_id=self.owner_id(owner))
+            cache.copy.copy_evict(owner_id=self.owner_id(owner))
 
     @rule(owner=st.sampled_from(OWNERS))
     def expire_key(self, owner: str) -> None:
         from django.core.cache import caches
 
         client = caches["memory"].client.get_client(write=True)
-        client.pexpire(cache.owner_key(self.owner_id(owner)), 1)
+        client.pexpire(cache.keys.owner_key(self.owner_id(owner)), 1)
 
     @invariant()
     def context_matches_model(self) -> None:

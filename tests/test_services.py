@@ -289,8 +289,8 @@ def test_memory_forget_removes_every_row(django_capture_on_commit_callbacks, red
     context = selectors.context_get(owner_id="wang")
     assert context["turns"] == [] and context["facts"] == {}
     # Only a content-free guard (a stamp under a digest of the id) remains, for a minute.
-    assert redis_client.hgetall(cache.owner_key("wang")).keys() == {b"floor"}
-    assert 0 < redis_client.ttl(cache.owner_key("wang")) <= cache.GUARD_TTL
+    assert redis_client.hgetall(cache.keys.owner_key("wang")).keys() == {b"floor"}
+    assert 0 < redis_client.ttl(cache.keys.owner_key("wang")) <= cache.copy.GUARD_TTL
     for key in redis_client.scan_iter(match=f"{settings.TEST_KEY_PREFIX}*"):
         if redis_client.type(key) == b"hash":
             assert b"Wang" not in b"".join(redis_client.hvals(key))

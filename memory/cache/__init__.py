@@ -19,7 +19,10 @@ before the read began, except within these bounds:
 1. *Stamps* (``stamps``). Every write draws a new stamp from the Postgres sequence
    ``memory_stamp_seq`` in its own transaction, under the owner's row lock, and marks the owner
    ``cache_dirty`` in that transaction. Stamps only grow, across a forget and a re-creation.
-2. *Deltas after commit* (``writes``, ``copy``). After commit, and never before (a rolled-back
+2. *Deltas after commit* (``writes``, ``copy``). A service writes an owner inside
+   ``owner_write`` (or calls ``owner_changed`` / ``owner_drop`` once): the stamp of rule 1 and
+   the update below are one call, and a write that states no delta drops the copy. After
+   commit, and never before (a rolled-back
    write never reaches Redis), one Lua script applies the write's delta only to a copy at the
    stamp just before it, in O(delta); any other copy is dropped to a content-free *floor* at
    the new stamp. The breaker never skips a write's update. Redis confirmed: the dirty mark is
@@ -69,28 +72,22 @@ from __future__ import annotations
 from typing import Literal
 
 from memory.cache.aio import aread_through
-from memory.cache.client import Outcome, breaker, enabled
-from memory.cache.copy import (
-    GUARD_TTL,
-    Fill,
-    Hit,
-    Miss,
-    Short,
-    Snapshot,
-    copy_apply,
-    copy_drop,
-    copy_evict,
-    copy_fill,
-    copy_read,
-    ping,
-    stats,
-)
-from memory.cache.keys import key_pattern, lock_key, owner_key
+from memory.cache.client import enabled
+from memory.cache.copy import Snapshot, ping, stats
 from memory.cache.limits import window_count
-from memory.cache.readthrough import Refused, Source, cache_lookup, fill_verify, read_through
-from memory.cache.repair import pending_count, repair_pending, repairer_ensure, run_once, sweep
-from memory.cache.stamps import stamp_get, stamp_take
-from memory.cache.writes import orm_delete, orm_forget, orm_write, service_write, write_commit
+from memory.cache.readthrough import Source, read_through
+from memory.cache.repair import run_once
+from memory.cache.writes import (
+    OwnerWrite,
+    orm_delete,
+    orm_forget,
+    orm_write,
+    owner_changed,
+    owner_drop,
+    owner_invalidate,
+    owner_write,
+    service_write,
+)
 
 
 def replicas_state() -> Literal["ok", "behind"]:
@@ -102,53 +99,33 @@ def replicas_state() -> Literal["ok", "behind"]:
 
 def reset() -> None:
     """Forget this process's cache state: breaker, counters, pending repairs (tests, forks)."""
-    from memory.cache import copy, limits, repair
+    from memory.cache import client, copy, limits, repair
 
-    breaker.reset()
+    client.breaker.reset()
     repair.reset()
     copy.replicas.reset()
     limits.reset()
 
 
 __all__ = [
-    "GUARD_TTL",
-    "Fill",
-    "Hit",
-    "Miss",
-    "Outcome",
-    "Refused",
-    "Short",
+    "OwnerWrite",
     "Snapshot",
     "Source",
     "aread_through",
-    "breaker",
-    "cache_lookup",
-    "copy_apply",
-    "copy_drop",
-    "copy_evict",
-    "copy_fill",
-    "copy_read",
     "enabled",
-    "fill_verify",
-    "key_pattern",
-    "lock_key",
     "orm_delete",
     "orm_forget",
     "orm_write",
-    "owner_key",
-    "pending_count",
+    "owner_changed",
+    "owner_drop",
+    "owner_invalidate",
+    "owner_write",
     "ping",
     "read_through",
-    "repair_pending",
-    "repairer_ensure",
     "replicas_state",
     "reset",
     "run_once",
     "service_write",
-    "stamp_get",
-    "stamp_take",
     "stats",
-    "sweep",
     "window_count",
-    "write_commit",
 ]

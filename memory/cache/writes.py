@@ -13,7 +13,7 @@ from django.db import transaction
 from memory.cache.client import enabled
 from memory.cache.copy import copy_apply, copy_drop
 from memory.cache.repair import Pending, confirmed, remember, repairer_ensure
-from memory.cache.stamps import stamp_take_by_pk
+from memory.cache.stamps import stamp_get, stamp_take, stamp_take_by_pk
 from memory.models import CacheInvalidation, Owner
 from memory.payloads import FactPayload, TurnPayload
 
@@ -79,6 +79,92 @@ def write_commit(
     transaction.on_commit(update, robust=True)
 
 
+class OwnerWrite:
+    """What one write of an owner changed, for its cache update (see ``owner_write``)."""
+
+    __slots__ = ("_delta", "_drop", "_outbox_pk")
+
+    def __init__(self) -> None:
+        self._delta: dict[str, list[object]] | None = None
+        self._drop = False
+        self._outbox_pk: int | None = None
+
+    def delta(
+        self,
+        *,
+        turns: Sequence[TurnPayload] = (),
+        facts: Sequence[FactPayload] = (),
+        deleted_keys: Sequence[str] = (),
+    ) -> None:
+        """The write appended ``turns``, wrote ``facts`` and deleted ``deleted_keys``: the copy
+        takes them as a delta. Called more than once, the deltas add up."""
+        delta = self._delta or {"turns": [], "facts": [], "deleted_keys": []}
+        delta["turns"] += turns
+        delta["facts"] += facts
+        delta["deleted_keys"] += deleted_keys
+        self._delta = delta
+
+    def drop(self, *, outbox_pk: int | None = None) -> None:
+        """The copy goes (and, with ``outbox_pk``, that ``CacheInvalidation`` row once Redis
+        confirmed); a drop outweighs any delta."""
+        self._drop = True
+        self._outbox_pk = outbox_pk
+
+
+@contextmanager
+def owner_write(
+    owner: Owner, *, turns: int = 0, stamp_taken: int | None = None
+) -> Iterator[OwnerWrite]:
+    """Write the memory of ``owner`` (locked, in its write's transaction) inside this block.
+
+    On entry the owner gets its new stamp, with ``turns`` seqs reserved (``owner.last_seq`` is
+    the last of them); a database function that took the stamp itself passes the previous one
+    as ``stamp_taken``. On exit the copy's update is scheduled for after commit: the delta the
+    block stated with ``write.delta(...)``, else (nothing stated, ``write.drop()``, or an
+    exception) a drop, which is never stale. A rolled-back write never reaches Redis.
+    """
+    prev = stamp_take(owner, turns=turns) if stamp_taken is None else stamp_taken
+    write = OwnerWrite()
+    try:
+        yield write
+    except BaseException:
+        write_commit(owner, 0, drop=True)
+        raise
+    if write._drop or write._delta is None:
+        write_commit(owner, 0, drop=True, outbox_pk=write._outbox_pk)
+    else:
+        write_commit(owner, prev, **write._delta)  # type: ignore[arg-type]
+
+
+def owner_changed(
+    owner: Owner,
+    *,
+    turns: Sequence[TurnPayload] = (),
+    facts: Sequence[FactPayload] = (),
+    deleted_keys: Sequence[str] = (),
+    stamp_taken: int | None = None,
+) -> None:
+    """``owner_write`` in one call, for a change already made in the transaction: the owner
+    (locked) gets its new stamp and, after commit, its copy takes this delta."""
+    with owner_write(owner, stamp_taken=stamp_taken) as write:
+        write.delta(turns=turns, facts=facts, deleted_keys=deleted_keys)
+
+
+def owner_drop(owner: Owner, *, turns: int = 0, outbox_pk: int | None = None) -> None:
+    """``owner_write`` of a change the copy cannot take as a delta (turns moved or deleted):
+    the owner (locked, in its write's transaction) gets a new stamp (``turns`` seqs
+    reserved), and its copy is dropped after commit (with ``outbox_pk`` as ``OwnerWrite.drop``)."""
+    with owner_write(owner, turns=turns) as write:
+        write.drop(outbox_pk=outbox_pk)
+
+
+def owner_invalidate(owner_id: str) -> bool:
+    """Drop the owner's copy now, at its stamp in the database, so that the next read
+    rehydrates (after raw SQL or ``QuerySet.update()``, which no signal sees); return whether
+    Redis confirmed. Never raises."""
+    return copy_drop(owner_id=owner_id, stamp=stamp_get(owner_id))
+
+
 def orm_write(owner_pk: int) -> None:
     """A turn or fact of the owner was written through the ORM, not a service: give the owner
     a new stamp and a dirty mark in the same transaction, and drop its copy after commit.
@@ -87,14 +173,21 @@ def orm_write(owner_pk: int) -> None:
     without a cache. The mark is durable with the write when the write runs in a transaction
     (``transaction.atomic``); in autocommit it follows the write's own statement.
     """
+    owner = _orm_stamp(owner_pk)
+    if owner is not None:
+        write_commit(owner, 0, drop=True)
+
+
+def _orm_stamp(owner_pk: int) -> Owner | None:
+    """Outside a service and with a cache: the owner, at the new stamp ``stamp_take_by_pk``
+    gave it (``None`` otherwise, or for an owner that is not there)."""
     if _in_service.get() or not enabled():
-        return
+        return None
     row = stamp_take_by_pk(owner_pk)
     if row is None:
-        return
+        return None
     owner_id, stamp = row
-    # NOTE: the same after-commit drop as a service's (prev_stamp is moot for a drop).
-    write_commit(Owner(pk=owner_pk, external_id=owner_id, stamp=stamp), 0, drop=True)
+    return Owner(pk=owner_pk, external_id=owner_id, stamp=stamp)
 
 
 @contextmanager
@@ -125,13 +218,7 @@ def orm_forget(owner_pk: int) -> None:
     Called by the ``pre_delete`` receiver of memory.signals; does nothing inside a service, or
     without a cache.
     """
-    if _in_service.get() or not enabled():
-        return
-    row = stamp_take_by_pk(owner_pk)
-    if row is None:
-        return
-    owner_id, stamp = row
-    pending = CacheInvalidation.objects.create(external_id=owner_id, stamp=stamp)
-    write_commit(
-        Owner(pk=owner_pk, external_id=owner_id, stamp=stamp), 0, drop=True, outbox_pk=pending.pk
-    )
+    owner = _orm_stamp(owner_pk)
+    if owner is not None:
+        pending = CacheInvalidation.objects.create(external_id=owner.external_id, stamp=owner.stamp)
+        write_commit(owner, 0, drop=True, outbox_pk=pending.pk)

@@ -4,8 +4,6 @@ specification) in one round trip."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
@@ -14,7 +12,13 @@ from memory.conf import conf
 from memory.db import prepared_fetchone
 from memory.models import Owner, Turn
 from memory.payloads import fact_payload_from_row, turn_payload
-from memory.services._append import _extraction_enqueue, _Plan, _retry_checked, _turn_loaded
+from memory.services._append import (
+    TurnInput,
+    _extraction_enqueue,
+    _Plan,
+    _retry_checked,
+    _turn_loaded,
+)
 from memory.services.turn_facts import _fact_cap_warn
 
 # The parameters of memory_turn_append() (migrations 0008 and 0010), in its order, typed for a
@@ -25,19 +29,11 @@ _APPEND_CALL = (
 )
 
 
-def turn_append_call(
-    owner_id: str,
-    session_id: str,
-    role: str,
-    content: str,
-    metadata: dict[str, Any],
-    idempotency_key: str | None,
-    plan: _Plan,
-) -> Turn | None:
+def turn_append_call(new: TurnInput, plan: _Plan) -> Turn | None:
     """``turn_append`` of checked input on PostgreSQL, as ``_turn_append_django`` does it, in
     one call of ``memory_turn_append()``: one round trip, its own transaction in autocommit,
     whatever the key and the facts; then the cache update after commit
-    (``cache.write_commit``) and, for a deferred extractor, the task's enqueue. Returns the
+    (``cache.owner_changed``) and, for a deferred extractor, the task's enqueue. Returns the
     turn, or ``None`` when a fact of ``plan`` changed between its read and the owner's lock
     (then nothing was written: the caller takes the general path). Raises
     ``IdempotencyKeyReused`` as ``turn_append`` does.
@@ -47,6 +43,7 @@ def turn_append_call(
     extraction savepoint cost nine round trips, and even one statement sent by Django's
     client-side binding was planned anew each time (docs/performance.md).
     """
+    owner_id, session_id, role, content, metadata, idempotency_key = new
     db = connections[DEFAULT_DB_ALIAS]
     at = timezone.now()
     row = prepared_fetchone(
@@ -82,8 +79,7 @@ def turn_append_call(
             idempotency_key=idempotency_key,
             created_at=stored[4],
         )
-        assert idempotency_key is not None
-        return _retry_checked(existing, idempotency_key, session_id, role, content, metadata)
+        return _retry_checked(existing, new)
     turn = _turn_loaded(
         id=turn_pk,
         owner_id=owner_pk,
@@ -102,7 +98,7 @@ def turn_append_call(
         for fact in (codec.loads(written) if written else ())
     ]
     owner = Owner(pk=owner_pk, external_id=owner_id, stamp=stamp)
-    cache.write_commit(owner, prev, turns=[turn_payload(turn)], facts=facts)
+    cache.owner_changed(owner, turns=[turn_payload(turn)], facts=facts, stamp_taken=prev)
     if pending_pk is not None:
         _extraction_enqueue(pending_pk)
     return turn

@@ -5,7 +5,7 @@ idempotent retry, a turn from a row, and a deferred extraction's enqueue."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
@@ -14,17 +14,23 @@ from memory.exceptions import IdempotencyKeyReused
 from memory.models import Turn
 
 
-def _retry_checked(
-    existing: Turn, key: str, session_id: str, role: str, content: str, metadata: dict[str, Any]
-) -> Turn:
-    """The turn first stored under ``key``, if this append repeats it exactly (the metadata as
-    the same JSON value, ``codec.json_equal``); else raises ``IdempotencyKeyReused``."""
-    if (existing.session_id, existing.role, existing.content) != (
-        session_id,
-        role,
-        content,
-    ) or not codec.json_equal(existing.metadata, metadata):
-        raise IdempotencyKeyReused(key, existing)
+class TurnInput(NamedTuple):
+    """One append's checked input, as both of its paths take it."""
+
+    owner_id: str
+    session_id: str
+    role: str
+    content: str
+    metadata: dict[str, Any]
+    idempotency_key: str | None
+
+
+def _retry_checked(existing: Turn, new: TurnInput) -> Turn:
+    """The turn first stored under ``new``'s key, if ``new`` repeats it exactly (the metadata
+    as the same JSON value, ``codec.json_equal``); else raises ``IdempotencyKeyReused``."""
+    same = (existing.session_id, existing.role, existing.content) == new[1:4]
+    if not same or not codec.json_equal(existing.metadata, new.metadata):
+        raise IdempotencyKeyReused(new.idempotency_key or "", existing)
     return existing
 
 

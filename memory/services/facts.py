@@ -68,7 +68,6 @@ def fact_put(
             if current != expected_version:
                 raise FactVersionConflict(key, expected_version, current)
         _facts_cap_check(owner, [key], field="key")
-        prev = owner.stamp
         written = _fact_write(
             owner,
             key,
@@ -79,9 +78,8 @@ def fact_put(
         )
         if written is None:
             return Fact.objects.get(owner=owner, key=key), False
-        prev = cache.stamp_take(owner)
         fact, created = written
-        cache.write_commit(owner, prev, facts=[fact_payload(fact)])
+        cache.owner_changed(owner, facts=[fact_payload(fact)])
         return fact, created
 
 
@@ -124,8 +122,7 @@ def facts_merge(
             if written is not None:
                 changed.append(written[0])
         if changed:
-            prev = cache.stamp_take(owner)
-            cache.write_commit(owner, prev, facts=[fact_payload(fact) for fact in changed])
+            cache.owner_changed(owner, facts=[fact_payload(fact) for fact in changed])
         return list(Fact.objects.filter(owner=owner).order_by("key"))
 
 
@@ -149,8 +146,7 @@ def fact_delete(*, owner_id: str, key: str, expected_version: int | None = None)
         if expected_version is not None and fact.version != expected_version:
             raise FactVersionConflict(key, expected_version, fact.version)
         _fact_remove(owner, fact, at=timezone.now())
-        prev = cache.stamp_take(owner)
-        cache.write_commit(owner, prev, deleted_keys=[key])
+        cache.owner_changed(owner, deleted_keys=[key])
 
 
 afact_delete = aio.twin(fact_delete)
@@ -222,10 +218,8 @@ def fact_dot_keys_rename(*, owner_id: str) -> dict[str, str]:
             written.append(moved[0])
             renamed[fact.key] = new_key
         if renamed:
-            prev = cache.stamp_take(owner)
-            cache.write_commit(
+            cache.owner_changed(
                 owner,
-                prev,
                 facts=[fact_payload(fact) for fact in written],
                 deleted_keys=list(renamed),
             )

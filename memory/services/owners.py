@@ -71,11 +71,11 @@ def _forget_locked(owner: Owner) -> None:
     """``memory_forget`` of an owner whose row this transaction holds locked."""
     owner_id = owner.external_id
     _admin_log_scrub(owner)
-    cache.stamp_take(owner)
-    # NOTE: the owner row goes, and with it its dirty mark; this row is the durable record
-    # that its cached copy must still go, deleted once Redis confirmed.
-    pending = CacheInvalidation.objects.create(external_id=owner_id, stamp=owner.stamp)
-    cache.write_commit(owner, 0, drop=True, outbox_pk=pending.pk)
+    with cache.owner_write(owner) as write:
+        # NOTE: the owner row goes, and with it its dirty mark; this row is the durable record
+        # that its cached copy must still go, deleted once Redis confirmed.
+        pending = CacheInvalidation.objects.create(external_id=owner_id, stamp=owner.stamp)
+        write.drop(outbox_pk=pending.pk)
     owner.delete()
     transaction.on_commit(
         lambda: memory_forgotten.send(sender=Owner, owner_id=owner_id), robust=True
@@ -140,7 +140,7 @@ def cache_drop(*, owner_id: str) -> bool:
     """Drop the owner's cached copy so that the next read rehydrates; return whether Redis
     confirmed. Needs no database write; never raises for a Redis failure."""
     _check("user_id", validate_owner_id, owner_id)
-    return cache.copy_drop(owner_id=owner_id, stamp=cache.stamp_get(owner_id))
+    return cache.owner_invalidate(owner_id)
 
 
 acache_drop = aio.twin(cache_drop)
@@ -329,14 +329,12 @@ def _link_step(owner_id: str, from_owner_id: str) -> _LinkStep:
         referenced = _referenced_seqs(source)
         moved = _turns_link(source, target, conf.LINK_BATCH_TURNS)
         seqs = {**seqs, **{str(old): new for old, new in moved if old in referenced}}
-        cache.stamp_take(target, turns=len(moved))
-        cache.write_commit(target, 0, drop=True)
+        cache.owner_drop(target, turns=len(moved))
         if Turn.objects.filter(owner=source).exists():
             OwnerLink.objects.update_or_create(
                 source=source, defaults={"target": target, "seqs": seqs}
             )
-            cache.stamp_take(source)
-            cache.write_commit(source, 0, drop=True)
+            cache.owner_drop(source)
             return _LinkStep(len(moved), 0, False)
         _source_turn_seqs_follow(source, {int(old): new for old, new in seqs.items()})
         facts_moved = _facts_link(source, target)

@@ -197,6 +197,5 @@ def _pending_extract(pending: PendingExtraction) -> list[Fact]:
             )
             return []
         if changed:
-            prev = cache.stamp_take(owner)
-            cache.write_commit(owner, prev, facts=[fact_payload(f) for f in changed])
+            cache.owner_changed(owner, facts=[fact_payload(f) for f in changed])
         return changed

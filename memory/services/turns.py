@@ -30,6 +30,7 @@ from memory.models import (
 from memory.payloads import fact_payload, turn_payload
 from memory.postgres.turn_append import turn_append_call
 from memory.services._append import (
+    TurnInput,
     _extraction_enqueue,
     _Plan,
     _retry_checked,
@@ -121,54 +122,36 @@ def _turn_append(
     # Postgres after a fact moved meanwhile) merges what it found under the lock, and never
     # runs the extractor again (issue 21: it ran under the lock, and twice after a conflict).
     plan = _turn_facts_plan(owner_id, role, content)
+    new = TurnInput(owner_id, session_id, role, content, metadata, idempotency_key)
     if fast:
         with cache.service_write(), database_guard():
-            turn = turn_append_call(
-                owner_id, session_id, role, content, metadata, idempotency_key, plan
-            )
+            turn = turn_append_call(new, plan)
         if turn is not None:
             return turn
-    return _turn_append_django(owner_id, session_id, role, content, metadata, idempotency_key, plan)
+    return _turn_append_django(new, plan)
 
 
-def _turn_append_django(
-    owner_id: str,
-    session_id: str,
-    role: str,
-    content: str,
-    metadata: dict[str, Any],
-    idempotency_key: str | None,
-    plan: _Plan,
-) -> Turn:
+def _turn_append_django(new: TurnInput, plan: _Plan) -> Turn:
     """The append of checked input through the ORM, under the owner's row lock: the
     specification of ``memory.postgres.turn_append`` (tests/test_postgres.py), and the path
     off PostgreSQL or after a fact of ``plan`` moved."""
     with _service():
-        owner = _owner_lock(owner_id, create=True)
-        if idempotency_key is not None:
+        owner = _owner_lock(new.owner_id, create=True)
+        if new.idempotency_key is not None:
             # NOTE: under the owner's lock, so a duplicate in flight waits for the first to
             # commit and then finds its turn here: one turn is stored, however many race.
-            existing = Turn.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
-            if existing is not None:
-                return _retry_checked(
-                    existing, idempotency_key, session_id, role, content, metadata
-                )
-        prev = cache.stamp_take(owner, turns=1)
-        turn = Turn.objects.create(
-            owner=owner,
-            seq=owner.last_seq,
-            session_id=session_id,
-            role=role,
-            content=content,
-            metadata=metadata,
-            idempotency_key=idempotency_key,
-            created_at=timezone.now(),
-        )
-        _session_touch(owner, session_id, turn.created_at)
-        facts = _turn_facts_merge(owner, turn, plan)
-        cache.write_commit(
-            owner, prev, turns=[turn_payload(turn)], facts=[fact_payload(f) for f in facts]
-        )
+            existing = Turn.objects.filter(owner=owner, idempotency_key=new.idempotency_key)
+            if (found := existing.first()) is not None:
+                return _retry_checked(found, new)
+        with cache.owner_write(owner, turns=1) as write:
+            fields = new._asdict()
+            del fields["owner_id"]
+            turn = Turn.objects.create(
+                owner=owner, seq=owner.last_seq, created_at=timezone.now(), **fields
+            )
+            _session_touch(owner, new.session_id, turn.created_at)
+            facts = _turn_facts_merge(owner, turn, plan)
+            write.delta(turns=[turn_payload(turn)], facts=[fact_payload(f) for f in facts])
         return turn
 
 
@@ -298,8 +281,7 @@ def turn_delete(*, owner_id: str, seq: int) -> bool:
             return False
         turn.delete()
         _sessions_uncount(owner, {turn.session_id: 1})
-        cache.stamp_take(owner)
-        cache.write_commit(owner, 0, drop=True)
+        cache.owner_drop(owner)
         return True
 
 
@@ -391,8 +373,7 @@ def turns_prune(
             for _, session_id in rows:
                 per_session[session_id] = per_session.get(session_id, 0) + 1
             _sessions_uncount(owner, per_session)
-            cache.stamp_take(owner)
-            cache.write_commit(owner, 0, drop=True)
+            cache.owner_drop(owner)
         deleted += len(rows)
         if len(rows) < batch_size:
             return deleted
