@@ -74,14 +74,7 @@ FACT_FIELDS = ("key", "value", "session_id", "updated_at", "version")
 
 
 def turn_payload(turn: Turn) -> TurnPayload:
-    return {
-        "seq": turn.seq,
-        "session_id": turn.session_id,
-        "role": turn.role,
-        "content": turn.content,
-        "metadata": turn.metadata,
-        "created_at": isoformat(turn.created_at),
-    }
+    return turn_payload_from_row(tuple(getattr(turn, field) for field in TURN_FIELDS))
 
 
 def turn_payload_from_row(row: tuple[Any, ...]) -> TurnPayload:
@@ -98,13 +91,7 @@ def turn_payload_from_row(row: tuple[Any, ...]) -> TurnPayload:
 
 
 def fact_payload(fact: Fact) -> FactPayload:
-    return {
-        "key": fact.key,
-        "value": fact.value,
-        "session_id": fact.session_id,
-        "updated_at": isoformat(fact.updated_at),
-        "version": fact.version,
-    }
+    return fact_payload_from_row(tuple(getattr(fact, field) for field in FACT_FIELDS))
 
 
 def fact_payload_from_row(row: tuple[Any, ...]) -> FactPayload:
@@ -120,15 +107,8 @@ def fact_payload_from_row(row: tuple[Any, ...]) -> FactPayload:
 
 
 def fact_version_payload(version: FactVersion) -> FactVersionPayload:
-    return {
-        "key": version.key,
-        "value": version.value,
-        "version": version.version,
-        "session_id": version.session_id,
-        "updated_at": isoformat(version.updated_at),
-        "source_turn_seq": version.source_turn_seq,
-        "deleted": version.deleted,
-    }
+    fact = fact_payload_from_row(tuple(getattr(version, field) for field in FACT_FIELDS))
+    return {**fact, "source_turn_seq": version.source_turn_seq, "deleted": version.deleted}
 
 
 def session_payload(session: Session) -> SessionPayload:

@@ -194,15 +194,7 @@ def turns_matching(
                 Q(GreaterThan(StrIndex("content", Value(run)), 0))
                 | Q(GreaterThan(StrIndex(_nfkc(F("content")), Value(run)), 0))
             )
-    return (
-        _windowed(matches, window)
-        .annotate(
-            search_rank=SearchRank(
-                F("document"), query, cover_density=True, normalization=Value(RANK_NORMALIZATION)
-            )
-        )
-        .order_by(*ORDERING)
-    )
+    return _ranked(matches, window, query)
 
 
 def _windowed(matches: QuerySet[Turn], window: int | None) -> QuerySet[Turn]:
@@ -248,15 +240,7 @@ def turns_similar(
         ],
     )
     matches = queryset.alias(document=TurnSearchDocument()).filter(document=query)
-    return (
-        _windowed(matches, window)
-        .annotate(
-            search_rank=SearchRank(
-                F("document"), query, cover_density=True, normalization=Value(RANK_NORMALIZATION)
-            )
-        )
-        .order_by(*ORDERING)
-    )
+    return _ranked(matches, window, query)
 
 
 # NOTE: the query's words as the vocabulary has them (lower-cased, as written) but stop words,
@@ -314,3 +298,11 @@ def _similar_words(using: str, words: str, owner_pk: int) -> dict[str, list[str]
 
 def _nfkc(expression: Any) -> Func:
     return Func(expression, function="normalize", template="%(function)s(%(expressions)s, NFKC)")
+
+
+def _ranked(matches: QuerySet[Turn], window: int, query: SearchQuery) -> QuerySet[Turn]:
+    """The newest ``window`` of ``matches``, ranked against ``query``, best first."""
+    rank = SearchRank(
+        F("document"), query, cover_density=True, normalization=Value(RANK_NORMALIZATION)
+    )
+    return _windowed(matches, window).annotate(search_rank=rank).order_by(*ORDERING)

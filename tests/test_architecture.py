@@ -91,3 +91,64 @@ def test_the_walk_finds_a_circle_where_there_is_one():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(graph) == [["a", "b", "c"]]
     assert "memory.cache.client" in import_graph()["memory.cache.copy"]
+
+
+# A module's size, in bytes, past which it is split (issue 24): a reader takes one concern
+# at a time.
+MAX_MODULE_BYTES = 25_000
+
+
+def test_no_module_is_over_the_size_a_reader_takes_at_once():
+    sizes = {
+        str(p.relative_to(PACKAGE)): p.stat().st_size
+        for p in PACKAGE.rglob("*.py")
+        if "migrations" not in p.parts
+    }
+    assert {path: size for path, size in sizes.items() if size > MAX_MODULE_BYTES} == {}
+
+
+def _cache_names_used(path: Path) -> set[str]:
+    """What a module outside the cache package takes of it: ``cache.<name>`` where ``cache``
+    is ``memory.cache``, and ``memory.cache.<module>`` imported by name."""
+    tree = ast.parse(path.read_text())
+    aliases = set()
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "memory":
+            aliases.update(a.asname or a.name for a in node.names if a.name == "cache")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memory.cache"):
+            used.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            used.update(a.name for a in node.names if a.name.startswith("memory.cache."))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+        ):
+            used.add(node.attr)
+    return used
+
+
+def test_the_app_uses_only_the_cache_packages_public_api():
+    from memory import cache
+
+    outside = [
+        p
+        for p in PACKAGE.rglob("*.py")
+        if "migrations" not in p.parts and (PACKAGE / "cache") not in p.parents
+    ]
+    strays = {
+        str(p.relative_to(PACKAGE)): sorted(_cache_names_used(p) - set(cache.__all__))
+        for p in outside
+    }
+    assert {path: names for path, names in strays.items() if names} == {}
+
+
+def test_the_cache_check_sees_an_internal_name(tmp_path: Path):
+    module = tmp_path / "stray.py"
+    module.write_text(
+        "from memory import cache as c\nfrom memory.cache.keys import owner_key\n"
+        "c.copy_drop(owner_id='x', stamp=1)\nc.read_through\n"
+    )
+    assert _cache_names_used(module) == {"copy_drop", "read_through", "memory.cache.keys.owner_key"}

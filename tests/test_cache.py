@@ -20,12 +20,12 @@ def contents(context) -> list[str]:
 
 
 def test_owner_key_has_prefix_schema_and_hash_tag_without_the_id(settings):
-    key = cache.owner_key("wang@example.com")
+    key = cache.keys.owner_key("wang@example.com")
     prefix = f"{settings.MEMORY['KEY_PREFIX']}:v1:{{"
     assert key.startswith(prefix) and key.endswith("}")
     assert "wang" not in key
-    assert key != cache.owner_key("wang@example.org")
-    assert key == cache.owner_key("wang@example.com")
+    assert key != cache.keys.owner_key("wang@example.org")
+    assert key == cache.keys.owner_key("wang@example.com")
 
 
 def test_cached_payload_is_plain_json_shaped_like_the_api(
@@ -35,7 +35,7 @@ def test_cached_payload_is_plain_json_shaped_like_the_api(
         append("wang", "我叫王建国")
         services.fact_put(owner_id="wang", key="name", value="王建国")
     context = selectors.context_get(owner_id="wang")
-    raw = redis_client.hgetall(cache.owner_key("wang"))
+    raw = redis_client.hgetall(cache.keys.owner_key("wang"))
     assert orjson.loads(raw[b"t:1"]) == context["turns"][0]
     assert orjson.loads(raw[b"f:name"])["value"] == "王建国"
     assert "我叫王建国".encode() in raw[b"t:1"]
@@ -49,11 +49,11 @@ def test_stale_fill_after_a_write_is_refused(django_capture_on_commit_callbacks)
     """
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "one")
-    stale, complete = selectors._database_read("wang", 51)
+    stale, complete = selectors.context.database_read("wang", 51)
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "two")
-    stored = cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
-    assert stored is cache.Fill.REFUSED
+    stored = cache.copy.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
+    assert stored is cache.copy.Fill.REFUSED
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
 
@@ -65,11 +65,12 @@ def test_fill_before_a_committed_writes_cache_update_is_caught_up(
     write's own cache update lands last. The delta brings the copy up to date."""
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "one")
-    stale, complete = selectors._database_read("wang", 51)
+    stale, complete = selectors.context.database_read("wang", 51)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         append("wang", "two")
     assert (
-        cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete) is cache.Fill.UNCLAIMED
+        cache.copy.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
+        is cache.copy.Fill.UNCLAIMED
     )
     for callback in callbacks:
         callback()
@@ -86,14 +87,14 @@ def test_fill_that_already_holds_the_write_is_not_doubled(django_capture_on_comm
     before = Owner.objects.get(external_id="wang").stamp
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         append("wang", "two")
-    mixed, complete = selectors._database_read("wang", 51)
+    mixed, complete = selectors.context.database_read("wang", 51)
     assert (
-        cache.copy_fill(
+        cache.copy.copy_fill(
             owner_id="wang",
             snapshot=cache.Snapshot(before, mixed.turns, mixed.facts),
             complete=complete,
         )
-        is cache.Fill.UNCLAIMED
+        is cache.copy.Fill.UNCLAIMED
     )
     for callback in callbacks:
         callback()
@@ -105,20 +106,26 @@ def test_fill_that_already_holds_the_write_is_not_doubled(django_capture_on_comm
 def test_stale_fill_after_forget_cannot_resurrect_memory(django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "My name is Wang Jianguo")
-    stale, complete = selectors._database_read("wang", 51)
+    stale, complete = selectors.context.database_read("wang", 51)
     with django_capture_on_commit_callbacks(execute=True):
         services.memory_forget(owner_id="wang")
-    assert cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete) is cache.Fill.REFUSED
+    assert (
+        cache.copy.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
+        is cache.copy.Fill.REFUSED
+    )
     assert selectors.context_get(owner_id="wang")["turns"] == []
 
 
 def test_stale_fill_after_fact_change_is_refused(django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         services.fact_put(owner_id="wang", key="name", value="Bob")
-    stale, complete = selectors._database_read("wang", 51)
+    stale, complete = selectors.context.database_read("wang", 51)
     with django_capture_on_commit_callbacks(execute=True):
         services.fact_put(owner_id="wang", key="name", value="Wang Jianguo")
-    assert cache.copy_fill(owner_id="wang", snapshot=stale, complete=complete) is cache.Fill.REFUSED
+    assert (
+        cache.copy.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
+        is cache.copy.Fill.REFUSED
+    )
     assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang Jianguo"}
 
 
@@ -132,7 +139,7 @@ def test_delta_on_a_copy_that_missed_a_write_drops_it(
         append("wang", "two (its cache update is lost)")
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "three")
-    raw = redis_client.hgetall(cache.owner_key("wang"))
+    raw = redis_client.hgetall(cache.keys.owner_key("wang"))
     assert b"rev" not in raw
     assert int(raw[b"floor"]) == Owner.objects.get(external_id="wang").stamp
     assert contents(selectors.context_get(owner_id="wang")) == [
@@ -152,7 +159,7 @@ def test_fact_keys_follow_every_delta(django_capture_on_commit_callbacks, redis_
         services.fact_put(owner_id="wang", key="pet", value="cat")
         services.fact_put(owner_id="wang", key="name", value="Jianguo")
         services.fact_delete(owner_id="wang", key="city")
-    fkeys = redis_client.hget(cache.owner_key("wang"), "fkeys")
+    fkeys = redis_client.hget(cache.keys.owner_key("wang"), "fkeys")
     assert sorted(fkeys.split()) == [b"name", b"pet"]
     context = selectors.context_get(owner_id="wang")
     assert context["source"] == "cache"
@@ -166,10 +173,10 @@ def test_copy_without_fact_keys_is_still_read_whole(
     with django_capture_on_commit_callbacks(execute=True):
         services.fact_put(owner_id="wang", key="name", value="Wang")
     selectors.context_get(owner_id="wang")
-    redis_client.hdel(cache.owner_key("wang"), "fkeys")
+    redis_client.hdel(cache.keys.owner_key("wang"), "fkeys")
     with django_capture_on_commit_callbacks(execute=True):
         services.fact_put(owner_id="wang", key="pet", value="cat")
-    assert not redis_client.hexists(cache.owner_key("wang"), "fkeys")
+    assert not redis_client.hexists(cache.keys.owner_key("wang"), "fkeys")
     context = selectors.context_get(owner_id="wang")
     assert context["source"] == "cache"
     assert context["facts"] == {"name": "Wang", "pet": "cat"}
@@ -180,23 +187,23 @@ def test_evicted_owner_goes_whole(django_capture_on_commit_callbacks, redis_clie
         append("wang", "one")
         services.fact_put(owner_id="wang", key="name", value="Wang")
     selectors.context_get(owner_id="wang")
-    keys = list(redis_client.scan_iter(match=f"{cache.owner_key('wang')}*"))
-    assert keys == [cache.owner_key("wang").encode()]
+    keys = list(redis_client.scan_iter(match=f"{cache.keys.owner_key('wang')}*"))
+    assert keys == [cache.keys.owner_key("wang").encode()]
 
 
 def test_concurrent_cold_reads_wait_for_one_rehydration(django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "one")
-    first = cache.copy_read(owner_id="wang", turns=20)
-    second = cache.copy_read(owner_id="wang", turns=20)
-    assert isinstance(first, cache.Miss) and first.fill_token
-    assert isinstance(second, cache.Miss) and second.fill_token is None
+    first = cache.copy.copy_read(owner_id="wang", turns=20)
+    second = cache.copy.copy_read(owner_id="wang", turns=20)
+    assert isinstance(first, cache.copy.Miss) and first.fill_token
+    assert isinstance(second, cache.copy.Miss) and second.fill_token is None
 
 
 def test_dead_cache_reads_and_writes_answer_false_without_raising(dead_cache):
-    assert cache.copy_read(owner_id="wang", turns=20) is cache.Outcome.DOWN
-    assert cache.copy_apply(owner_id="wang", prev_stamp=0, stamp=1) is False
-    assert cache.copy_drop(owner_id="wang", stamp=1) is False
+    assert cache.copy.copy_read(owner_id="wang", turns=20) is cache.client.Outcome.DOWN
+    assert cache.copy.copy_apply(owner_id="wang", prev_stamp=0, stamp=1) is False
+    assert cache.copy.copy_drop(owner_id="wang", stamp=1) is False
     assert cache.ping() == "down"
     assert cache.stats()["cache"] == "down"
 
@@ -232,7 +239,7 @@ def test_a_warm_async_read_is_native_and_a_cold_one_takes_one_thread_hop(monkeyp
     monkeypatch.setattr(aio, "sync_to_async", counted)
 
     def load(n):
-        return selectors._database_read("wang", n)
+        return selectors.context.database_read("wang", n)
 
     async def twice():
         first = await cache.aread_through(owner_id="wang", turns=20, load=load)

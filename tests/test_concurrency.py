@@ -80,7 +80,7 @@ def test_concurrent_appends_from_threads_number_1_to_n_in_commit_order():
     assert sum(Session.objects.values_list("turn_count", flat=True)) == 400
     # NOTE: each write's dirty mark was cleared after Redis confirmed it (in autocommit, here).
     assert Owner.objects.get(external_id="wang").cache_dirty is False
-    database = selectors._database_read("wang", 50)[0]
+    database = selectors.context.database_read("wang", 50)[0]
     # NOTE: deltas that reach Redis out of commit order drop the copy instead of applying;
     # the first read may therefore rehydrate. Either way both reads equal the database.
     first = selectors.context_get(owner_id="wang", turns=50)
@@ -101,7 +101,7 @@ def test_concurrent_appends_from_separate_processes():
     # Every instance reads the same context, from its own process and Redis pool.
     theirs = instance.run("context", "wang", "30")
     ours = selectors.context_get(owner_id="wang", turns=30)
-    assert theirs["turns"] == ours["turns"] == selectors._database_read("wang", 30)[0].turns
+    assert theirs["turns"] == ours["turns"] == selectors.context.database_read("wang", 30)[0].turns
     assert [t["seq"] for t in ours["turns"]] == list(range(131, 161))
 
 
@@ -110,7 +110,7 @@ def test_cold_read_stampede_rehydrates_once():
     rehydration instead of all reading the database."""
     for i in range(30):
         services.turn_append(owner_id="wang", session_id="s", role="user", content=f"t{i}")
-    cache.copy_evict(owner_id="wang")
+    cache.copy.copy_evict(owner_id="wang")
     before = cache.stats()["counters"].get("rehydrations", 0)
     barrier = threading.Barrier(16)
 

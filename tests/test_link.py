@@ -378,7 +378,11 @@ def test_link_while_both_owners_are_appended_to(batches):
         assert sum(counted.values_list("turn_count", flat=True)) == len(turns)
         first = selectors.context_get(owner_id=owner_id, turns=50)
         second = selectors.context_get(owner_id=owner_id, turns=50)
-        assert first["turns"] == second["turns"] == selectors._database_read(owner_id, 50)[0].turns
+        assert (
+            first["turns"]
+            == second["turns"]
+            == selectors.context.database_read(owner_id, 50)[0].turns
+        )
 
 
 @db_transaction
@@ -531,7 +535,7 @@ def test_a_long_link_lets_the_owners_writers_in_between_its_batches(memory_setti
     counted = Session.objects.filter(owner__external_id="wang")
     assert sum(counted.values_list("turn_count", flat=True)) == len(turns)
     context = selectors.context_get(owner_id="wang", turns=50)
-    assert context["turns"] == selectors._database_read("wang", 50)[0].turns
+    assert context["turns"] == selectors.context.database_read("wang", 50)[0].turns
 
 
 def _moved(owner_id: str) -> int:

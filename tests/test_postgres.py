@@ -322,7 +322,7 @@ def test_the_pipelined_read_reads_as_the_orm_does(owners, reads):
                     Fact.objects.filter(owner__external_id=owner_id, key=key).update(updated_at=at)
         for owner_id, n in reads:
             fast = context_read.context_read(owner_id, n)
-            django = selectors._django_read(owner_id, n)
+            django = selectors.context.django_read(owner_id, n)
             assert typed(fast) == typed(django)
             assert fast[1] is django[1]
 

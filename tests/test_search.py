@@ -500,7 +500,7 @@ def test_plan_uses_the_owner_and_the_document_in_one_gin_index():
     started = time.monotonic()
     big = _seed_large_table()
     seeded = time.monotonic() - started
-    turns = selectors._owner_turns(big)
+    turns = selectors.search.owner_turns(big)
     with search.search_transaction(using="default", milliseconds=60_000):
         for q in ["w123", "basketball", "篮球", "jazz coffee"]:
             plan = search.turns_matching(turns, q).explain()
@@ -559,6 +559,6 @@ def test_small_owner_in_a_large_table_reads_only_its_rows():
         )
         cursor.execute("ANALYZE memory_turn")
     append("small", "I like basketball")
-    plan = search.turns_matching(selectors._owner_turns(small.pk), "basketball").explain()
+    plan = search.turns_matching(selectors.search.owner_turns(small.pk), "basketball").explain()
     assert "Seq Scan" not in plan, plan
     assert found("small", "basketball") == ["I like basketball"]

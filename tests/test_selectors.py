@@ -161,7 +161,7 @@ def test_cached_copy_keeps_only_cache_turns(
             for i in range(3):
                 services.turn_append(owner_id="wang", session_id="s", role="user", content=f"n{i}")
         context = selectors.context_get(owner_id="wang")
-        seqs = redis_client.hget(cache.owner_key("wang"), "seqs")
+        seqs = redis_client.hget(cache.keys.owner_key("wang"), "seqs")
         assert seqs == b"3 4 5 6"
         assert context["source"] == "cache"
         assert [t["seq"] for t in context["turns"]] == [3, 4, 5, 6]
@@ -181,7 +181,7 @@ def test_flushed_cache_rehydrates_same_context(history, own_redis):
 def test_deleted_key_rehydrates_same_context(history, redis_client):
     history()
     warm = (selectors.context_get(owner_id="wang"), selectors.context_get(owner_id="wang"))[1]
-    redis_client.delete(cache.owner_key("wang"))
+    redis_client.delete(cache.keys.owner_key("wang"))
     after = selectors.context_get(owner_id="wang")
     assert after["source"] == "database"
     assert (after["turns"], after["facts"]) == (warm["turns"], warm["facts"])
@@ -202,9 +202,9 @@ def test_hits_renew_the_ttl(history, redis_client, memory_settings):
     history()
     with memory_settings(CACHE_TTL=100):
         selectors.context_get(owner_id="wang")
-        redis_client.expire(cache.owner_key("wang"), 5)
+        redis_client.expire(cache.keys.owner_key("wang"), 5)
         selectors.context_get(owner_id="wang")
-    assert redis_client.ttl(cache.owner_key("wang")) > 90
+    assert redis_client.ttl(cache.keys.owner_key("wang")) > 90
 
 
 @pytest.mark.faults
@@ -327,14 +327,14 @@ def test_cold_read_gives_the_payloads_the_writes_gave(django_capture_on_commit_c
         created_at=dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     )
     first.refresh_from_db()
-    memory, complete = selectors._database_read("wang", 51)
+    memory, complete = selectors.context.database_read("wang", 51)
     assert complete
     assert memory.turns == [payloads.turn_payload(first), payloads.turn_payload(second)]
     assert memory.turns[0]["created_at"] == "2025-01-02T03:04:05Z"
     facts = Fact.objects.filter(owner__external_id="wang").order_by("key")
     assert memory.facts == [payloads.fact_payload(fact) for fact in facts]
     assert memory.facts[-1]["value"] is None
-    assert selectors._database_read("nobody", 51) == (cache.Snapshot(0, [], []), True)
+    assert selectors.context.database_read("nobody", 51) == (cache.Snapshot(0, [], []), True)
 
 
 # The context as model messages -------------------------------------------------------------
@@ -514,7 +514,7 @@ def test_a_turn_page_walks_the_index_without_sorting(history, session_id):
     from django.db import connection
 
     history(turns=30)
-    sql, params = selectors._turn_page_queryset("wang", session_id=session_id, after=10)[
+    sql, params = selectors.turns.turn_page_queryset("wang", session_id=session_id, after=10)[
         :6
     ].query.sql_with_params()
     with connection.cursor() as cursor:

@@ -63,25 +63,24 @@ _EN_CALL_ME_REQUEST = re.compile(
 )
 
 
+# Adverbs that may stand between "I" and a rule's verb; the second set also lets a negation
+# stand there, for the rules that read one.
+_ADVERBS = (
+    "really|truly|also|just|actually|honestly|definitely|absolutely|totally|"
+    "seriously|genuinely|kind of|kinda|sort of|still|now|currently|recently|do|"
+    "especially|particularly|so|certainly|can|usually|generally|mostly|mainly|"
+    "personally|always|already|quite|very much|literally|simply|even|too|both|all|"
+    "officially|finally|"
+)
 _EN_ADV = (
     r"(?:(?:"
-    + _words(
-        "really|truly|also|just|actually|honestly|definitely|absolutely|totally|"
-        "seriously|genuinely|kind of|kinda|sort of|still|now|currently|recently|do|"
-        "especially|particularly|so|certainly|can|usually|generally|mostly|mainly|"
-        "personally|always|already|quite|very much|literally|simply|even|too|both|all|"
-        "officially|finally|happily|sincerely|deeply|madly|secretly|absolutely do"
-    )
+    + _words(_ADVERBS + "happily|sincerely|deeply|madly|secretly|absolutely do")
     + r")\s+)*"
 )
 _EN_ADVN = (
     r"(?:(?:"
     + _words(
-        "really|truly|also|just|actually|honestly|definitely|absolutely|totally|"
-        "seriously|genuinely|kind of|kinda|sort of|still|now|currently|recently|do|"
-        "especially|particularly|so|certainly|can|usually|generally|mostly|mainly|"
-        "personally|always|already|quite|very much|literally|simply|even|too|both|all|"
-        "officially|finally|not|never|no longer|don't|dont|do not|doesn't|does not|"
+        _ADVERBS + "not|never|no longer|don't|dont|do not|doesn't|does not|"
         "didn't|did not|can't|cant|cannot|can not|won't|will not|ain't|hardly|barely|"
         "rarely|not really|not even"
     )

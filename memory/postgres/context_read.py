@@ -1,4 +1,4 @@
-"""The context's database read in one round trip: ``memory.selectors._django_read`` (its
+"""The context's database read in one round trip: ``memory.selectors.context.django_read`` (its
 specification) on PostgreSQL through psycopg 3's pipeline mode."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _context_read_sql() -> tuple[str, str, str]:
 
 
 def context_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
-    """``memory.selectors._django_read`` in one round trip, with the payloads built straight
+    """``memory.selectors.context.django_read`` in one round trip, with the payloads built straight
     from the rows: the same snapshot and completeness.
 
     NOTE: building the three querysets cost the ORM more than the database took to answer

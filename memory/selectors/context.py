@@ -1,0 +1,210 @@
+"""The context: facts and the newest turns, read through the Redis copy; and as model messages."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Literal
+
+from django.core.exceptions import ValidationError
+
+from memory import aio, cache, codec, tokens
+from memory.conf import conf
+from memory.exceptions import database_guard
+from memory.models import Fact, Owner, Turn
+from memory.payloads import (
+    FACT_FIELDS,
+    TURN_FIELDS,
+    ContextMessagesPayload,
+    ContextPayload,
+    MessagePayload,
+    fact_payload_from_row,
+    turn_payload_from_row,
+)
+from memory.postgres import context_read
+from memory.selectors.pages import check_owner
+
+
+def _context(
+    owner_id: str, memory: cache.Snapshot, source: Literal["cache", "database"]
+) -> ContextPayload:
+    return {
+        "user_id": owner_id,
+        "facts": {fact["key"]: fact["value"] for fact in memory.facts},
+        "turns": memory.turns,
+        "source": source,
+    }
+
+
+def database_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
+    """The owner's stamp, last ``turns`` turns and facts; and whether those are all its turns.
+
+    Three queries whatever the history length (the (owner, seq) index serves the turns); on
+    PostgreSQL with psycopg 3 they go in one round trip (``memory.postgres.context_read``).
+    """
+    if context_read.context_read_usable():
+        return context_read.context_read(owner_id, turns)
+    return django_read(owner_id, turns)
+
+
+def django_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
+    """``database_read`` through the ORM: its specification, and its path off PostgreSQL."""
+    row = Owner.objects.filter(external_id=owner_id).values_list("pk", "stamp").first()
+    if row is None:
+        return cache.Snapshot(stamp=0, turns=[], facts=[]), True
+    owner_pk, stamp = row
+    rows = list(
+        Turn.objects.filter(owner_id=owner_pk).order_by("-seq").values_list(*TURN_FIELDS)[:turns]
+    )
+    rows.reverse()
+    facts = [
+        fact_payload_from_row(fact)
+        for fact in Fact.objects.filter(owner_id=owner_pk).order_by("key").values_list(*FACT_FIELDS)
+    ]
+    memory = cache.Snapshot(
+        stamp=stamp, turns=[turn_payload_from_row(turn) for turn in rows], facts=facts
+    )
+    return memory, len(rows) < turns
+
+
+@database_guard()
+def context_get(*, owner_id: str, turns: int | None = None) -> ContextPayload:
+    """What a chat backend puts before the model: the owner's facts and last ``turns`` turns.
+
+    ``turns`` defaults to ``MEMORY["CONTEXT_TURNS"]`` and may be 0..``MAX_CONTEXT_TURNS``.
+    A warm cache answers in one Redis call and no query (``source: "cache"``). A miss, an
+    expired, evicted or flushed key, or a Redis that fails all give the same facts and turns
+    from the database (``source: "database"``), a bounded number of queries whatever the
+    history length; the copy is then rehydrated. Concurrent cold reads of one owner wait for a
+    single rehydration. An unknown owner has an empty context. Raises ``ValidationError`` for a
+    bad owner id or turn count and ``MemoryUnavailable`` when the database cannot be reached.
+    """
+    n = _context_turns(owner_id, turns)
+    memory, source = cache.read_through(
+        owner_id=owner_id, turns=n, load=functools.partial(database_read, owner_id)
+    )
+    return _context(owner_id, memory, source)
+
+
+def _context_turns(owner_id: str, turns: int | None) -> int:
+    """Check a context's arguments; return how many turns it holds."""
+    check_owner(owner_id)
+    n = conf.CONTEXT_TURNS if turns is None else turns
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= conf.MAX_CONTEXT_TURNS:
+        raise ValidationError(
+            {"turns": [f"Ensure this value is between 0 and {conf.MAX_CONTEXT_TURNS}."]}
+        )
+    return n
+
+
+@aio.twin_of(context_get)
+async def acontext_get(*, owner_id: str, turns: int | None = None) -> ContextPayload:
+    # NOTE: not aio.twin(context_get): a warm read is natively async (memory.cache.aio, no
+    # thread hop); a cold one takes one hop into the same sync read path.
+    n = _context_turns(owner_id, turns)
+    with database_guard():
+        memory, source = await cache.aread_through(
+            owner_id=owner_id, turns=n, load=functools.partial(database_read, owner_id)
+        )
+    return _context(owner_id, memory, source)
+
+
+def _max_tokens_check(max_tokens: int | None) -> None:
+    if max_tokens is not None and (
+        not isinstance(max_tokens, int)
+        or isinstance(max_tokens, bool)
+        or not 1 <= max_tokens <= tokens.MAX_TOKENS
+    ):
+        raise ValidationError(
+            {"max_tokens": [f"Ensure this value is between 1 and {tokens.MAX_TOKENS}."]}
+        )
+
+
+def _messages_turns(max_tokens: int | None, turns: int | None) -> int | None:
+    """How many turns ``context_messages`` reads: as asked; with a budget, at most them all."""
+    return conf.MAX_CONTEXT_TURNS if turns is None and max_tokens is not None else turns
+
+
+def _facts_text(facts: dict[str, Any]) -> str:
+    """The owner's facts as the text of the context's system message, one ``- key: value``
+    line per fact, by key.
+
+    A string is written as it is, Chinese included, unless it holds a line break or another
+    control character: then, like any other value, it is written as JSON (non-ASCII kept), so
+    that no value can pose as another line.
+    """
+    if not facts:
+        return "Known facts about the user: none yet."
+    lines = ["Known facts about the user:"]
+    for key, value in facts.items():
+        plain = isinstance(value, str) and value.isprintable()
+        text = value if plain else codec.dumps(value).decode()
+        lines.append(f"- {key}: {text}")
+    return "\n".join(lines)
+
+
+def _context_messages(context: ContextPayload, max_tokens: int | None) -> ContextMessagesPayload:
+    """``context`` as model messages, its turns cut to ``max_tokens`` (see ``context_messages``)."""
+    count = tokens.counter_remembering()
+    system: MessagePayload = {"role": "system", "content": _facts_text(context["facts"])}
+    used = count(system["content"])
+    if max_tokens is not None and used > max_tokens:
+        raise ValidationError(
+            {
+                "max_tokens": [
+                    f"The user's facts alone take {used} tokens, more than {max_tokens}: "
+                    "ask for at least that many."
+                ]
+            }
+        )
+    kept: list[MessagePayload] = []
+    for turn in reversed(context["turns"]):
+        cost = count(turn["content"])
+        if max_tokens is not None and used + cost > max_tokens:
+            # NOTE: the newest turns that fit, with no gap: an older, shorter turn after one
+            # that did not fit would be a reply without its question.
+            break
+        used += cost
+        kept.append({"role": turn["role"], "content": turn["content"]})
+    kept.reverse()
+    return {
+        "user_id": context["user_id"],
+        "messages": [system, *kept],
+        "facts": context["facts"],
+        "source": context["source"],
+        "tokens": used,
+    }
+
+
+def context_messages(
+    *, owner_id: str, max_tokens: int | None = None, turns: int | None = None
+) -> ContextMessagesPayload:
+    """The owner's context as the messages an LLM chat API takes, oldest first.
+
+    The first message is ``{"role": "system", "content": ...}``, the facts as text (``- key:
+    value`` lines, by key; "none yet" when there are none); then one ``{"role", "content"}``
+    per turn, content kept exactly. Without ``max_tokens``, the turns are the last ``turns``
+    (as for ``context_get``). With ``max_tokens`` (1..``tokens.MAX_TOKENS``), they are the
+    newest of the last ``turns`` (default: ``MEMORY["MAX_CONTEXT_TURNS"]``) that fit in
+    ``max_tokens`` together with the system message: whole turns, the newest first, stopping at
+    the first one that does not fit, in their order. ``tokens`` is what the messages' contents
+    count by ``MEMORY["TOKEN_COUNTER"]`` (roles and a chat API's per-message overhead are not
+    counted); with ``max_tokens`` it is never above it. ``facts`` and ``source`` are the context's.
+
+    Read through ``context_get`` (cache first, the same facts and turns when Redis fails).
+    Raises ``ValidationError`` for a bad owner id, turn count or ``max_tokens``, and
+    (``{"max_tokens": ...}``) when the facts' message alone exceeds ``max_tokens``: facts are
+    never cut. Raises ``MemoryUnavailable`` when the database cannot be reached and
+    ``ImproperlyConfigured`` for a bad ``MEMORY["TOKEN_COUNTER"]``.
+    """
+    _max_tokens_check(max_tokens)
+    context = context_get(owner_id=owner_id, turns=_messages_turns(max_tokens, turns))
+    return _context_messages(context, max_tokens)
+
+
+@aio.twin_of(context_messages)
+async def acontext_messages(
+    *, owner_id: str, max_tokens: int | None = None, turns: int | None = None
+) -> ContextMessagesPayload:
+    _max_tokens_check(max_tokens)
+    context = await acontext_get(owner_id=owner_id, turns=_messages_turns(max_tokens, turns))
+    return _context_messages(context, max_tokens)

@@ -1,0 +1,101 @@
+"""Facts: the current ones (through the Redis copy), a fact's history, keys to repair."""
+
+from __future__ import annotations
+
+import functools
+
+from django.core.exceptions import ValidationError
+
+from memory import aio, cache
+from memory.exceptions import database_guard
+from memory.models import Fact, FactVersion
+from memory.payloads import (
+    FactPayload,
+    FactVersionPayload,
+    fact_version_payload,
+)
+from memory.selectors.context import database_read
+from memory.selectors.pages import (
+    DEFAULT_PAGE_SIZE,
+    Page,
+    check_limit,
+    check_owner,
+    cursor_decode,
+    cursor_encode,
+    owner_pk,
+)
+from memory.validators import validate_held_fact_key
+
+
+@database_guard()
+def fact_list(*, owner_id: str) -> list[FactPayload]:
+    """All facts of the owner, by key; read through the cached copy as ``context_get`` reads.
+
+    Raises ``MemoryUnavailable`` when the database is needed and cannot be reached.
+    """
+    check_owner(owner_id)
+    memory, _ = cache.read_through(
+        owner_id=owner_id, turns=0, load=functools.partial(database_read, owner_id)
+    )
+    return memory.facts
+
+
+@aio.twin_of(fact_list)
+async def afact_list(*, owner_id: str) -> list[FactPayload]:
+    # NOTE: natively async on a warm copy, as acontext_get.
+    check_owner(owner_id)
+    with database_guard():
+        memory, _ = await cache.aread_through(
+            owner_id=owner_id, turns=0, load=functools.partial(database_read, owner_id)
+        )
+    return memory.facts
+
+
+@database_guard()
+def fact_history(
+    *, owner_id: str, key: str, limit: int = DEFAULT_PAGE_SIZE, cursor: str | None = None
+) -> Page[FactVersionPayload]:
+    """A page of the versions of one fact of the owner, newest first, and the cursor of the
+    next page (``None`` on the last one). The first page is empty only if the key never existed.
+
+    ``limit`` is 1-500; ``cursor`` is a ``next_cursor`` of an earlier page. Keyset pagination on
+    (owner, key, version), served by that unique index: every page costs the same however
+    deep. Raises ``ValidationError`` ({"user_id" | "key" | "limit" | "cursor": messages}) for
+    bad input and ``MemoryUnavailable`` when the database cannot be reached.
+    """
+    check_owner(owner_id)
+    try:
+        validate_held_fact_key(key)
+    except ValidationError as e:
+        raise ValidationError({"key": e.messages}) from e
+    check_limit(limit)
+    versions = FactVersion.objects.filter(owner_id=owner_pk(owner_id), key=key)
+    if cursor is not None:
+        (before,) = cursor_decode(cursor, ("history", owner_id, key), (int,))
+        versions = versions.filter(version__lt=before)
+    rows = list(versions.order_by("-version")[: limit + 1])
+    page = [fact_version_payload(version) for version in rows[:limit]]
+    more = len(rows) > limit
+    next_cursor = cursor_encode(("history", owner_id, key), page[-1]["version"]) if more else None
+    return Page(page, next_cursor)
+
+
+afact_history = aio.twin(fact_history)
+
+# Every key made only of dots (1-64 of them): the keys check memory.W010 looks for.
+DOT_KEYS = tuple("." * n for n in range(1, 65))
+
+
+@database_guard()
+def fact_dot_key_list(*, limit: int = 1000) -> list[tuple[str, str]]:
+    """Up to ``limit`` facts whose key is made only of dots, written before that rule, as
+    ``(owner_id, key)`` pairs by owner id and key (``manage.py memory_fact_keys`` renames them).
+
+    One statement over the fact table (it has no index on the key alone: a scan). Raises
+    ``MemoryUnavailable`` when the database cannot be reached.
+    """
+    facts = Fact.objects.filter(key__in=DOT_KEYS).order_by("owner__external_id", "key")
+    return list(facts.values_list("owner__external_id", "key")[:limit])
+
+
+afact_dot_key_list = aio.twin(fact_dot_key_list)

@@ -1,0 +1,52 @@
+"""``users/{user_id}/context/`` and ``context/messages/``."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from memory import limits, selectors
+from memory.serializers import (
+    ContextMessagesQuerySerializer,
+    ContextMessagesSerializer,
+    ContextQuerySerializer,
+    ContextSerializer,
+)
+from memory.views.base import READ_ERRORS, USER_ID, MemoryView, _responses, _validated
+
+
+class ContextView(MemoryView):
+    """``users/{user_id}/context/``: the facts and last turns, for the next model call."""
+
+    @extend_schema(
+        tags=["context"],
+        parameters=[USER_ID, ContextQuerySerializer],
+        responses=_responses({200: ContextSerializer}, READ_ERRORS),
+        summary="The context for the next reply",
+        operation_id="context_get",
+    )
+    def get(self, request: Request, user_id: str) -> Response:
+        turns = None
+        if request.query_params:
+            turns = _validated(ContextQuerySerializer, request.query_params.dict()).get("turns")
+        if limits.context_heavy(turns=turns):
+            self.heavy_read(request, user_id)
+        return Response(selectors.context_get(owner_id=user_id, turns=turns))
+
+
+class ContextMessagesView(MemoryView):
+    """``users/{user_id}/context/messages/``: the context as an LLM chat API's messages."""
+
+    @extend_schema(
+        tags=["context"],
+        parameters=[USER_ID, ContextMessagesQuerySerializer],
+        responses=_responses({200: ContextMessagesSerializer}, READ_ERRORS),
+        summary="The context as model messages, within a token budget",
+        operation_id="context_messages",
+    )
+    def get(self, request: Request, user_id: str) -> Response:
+        query = _validated(ContextMessagesQuerySerializer, request.query_params.dict())
+        if limits.context_heavy(turns=query.get("turns"), max_tokens=query.get("max_tokens")):
+            self.heavy_read(request, user_id)
+        return Response(selectors.context_messages(owner_id=user_id, **query))

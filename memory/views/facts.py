@@ -1,0 +1,126 @@
+"""``users/{user_id}/facts/``, one fact, and a fact's history."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from memory import selectors, services
+from memory.exceptions import (
+    FactNotFound,
+)
+from memory.payloads import fact_payload
+from memory.serializers import (
+    FactHistorySerializer,
+    FactListSerializer,
+    FactPutInputSerializer,
+    FactSerializer,
+    FactsMergeInputSerializer,
+    PageQuerySerializer,
+)
+from memory.views.base import (
+    FACT_KEY,
+    IF_MATCH,
+    MAX_FACTS_400,
+    READ_ERRORS,
+    USER_ID,
+    WRITE_ERRORS,
+    MemoryView,
+    _if_match,
+    _next_url,
+    _responses,
+    _validated,
+)
+
+
+class FactsView(MemoryView):
+    """``users/{user_id}/facts/``: every fact; merge several at once."""
+
+    @extend_schema(
+        tags=["facts"],
+        parameters=[USER_ID],
+        responses=_responses({200: FactListSerializer}, READ_ERRORS),
+        summary="List facts, by key",
+        operation_id="fact_list",
+    )
+    def get(self, request: Request, user_id: str) -> Response:
+        return Response({"facts": selectors.fact_list(owner_id=user_id)})
+
+    @extend_schema(
+        tags=["facts"],
+        parameters=[USER_ID],
+        request=FactsMergeInputSerializer,
+        responses=_responses(
+            {200: FactListSerializer}, WRITE_ERRORS, bad_input=MAX_FACTS_400 + " Nothing is set."
+        ),
+        summary="Set several facts; answer with all facts",
+        operation_id="facts_merge",
+    )
+    def patch(self, request: Request, user_id: str) -> Response:
+        data = _validated(FactsMergeInputSerializer, request.data)
+        facts = services.facts_merge(owner_id=user_id, **data)
+        return Response({"facts": [fact_payload(fact) for fact in facts]})
+
+
+class FactView(MemoryView):
+    """``users/{user_id}/facts/{key}/``: set or delete one fact, optionally with If-Match."""
+
+    @extend_schema(
+        tags=["facts"],
+        parameters=[USER_ID, FACT_KEY, IF_MATCH],
+        request=FactPutInputSerializer,
+        responses=_responses(
+            {
+                200: OpenApiResponse(FactSerializer, description="The fact, changed or as it was."),
+                201: OpenApiResponse(FactSerializer, description="The fact, created."),
+            },
+            (*WRITE_ERRORS, 412),
+            bad_input=MAX_FACTS_400,
+        ),
+        summary="Set one fact (201 when created)",
+        operation_id="fact_put",
+    )
+    def put(self, request: Request, user_id: str, key: str) -> Response:
+        expected_version = _if_match(request)
+        data = _validated(FactPutInputSerializer, request.data)
+        fact, created = services.fact_put(
+            owner_id=user_id, key=key, expected_version=expected_version, **data
+        )
+        return Response(fact_payload(fact), status=201 if created else 200)
+
+    @extend_schema(
+        tags=["facts"],
+        parameters=[USER_ID, FACT_KEY, IF_MATCH],
+        responses=_responses(
+            {204: OpenApiResponse(description="Deleted; its history keeps a deleted version.")},
+            (*READ_ERRORS, 412),
+        ),
+        summary="Delete one fact (404 if there is none)",
+        operation_id="fact_delete",
+    )
+    def delete(self, request: Request, user_id: str, key: str) -> Response:
+        expected_version = _if_match(request)
+        services.fact_delete(owner_id=user_id, key=key, expected_version=expected_version)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class FactHistoryView(MemoryView):
+    """``users/{user_id}/facts/{key}/history/``: the versions of one fact, newest first, paged."""
+
+    @extend_schema(
+        tags=["facts"],
+        parameters=[USER_ID, FACT_KEY, PageQuerySerializer],
+        responses=_responses({200: FactHistorySerializer}, READ_ERRORS),
+        summary="Versions of one fact, newest first (404 if the key never existed)",
+        operation_id="fact_history",
+    )
+    def get(self, request: Request, user_id: str, key: str) -> Response:
+        query = _validated(PageQuerySerializer, request.query_params.dict())
+        versions, cursor = selectors.fact_history(owner_id=user_id, key=key, **query)
+        if not versions and "cursor" not in query:
+            # NOTE: every key ever set has at least one version, so an empty history means
+            # no such fact (or a forgotten owner): a 404, like a DELETE of it.
+            raise FactNotFound(key)
+        return Response({"results": versions, "next": _next_url(request, cursor)})

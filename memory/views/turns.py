@@ -1,0 +1,93 @@
+"""``users/{user_id}/turns/`` and ``search/``: append, list and search turns."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
+
+from memory import limits, selectors, services
+from memory.conf import conf
+from memory.payloads import turn_payload
+from memory.serializers import (
+    SearchQuerySerializer,
+    TurnInputSerializer,
+    TurnListQuerySerializer,
+    TurnPageSerializer,
+    TurnSearchSerializer,
+    TurnSerializer,
+    turn_input_accepted,
+)
+from memory.views.base import (
+    IDEMPOTENCY_KEY,
+    READ_ERRORS,
+    USER_ID,
+    WRITE_ERRORS,
+    MemoryView,
+    _idempotency_key,
+    _responses,
+    _validated,
+)
+
+
+class TurnsView(MemoryView):
+    """``users/{user_id}/turns/``: append a turn; list turns, oldest first."""
+
+    @extend_schema(
+        tags=["turns"],
+        parameters=[USER_ID, IDEMPOTENCY_KEY],
+        request=TurnInputSerializer,
+        responses=_responses(
+            {
+                201: OpenApiResponse(
+                    TurnSerializer, description="The turn, or on a retry the turn first stored."
+                )
+            },
+            (*WRITE_ERRORS, 422),
+        ),
+        summary="Append a turn",
+        operation_id="turn_append",
+    )
+    def post(self, request: Request, user_id: str) -> Response:
+        idempotency_key = _idempotency_key(request)
+        data = turn_input_accepted(request.data)
+        if data is None:
+            data = _validated(TurnInputSerializer, request.data)
+        turn = services.turn_append(owner_id=user_id, idempotency_key=idempotency_key, **data)
+        # NOTE: a retry answers exactly as the first try did: 201 and the turn first stored.
+        return Response(turn_payload(turn), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        tags=["turns"],
+        parameters=[USER_ID, TurnListQuerySerializer],
+        responses=_responses({200: TurnPageSerializer}, READ_ERRORS),
+        summary="List turns, oldest first",
+        operation_id="turn_list",
+    )
+    def get(self, request: Request, user_id: str) -> Response:
+        query = _validated(TurnListQuerySerializer, request.query_params.dict())
+        if limits.page_heavy(limit=query["limit"]):
+            self.heavy_read(request, user_id)
+        turns, more = selectors.turn_list(owner_id=user_id, max_bytes=conf.MAX_PAGE_BYTES, **query)
+        next_url = None
+        if more:
+            next_url = replace_query_param(request.build_absolute_uri(), "after", turns[-1]["seq"])
+        return Response({"results": turns, "next": next_url})
+
+
+class SearchView(MemoryView):
+    """``users/{user_id}/search/?q=``: the owner's turns that match a text, best match first."""
+
+    @extend_schema(
+        tags=["turns"],
+        parameters=[USER_ID, SearchQuerySerializer],
+        responses=_responses({200: TurnSearchSerializer}, READ_ERRORS),
+        summary="Search turns by content, best match first",
+        operation_id="turn_search",
+    )
+    def get(self, request: Request, user_id: str) -> Response:
+        query = _validated(SearchQuerySerializer, request.query_params.dict())
+        self.heavy_read(request, user_id)
+        return Response({"results": selectors.turn_search(owner_id=user_id, **query)})

@@ -1,0 +1,113 @@
+"""``users/{user_id}/``: forget; its sessions; linking an anonymous owner; ``health/``."""
+
+from __future__ import annotations
+
+from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from memory import selectors, services
+from memory.permissions import can_reach
+from memory.serializers import (
+    HealthSerializer,
+    LinkInputSerializer,
+    LinkResultSerializer,
+    PageQuerySerializer,
+    SessionListSerializer,
+)
+from memory.views.base import (
+    READ_ERRORS,
+    USER_ID,
+    WRITE_ERRORS,
+    MemoryView,
+    _next_url,
+    _responses,
+    _validated,
+)
+
+
+class SessionsView(MemoryView):
+    """``users/{user_id}/sessions/``: the session labels of the owner's turns, paged."""
+
+    @extend_schema(
+        tags=["sessions"],
+        parameters=[USER_ID, PageQuerySerializer],
+        responses=_responses({200: SessionListSerializer}, READ_ERRORS),
+        summary="List sessions, most recently seen first",
+        operation_id="session_list",
+    )
+    def get(self, request: Request, user_id: str) -> Response:
+        query = _validated(PageQuerySerializer, request.query_params.dict())
+        sessions, cursor = selectors.session_list(owner_id=user_id, **query)
+        return Response({"results": sessions, "next": _next_url(request, cursor)})
+
+
+class UserView(MemoryView):
+    """``users/{user_id}/``: forget the owner."""
+
+    @extend_schema(
+        tags=["users"],
+        parameters=[USER_ID],
+        responses=_responses({204: None}, READ_ERRORS),
+        summary="Forget the user: every turn, fact, version and session",
+        operation_id="memory_forget",
+    )
+    def delete(self, request: Request, user_id: str) -> Response:
+        services.memory_forget(owner_id=user_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class HealthView(MemoryView):
+    """``health/``: whether the database and the cache answer; open to load-balancer probes."""
+
+    # NOTE: no authentication (a bad token must not fail a probe), no throttle (probes are
+    # frequent), and nothing in the answer but two words.
+    authentication_classes = ()
+    permission_classes = (AllowAny,)
+    throttle_classes = ()
+
+    @extend_schema(
+        tags=["health"],
+        responses={
+            200: OpenApiResponse(HealthSerializer, description="The database answers."),
+            400: OpenApiResponse(
+                OpenApiTypes.OBJECT, description="A query parameter given more than once."
+            ),
+            503: OpenApiResponse(HealthSerializer, description="The database is down."),
+        },
+        summary="Health of the database and the cache",
+        operation_id="health_get",
+    )
+    def get(self, request: Request) -> Response:
+        health = selectors.health_get()
+        ok = health["database"] == "ok"
+        return Response(health, status=200 if ok else status.HTTP_503_SERVICE_UNAVAILABLE)
+
+
+class LinkView(MemoryView):
+    """``users/{user_id}/link/``: move an anonymous owner's memory to the user, forget it."""
+
+    @extend_schema(
+        tags=["users"],
+        parameters=[USER_ID],
+        request=LinkInputSerializer,
+        responses=_responses(
+            {200: LinkResultSerializer},
+            WRITE_ERRORS,
+            bad_input='Invalid input, as {"field": ["message"]}; also a query parameter given '
+            "twice, or a user linked to itself.",
+        ),
+        summary="Link an anonymous user to this one (idempotent)",
+        operation_id="memory_link",
+    )
+    def post(self, request: Request, user_id: str) -> Response:
+        from_user_id = _validated(LinkInputSerializer, request.data)["from_user_id"]
+        if not can_reach(request.user, from_user_id):
+            # NOTE: as for the URL's owner (CanReachOwner): 404, and nothing of either changes.
+            raise Http404
+        result = services.memory_link(owner_id=user_id, from_owner_id=from_user_id)
+        return Response(result._asdict())
