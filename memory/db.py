@@ -1,27 +1,8 @@
-"""The app's few hot statements on PostgreSQL, run as prepared statements where that is safe.
-
-Django turns psycopg's automatic preparing off (``prepare_threshold`` None), so that
-transaction-mode connection poolers keep working, and binds parameters on the client: the
-server then parses and plans every statement it is sent. For the statements that run on every
-request (an append's ``memory_turn_append()`` call, the API's token-and-permission lookup) that
-was a sixth of an append and most of the lookup's database time (docs/performance.md), so
-``prepared_fetchone`` runs them prepared, with server-side binding, on a cursor kept with the
-connection; it is a Django cursor, wrapped and instrumented as any other.
-
-Behind a transaction pooler (``MEMORY["POOLER"] = "transaction"``) it prepares nothing unless
-told to (``MEMORY["PREPARED_STATEMENTS"]``). Where it does prepare, a server that does not hold
-a statement the connection prepared fails it before it runs (``PREPARED_LOST``); the statement
-is sent again unprepared, and this process stops preparing, with one warning. It never
-prepares inside a caller's transaction (such a failure would abort the caller's work), nor
-while queries are logged (``DEBUG``, ``CaptureQueriesContext``), whose log shows no SQL for a
-prepared statement, nor with ``MEMORY["PREPARED_STATEMENTS"] = False``, nor under psycopg2.
-
-A statement that only reads is also the connection's health check (``CONN_HEALTH_CHECKS``):
-where Django would first send ``SELECT 1`` on a connection kept from an earlier request, a
-round trip of its own on every request, the statement is sent at once, and if the connection
-turns out dead (the server restarted, or ended it while it was idle) it is run again, once, on
-a new connection. The token lookup, the first statement of nearly every API request, is one.
-"""
+"""The app's few hot statements on PostgreSQL, run as prepared statements where that is safe
+(``prepared_fetchone``): never behind a transaction pooler unless told to, never inside a
+caller's transaction, never while queries are logged; a statement the server lost is sent again
+unprepared. A read-only one is also the connection's health check. Why and how:
+docs/performance.md, "Prepared statements"."""
 
 from __future__ import annotations
 

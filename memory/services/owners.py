@@ -346,31 +346,12 @@ def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
     """Merge the memory of ``from_owner_id`` (an anonymous visitor) into ``owner_id``, then
     forget ``from_owner_id``; return how many turns and facts this call moved.
 
-    Its turns follow the owner's, in their order, ``seq`` continuing the owner's. A fact the
-    owner lacks is copied; for a key both have, the value updated last wins (on a tie, the
-    owner's), the anonymous value as a new version of the owner's fact. A fact taken keeps its
-    history, its versions renumbered after the owner's; where the owner's value stays, the
-    anonymous history of that key is forgotten. Sessions of one id merge (counts add up),
-    ``source_turn_seq`` follows its turn, and idempotency keys the owner already used are
-    cleared on the moved turns. The anonymous owner is then forgotten as ``memory_forget``
-    does, and both cached copies are dropped after each commit.
-
-    In bounded steps: each transaction moves at most ``MEMORY["LINK_BATCH_TURNS"]`` turns,
-    under both owners' row locks (taken in the order of their ids), so writers of either owner
-    wait for one batch at most; an append to the owner between two batches takes the next seq,
-    and the next batch follows it (no seq is skipped or repeated, on either owner). The last
-    batch also merges the facts and forgets the anonymous owner; turns appended to it
-    meanwhile move too, and after it they start a new anonymous owner. A link cut off between
-    batches (a killed worker, a lost database) leaves the moved turns with the owner and the
-    rest with the anonymous owner, which keeps where the turns its facts name went
-    (``OwnerLink``): linking again finishes it. Linking a linked owner again moves nothing: an
-    unknown ``from_owner_id`` gives ``LinkResult(0, 0)`` and changes nothing.
-
-    Raises ``ValidationError`` for a bad id, an owner linked to itself, an anonymous owner
-    holding a fact key made only of dots (``fact_dot_keys_rename`` renames it), or a link that
-    would leave the owner with more than ``MEMORY["MAX_FACTS"]`` facts (checked before each
-    batch: before the first, nothing changed), and ``MemoryUnavailable`` when the database cannot be
-    reached (the batches committed before it stay moved).
+    The turns follow the owner's in order; for a key both hold, the value updated last wins.
+    In batches of ``MEMORY["LINK_BATCH_TURNS"]`` turns, each its own transaction; a link cut
+    off is finished by linking again, and linking again after that moves nothing
+    (docs/python-api.md, "Linking"). Raises ``ValidationError`` for a bad id, a link to itself,
+    a dot-only fact key or a link past ``MEMORY["MAX_FACTS"]`` (then nothing changed), and
+    ``MemoryUnavailable`` when the database cannot be reached (committed batches stay moved).
     """
     _check("user_id", validate_owner_id, owner_id)
     _check("from_user_id", validate_owner_id, from_owner_id)

@@ -65,25 +65,14 @@ def turn_append(
     metadata: Mapping[str, Any] | None = None,
     idempotency_key: str | None = None,
 ) -> Turn:
-    """Append a turn to the owner's history and return it, with the next ``seq`` of the owner.
+    """Append a turn to the owner's history and return it, with the owner's next ``seq``.
 
-    ``seq`` is 1, 2, 3... per owner in commit order, with no gap or repeat under any number of
-    concurrent writers. A repeated ``idempotency_key`` with the same ``session_id``, ``role``,
-    ``content`` and ``metadata`` stores nothing and returns the turn first stored under it; with
-    any of them different it raises ``IdempotencyKeyReused`` and stores nothing. Raises
+    ``seq`` is 1, 2, 3... per owner in commit order, with no gap or repeat under concurrent
+    writers. A repeated ``idempotency_key`` with the same input returns the turn first stored
+    and stores nothing; with other input it raises ``IdempotencyKeyReused``. A user turn goes
+    through ``MEMORY["FACT_EXTRACTOR"]`` (docs/python-api.md, "Appending a turn"). Raises
     ``ValidationError`` ({field: messages}) for bad input and ``MemoryUnavailable`` when the
     database cannot be reached; then nothing was stored.
-
-    A user turn also goes through ``MEMORY["FACT_EXTRACTOR"]``: the facts it states are written
-    in the turn's transaction, with its ``session_id`` and ``seq`` (``source_turn_seq``). An
-    inline extractor runs before that transaction, holding no lock; what it found is merged
-    into the facts as they are under the owner's lock. A deferred one gets a record written
-    with the turn and runs after commit, in a worker. An extractor that fails is logged and the
-    turn is stored without facts; a retried ``idempotency_key`` extracts nothing again.
-
-    On PostgreSQL all of it is one call of ``memory_turn_append()`` (migration 0008, replaced
-    by 0010; ``memory.postgres.turn_append``), one round trip (two when the extractor found
-    facts), then the cache update after commit.
     """
     return _turn_append(
         owner_id,
