@@ -28,7 +28,6 @@ logger = logging.getLogger(__name__)
 # The visitor's anonymous owner id, kept in their Django session (server side: only the
 # session cookie names it, and nobody else can pick it on this page).
 ANON_SESSION_KEY = "memoryproj_anon_owner_id"
-ANON_PREFIX = "anon-"
 # Seconds between two enqueues of the retention sweep by one process.
 SWEEP_EVERY = 3600.0
 

@@ -8,7 +8,9 @@ from django.conf import settings
 from django_tasks import task
 
 from memory import services
-from memoryproj.anonymous import ANON_PREFIX
+
+# The owner ids of the chat page's anonymous visitors start with it (memoryproj.anonymous).
+ANON_PREFIX = "anon-"
 
 
 @task()

@@ -8,18 +8,11 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
 from memory import cache, codec
+from memory.appends import TurnInput, _fact_cap_warn, _Plan, _retry_checked, _turn_loaded
 from memory.conf import conf
 from memory.db import prepared_fetchone
 from memory.models import Owner, Turn
 from memory.payloads import fact_payload_from_row, turn_payload
-from memory.services._append import (
-    TurnInput,
-    _extraction_enqueue,
-    _Plan,
-    _retry_checked,
-    _turn_loaded,
-)
-from memory.services.turn_facts import _fact_cap_warn
 
 # The parameters of memory_turn_append() (migrations 0008 and 0010), in its order, typed for a
 # cursor that binds them on the server.
@@ -29,13 +22,14 @@ _APPEND_CALL = (
 )
 
 
-def turn_append_call(new: TurnInput, plan: _Plan) -> Turn | None:
+def turn_append_call(new: TurnInput, plan: _Plan) -> tuple[Turn, int | None] | None:
     """``turn_append`` of checked input on PostgreSQL, as ``_turn_append_django`` does it, in
     one call of ``memory_turn_append()``: one round trip, its own transaction in autocommit,
     whatever the key and the facts; then the cache update after commit
-    (``cache.owner_changed``) and, for a deferred extractor, the task's enqueue. Returns the
-    turn, or ``None`` when a fact of ``plan`` changed between its read and the owner's lock
-    (then nothing was written: the caller takes the general path). Raises
+    (``cache.owner_changed``). Returns the turn and, for a deferred extractor, the pk of its
+    ``PendingExtraction`` (the caller enqueues it), or ``None`` when a fact of ``plan`` changed
+    between its read and the owner's lock (then nothing was written: the caller takes the
+    general path). Raises
     ``IdempotencyKeyReused`` as ``turn_append`` does.
 
     NOTE: the path of nearly every append, so it is one call of a function whose statements
@@ -79,7 +73,7 @@ def turn_append_call(new: TurnInput, plan: _Plan) -> Turn | None:
             idempotency_key=idempotency_key,
             created_at=stored[4],
         )
-        return _retry_checked(existing, new)
+        return _retry_checked(existing, new), None
     turn = _turn_loaded(
         id=turn_pk,
         owner_id=owner_pk,
@@ -99,6 +93,4 @@ def turn_append_call(new: TurnInput, plan: _Plan) -> Turn | None:
     ]
     owner = Owner(pk=owner_pk, external_id=owner_id, stamp=stamp)
     cache.owner_changed(owner, turns=[turn_payload(turn)], facts=facts, stamp_taken=prev)
-    if pending_pk is not None:
-        _extraction_enqueue(pending_pk)
-    return turn
+    return turn, pending_pk

@@ -10,23 +10,13 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
 from memory import aio, cache, extraction
+from memory.appends import _fact_cap_warn
 from memory.conf import conf
 from memory.exceptions import MemoryUnavailable, database_guard
 from memory.models import Fact, Owner, PendingExtraction, Turn
 from memory.payloads import fact_payload
 from memory.services._common import _check, _fact_write, _owner_lock, _service
 from memory.validators import validate_fact_key, validate_json_value, validate_owner_id
-
-
-def _fact_cap_warn(key: str, seq: int, owner_id: str) -> None:
-    extraction.logger.warning(
-        "Extracted fact %r of turn %s of %r skipped: the owner holds "
-        "MEMORY['MAX_FACTS'] (%s) facts.",
-        key,
-        seq,
-        owner_id,
-        conf.MAX_FACTS,
-    )
 
 
 def _facts_savepoint_failed(message: str, turn: Turn, owner_id: str) -> None:

@@ -17,6 +17,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from memory import aio, cache, extraction
+from memory.appends import TurnInput, _Plan, _retry_checked
 from memory.exceptions import (
     database_guard,
 )
@@ -29,12 +30,6 @@ from memory.models import (
 )
 from memory.payloads import fact_payload, turn_payload
 from memory.postgres.turn_append import turn_append_call
-from memory.services._append import (
-    TurnInput,
-    _extraction_enqueue,
-    _Plan,
-    _retry_checked,
-)
 from memory.services._common import (
     _check,
     _owner_lock,
@@ -114,8 +109,11 @@ def _turn_append(
     new = TurnInput(owner_id, session_id, role, content, metadata, idempotency_key)
     if fast:
         with cache.service_write(), database_guard():
-            turn = turn_append_call(new, plan)
-        if turn is not None:
+            done = turn_append_call(new, plan)
+        if done is not None:
+            turn, pending_pk = done
+            if pending_pk is not None:
+                _extraction_enqueue(pending_pk)
             return turn
     return _turn_append_django(new, plan)
 
@@ -148,6 +146,15 @@ aturn_append = aio.twin(turn_append)
 
 
 _NOTHING = _Plan()
+
+
+def _extraction_enqueue(pending_pk: int) -> None:
+    """Enqueue the task of a ``PendingExtraction`` after the current transaction commits."""
+    # NOTE: imported here, so that django-tasks is needed only by a site with a deferred
+    # extractor. A crash before the enqueue leaves the record for ``memory_extract --pending``.
+    from memory.services.deferred import extraction_enqueue
+
+    transaction.on_commit(lambda: extraction_enqueue(pending_pk=pending_pk), robust=True)
 
 
 def _turn_facts_plan(owner_id: str, role: str, content: str) -> _Plan:

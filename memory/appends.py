@@ -1,15 +1,16 @@
 """The pieces of an append that both its paths use, ``services.turns`` (the spec) and its
-PostgreSQL fast path (``memory.postgres.turn_append``): the extraction's plan, the check of an
-idempotent retry, a turn from a row, and a deferred extraction's enqueue."""
+PostgreSQL fast path (``memory.postgres.turn_append``): the checked input, the extraction's
+plan, the check of an idempotent retry, a turn from a row, the warning of a fact past the cap."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from django.db import DEFAULT_DB_ALIAS, transaction
+from django.db import DEFAULT_DB_ALIAS
 
 from memory import codec, extraction
+from memory.conf import conf
 from memory.exceptions import IdempotencyKeyReused
 from memory.models import Turn
 
@@ -54,10 +55,12 @@ def _turn_loaded(**fields: Any) -> Turn:
     return turn
 
 
-def _extraction_enqueue(pending_pk: int) -> None:
-    """Enqueue the task of a ``PendingExtraction`` after the current transaction commits."""
-    # NOTE: imported here, so that django-tasks is needed only by a site with a deferred
-    # extractor. A crash before the enqueue leaves the record for ``memory_extract --pending``.
-    from memory.services.deferred import extraction_enqueue
-
-    transaction.on_commit(lambda: extraction_enqueue(pending_pk=pending_pk), robust=True)
+def _fact_cap_warn(key: str, seq: int, owner_id: str) -> None:
+    extraction.logger.warning(
+        "Extracted fact %r of turn %s of %r skipped: the owner holds "
+        "MEMORY['MAX_FACTS'] (%s) facts.",
+        key,
+        seq,
+        owner_id,
+        conf.MAX_FACTS,
+    )
