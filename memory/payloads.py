@@ -4,6 +4,7 @@ model rows to them. The cache stores exactly these dicts, so a hit needs no conv
 from __future__ import annotations
 
 import datetime as dt
+import operator
 from typing import Any, Literal, TypedDict
 
 from memory.models import Fact, FactVersion, Session, Turn
@@ -71,10 +72,13 @@ def isoformat(value: dt.datetime) -> str:
 
 TURN_FIELDS = ("seq", "session_id", "role", "content", "metadata", "created_at")
 FACT_FIELDS = ("key", "value", "session_id", "updated_at", "version")
+# A model instance as the row ``values_list(*FIELDS)`` reads of it.
+_turn_row = operator.attrgetter(*TURN_FIELDS)
+_fact_row = operator.attrgetter(*FACT_FIELDS)
 
 
 def turn_payload(turn: Turn) -> TurnPayload:
-    return turn_payload_from_row(tuple(getattr(turn, field) for field in TURN_FIELDS))
+    return turn_payload_from_row(_turn_row(turn))
 
 
 def turn_payload_from_row(row: tuple[Any, ...]) -> TurnPayload:
@@ -91,7 +95,7 @@ def turn_payload_from_row(row: tuple[Any, ...]) -> TurnPayload:
 
 
 def fact_payload(fact: Fact) -> FactPayload:
-    return fact_payload_from_row(tuple(getattr(fact, field) for field in FACT_FIELDS))
+    return fact_payload_from_row(_fact_row(fact))
 
 
 def fact_payload_from_row(row: tuple[Any, ...]) -> FactPayload:
@@ -107,7 +111,7 @@ def fact_payload_from_row(row: tuple[Any, ...]) -> FactPayload:
 
 
 def fact_version_payload(version: FactVersion) -> FactVersionPayload:
-    fact = fact_payload_from_row(tuple(getattr(version, field) for field in FACT_FIELDS))
+    fact = fact_payload_from_row(_fact_row(version))
     return {**fact, "source_turn_seq": version.source_turn_seq, "deleted": version.deleted}
 
 

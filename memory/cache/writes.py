@@ -146,8 +146,9 @@ def owner_changed(
 ) -> None:
     """``owner_write`` in one call, for a change already made in the transaction: the owner
     (locked) gets its new stamp and, after commit, its copy takes this delta."""
-    with owner_write(owner, stamp_taken=stamp_taken) as write:
-        write.delta(turns=turns, facts=facts, deleted_keys=deleted_keys)
+    # NOTE: what ``owner_write`` does for a delta, without its generator: the append's path.
+    prev = stamp_take(owner) if stamp_taken is None else stamp_taken
+    write_commit(owner, prev, turns=turns, facts=facts, deleted_keys=deleted_keys)
 
 
 def owner_drop(owner: Owner, *, turns: int = 0, outbox_pk: int | None = None) -> None:
