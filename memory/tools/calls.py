@@ -149,8 +149,15 @@ def tool_run(
         if caller is not None and tool.heavy(checked)
         else nullcontext()
     )
-    with slot, _refused_as_invalid(tool):
-        return tool.run(owner_id, checked)
+    with slot:
+        return tool_execute(tool, owner_id=owner_id, arguments=checked)
+
+
+def tool_execute(tool: Tool, *, owner_id: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Run ``tool`` on ``owner_id``'s memory with ``arguments`` as ``tool_arguments`` checked
+    them (a door that holds the limits itself: the REST view). Raises as ``tool_run`` does."""
+    with _refused_as_invalid(tool):
+        return tool.run(owner_id, arguments)
 
 
 def call(name: str, arguments: Any, *, owner_id: str) -> dict[str, Any]:
