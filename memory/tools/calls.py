@@ -172,8 +172,16 @@ def call(name: str, arguments: Any, *, owner_id: str) -> dict[str, Any]:
     ``owner_id`` (the host's mistake) and ``MemoryUnavailable`` when the database cannot be
     reached, as the services do; then nothing was stored either.
     """
+    return tool_answer(name=name, arguments=arguments, owner_id=owner_id)
+
+
+def tool_answer(
+    *, name: object, arguments: Any, owner_id: str, caller: str | None = None
+) -> dict[str, Any]:
+    """``tool_run``, with the model's mistakes (and a caller's reads in flight, with ``caller``)
+    as its result ``{"error": "..."}``, as ``call`` gives them: the answer an MCP server sends."""
     try:
-        return tool_run(name=name, arguments=arguments, owner_id=owner_id)
+        return tool_run(name=name, arguments=arguments, owner_id=owner_id, caller=caller)
     except (ToolNotFound, ToolArgumentsInvalid, SearchTimeout, ReadsInFlight) as e:
         return {"error": str(e)}
 
