@@ -18,9 +18,9 @@ the same five tools as ``memory.tools``, on the same path (``tool_answer``). Nee
   ``/mcp/``, as ``memoryproj/asgi.py`` serves it.
 
 Requests are stateless (any instance serves any request; no sticky sessions), and answers are
-JSON. The database is reached from async code only through one ``sync_to_async`` hop per
-authentication and per call (thread-sensitive, in a thread of the request's own), which closes
-the connection it used afterwards, as Django does at the end of a request.
+JSON. The database is reached from async code only through ``sync_to_async`` hops (thread-
+sensitive: one for the token, one per call, in a thread of the request's own), and the
+request's connection is closed at its end, as Django closes a request's.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import InterfaceError, OperationalError, close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections, connections
 from django.http.request import split_domain_port, validate_host
 from rest_framework.exceptions import AuthenticationFailed
 
@@ -293,6 +293,7 @@ def _caller_in_request(
 
 
 _caller_hop = sync_to_async(_caller_in_request, thread_sensitive=True)
+_close_hop = sync_to_async(connections.close_all, thread_sensitive=True)
 
 
 class MCPApp:
@@ -372,20 +373,25 @@ class MCPApp:
             return
         # NOTE: like Django's own handler, a thread of this request's own for its sync code:
         # the token lookup and the tool calls share it, and no request waits for another's.
+        # That thread ends with the request, so its connection is closed then (as Django's
+        # request_finished closes it; a pool takes it back).
         async with ThreadSensitiveContext():
-            found = await _caller_hop(
-                _header(scope, b"authorization"),
-                _header(scope, b"x-memory-user"),
-                self.authentication,
-            )
-            if isinstance(found, Refusal):
-                await self._refuse(send, found)
-                return
-            owner_id, caller = found
-            await self._ensure_running()
-            await self.session_manager.handle_request(
-                {**scope, OWNER_KEY: owner_id, CALLER_KEY: caller}, receive, send
-            )
+            try:
+                found = await _caller_hop(
+                    _header(scope, b"authorization"),
+                    _header(scope, b"x-memory-user"),
+                    self.authentication,
+                )
+                if isinstance(found, Refusal):
+                    await self._refuse(send, found)
+                    return
+                owner_id, caller = found
+                await self._ensure_running()
+                await self.session_manager.handle_request(
+                    {**scope, OWNER_KEY: owner_id, CALLER_KEY: caller}, receive, send
+                )
+            finally:
+                await _close_hop()
 
     @staticmethod
     async def _refuse(send: Send, refusal: Refusal, *, text: bool = False) -> None:
