@@ -386,11 +386,43 @@ def test_every_argument_set_the_schema_refuses_is_an_error_storing_nothing(defin
     @FUZZ
     @given(arguments=_invalid_arguments(definition["parameters"]))
     def check(arguments: Any) -> None:
-        # NOTE: None itself is no arguments (as an empty text is); JSON null is not an object.
-        for sent in ([] if arguments is None else [arguments]) + [json.dumps(arguments)]:
+        # NOTE: None itself is no arguments, and a str is JSON text ("" none either): those go
+        # as JSON only, where null and "" are no object.
+        direct = [] if arguments is None or isinstance(arguments, str) else [arguments]
+        for sent in [*direct, json.dumps(arguments)]:
             with write():
                 result = tools.call(definition["name"], sent, owner_id="fuzz")
             assert list(result) == ["error"], (arguments, result)
             assert stored("fuzz") == (0, 0, 0, 0)
 
     check()
+
+
+@pytest.mark.parametrize("definition", tools.definitions(), ids=lambda d: d["name"])
+def test_the_fast_check_accepts_only_what_the_serializer_accepts_and_the_same(definition):
+    arguments_class = tools.TOOLS[definition["name"]].arguments
+    schema = definition["parameters"]
+
+    @FUZZ
+    @given(arguments=from_schema(schema) | _invalid_arguments(schema))
+    def check(arguments: Any) -> None:
+        if not isinstance(arguments, dict):
+            return
+        accepted = arguments_class.accepted(arguments)
+        serializer = arguments_class(data=arguments)
+        if accepted is not None:
+            assert serializer.is_valid(), (arguments, serializer.errors)
+            assert accepted == dict(serializer.validated_data)
+
+    check()
+
+
+def test_the_fast_check_takes_the_common_calls():
+    for name, arguments in (
+        ("search_memory", {"query": "basketball"}),
+        ("get_profile", {}),
+        ("remember_fact", {"key": "likes", "value": ["jazz", {"since": 2019}]}),
+        ("forget_fact", {"key": "likes"}),
+        ("recent_turns", {"limit": 50}),
+    ):
+        assert tools.TOOLS[name].arguments.accepted(arguments) is not None, name

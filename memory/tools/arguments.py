@@ -14,7 +14,7 @@ from rest_framework import serializers
 
 from memory.search import MAX_QUERY_CHARS
 from memory.serializers import JSON_RULES, JSONValueField, TextField
-from memory.validators import validate_fact_key
+from memory.validators import FACT_KEY_RE, SURROGATE_RE, validate_fact_key, validate_json_value
 
 # Most turns one search_memory or recent_turns call may ask for.
 MAX_SEARCH_RESULTS = 20
@@ -41,9 +41,36 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)  # type: ignore[no-any-return]
 
 
+def _limit(value: Any, *, most: int) -> bool:
+    return type(value) is int and 1 <= value <= most
+
+
+def _text(value: Any, *, most: int) -> bool:
+    return (
+        type(value) is str
+        and 1 <= len(value) <= most
+        and "\x00" not in value
+        and not SURROGATE_RE.search(value)
+    )
+
+
+def _fact_key(value: Any) -> bool:
+    return type(value) is str and FACT_KEY_RE.fullmatch(value) is not None
+
+
 class ToolArguments(serializers.Serializer):
     """The arguments of one tool: exactly its fields, each as its schema says; any other
     argument is an error (``additionalProperties: false``)."""
+
+    @classmethod
+    def accepted(cls, data: Mapping[str, Any]) -> dict[str, Any] | None:
+        """What the serializer validates ``data`` to, where every argument is plainly as its
+        field takes it; ``None`` for anything else, which the serializer must judge and word.
+
+        NOTE: checked without building the serializer (DRF deep-copies its fields for each
+        instance), as ``memory.serializers.turn_input_accepted`` checks an append: only ever a
+        subset of what the serializer accepts, with the same result (tests/test_tools.py)."""
+        return None
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         errors: dict[str, Any] = {}
@@ -80,9 +107,22 @@ class SearchMemoryArguments(ToolArguments):
     )
     limit = StrictIntegerField(required=False, default=5, min_value=1, max_value=MAX_SEARCH_RESULTS)
 
+    @classmethod
+    def accepted(cls, data: Mapping[str, Any]) -> dict[str, Any] | None:
+        query, limit = data.get("query"), data.get("limit", 5)
+        if not set(data) <= {"query", "limit"} or not _text(query, most=MAX_QUERY_CHARS):
+            return None
+        if not query.strip() or not _limit(limit, most=MAX_SEARCH_RESULTS):
+            return None
+        return {"query": query, "limit": limit}
+
 
 class GetProfileArguments(ToolArguments):
     """``get_profile``: none."""
+
+    @classmethod
+    def accepted(cls, data: Mapping[str, Any]) -> dict[str, Any] | None:
+        return None if data else {}
 
 
 class FactKeyField(TextField):
@@ -98,14 +138,37 @@ class RememberFactArguments(ToolArguments):
     key = FactKeyField()
     value = JSONValueField(help_text=JSON_RULES)
 
+    @classmethod
+    def accepted(cls, data: Mapping[str, Any]) -> dict[str, Any] | None:
+        if set(data) != {"key", "value"} or not _fact_key(data["key"]):
+            return None
+        try:
+            validate_json_value(data["value"])
+        except DjangoValidationError:
+            return None
+        return {"key": data["key"], "value": data["value"]}
+
 
 class ForgetFactArguments(ToolArguments):
     """``forget_fact``."""
 
     key = FactKeyField()
 
+    @classmethod
+    def accepted(cls, data: Mapping[str, Any]) -> dict[str, Any] | None:
+        if set(data) != {"key"} or not _fact_key(data["key"]):
+            return None
+        return {"key": data["key"]}
+
 
 class RecentTurnsArguments(ToolArguments):
     """``recent_turns``."""
 
     limit = StrictIntegerField(required=False, default=10, min_value=1, max_value=MAX_RECENT_TURNS)
+
+    @classmethod
+    def accepted(cls, data: Mapping[str, Any]) -> dict[str, Any] | None:
+        limit = data.get("limit", 10)
+        if not set(data) <= {"limit"} or not _limit(limit, most=MAX_RECENT_TURNS):
+            return None
+        return {"limit": limit}

@@ -104,6 +104,9 @@ def tool_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
             tool.name,
             {"arguments": [f"Expected a JSON object, got {type(arguments).__name__}."]},
         )
+    accepted = tool.arguments.accepted(arguments)
+    if accepted is not None:
+        return accepted
     serializer = tool.arguments(data=dict(arguments))
     if not serializer.is_valid():
         raise ToolArgumentsInvalid(tool.name, dict(serializer.errors))

@@ -6,6 +6,8 @@ other user endpoint. A call runs ``memory.tools.tool_run``, the path of every do
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers
@@ -62,6 +64,18 @@ class ToolListSerializer(serializers.Serializer):
     tools = ToolDefinitionSerializer(many=True)
 
 
+def _arguments(data: Any) -> dict[str, Any]:
+    """The ``arguments`` of a call's body, as ``ToolCallInputSerializer`` validates it.
+
+    NOTE: an object of arguments is taken as it is without building the serializer (its
+    DictField is most of what it costs), which words the errors of any other body."""
+    if type(data) is dict and type(data.get("arguments")) is dict:
+        return data["arguments"]  # type: ignore[no-any-return]
+    serializer = ToolCallInputSerializer(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data["arguments"]  # type: ignore[no-any-return]
+
+
 class ToolsView(MemoryView):
     """``tools/``: the tools' definitions."""
 
@@ -97,10 +111,8 @@ class ToolCallView(MemoryView):
             tool = tool_get(name)
         except ToolNotFound as e:
             raise exceptions.NotFound(str(e)) from e
-        serializer = ToolCallInputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
         try:
-            arguments = tool_arguments(tool, serializer.validated_data["arguments"])
+            arguments = tool_arguments(tool, _arguments(request.data))
             if tool.heavy(arguments):
                 self.heavy_read(request, user_id)
             result = tool_execute(tool, owner_id=user_id, arguments=arguments)
