@@ -56,10 +56,6 @@ def _detail_text(detail: Any) -> str:
     return str(detail)
 
 
-class ToolError(TypedDict):
-    error: str
-
-
 class ToolMessage(TypedDict):
     """The Chat Completions message that answers a tool call."""
 
