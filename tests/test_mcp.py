@@ -121,6 +121,27 @@ def _check_each_tool(results: dict[str, Any]) -> None:
     assert [t["content"] for t in results["search_memory"]["results"]] == ["Basketball at 6?"]
 
 
+BAD = {
+    "search_memory": {"query": ""},
+    "get_profile": {"x": 1},
+    "remember_fact": {"key": "..", "value": 1},
+    "forget_fact": {},
+    "recent_turns": {"limit": 51},
+    "no_such_tool": {},
+}
+
+
+async def _refused(client: Client) -> dict[str, Any]:
+    return {name: answer(await client.call_tool(name, args)) for name, args in BAD.items()}
+
+
+def _check_refused(results: dict[str, Any]) -> None:
+    assert list(results) == list(BAD)
+    for name, result in results.items():
+        assert list(result) == ["error"], (name, result)
+        assert result["error"].startswith(("Invalid arguments for", "There is no tool")), result
+
+
 def _alice_chat() -> None:
     for content in ("Hi", "Basketball at 6?"):
         services.turn_append(owner_id="alice", session_id="s", role="user", content=content)
@@ -180,6 +201,7 @@ def test_http_a_token_reaches_only_its_own_memory(demo):
             "recent": answer(await client.call_tool("recent_turns", {})),
             "forget": answer(await client.call_tool("forget_fact", {"key": "name"})),
             "named": answer(await client.call_tool("get_profile", {"owner_id": "bob"})),
+            "remember": answer(await client.call_tool("remember_fact", {"key": "k", "value": 1})),
         }
 
     seen = over_http(demo, alice, everything)
@@ -187,6 +209,8 @@ def test_http_a_token_reaches_only_its_own_memory(demo):
     assert seen["search"] == {"results": []} and seen["recent"] == {"turns": []}
     assert seen["forget"] == {"deleted": False}
     assert "owner is never an argument" in seen["named"]["error"]
+    assert seen["remember"]["fact"]["key"] == "k"
+    assert [f["key"] for f in selectors.fact_list(owner_id="alice")] == ["k"]
     assert stored("bob") == before
     # Naming bob in the header: refused before any MCP is spoken.
     response = httpx2.post(
@@ -255,22 +279,7 @@ def test_http_host_and_origin_are_checked(demo):
 @real_db
 def test_http_every_tool_refuses_bad_arguments_readably_storing_nothing(demo):
     token = _token("alice")
-    bad = {
-        "search_memory": {"query": ""},
-        "get_profile": {"x": 1},
-        "remember_fact": {"key": "..", "value": 1},
-        "forget_fact": {},
-        "recent_turns": {"limit": 51},
-        "no_such_tool": {},
-    }
-
-    async def refused(client: Client) -> dict[str, Any]:
-        return {name: answer(await client.call_tool(name, args)) for name, args in bad.items()}
-
-    results = over_http(demo, token, refused)
-    for name, result in results.items():
-        assert list(result) == ["error"], (name, result)
-        assert result["error"].startswith(("Invalid arguments for", "There is no tool")), result
+    _check_refused(over_http(demo, token, _refused))
     assert stored("alice") == (0, 0, 0, 0)
 
 
@@ -324,6 +333,9 @@ def test_stdio_lists_and_calls_each_tool_and_a_restart_sees_what_was_remembered(
     profile, dots, named = over_stdio("alice", profile_and_mistakes)
     assert profile == {"facts": {"name": "Alice"}}
     assert "only of dots" in dots["error"] and "owner is never" in named["error"]
+    before = stored("alice")
+    _check_refused(over_stdio("alice", _refused))
+    assert stored("alice") == before
     assert [f["key"] for f in selectors.fact_list(owner_id="alice")] == ["name"]
 
 
