@@ -357,10 +357,14 @@ class MCPApp:
             self._started = asyncio.Event()
 
             async def run() -> None:
-                async with self.session_manager.run():
-                    assert self._started is not None
+                assert self._started is not None
+                try:
+                    async with self.session_manager.run():
+                        self._started.set()
+                        await asyncio.Event().wait()
+                finally:
+                    # NOTE: a manager that failed to start lets its waiters on, to fail there.
                     self._started.set()
-                    await asyncio.Event().wait()
 
             # NOTE: a task of its own, so that it outlives the request that started it.
             self._runner = asyncio.get_running_loop().create_task(run())
