@@ -43,6 +43,8 @@ ROWS = (
     "search",
     "search_health",
     "cluster",
+    "tool_http",
+    "mcp",
 )
 
 TOTAL_TURNS = 1_000_000
@@ -540,6 +542,83 @@ class Bench:
 
         return timed(get), timed(post)
 
+    def tool_ops(self) -> tuple[Callable[[], float], Callable[[], float]]:
+        """A tool call over ``POST users/{user_id}/tools/get_profile/`` and the same work over
+        the plain endpoint, ``GET users/{user_id}/facts/``, through Django's test client in this
+        process (the same middleware, authentication and views as a server's), warm."""
+        from django.test import Client
+
+        from bench.timing import timed
+        from memory import selectors
+
+        selectors.context_get(owner_id="hg-01")
+        client = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Token {self.token}")
+
+        def tool() -> object:
+            response = client.post(
+                "/api/memory/users/hg-01/tools/get_profile/",
+                {"arguments": {}},
+                content_type="application/json",
+            )
+            assert response.status_code == 200, response.content
+            return response
+
+        def plain() -> object:
+            response = client.get("/api/memory/users/hg-01/facts/")
+            assert response.status_code == 200, response.content
+            return response
+
+        return timed(tool), timed(plain)
+
+    async def mcp_times(self, url: str) -> tuple[list[float], list[float], list[float]]:
+        """MCP calls of ``get_profile`` in one session over Streamable HTTP, and the same tool
+        over REST on the same server, alternated call by call in rounds: each round's median
+        MCP and REST times, and their ratios."""
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        headers = {"Authorization": f"Bearer {self.token}", "X-Memory-User": "hg-02"}
+        rest = f"{url}/api/memory/users/hg-02/tools/get_profile/"
+        rest_headers = {"Authorization": f"Token {self.token}"}
+        mcp_medians: list[float] = []
+        rest_medians: list[float] = []
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
+            httpx2.AsyncClient(headers=rest_headers, timeout=30) as plain,
+            Client(streamable_http_client(f"{url}/mcp/", http_client=http)) as client,
+        ):
+
+            async def mcp_call() -> float:
+                started = time.perf_counter()
+                result = await client.call_tool("get_profile", {})
+                assert not result.is_error, result
+                return time.perf_counter() - started
+
+            async def rest_call() -> float:
+                started = time.perf_counter()
+                response = await plain.post(rest, json={"arguments": {}})
+                assert response.status_code == 200, response.text
+                return time.perf_counter() - started
+
+            for _ in range(self.args.warmup):
+                await mcp_call()
+                await rest_call()
+            for _ in range(self.args.rounds):
+                a: list[float] = []
+                b: list[float] = []
+                for i in range(self.args.per_round):
+                    if i % 2:
+                        a.append(await mcp_call())
+                        b.append(await rest_call())
+                    else:
+                        b.append(await rest_call())
+                        a.append(await mcp_call())
+                mcp_medians.append(statistics.median(a))
+                rest_medians.append(statistics.median(b))
+        ratios = [m / r for m, r in zip(mcp_medians, rest_medians, strict=True)]
+        return mcp_medians, rest_medians, ratios
+
     # -- rows -----------------------------------------------------------------------------------
 
     def measured(self, row: Row, ops: tuple[Callable[[], float], Callable[[], float]], *,
@@ -922,6 +1001,44 @@ class Bench:
         }
         return row
 
+    def row_tool_http(self) -> Row:
+        row = Row(
+            "tool_http",
+            "a tool call over `POST users/{user_id}/tools/{name}/` (`get_profile`, warm, "
+            "Django's test client in process)",
+            "the same work over the plain endpoint: `GET users/{user_id}/facts/`",
+            "<= 1.2x",
+        )
+        return self.measured(row, self.tool_ops())
+
+    def row_mcp(self) -> Row:
+        """An MCP tool call's median time: the demo's ASGI app (``/mcp/``) under uvicorn, one
+        MCP session over Streamable HTTP on loopback."""
+        import asyncio
+
+        from memory import selectors
+        from tests.servers import uvicorn_demo
+
+        selectors.context_get(owner_id="hg-02")
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
+        with uvicorn_demo(env, name="bench-mcp") as port:
+            mcp, rest, ratios = asyncio.run(self.mcp_times(f"http://127.0.0.1:{port}"))
+        row = Row(
+            "mcp",
+            "an MCP tool call (`get_profile` over Streamable HTTP at `/mcp/`, one session, "
+            "uvicorn on loopback; median)",
+            "the same tool over `POST users/{user_id}/tools/get_profile/` on the same server",
+            "",
+            project=statistics.median(mcp),
+            baseline=statistics.median(rest),
+            ratio=statistics.median(ratios),
+            spread=(min(ratios), max(ratios)),
+        )
+        row.extra["round_ratios"] = [round(r, 3) for r in ratios]
+        row.extra["samples_each"] = self.args.rounds * self.args.per_round
+        row.note = "uvicorn, 1 worker; MCP client: the mcp SDK's, protocol negotiated by it"
+        return row
+
     def rows_http(self, wanted: set[str]) -> list[Row]:
         import orjson
 
@@ -1062,6 +1179,7 @@ def _profile(bench: Bench, row_id: str) -> None:
         "search": lambda: bench.search_ops(SEARCH_QUERIES["near-miss list"]),
         "http_get": bench.client_ops,
         "http_post": bench.client_ops,
+        "tool_http": bench.tool_ops,
     }
     if row_id not in ops:
         raise SystemExit(f"--profile takes one of {', '.join(ops)}")

@@ -17,7 +17,7 @@ import dj_database_url
 os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-secret-key-" + "x" * 40)
 
 from memoryproj.settings import *  # noqa: F403
-from memoryproj.settings import MEMORY, REST_FRAMEWORK
+from memoryproj.settings import MEMORY, REST_FRAMEWORK, SERVED_BY_ASGI
 
 DATABASE_URL = os.environ.get(
     "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/memory_bench"
@@ -34,6 +34,11 @@ ROOT_URLCONF = "bench.urls"
 DATABASES = {
     "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True),
 }
+# NOTE: under uvicorn (memoryproj/asgi.py, the mcp row) Django's pool, as the demo pools its
+# connections there: each request's sync code runs in a thread of its own.
+if SERVED_BY_ASGI:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": 8, "timeout": 5}}
 # BENCH_PREPARED=1: server-side binding with psycopg's prepared statements, an option a site
 # without a transaction-mode connection pooler may set (docs/performance.md).
 if os.environ.get("BENCH_PREPARED") == "1":

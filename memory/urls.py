@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path, re_path, register_converter
 
 from memory import views
+from memory.tools import rest as tool_views
 from memory.validators import OWNER_ID_RE
 
 
@@ -61,6 +62,12 @@ urlpatterns: list[URLPattern] = [
     path("users/<owner:user_id>/sessions/", views.SessionsView.as_view(), name="sessions"),
     path("users/<owner:user_id>/search/", views.SearchView.as_view(), name="search"),
     path("users/<owner:user_id>/link/", views.LinkView.as_view(), name="link"),
+    path(
+        "users/<owner:user_id>/tools/<str:name>/",
+        tool_views.ToolCallView.as_view(),
+        name="tool-call",
+    ),
+    path("tools/", tool_views.ToolsView.as_view(), name="tools"),
     path("health/", views.HealthView.as_view(), name="health"),
     # NOTE: last: anything else under the mount point is a JSON 404, so API clients never get
     # Django's HTML page, and a path without its final slash is a 404, not a redirect.

@@ -1,5 +1,6 @@
 """ASGI entry point of the demo project (``uvicorn memoryproj.asgi:application``, ``make
-run-asgi``): the same project as under WSGI, with the chat page's replies streamed."""
+run-asgi``): the same project as under WSGI, with the chat page's replies streamed, and the
+memory's tools over MCP (Streamable HTTP) at ``/mcp/``."""
 
 from __future__ import annotations
 
@@ -26,5 +27,10 @@ warnings.filterwarnings(
     module="django.core.handlers.asgi",
 )
 
-# NOTE: request bodies capped before Django reads them (memoryproj/bodies.py).
-application = bodies.CappedASGI(get_asgi_application())
+django_application = get_asgi_application()
+
+# NOTE: imported once Django is set up (get_asgi_application above): it reads the app's models.
+from memory.integrations.mcp import mcp_mount  # noqa: E402
+
+# NOTE: request bodies capped before Django (or the MCP endpoint) reads them (memoryproj/bodies.py).
+application = bodies.CappedASGI(mcp_mount(django_application, path="/mcp/"))

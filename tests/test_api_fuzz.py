@@ -37,13 +37,16 @@ OPERATIONS = [
     "turn_search",
     "memory_link",
     "memory_forget",
+    "tool_list",
+    "tool_call",
     "health_get",
 ]
 # NOTE: operations that rightly refuse some schema-valid input with a 400, as OpenAPI 3.0
 # cannot say it: free JSON (turn metadata, fact values: "no NUL in any nested string, at most
 # 32 levels, 16 KiB"), a link of a user to itself, a search text that is blank or holds a
 # NUL (its schema has no pattern yet), a max_tokens below what the user's facts take, and a
-# page cursor that no earlier page gave (opaque).
+# page cursor that no earlier page gave (opaque), and a tool call's arguments (one object
+# for five tools: each tool's own JSON Schema is in GET tools/, fuzzed by tests/test_tools.py).
 # Every other check still applies to them.
 REFUSES_SOME_VALID_INPUT = {
     "turn_append",
@@ -54,9 +57,10 @@ REFUSES_SOME_VALID_INPUT = {
     "context_messages",
     "session_list",
     "fact_history",
+    "tool_call",
 }
 # Operations with nothing to make invalid.
-NO_INPUT = {"health_get"}
+NO_INPUT = {"health_get", "tool_list"}
 
 
 class InProcessApp:

@@ -1,0 +1,121 @@
+"""The tools over the REST API: ``GET tools/`` (the definitions) and ``POST
+users/{user_id}/tools/{name}/`` (a call, ``{"arguments": {...}}`` -> ``{"result": {...}}``), on
+the app's base view: the same authentication, owner check, throttles and error mapping as every
+other user endpoint. A call runs ``memory.tools.tool_run``, the path of every door.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions, serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from memory.tools.calls import (
+    ToolArgumentsInvalid,
+    ToolNotFound,
+    tool_arguments,
+    tool_execute,
+    tool_get,
+)
+from memory.tools.definitions import TOOLS, definitions
+from memory.views.base import READ_ERRORS, USER_ID, WRITE_ERRORS, MemoryView, _responses
+
+TOOL_NAME = OpenApiParameter(
+    "name",
+    OpenApiTypes.STR,
+    OpenApiParameter.PATH,
+    enum=list(TOOLS),
+    description="The tool: one of GET tools/. Any other name is a 404.",
+)
+
+
+class ToolCallInputSerializer(serializers.Serializer):
+    """The body of ``POST users/{user_id}/tools/{name}/``."""
+
+    arguments = serializers.DictField(
+        help_text="The tool's arguments, as its JSON Schema (GET tools/, parameters) says; no "
+        "argument ever names the owner, which is the user_id of the path. Anything the schema "
+        "does not allow is a 400 that names the argument, and nothing is stored."
+    )
+
+
+class ToolCallResultSerializer(serializers.Serializer):
+    """What the tool answered: see each tool's description (GET tools/)."""
+
+    result = serializers.DictField()
+
+
+class ToolDefinitionSerializer(serializers.Serializer):
+    """A tool: its name, what it does (written for a model to read), and the JSON Schema
+    (2020-12) of its arguments."""
+
+    name = serializers.CharField()
+    description = serializers.CharField()
+    parameters = serializers.DictField()
+
+
+class ToolListSerializer(serializers.Serializer):
+    """Every tool a model may be given."""
+
+    tools = ToolDefinitionSerializer(many=True)
+
+
+def _arguments(data: Any) -> dict[str, Any]:
+    """The ``arguments`` of a call's body, as ``ToolCallInputSerializer`` validates it.
+
+    NOTE: an object of arguments is taken as it is without building the serializer (its
+    DictField is most of what it costs), which words the errors of any other body."""
+    if type(data) is dict and type(data.get("arguments")) is dict:
+        return data["arguments"]  # type: ignore[no-any-return]
+    serializer = ToolCallInputSerializer(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data["arguments"]  # type: ignore[no-any-return]
+
+
+class ToolsView(MemoryView):
+    """``tools/``: the tools' definitions."""
+
+    @extend_schema(
+        tags=["tools"],
+        responses=_responses({200: ToolListSerializer}, tuple(c for c in READ_ERRORS if c != 404)),
+        summary="The tools a model may use on a user's memory",
+        operation_id="tool_list",
+    )
+    def get(self, request: Request) -> Response:
+        return Response({"tools": definitions()})
+
+
+class ToolCallView(MemoryView):
+    """``users/{user_id}/tools/{name}/``: run one tool call on the owner's memory."""
+
+    @extend_schema(
+        tags=["tools"],
+        parameters=[USER_ID, TOOL_NAME],
+        request=ToolCallInputSerializer,
+        responses=_responses(
+            {200: ToolCallResultSerializer},
+            WRITE_ERRORS,
+            bad_input='Invalid arguments, as {"arguments": {"argument": ["message"]}}: what the '
+            "tool's JSON Schema refuses, an unknown argument, a fact key of dots alone, or a "
+            'remember_fact past MEMORY["MAX_FACTS"]. Nothing is stored.',
+        ),
+        summary="Run a tool on the user's memory (404 for an unknown tool)",
+        operation_id="tool_call",
+    )
+    def post(self, request: Request, user_id: str, name: str) -> Response:
+        try:
+            tool = tool_get(name)
+        except ToolNotFound as e:
+            raise exceptions.NotFound(str(e)) from e
+        try:
+            arguments = tool_arguments(tool, _arguments(request.data))
+            if tool.heavy(arguments):
+                self.heavy_read(request, user_id)
+            result = tool_execute(tool, owner_id=user_id, arguments=arguments)
+        except ToolArgumentsInvalid as e:
+            raise exceptions.ValidationError({"arguments": e.detail}) from e
+        return Response({"result": result})
