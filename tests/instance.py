@@ -110,6 +110,13 @@ def main(argv: list[str]) -> None:
 
         seen = chain_turn(owner_id=owner_id, session_id=argv[2], text=argv[3], reply=argv[4])
         print(json.dumps(seen, ensure_ascii=False))
+    elif command == "openai_agents":
+        # openai_agents <owner id> <session id> <input> <reply>: one run of
+        # tests/test_openai_agents.py's agent (Runner.run_sync); prints what its model was given.
+        from tests.test_openai_agents import agent_turn
+
+        seen = agent_turn(owner_id=owner_id, session_id=argv[2], text=argv[3], reply=argv[4])
+        print(json.dumps(seen, ensure_ascii=False))
     elif command == "link":
         # link <owner id> <from owner id> [<turns per batch>]
         from django.conf import settings
