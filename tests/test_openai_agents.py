@@ -374,6 +374,7 @@ def test_a_tool_output_whose_call_is_before_the_window_is_left_out(write):
         ("just text", ValueError),
         ({"content": "no role"}, ValueError),
         ({"role": "critic", "content": "x"}, ValueError),
+        ({"role": ["user"], "content": "x"}, ValueError),
         ({"type": 7}, ValueError),
         ({"role": "user", "content": "x" * 40_000}, ValidationError),
         ({"role": "user", "content": "nul \x00"}, ValidationError),

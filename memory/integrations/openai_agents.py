@@ -57,7 +57,8 @@ def _is_message(item: Mapping[str, Any]) -> bool:
 def _item_role(item: Mapping[str, Any]) -> str:
     kind = item.get("type")
     if _is_message(item):
-        role = MESSAGE_ROLES.get(item.get("role"))  # type: ignore[arg-type]
+        given = item.get("role")
+        role = MESSAGE_ROLES.get(given) if isinstance(given, str) else None
         if role is None:
             raise ValueError(
                 f"A message item of role {item.get('role')!r} cannot be stored as a memory turn."
