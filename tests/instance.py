@@ -110,6 +110,20 @@ def main(argv: list[str]) -> None:
 
         seen = chain_turn(owner_id=owner_id, session_id=argv[2], text=argv[3], reply=argv[4])
         print(json.dumps(seen, ensure_ascii=False))
+    elif command == "openai_agents":
+        # openai_agents <owner id> <session id> <input> <reply>: one run of
+        # tests/test_openai_agents.py's agent (Runner.run_sync); prints what its model was given.
+        from tests.test_openai_agents import agent_turn
+
+        seen = agent_turn(owner_id=owner_id, session_id=argv[2], text=argv[3], reply=argv[4])
+        print(json.dumps(seen, ensure_ascii=False))
+    elif command == "langgraph":
+        # langgraph <owner id> <thread id> <input>: one run of tests/test_langgraph.py's graph
+        # (invoke); prints its final state.
+        from tests.test_langgraph import graph_turn
+
+        state = graph_turn(owner_id=owner_id, thread_id=argv[2], text=argv[3])
+        print(json.dumps(state, ensure_ascii=False))
     elif command == "link":
         # link <owner id> <from owner id> [<turns per batch>]
         from django.conf import settings

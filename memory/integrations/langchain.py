@@ -18,14 +18,11 @@ except ImportError as e:
         'memory.integrations.langchain needs langchain-core: pip install "django-memory[langchain]"'
     ) from e
 
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
-from django.db import connection
-
 from memory import selectors, services
+from memory.integrations.threads import thread_connection
 from memory.payloads import ContextMessagesPayload, MessagePayload
 
 ROLES: dict[type[BaseMessage], str] = {
@@ -73,27 +70,6 @@ def message_from_payload(message: MessagePayload) -> BaseMessage:
         return SystemMessage(content=content)
     # NOTE: a turn keeps no tool call id; the model sees the tool's text all the same.
     return ToolMessage(content=content, tool_call_id="")
-
-
-@contextmanager
-def _thread_connection() -> Iterator[None]:
-    """Close the database connection this block opened, if it opened one outside the main
-    thread.
-
-    NOTE: LangChain runs a history's sync methods in worker threads of its own executor
-    (``RunnableWithMessageHistory`` loads history through ``RunnableParallel``); a Django
-    connection opened there is no request's, so nothing would close it but the thread's end. A
-    connection that was open before (a request's, a transaction's) is left as it was, and so is
-    the main thread's (a script's, a worker's), which the next call reuses.
-    """
-    opened = connection.connection is None and threading.current_thread() is not (
-        threading.main_thread()
-    )
-    try:
-        yield
-    finally:
-        if opened and not connection.in_atomic_block:
-            connection.close()
 
 
 class MemoryChatMessageHistory(BaseChatMessageHistory):
@@ -146,7 +122,7 @@ class MemoryChatMessageHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        with _thread_connection():
+        with thread_connection():
             context = selectors.context_messages(
                 owner_id=self.owner_id, max_tokens=self.max_tokens, turns=self.turns
             )
@@ -162,7 +138,7 @@ class MemoryChatMessageHistory(BaseChatMessageHistory):
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         # NOTE: every message is checked before the first is stored.
         turns = [self._turn(message) for message in messages]
-        with _thread_connection():
+        with thread_connection():
             for turn in turns:
                 services.turn_append(**turn)
 
@@ -172,7 +148,7 @@ class MemoryChatMessageHistory(BaseChatMessageHistory):
             await services.aturn_append(**turn)
 
     def clear(self) -> None:
-        with _thread_connection():
+        with thread_connection():
             services.memory_forget(owner_id=self.owner_id)
 
     async def aclear(self) -> None:

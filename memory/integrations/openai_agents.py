@@ -1,0 +1,326 @@
+"""The OpenAI Agents SDK's session over the memory: ``MemorySession(owner_id=...,
+session_id=...)``, the SDK's ``Session`` protocol (async). Needs the extra:
+``pip install "django-memory[openai-agents]"``."""
+
+from __future__ import annotations
+
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory import SessionSettings
+except ImportError as e:
+    raise ImportError(
+        "memory.integrations.openai_agents needs openai-agents: "
+        'pip install "django-memory[openai-agents]"'
+    ) from e
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, cast
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from memory import selectors, services
+from memory.conf import conf
+from memory.exceptions import database_guard
+from memory.payloads import TurnPayload
+from memory.validators import validate_owner_id, validate_session_id
+
+# The key of a turn's metadata that holds the SDK item it was stored from.
+METADATA_KEY = "openai_agents"
+# The turn roles of a message item's roles.
+MESSAGE_ROLES = {
+    "user": "user",
+    "assistant": "assistant",
+    "system": "system",
+    "developer": "system",
+}
+# Item types that answer the model (a tool's result, an approval): stored as ``tool`` turns.
+ANSWER_TYPES = ("_output", "mcp_approval_response")
+# How often ``pop_item`` looks again when the turn it found was deleted meanwhile.
+POP_ATTEMPTS = 3
+
+
+class ItemTurn(NamedTuple):
+    """What one SDK item is stored as: a turn's role, content and metadata."""
+
+    role: str
+    content: str
+    metadata: dict[str, Any]
+
+
+def _is_message(item: Mapping[str, Any]) -> bool:
+    return item.get("type") in (None, "message")
+
+
+def _item_role(item: Mapping[str, Any]) -> str:
+    kind = item.get("type")
+    if _is_message(item):
+        given = item.get("role")
+        role = MESSAGE_ROLES.get(given) if isinstance(given, str) else None
+        if role is None:
+            raise ValueError(
+                f"A message item of role {item.get('role')!r} cannot be stored as a memory turn."
+            )
+        return role
+    if not isinstance(kind, str):
+        raise ValueError(f"An item of type {kind!r} cannot be stored as a memory turn.")
+    return "tool" if kind.endswith(ANSWER_TYPES) else "assistant"
+
+
+def _text_path(item: Mapping[str, Any]) -> tuple[str | int, ...] | None:
+    """Where the item holds its one text, if it holds exactly one (a message's string content
+    or single text part, a tool's string output); ``None`` otherwise."""
+    if _is_message(item):
+        content = item.get("content")
+        if isinstance(content, str):
+            return ("content",)
+        if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict):
+            texts = [f for f in ("text", "refusal") if isinstance(content[0].get(f), str)]
+            if len(texts) == 1:
+                return ("content", 0, texts[0])
+        return None
+    if str(item.get("type")).endswith("_output") and isinstance(item.get("output"), str):
+        return ("output",)
+    return None
+
+
+def _parts_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content if isinstance(content, list) else ():
+        if not isinstance(part, dict):
+            continue
+        text = next((part[f] for f in ("text", "refusal") if isinstance(part.get(f), str)), None)
+        texts.append(text if text is not None else f"[{part.get('type')}]")
+    return "\n".join(texts)
+
+
+def _rendering(item: Mapping[str, Any]) -> str:
+    """The text of a turn stored from an item without one text: what another door (a context,
+    a search) shows of it, cut to ``MEMORY["MAX_TURN_CHARS"]``; the item itself is kept whole."""
+    kind = item.get("type")
+    if _is_message(item):
+        text = _parts_text(item.get("content"))
+    elif kind == "function_call":
+        text = f"{item.get('name')}({item.get('arguments')})"
+    elif str(kind).endswith("_output"):
+        text = _parts_text(item.get("output"))
+    elif kind == "reasoning":
+        text = _parts_text(item.get("summary"))
+    else:
+        text = ""
+    text = text or f"[{kind or 'message'}]"
+    limit = conf.MAX_TURN_CHARS
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def turn_from_item(item: Mapping[str, Any]) -> ItemTurn:
+    """The turn an SDK input item is stored as.
+
+    A message item (``{"role", "content"}``, ``"type": "message"``) becomes a turn of its role
+    (``developer`` as ``system``); a tool's or an approval's answer (``function_call_output``
+    and every other ``*_output``, ``mcp_approval_response``) a ``tool`` turn; anything else the
+    model produced (``function_call``, ``reasoning``, hosted tool calls...) an ``assistant``
+    turn. The turn's content is the item's text where it holds one (a string content, a single
+    text part, a string output), and the item is kept in ``metadata["openai_agents"]`` without
+    it, so the text is stored once; else the content is a rendering (``name(arguments)`` for a
+    function call, the texts of its parts, ``[type]``), and the item is kept whole. Raises
+    ``ValueError`` for an item that is not a JSON object with a message role or a type.
+    """
+    if not isinstance(item, Mapping):
+        raise ValueError(f"A session item is a JSON object, not a {type(item).__name__}.")
+    role = _item_role(item)
+    path = _text_path(item)
+    if path is None:
+        return ItemTurn(role, _rendering(item), {METADATA_KEY: {"item": dict(item), "text": None}})
+    kept = copy.deepcopy(dict(item))
+    holder: Any = kept
+    for step in path[:-1]:
+        holder = holder[step]
+    text, holder[path[-1]] = holder[path[-1]], None
+    return ItemTurn(role, text, {METADATA_KEY: {"item": kept, "text": list(path)}})
+
+
+def _placed(item: Any, path: Any, text: str) -> bool:
+    """Put ``text`` back where ``turn_from_item`` took it from; whether the path was there."""
+    if not isinstance(path, list) or not path:
+        return False
+    holder = item
+    for step in path:
+        found = (isinstance(holder, dict) and isinstance(step, str) and step in holder) or (
+            isinstance(holder, list)
+            and isinstance(step, int)
+            and not isinstance(step, bool)
+            and 0 <= step < len(holder)
+        )
+        if not found:
+            return False
+        parent, holder = holder, holder[step]
+    parent[path[-1]] = text
+    return True
+
+
+def item_from_turn(turn: TurnPayload) -> dict[str, Any]:
+    """The SDK input item of a turn: the item it was stored from (``turn_from_item``), exactly;
+    for a turn written by another door (REST, LangChain, the admin), ``{"role", "content"}``
+    with its role, but a ``tool`` turn, which keeps no call id, as a system message
+    ``"Tool output: ..."`` (the model API refuses a tool output without its call)."""
+    kept = turn["metadata"].get(METADATA_KEY)
+    if isinstance(kept, dict) and isinstance(kept.get("item"), dict):
+        item = copy.deepcopy(kept["item"])
+        if kept.get("text") is None or _placed(item, kept["text"], turn["content"]):
+            return item
+    if turn["role"] == "tool":
+        return {"role": "system", "content": f"Tool output: {turn['content']}"}
+    return {"role": turn["role"], "content": turn["content"]}
+
+
+def _is_answer(item: Mapping[str, Any]) -> bool:
+    return str(item.get("type")).endswith("_output") and "call_id" in item
+
+
+def _items(turns: Sequence[TurnPayload]) -> list[TResponseInputItem]:
+    items = [item_from_turn(turn) for turn in turns]
+    calls = {item.get("call_id") for item in items if not _is_answer(item)}
+    # NOTE: a window of the newest turns may start after a call whose output it holds; the
+    # model API refuses an output without its call (the SDK drops calls without outputs).
+    return [
+        cast(TResponseInputItem, item)
+        for item in items
+        if not _is_answer(item) or item["call_id"] in calls
+    ]
+
+
+def _turns_append(owner_id: str, session_id: str, turns: Sequence[ItemTurn]) -> None:
+    # NOTE: one transaction around the services' own (savepoints): the items are stored all
+    # together or, when one is refused or the database fails, none of them; the cache
+    # updates run after the commit, in order.
+    with database_guard(), transaction.atomic():
+        for turn in turns:
+            services.turn_append(
+                owner_id=owner_id,
+                session_id=session_id,
+                role=turn.role,
+                content=turn.content,
+                metadata=turn.metadata,
+            )
+
+
+_aturns_append = sync_to_async(_turns_append, thread_sensitive=True)
+
+
+class MemorySession:
+    """The OpenAI Agents SDK ``Session`` of one session of a memory owner
+    (``Runner.run(agent, input, session=MemorySession(owner_id=..., session_id=...))``).
+
+    The history is the **owner's**, as everywhere in this app: every session of a user reads
+    the same turns. ``get_items(limit)`` returns the owner's newest ``limit`` turns of every
+    session, oldest first, each as the SDK item it was stored from (``item_from_turn``; a turn
+    written by another door as ``{"role", "content"}``). ``limit`` defaults to
+    ``session_settings.limit``, else ``MEMORY["CONTEXT_TURNS"]`` (20), and is at most
+    ``MEMORY["MAX_CONTEXT_TURNS"]`` (200): the history is always bounded, never the whole
+    log. A tool output whose call falls before the window is left out. The facts are not
+    items: give them to the agent in its instructions (``selectors.acontext_messages``).
+
+    ``add_items(items)`` appends each item as a turn of ``session_id`` (``turn_from_item``),
+    in one transaction: all of them or, for any refused item (``ValueError``,
+    ``ValidationError``: a text over ``MEMORY["MAX_TURN_CHARS"]``, an item over
+    ``MEMORY["MAX_JSON_BYTES"]``), none. User messages go through the fact extractor as any
+    user turn does.
+
+    ``pop_item()`` deletes and returns this session's newest turn among the owner's newest
+    ``MEMORY["MAX_CONTEXT_TURNS"]`` (``services.turn_delete``: an operator's correction; the
+    other turns keep their ``seq``, facts the turn stated stay); ``None`` when there is none
+    there. ``clear_session()`` deletes every turn of the owner, of every session, since they
+    are one history (``services.turns_prune`` with ``keep_last=0``), and keeps the facts; to
+    forget the user entirely, ``services.memory_forget``.
+
+    Errors are the services' and selectors': ``ValidationError`` for a bad id, limit or turn,
+    ``MemoryUnavailable`` when the database cannot be reached (then nothing was stored). Redis
+    failures never reach the caller. The owner is the caller's to name (the authenticated
+    user), never the model's.
+    """
+
+    session_id: str
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        *,
+        owner_id: str,
+        session_id: str,
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        for field, validator, value in (
+            ("user_id", validate_owner_id, owner_id),
+            ("session_id", validate_session_id, session_id),
+        ):
+            try:
+                validator(value)
+            except ValidationError as e:
+                raise ValidationError({field: e.messages}) from e
+        self.owner_id = owner_id
+        self.session_id = session_id
+        self.session_settings = session_settings
+
+    def __repr__(self) -> str:
+        return f"MemorySession(owner_id={self.owner_id!r}, session_id={self.session_id!r})"
+
+    def _limit(self, limit: int | None) -> int:
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit
+        if limit is None:
+            limit = conf.CONTEXT_TURNS
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValidationError({"limit": ["Ensure this value is an integer >= 0."]})
+        return min(limit, conf.MAX_CONTEXT_TURNS)
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        n = self._limit(limit)
+        if n == 0:
+            return []
+        context = await selectors.acontext_get(owner_id=self.owner_id, turns=n)
+        return _items(context["turns"])
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        # NOTE: every item is converted before the first is stored.
+        turns = [turn_from_item(cast(Mapping[str, Any], item)) for item in items]
+        if turns:
+            await _aturns_append(self.owner_id, self.session_id, turns)
+
+    def _last_turn(self) -> TurnPayload | None:
+        """This session's newest turn among the owner's newest ``MAX_CONTEXT_TURNS``: first
+        in the cached window (``CACHE_TURNS``), then in the longest context."""
+        for n in dict.fromkeys(
+            (min(conf.CACHE_TURNS, conf.MAX_CONTEXT_TURNS), conf.MAX_CONTEXT_TURNS)
+        ):
+            turns = selectors.context_get(owner_id=self.owner_id, turns=n)["turns"]
+            mine = [turn for turn in turns if turn["session_id"] == self.session_id]
+            if mine:
+                return mine[-1]
+            if len(turns) < n:
+                return None
+        return None
+
+    def _pop(self) -> TResponseInputItem | None:
+        for _ in range(POP_ATTEMPTS):
+            turn = self._last_turn()
+            if turn is None:
+                return None
+            # NOTE: by seq, under the owner's lock; False when another pop or a prune took it
+            # since the read: then look again.
+            if services.turn_delete(owner_id=self.owner_id, seq=turn["seq"]):
+                return cast(TResponseInputItem, item_from_turn(turn))
+        return None
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        return await sync_to_async(self._pop, thread_sensitive=True)()
+
+    async def clear_session(self) -> None:
+        await services.aturns_prune(owner_id=self.owner_id, keep_last=0)
+
+
+__all__ = ["ItemTurn", "MemorySession", "item_from_turn", "turn_from_item"]

@@ -1,0 +1,464 @@
+"""Tests of memory.integrations.langgraph: MemoryStore under a LangGraph graph whose nodes read
+and write it, across threads, processes and a flushed Redis; and its ops, sync and async."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+import pytest
+import redis
+from asgiref.sync import async_to_sync
+from django.core.exceptions import ValidationError
+from django.db import connection
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.store.base import (
+    GetOp,
+    InvalidNamespaceError,
+    ListNamespacesOp,
+    MatchCondition,
+    PutOp,
+    SearchOp,
+)
+
+from memory import selectors, services
+from memory.integrations.langgraph import MemoryStore, fact_key, item_address
+from tests import instance
+from tests.instance import ROOT
+from tests.loop import run
+
+
+@dataclass
+class Context:
+    user_id: str
+
+
+class State(TypedDict, total=False):
+    text: str
+    known: list[str]
+    reply: str
+
+
+def recall(state: State, runtime: Runtime[Context]) -> State:
+    assert runtime.store is not None
+    found = runtime.store.search((runtime.context.user_id, "memories"), query=state["text"])
+    return {"known": [item.value["text"] for item in found]}
+
+
+def remember(state: State, runtime: Runtime[Context]) -> State:
+    assert runtime.store is not None
+    if state["text"].startswith("Remember: "):
+        text = state["text"].removeprefix("Remember: ")
+        runtime.store.put((runtime.context.user_id, "memories"), str(uuid.uuid4()), {"text": text})
+    return {}
+
+
+def answer(state: State) -> State:
+    known = state.get("known") or []
+    return {"reply": "You told me: " + "; ".join(known) if known else "Noted."}
+
+
+async def arecall(state: State, runtime: Runtime[Context]) -> State:
+    assert runtime.store is not None
+    found = await runtime.store.asearch((runtime.context.user_id, "memories"), query=state["text"])
+    return {"known": [item.value["text"] for item in found]}
+
+
+async def aremember(state: State, runtime: Runtime[Context]) -> State:
+    assert runtime.store is not None
+    if state["text"].startswith("Remember: "):
+        text = state["text"].removeprefix("Remember: ")
+        await runtime.store.aput(
+            (runtime.context.user_id, "memories"), str(uuid.uuid4()), {"text": text}
+        )
+    return {}
+
+
+def graph(*, asynchronous: bool = False) -> Any:
+    """recall -> remember -> answer, over a MemoryStore; each thread's state is its own."""
+    builder = StateGraph(State, context_schema=Context)
+    builder.add_node("recall", arecall if asynchronous else recall)
+    builder.add_node("remember", aremember if asynchronous else remember)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "recall")
+    builder.add_edge("recall", "remember")
+    builder.add_edge("remember", "answer")
+    builder.add_edge("answer", END)
+    return builder.compile(checkpointer=InMemorySaver(), store=MemoryStore())
+
+
+def graph_turn(*, owner_id: str, thread_id: str, text: str) -> dict[str, Any]:
+    """One run of the graph (``invoke``) in a thread of the owner; its final state."""
+    return dict(
+        graph().invoke(
+            {"text": text},
+            config={"configurable": {"thread_id": thread_id}},
+            context=Context(user_id=owner_id),
+        )
+    )
+
+
+async def agraph_turn(*, owner_id: str, thread_id: str, text: str) -> dict[str, Any]:
+    """``graph_turn`` with async nodes and ``ainvoke``: the store's ``abatch``."""
+    return dict(
+        await graph(asynchronous=True).ainvoke(
+            {"text": text},
+            config={"configurable": {"thread_id": thread_id}},
+            context=Context(user_id=owner_id),
+        )
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_second_thread_in_another_process_after_a_flushall_gets_the_first_ones_memory(
+    own_redis,
+):
+    first = run(
+        lambda: agraph_turn(owner_id="wang", thread_id="laptop", text="Remember: I like basketball")
+    )
+    assert first == {"text": "Remember: I like basketball", "known": [], "reply": "Noted."}
+    cache = redis.Redis.from_url(own_redis.url)
+    assert cache.dbsize() > 0
+    cache.flushall()
+    assert cache.dbsize() == 0
+
+    second = instance.run(
+        "langgraph", "wang", "phone", "What do I like?", env={"REDIS_URL": own_redis.url}
+    )
+
+    assert second == {
+        "text": "What do I like?",
+        "known": ["I like basketball"],
+        "reply": "You told me: I like basketball",
+    }
+    (fact,) = selectors.fact_list(owner_id="wang")
+    assert fact["key"].startswith("memories.") and fact["value"] == {"text": "I like basketball"}
+    # NOTE: the other process rehydrated the flushed copy.
+    assert cache.dbsize() > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sync_graph_shares_the_owners_memory_between_threads_only():
+    graph_turn(owner_id="wang", thread_id="a", text="Remember: I live in Shanghai")
+    graph_turn(owner_id="li", thread_id="c", text="Remember: I live in Beijing")
+    state = graph_turn(owner_id="wang", thread_id="b", text="Where do I live?")
+    assert state["known"] == ["I live in Shanghai"]
+    assert selectors.fact_list(owner_id="li")[0]["value"] == {"text": "I live in Beijing"}
+
+
+def test_namespaces_and_keys_fold_into_fact_keys_and_back():
+    assert fact_key(("wang",), "name") == ("wang", "name")
+    assert fact_key(("wang@example:1", "prefs", "food"), "likes") == (
+        "wang@example:1",
+        "prefs.food.likes",
+    )
+    assert item_address("wang", "prefs.food.likes") == (("wang", "prefs", "food"), "likes")
+    assert item_address("wang", "name") == (("wang",), "name")
+    for unfoldable in ("a..b", ".a", "a.", "A"):
+        assert item_address("wang", unfoldable) is None
+
+
+@pytest.mark.parametrize(
+    ("namespace", "key", "error"),
+    [
+        ((), "k", InvalidNamespaceError),
+        (("bad id",), "k", InvalidNamespaceError),
+        (("wang", "Prefs"), "k", InvalidNamespaceError),
+        (("wang", "préfs"), "k", InvalidNamespaceError),
+        (("wang",), "Key", ValueError),
+        (("wang",), "a.b", ValueError),
+        (("wang",), "", ValueError),
+        (("wang", "x" * 40), "y" * 24, ValueError),
+        (("wang.jianguo",), "k", InvalidNamespaceError),
+        (("langgraph",), "k", InvalidNamespaceError),
+    ],
+)
+@pytest.mark.django_db
+def test_what_does_not_fold_into_a_fact_key_is_refused_and_nothing_stored(namespace, key, error):
+    store = MemoryStore()
+    with pytest.raises(error):
+        store.put(namespace, key, {"v": 1})
+    with pytest.raises(error):
+        store.batch([PutOp(("wang",), "fine", {"v": 1}), PutOp(namespace, key, {"v": 1})])
+    assert selectors.fact_list(owner_id="wang") == []
+
+
+@pytest.mark.django_db
+def test_put_get_delete(write):
+    store = MemoryStore()
+    assert store.get(("wang", "prefs"), "food") is None
+    with write():
+        store.put(("wang", "prefs"), "food", {"likes": ["饺子"], "spicy": True})
+    item = store.get(("wang", "prefs"), "food")
+    assert item is not None
+    assert (item.namespace, item.key, item.value) == (
+        ("wang", "prefs"),
+        "food",
+        {"likes": ["饺子"], "spicy": True},
+    )
+    (fact,) = selectors.fact_list(owner_id="wang")
+    assert (fact["key"], fact["value"], fact["version"]) == ("prefs.food", item.value, 1)
+    assert item.updated_at.isoformat().replace("+00:00", "Z") == fact["updated_at"]
+    assert item.created_at == item.updated_at
+    with write():
+        store.put(("wang", "prefs"), "food", {"likes": ["面条"]})
+        store.delete(("wang", "prefs"), "food")
+        # NOTE: a delete of nothing is nothing, as in LangGraph's stores.
+        store.delete(("wang", "prefs"), "food")
+        store.delete(("nobody",), "food")
+    assert store.get(("wang", "prefs"), "food") is None
+    history = selectors.fact_history(owner_id="wang", key="prefs.food").results
+    assert [(v["version"], v["deleted"]) for v in history] == [(3, True), (2, False), (1, False)]
+
+
+@pytest.mark.django_db
+def test_facts_of_other_doors_show_at_the_namespace_their_key_unfolds_to(write):
+    with write():
+        services.turn_append(owner_id="wang", session_id="s", role="user", content="我叫王建国")
+        services.fact_put(owner_id="wang", key="prefs.color", value="green")
+        services.fact_put(owner_id="wang", key="a..b", value={"x": 1})
+    store = MemoryStore()
+    name = store.get(("wang",), "name")
+    assert name is not None and name.value == {"value": "王建国"}
+    assert [(i.namespace, i.key) for i in store.search(("wang",))] == [
+        (("wang", "prefs"), "color"),
+        (("wang",), "name"),
+    ]
+    assert store.list_namespaces(prefix=("wang",)) == [("wang",), ("wang", "prefs")]
+
+
+@pytest.mark.django_db
+def test_a_batch_reads_what_was_there_before_its_writes_and_the_last_put_wins(write):
+    store = MemoryStore()
+    with write():
+        store.put(("wang",), "city", {"name": "Shanghai"})
+        results = store.batch(
+            [
+                PutOp(("wang",), "city", {"name": "Beijing"}),
+                GetOp(("wang",), "city"),
+                PutOp(("wang",), "city", {"name": "Hangzhou"}),
+                PutOp(("wang",), "gone", None),
+                SearchOp(("wang",)),
+                ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("wang",)),)),
+            ]
+        )
+    assert results[0] is None and results[2] is None and results[3] is None
+    assert results[1].value == {"name": "Shanghai"}
+    assert [item.value for item in results[4]] == [{"name": "Shanghai"}]
+    assert results[5] == [("wang",)]
+    assert store.get(("wang",), "city").value == {"name": "Hangzhou"}
+    history = selectors.fact_history(owner_id="wang", key="city").results
+    assert [v["value"] for v in history] == [{"name": "Hangzhou"}, {"name": "Shanghai"}]
+
+
+@pytest.mark.django_db
+def test_max_facts_is_a_clear_error_and_nothing_of_the_batch_is_stored(write, memory_settings):
+    store = MemoryStore()
+    with memory_settings(MAX_FACTS=3):
+        with write():
+            store.put(("wang",), "one", {"n": 1})
+            store.put(("wang",), "two", {"n": 2})
+        with pytest.raises(ValidationError) as e, write():
+            store.batch(
+                [
+                    PutOp(("li",), "one", {"n": 1}),
+                    PutOp(("wang",), "one", None),
+                    PutOp(("wang",), "three", {"n": 3}),
+                    PutOp(("wang",), "four", {"n": 4}),
+                    PutOp(("wang",), "five", {"n": 5}),
+                ]
+            )
+        (message,) = e.value.message_dict["facts"]
+        assert "at most 3 facts (MEMORY['MAX_FACTS'])" in message
+        assert "nothing was stored" in message
+        assert [f["key"] for f in selectors.fact_list(owner_id="wang")] == ["one", "two"]
+        assert selectors.fact_list(owner_id="li") == []
+        # NOTE: a delete in the same batch makes room.
+        with write():
+            store.batch(
+                [
+                    PutOp(("wang",), "one", None),
+                    PutOp(("wang",), "three", {"n": 3}),
+                    PutOp(("wang",), "four", {"n": 4}),
+                ]
+            )
+        assert [f["key"] for f in selectors.fact_list(owner_id="wang")] == ["four", "three", "two"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "value",
+    [["not", "a", "dict"], {"nul": "\x00"}, {"big": "x" * 20_000}, {"set": {1, 2}}],
+)
+def test_a_bad_value_is_refused_and_nothing_of_the_batch_is_stored(value, write):
+    with pytest.raises((ValueError, ValidationError)), write():
+        MemoryStore().batch([PutOp(("wang",), "fine", {"v": 1}), PutOp(("wang",), "bad", value)])
+    assert selectors.fact_list(owner_id="wang") == []
+
+
+@pytest.mark.django_db
+def test_search_filters_ranks_and_pages_one_owners_facts(write):
+    store = MemoryStore()
+    with write():
+        store.put(("wang", "memories"), "m1", {"text": "I like basketball", "score": 3})
+        store.put(("wang", "memories"), "m2", {"text": "I like noodles and dumplings", "score": 5})
+        store.put(("wang", "memories"), "m3", {"text": "我喜欢打篮球", "score": 4.0})
+        store.put(("wang", "prefs"), "food", {"text": "noodles", "score": 5})
+        store.put(("li", "memories"), "m1", {"text": "I like basketball too", "score": 3})
+
+    def keys(items: list[Any]) -> list[str]:
+        return [item.key for item in items]
+
+    # NOTE: newest first without a query.
+    assert keys(store.search(("wang", "memories"))) == ["m3", "m2", "m1"]
+    assert keys(store.search(("wang",), limit=2, offset=1)) == ["m3", "m2"]
+    assert keys(store.search(("wang",), filter={"score": 5})) == ["food", "m2"]
+    assert keys(store.search(("wang",), filter={"score": 4})) == ["m3"]
+    assert keys(store.search(("wang",), filter={"score": {"$gte": 4, "$lt": 5}})) == ["m3"]
+    assert keys(store.search(("wang",), filter={"score": {"$ne": 5}})) == ["m3", "m1"]
+    assert keys(store.search(("wang",), filter={"text": {"$gt": 1}})) == []
+    found = store.search(("wang", "memories"), query="I like NOODLES!")
+    assert keys(found) == ["m2", "m1"]
+    assert [item.score for item in found] == [1.0, pytest.approx(2 / 3)]
+    assert keys(store.search(("wang",), query="篮球")) == ["m3"]
+    assert keys(store.search(("wang",), query="food")) == ["food"]
+    assert store.search(("wang",), query="golf") == []
+    assert keys(store.search(("li",))) == ["m1"]
+    for prefix in ((), ("*",), ("wang", "Memories")):
+        with pytest.raises(ValueError):
+            store.search(prefix)
+    with pytest.raises(ValueError, match="Unsupported filter operator"):
+        store.search(("wang",), filter={"score": {"$regex": "."}})
+    with pytest.raises(ValueError):
+        store.search(("wang",), limit=0)
+    with pytest.raises(ValidationError):
+        store.search(("wang",), query="x" * 201)
+
+
+@pytest.mark.django_db
+def test_list_namespaces_lists_one_owners(write):
+    store = MemoryStore()
+    with write():
+        for namespace in [("wang",), ("wang", "a"), ("wang", "a", "b"), ("wang", "c", "b")]:
+            store.put(namespace, "k", {"v": 1})
+        store.put(("li", "a"), "k", {"v": 1})
+    assert store.list_namespaces(prefix=("wang",)) == [
+        ("wang",),
+        ("wang", "a"),
+        ("wang", "a", "b"),
+        ("wang", "c", "b"),
+    ]
+    assert store.list_namespaces(prefix=("wang", "a")) == [("wang", "a"), ("wang", "a", "b")]
+    assert store.list_namespaces(prefix=("wang", "*", "b")) == [
+        ("wang", "a", "b"),
+        ("wang", "c", "b"),
+    ]
+    assert store.list_namespaces(prefix=("wang",), suffix=("b",)) == [
+        ("wang", "a", "b"),
+        ("wang", "c", "b"),
+    ]
+    assert store.list_namespaces(prefix=("wang",), max_depth=2) == [
+        ("wang",),
+        ("wang", "a"),
+        ("wang", "c"),
+    ]
+    assert store.list_namespaces(prefix=("wang",), limit=2, offset=1) == [
+        ("wang", "a"),
+        ("wang", "a", "b"),
+    ]
+    for kwargs in ({}, {"suffix": ("b",)}, {"prefix": ("*",)}):
+        with pytest.raises(ValueError, match="one owner"):
+            store.list_namespaces(**kwargs)
+
+
+@pytest.mark.django_db
+def test_ttls_are_refused_and_index_is_ignored(write):
+    store = MemoryStore()
+    assert store.supports_ttl is False
+    with pytest.raises(NotImplementedError):
+        store.put(("wang",), "k", {"v": 1}, ttl=5)
+    with pytest.raises(NotImplementedError):
+        store.batch([PutOp(("wang",), "k", {"v": 1}, ttl=5.0)])
+    with write():
+        store.put(("wang",), "k", {"v": 1}, index=["v"])
+        store.put(("wang",), "j", {"v": 2}, index=False)
+    assert store.get(("wang",), "k", refresh_ttl=False).value == {"v": 1}
+    assert [i.key for i in store.search(("wang",), refresh_ttl=True)] == ["j", "k"]
+
+
+@pytest.mark.django_db
+def test_the_async_ops_are_the_sync_ones(write):
+    store = MemoryStore()
+    # NOTE: each write in a block of its own: its cache update runs at the block's end, as at
+    # a commit.
+    with write():
+        async_to_sync(store.aput)(("wang", "prefs"), "food", {"likes": ["饺子"]})
+    item = async_to_sync(store.aget)(("wang", "prefs"), "food")
+    assert item.value == {"likes": ["饺子"]} and item.namespace == ("wang", "prefs")
+    found = async_to_sync(store.asearch)(("wang",), query="饺子")
+    assert [(i.key, i.score) for i in found] == [("food", 1.0)]
+    assert async_to_sync(store.alist_namespaces)(prefix=("wang",)) == [("wang", "prefs")]
+    with write():
+        async_to_sync(store.adelete)(("wang", "prefs"), "food")
+    assert async_to_sync(store.aget)(("wang", "prefs"), "food") is None
+    with pytest.raises(InvalidNamespaceError):
+        async_to_sync(store.aput)(("wang", "Bad"), "k", {"v": 1})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_abatch_in_an_event_loop_of_its_own():
+    async def main() -> list[Any]:
+        store = MemoryStore()
+        await store.abatch([PutOp(("wang",), "k", {"v": 1})])
+        return await store.abatch([GetOp(("wang",), "k"), SearchOp(("wang",), query="1")])
+
+    item, found = run(main)
+    assert item.value == {"v": 1}
+    assert [i.key for i in found] == ["k"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_opened_in_a_worker_thread_is_closed_after_use():
+    # NOTE: LangGraph runs parallel nodes in a thread pool: no request ever closes theirs.
+    seen: dict[str, Any] = {}
+
+    def work() -> None:
+        store = MemoryStore()
+        store.put(("wang",), "k", {"v": 1})
+        seen["after_put"] = connection.connection is not None
+        seen["value"] = store.get(("wang",), "k").value
+        seen["after_get"] = connection.connection is not None
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    assert seen == {"after_put": False, "value": {"v": 1}, "after_get": False}
+
+
+def test_without_langgraph_the_import_error_names_the_extra():
+    code = (
+        "import sys; sys.modules['langgraph'] = None\n"
+        "import django; django.setup()\n"
+        "try:\n"
+        "    import memory.integrations.langgraph\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=instance.environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert out.startswith("memory.integrations.langgraph needs langgraph")
+    assert 'pip install "django-memory[langgraph]"' in out
