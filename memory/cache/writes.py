@@ -55,20 +55,13 @@ def write_commit(
         return
     repairer_ensure()
     owner_pk, owner_id, stamp = owner.pk, owner.external_id, owner.stamp
-    turn_list, fact_list, deleted = list(turns), list(facts), list(deleted_keys)
+    delta = {"turns": list(turns), "facts": list(facts), "deleted_keys": list(deleted_keys)}
 
     def update() -> None:
         if drop:
             ok = copy_drop(owner_id=owner_id, stamp=stamp)
         else:
-            ok = copy_apply(
-                owner_id=owner_id,
-                prev_stamp=prev_stamp,
-                stamp=stamp,
-                turns=turn_list,
-                facts=fact_list,
-                deleted_keys=deleted,
-            )
+            ok = copy_apply(owner_id=owner_id, prev_stamp=prev_stamp, stamp=stamp, **delta)
         if ok:
             confirmed(owner_pk=owner_pk, stamp=stamp, outbox_pk=outbox_pk)
         else:
