@@ -1,7 +1,7 @@
 """Tests of memory.integrations.langchain's memory_tools: the five tools as LangChain tools over
-invoke and ainvoke, a model's mistakes as results that store nothing, an owner no argument can
-name, and a tool-calling loop with langchain-core's fake chat model across two sessions of one
-user, the second in another process after a flushed Redis."""
+invoke and ainvoke (and in LangGraph's ToolNode), a model's mistakes as results that store
+nothing, an owner no argument can name, and a tool-calling loop with langchain-core's fake chat
+model across two sessions of one user, the second in another process after a flushed Redis."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.messages import ToolMessage as LangChainToolMessage
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
 from pydantic import Field
 
 from memory import selectors, services, tools
@@ -407,3 +409,35 @@ def test_a_connection_opened_in_a_worker_thread_is_closed_after_use():
         "profile": {"facts": {"name": "Wang"}},
         "after_read": False,
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_langgraphs_tool_node_runs_them_sync_and_async():
+    # NOTE: ToolNode runs sync tools in its thread pool, each call closing the connection it
+    # opened there (a leaked one would keep the test database from being flushed).
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode(memory_tools(owner_id="wang")))
+    builder.add_edge(START, "tools")
+    graph = builder.compile()
+    asked = AIMessage(
+        content="",
+        tool_calls=[
+            tool_call("remember_fact", {"key": "location", "value": "Beijing"}, "c1"),
+            tool_call("recent_turns", {"limit": 0}, "c2"),
+        ],
+    )
+
+    def answers(state: dict[str, Any]) -> list[tuple[str, str, Any]]:
+        return [(m.tool_call_id, m.status, json.loads(m.content)) for m in state["messages"][1:]]
+
+    sync = answers(graph.invoke({"messages": [asked]}))
+    assert [(call_id, status) for call_id, status, _ in sync] == [
+        ("c1", "success"),
+        ("c2", "error"),
+    ]
+    assert sync[0][2]["fact"]["value"] == "Beijing"
+    assert "greater than or equal to 1" in sync[1][2]["error"]
+    asked = AIMessage(content="", tool_calls=[tool_call("get_profile", {}, "c3")])
+    assert answers(run(lambda: graph.ainvoke({"messages": [asked]}))) == [
+        ("c3", "success", {"facts": {"location": "Beijing"}})
+    ]
