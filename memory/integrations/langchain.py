@@ -15,6 +15,7 @@ try:
         ToolMessage,
     )
     from langchain_core.tools import BaseTool, ToolException
+    from pydantic import field_validator  # langchain-core's own dependency
 except ImportError as e:
     raise ImportError(
         'memory.integrations.langchain needs langchain-core: pip install "django-memory[langchain]"'
@@ -22,8 +23,6 @@ except ImportError as e:
 
 from collections.abc import Callable, Sequence
 from typing import Any
-
-from pydantic import field_validator
 
 from memory import selectors, services
 from memory.integrations.threads import thread_connection
