@@ -178,10 +178,11 @@ class MemoryTool(BaseTool):
     """One of the memory's tools (``memory.tools``) as a LangChain tool, on the memory of the
     one owner it was made for (``memory_tools``).
 
-    ``invoke``/``ainvoke`` take the model's tool call (``AIMessage.tool_calls``' items, answered
-    with a ``ToolMessage`` of the result as JSON) or its arguments alone (answered with the
-    result, a dict). Both run ``memory.tools.call`` / ``acall`` with ``owner_id``, which no
-    argument can name or change. A model's mistake is the result ``{"error": "..."}``, and
+    ``invoke``/``ainvoke`` take one of the model's tool calls (an item of
+    ``AIMessage.tool_calls``, answered with a ``ToolMessage``: the result as JSON) or its
+    arguments alone, a dict (answered with the result itself; LangChain refuses a string for a
+    tool with a JSON Schema). Both run ``memory.tools.call`` / ``acall`` with ``owner_id``,
+    which no argument can name or change. A model's mistake is the result ``{"error": "..."}``, and
     stores nothing; its ``ToolMessage`` has ``status="error"``. A bad ``owner_id`` is a
     ``ValidationError`` when the tool is made; a lost database raises ``MemoryUnavailable``
     out of ``invoke``, and nothing was stored.
