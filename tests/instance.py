@@ -110,6 +110,13 @@ def main(argv: list[str]) -> None:
 
         seen = chain_turn(owner_id=owner_id, session_id=argv[2], text=argv[3], reply=argv[4])
         print(json.dumps(seen, ensure_ascii=False))
+    elif command == "langchain_tools":
+        # langchain_tools <owner id> <session id> <input> <script>: one turn of
+        # tests/test_langchain_tools.py's tool loop (invoke); prints what its model was given.
+        from tests.test_langchain_tools import chat_turn
+
+        seen = chat_turn(owner_id=owner_id, session_id=argv[2], text=argv[3], script=argv[4])
+        print(json.dumps(seen, ensure_ascii=False))
     elif command == "openai_agents":
         # openai_agents <owner id> <session id> <input> <reply>: one run of
         # tests/test_openai_agents.py's agent (Runner.run_sync); prints what its model was given.

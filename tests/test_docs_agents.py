@@ -4,6 +4,7 @@ so that the agent frameworks' examples cannot rot."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -16,11 +17,13 @@ from tests.test_docs_llm import python_blocks
 AGENTS = ROOT / "docs" / "agents.md"
 
 
-def test_the_agents_page_shows_the_agents_sdk_and_langgraph():
+def test_the_agents_page_shows_the_agents_sdk_with_the_tools_and_langgraph():
     blocks = python_blocks(AGENTS)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     assert "MemorySession(" in blocks[0] and "Runner.run_sync(" in blocks[0]
-    assert "MemoryStore()" in blocks[1] and "StateGraph(" in blocks[1]
+    assert "FunctionTool(" in blocks[1] and "toolset.acall(" in blocks[1]
+    assert "MemorySession(" in blocks[1]
+    assert "MemoryStore()" in blocks[2] and "StateGraph(" in blocks[2]
     assert all("assert " in block for block in blocks)
 
 
@@ -44,4 +47,19 @@ def test_every_python_block_of_the_agents_page_runs():
         "phone",
     ]
     assert selectors.context_get(owner_id="han")["facts"] == {"name": "Han Meimei"}
+    # The agent with the tools: the fact it remembered, and the turns of its run.
+    chen = selectors.context_get(owner_id="chen")
+    assert chen["facts"] == {"tea": "jasmine"}
+    user, called, answered, replied = chen["turns"]
+    assert (user["role"], user["content"]) == (
+        "user",
+        "I drink jasmine tea every morning, remember that.",
+    )
+    assert (called["role"], called["content"]) == (
+        "assistant",
+        'remember_fact({"key": "tea", "value": "jasmine"})',
+    )
+    assert answered["role"] == "tool"
+    assert json.loads(answered["content"])["fact"]["value"] == "jasmine"
+    assert (replied["role"], replied["content"]) == ("assistant", "Jasmine it is!")
     assert len(selectors.fact_list(owner_id="lei")) == 1

@@ -1,5 +1,6 @@
-"""LangChain's chat history over the memory: ``MemoryChatMessageHistory(owner_id=...,
-session_id=...)``, sync and async. Needs the extra: ``pip install "django-memory[langchain]"``."""
+"""LangChain over the memory: its chat history, ``MemoryChatMessageHistory(owner_id=...,
+session_id=...)``, and the model's tools, ``memory_tools(owner_id=...)``, sync and async. Needs
+the extra: ``pip install "django-memory[langchain]"``."""
 
 from __future__ import annotations
 
@@ -13,17 +14,20 @@ try:
         SystemMessage,
         ToolMessage,
     )
+    from langchain_core.tools import BaseTool, ToolException
+    from pydantic import field_validator  # langchain-core's own dependency
 except ImportError as e:
     raise ImportError(
         'memory.integrations.langchain needs langchain-core: pip install "django-memory[langchain]"'
     ) from e
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from memory import selectors, services
 from memory.integrations.threads import thread_connection
 from memory.payloads import ContextMessagesPayload, MessagePayload
+from memory.tools import Toolset, acall, call, definitions
 
 ROLES: dict[type[BaseMessage], str] = {
     HumanMessage: "user",
@@ -155,4 +159,83 @@ class MemoryChatMessageHistory(BaseChatMessageHistory):
         await services.amemory_forget(owner_id=self.owner_id)
 
 
-__all__ = ["MemoryChatMessageHistory", "message_from_payload", "message_role"]
+def tool_error(error: ToolException) -> Any:
+    """A model's mistake as the result it reads, ``{"error": "..."}``, as ``memory.tools.call``
+    answers it: ``MemoryTool``'s ``handle_tool_error``."""
+    return {"error": str(error)}
+
+
+def _answered(result: dict[str, Any]) -> dict[str, Any]:
+    # NOTE: a mistake goes through LangChain's ToolException and comes back out of the tool's
+    # handle_tool_error as the same result; on the way it marks the ToolMessage answering a
+    # tool call status="error" (which langchain-anthropic sends as is_error).
+    if "error" in result:
+        raise ToolException(result["error"])
+    return result
+
+
+class MemoryTool(BaseTool):
+    """One of the memory's tools (``memory.tools``) as a LangChain tool, on the memory of the
+    one owner it was made for (``memory_tools``).
+
+    ``invoke``/``ainvoke`` take one of the model's tool calls (an item of
+    ``AIMessage.tool_calls``, answered with a ``ToolMessage``: the result as JSON) or its
+    arguments alone, a dict (answered with the result itself; LangChain refuses a string for a
+    tool with a JSON Schema). Both run ``memory.tools.call`` / ``acall`` with ``owner_id``,
+    which no argument can name or change. A model's mistake is the result ``{"error": "..."}``, and
+    stores nothing; its ``ToolMessage`` has ``status="error"``. A bad ``owner_id`` is a
+    ``ValidationError`` when the tool is made; a lost database raises ``MemoryUnavailable``
+    out of ``invoke``, and nothing was stored.
+    """
+
+    owner_id: str
+    handle_tool_error: bool | str | Callable[[ToolException], Any] | None = tool_error
+
+    @field_validator("owner_id")
+    @classmethod
+    def _owner_valid(cls, owner_id: str) -> str:
+        # NOTE: Django's ValidationError ({"user_id": ...}), as Toolset raises it: pydantic
+        # passes on what is not a ValueError.
+        return Toolset(owner_id=owner_id).owner_id
+
+    # NOTE: ``self`` is positional-only and no other parameter is declared, so that every
+    # argument the model sent reaches ``call`` to be checked (``self`` or ``run_manager``
+    # included) and none is taken by LangChain's injection of ``run_manager`` or ``config``.
+    def _run(self, /, **arguments: Any) -> dict[str, Any]:
+        with thread_connection():
+            result = call(self.name, arguments, owner_id=self.owner_id)
+        return _answered(result)
+
+    async def _arun(self, /, **arguments: Any) -> dict[str, Any]:
+        return _answered(await acall(self.name, arguments, owner_id=self.owner_id))
+
+
+def memory_tools(*, owner_id: str) -> list[BaseTool]:
+    """The five tools of ``memory.tools`` as LangChain tools on ``owner_id``'s memory (the user
+    the conversation is with, never a model's argument): ``model.bind_tools(memory_tools(...))``,
+    then ``invoke`` each of the reply's ``tool_calls`` on the tool of its name.
+
+    Each is a ``MemoryTool`` made from the one definition: its name, its description, and its
+    arguments' JSON Schema as ``args_schema`` (``additionalProperties: false``; LangChain
+    passes the arguments on unchecked, and ``memory.tools`` checks them). Raises
+    ``ValidationError`` ({"user_id": ...}) for a bad ``owner_id``.
+    """
+    return [
+        MemoryTool(
+            name=definition["name"],
+            description=definition["description"],
+            args_schema=definition["parameters"],
+            owner_id=owner_id,
+        )
+        for definition in definitions()
+    ]
+
+
+__all__ = [
+    "MemoryChatMessageHistory",
+    "MemoryTool",
+    "memory_tools",
+    "message_from_payload",
+    "message_role",
+    "tool_error",
+]
