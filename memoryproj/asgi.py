@@ -8,6 +8,7 @@ import warnings
 
 from django.core.asgi import get_asgi_application
 
+from memory.asgi import HealthFastPath
 from memoryproj import bodies, logs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryproj.settings")
@@ -26,5 +27,6 @@ warnings.filterwarnings(
     module="django.core.handlers.asgi",
 )
 
-# NOTE: request bodies capped before Django reads them (memoryproj/bodies.py).
-application = bodies.CappedASGI(get_asgi_application())
+# NOTE: request bodies capped before Django reads them (memoryproj/bodies.py), and the memory
+# API's health/ answered on the event loop, ahead of Django (memory/asgi.py).
+application = bodies.CappedASGI(HealthFastPath(get_asgi_application()))
