@@ -41,8 +41,17 @@ class Django:
 
 
 @pytest.fixture
-def django_app() -> Django:
-    return Django()
+def django_app() -> Iterator[Django]:
+    """Django's ASGI handler. NOTE: its first request marks the process served under ASGI, for
+    check memory.W011 (``checks.asgi_request_started``): unmarked after the test."""
+    from django.core.signals import request_started
+
+    from memory import checks
+
+    served = checks._served.asgi
+    yield Django()
+    checks._served.asgi = served
+    request_started.connect(checks.asgi_request_started, dispatch_uid=checks.ASGI_RECEIVER)
 
 
 def call(
