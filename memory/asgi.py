@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import math
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import suppress
@@ -162,14 +163,14 @@ class HealthFastPath:
     async def _health(self) -> HealthPayload:
         """The last probe's result, or the next one's: see the class's docstring."""
         last = self._last
-        age = None if last is None else time.monotonic() - last[0]
-        if last is not None and age is not None and age < self.max_age / 2:
+        age = math.inf if last is None else time.monotonic() - last[0]
+        if last is not None and age < self.max_age / 2:
             return last[1]
         probing = self._next
         loop = asyncio.get_running_loop()
         if probing is None or probing.done() or probing.get_loop() is not loop:
             probing = self._next = loop.create_task(self._refresh())
-        if last is not None and age is not None and age < self.max_age:
+        if last is not None and age < self.max_age:
             return last[1]
         # NOTE: shielded: a request that goes away does not end the probe others may await.
         return (await asyncio.shield(probing))[1]
