@@ -9,6 +9,7 @@ import warnings
 
 from django.core.asgi import get_asgi_application
 
+from memory.asgi import HealthFastPath
 from memoryproj import bodies, logs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryproj.settings")
@@ -32,5 +33,6 @@ django_application = get_asgi_application()
 # NOTE: imported once Django is set up (get_asgi_application above): it reads the app's models.
 from memory.integrations.mcp import mcp_mount  # noqa: E402
 
-# NOTE: request bodies capped before Django (or the MCP endpoint) reads them (memoryproj/bodies.py).
-application = bodies.CappedASGI(mcp_mount(django_application, path="/mcp/"))
+# NOTE: request bodies capped before Django (or the MCP endpoint) reads them (memoryproj/bodies.py),
+# and the memory API's health/ answered on the event loop, ahead of Django (memory/asgi.py).
+application = bodies.CappedASGI(HealthFastPath(mcp_mount(django_application, path="/mcp/")))

@@ -1,7 +1,7 @@
 """Many clients at once, for a bounded time: across two real app instances (gunicorn) every
 owner's turns are exactly 1..N, every acknowledged write is there, and every context equals
 Postgres; on one uvicorn instance, one user sending the heaviest reads it may stalls nothing
-(no 5xx, ``health/`` p99 under 300 ms, Postgres connections bounded)."""
+(no 5xx, ``health/`` p99 under 100 ms, Postgres connections bounded)."""
 
 from __future__ import annotations
 
@@ -289,8 +289,9 @@ def test_one_user_at_full_weight_does_not_stall_an_asgi_instance(uvicorn_instanc
     assert set(statuses["heavy"]) <= {200, 429}
     assert set(statuses["chat"]) <= {200, 201}
     assert max(connections) <= _connection_bound() + EXITING_BACKENDS
-    # NOTE: the issue's target is a p99 under 100 ms; on this 2-core machine it measured 75-129
-    # ms (the heavy reads' C calls, psycopg decoding and orjson writing megabytes, hold the
-    # interpreter lock that health/ needs). The bound here is what holds every run while that
-    # target stays open; a stalled instance (seconds) still fails it.
-    assert p99 < 0.3
+    # NOTE: the issue's bound. Served by Django, health/ waited for the interpreter's lock, which
+    # the heavy reads hold, at each of its 15 hops between the event loop and a thread: p99
+    # 55-187 ms on this 2-core machine. The demo answers it on the event loop, ahead of Django,
+    # from a probe at most 0.25 s old (memory.asgi.HealthFastPath): p99 12-31 ms, 20-90 ms
+    # while other suites kept the machine busy.
+    assert p99 < 0.1

@@ -142,7 +142,9 @@ class JSONRenderer(renderers.JSONRenderer):
             body = orjson.dumps(data, default=_drf_only, option=_ORJSON_OPTIONS)
         except TypeError:
             return super().render(data, accepted_media_type, renderer_context)  # type: ignore[no-any-return]
-        if b"\xe2\x80\xa8" in body or b"\xe2\x80\xa9" in body:
+        # NOTE: their lead byte first, which memchr finds: for 6 MB with none of it that is 0.06
+        # ms, where the two searches alone take 7 ms with the interpreter's lock held (issue 23).
+        if b"\xe2" in body and (b"\xe2\x80\xa8" in body or b"\xe2\x80\xa9" in body):
             body = body.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
         return body
 
