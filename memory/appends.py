@@ -26,7 +26,7 @@ class TurnInput(NamedTuple):
     idempotency_key: str | None
 
 
-def _retry_checked(existing: Turn, new: TurnInput) -> Turn:
+def retry_checked(existing: Turn, new: TurnInput) -> Turn:
     """The turn first stored under ``new``'s key, if ``new`` repeats it exactly (the metadata
     as the same JSON value, ``codec.json_equal``); else raises ``IdempotencyKeyReused``."""
     same = (existing.session_id, existing.role, existing.content) == new[1:4]
@@ -36,7 +36,7 @@ def _retry_checked(existing: Turn, new: TurnInput) -> Turn:
 
 
 @dataclass(frozen=True)
-class _Plan:
+class AppendPlan:
     """What the extraction of a turn asks of its append, found before any write: a record for
     a deferred extractor (``defer``), or what an inline one found (``found``, which the general
     path merges under the lock) and the facts it changes, each with what the owner held when
@@ -47,7 +47,7 @@ class _Plan:
     facts: list[dict[str, Any]] | None = None
 
 
-def _turn_loaded(**fields: Any) -> Turn:
+def turn_loaded(**fields: Any) -> Turn:
     """A ``Turn`` for a row this module read or wrote with its own SQL, as the ORM loads one."""
     turn = Turn(**fields)
     turn._state.adding = False
@@ -55,7 +55,7 @@ def _turn_loaded(**fields: Any) -> Turn:
     return turn
 
 
-def _fact_cap_warn(key: str, seq: int, owner_id: str) -> None:
+def fact_cap_warn(key: str, seq: int, owner_id: str) -> None:
     extraction.logger.warning(
         "Extracted fact %r of turn %s of %r skipped: the owner holds "
         "MEMORY['MAX_FACTS'] (%s) facts.",

@@ -332,10 +332,10 @@ def _check_extractor(path: Any) -> list[CheckMessage]:
 
 def _check_deferred(path: str) -> list[CheckMessage]:
     """A deferred extractor needs django-tasks, and a backend that runs tasks in a worker."""
-    from memory.extraction.base import _extractor_load, extractor_deferred
+    from memory.extraction.base import extractor_deferred, extractor_load
 
     try:
-        deferred = extractor_deferred(_extractor_load(path))
+        deferred = extractor_deferred(extractor_load(path))
     except Exception:
         # NOTE: a factory that fails here fails at run time too, where it is logged per turn.
         return []

@@ -72,7 +72,7 @@ def extractor_get() -> FactExtractor | None:
         return None
     if not isinstance(path, str):
         raise ImproperlyConfigured(f"MEMORY['FACT_EXTRACTOR'] must be a dotted path, not {path!r}.")
-    return _extractor_load(path)
+    return extractor_load(path)
 
 
 def extractor_deferred(extractor: FactExtractor) -> bool:
@@ -81,7 +81,7 @@ def extractor_deferred(extractor: FactExtractor) -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def _extractor_load(path: str) -> FactExtractor:
+def extractor_load(path: str) -> FactExtractor:
     target = setting_import("FACT_EXTRACTOR", path)
     if isinstance(target, type) or not hasattr(target, "extract"):
         target = target()

@@ -8,7 +8,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
 from memory import cache, codec
-from memory.appends import TurnInput, _fact_cap_warn, _Plan, _retry_checked, _turn_loaded
+from memory.appends import AppendPlan, TurnInput, fact_cap_warn, retry_checked, turn_loaded
 from memory.conf import conf
 from memory.db import prepared_fetchone
 from memory.models import Owner, Turn
@@ -22,7 +22,7 @@ _APPEND_CALL = (
 )
 
 
-def turn_append_call(new: TurnInput, plan: _Plan) -> tuple[Turn, int | None] | None:
+def turn_append_call(new: TurnInput, plan: AppendPlan) -> tuple[Turn, int | None] | None:
     """``turn_append`` of checked input on PostgreSQL, as ``_turn_append_django`` does it, in
     one call of ``memory_turn_append()``: one round trip, its own transaction in autocommit,
     whatever the key and the facts; then the cache update after commit
@@ -62,7 +62,7 @@ def turn_append_call(new: TurnInput, plan: _Plan) -> tuple[Turn, int | None] | N
     if conflict:
         return None
     if not created:
-        existing = _turn_loaded(
+        existing = turn_loaded(
             id=turn_pk,
             owner_id=owner_pk,
             seq=seq,
@@ -73,8 +73,8 @@ def turn_append_call(new: TurnInput, plan: _Plan) -> tuple[Turn, int | None] | N
             idempotency_key=idempotency_key,
             created_at=stored[4],
         )
-        return _retry_checked(existing, new), None
-    turn = _turn_loaded(
+        return retry_checked(existing, new), None
+    turn = turn_loaded(
         id=turn_pk,
         owner_id=owner_pk,
         seq=seq,
@@ -86,7 +86,7 @@ def turn_append_call(new: TurnInput, plan: _Plan) -> tuple[Turn, int | None] | N
         created_at=at,
     )
     for key in skipped or ():
-        _fact_cap_warn(key, seq, owner_id)
+        fact_cap_warn(key, seq, owner_id)
     facts = [
         fact_payload_from_row((fact["key"], fact["value"], session_id, at, fact["version"]))
         for fact in (codec.loads(written) if written else ())

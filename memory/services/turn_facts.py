@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
 from memory import aio, cache, extraction
-from memory.appends import _fact_cap_warn
+from memory.appends import fact_cap_warn
 from memory.conf import conf
 from memory.exceptions import MemoryUnavailable, database_guard
 from memory.models import Fact, Owner, PendingExtraction, Turn
@@ -47,7 +47,7 @@ def _turn_facts_write(
             if room is None:
                 room = conf.MAX_FACTS - Fact.objects.filter(owner=owner).count()
             if room <= 0:
-                _fact_cap_warn(key, turn.seq, owner.external_id)
+                fact_cap_warn(key, turn.seq, owner.external_id)
                 continue
         try:
             validate_fact_key(key)

@@ -17,7 +17,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from memory import aio, cache, extraction
-from memory.appends import TurnInput, _Plan, _retry_checked
+from memory.appends import AppendPlan, TurnInput, retry_checked
 from memory.exceptions import (
     database_guard,
 )
@@ -118,7 +118,7 @@ def _turn_append(
     return _turn_append_django(new, plan)
 
 
-def _turn_append_django(new: TurnInput, plan: _Plan) -> Turn:
+def _turn_append_django(new: TurnInput, plan: AppendPlan) -> Turn:
     """The append of checked input through the ORM, under the owner's row lock: the
     specification of ``memory.postgres.turn_append`` (tests/test_postgres.py), and the path
     off PostgreSQL or after a fact of ``plan`` moved."""
@@ -129,7 +129,7 @@ def _turn_append_django(new: TurnInput, plan: _Plan) -> Turn:
             # commit and then finds its turn here: one turn is stored, however many race.
             existing = Turn.objects.filter(owner=owner, idempotency_key=new.idempotency_key)
             if (found := existing.first()) is not None:
-                return _retry_checked(found, new)
+                return retry_checked(found, new)
         with cache.owner_write(owner, turns=1) as write:
             fields = new._asdict()
             del fields["owner_id"]
@@ -145,7 +145,7 @@ def _turn_append_django(new: TurnInput, plan: _Plan) -> Turn:
 aturn_append = aio.twin(turn_append)
 
 
-_NOTHING = _Plan()
+_NOTHING = AppendPlan()
 
 
 def _extraction_enqueue(pending_pk: int) -> None:
@@ -157,7 +157,7 @@ def _extraction_enqueue(pending_pk: int) -> None:
     transaction.on_commit(lambda: extraction_enqueue(pending_pk=pending_pk), robust=True)
 
 
-def _turn_facts_plan(owner_id: str, role: str, content: str) -> _Plan:
+def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
     """Run the inline extractor on a user turn, before the turn's transaction and holding no
     lock, and merge what it finds into the owner's current facts of those keys (read here, in
     one query unless the extractor read them all): the one call then writes them under the
@@ -173,7 +173,7 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> _Plan:
         if extractor is None:
             return _NOTHING
         if extraction.extractor_deferred(extractor):
-            return _Plan(defer=True)
+            return AppendPlan(defer=True)
         held = extraction.LazyFacts(
             lambda: dict(
                 Fact.objects.filter(owner__external_id=owner_id).values_list("key", "value")
@@ -215,10 +215,10 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> _Plan:
             )
             continue
         changes.append({"key": key, "value": value, "had": key in current, "was": current.get(key)})
-    return _Plan(found=tuple(found), facts=changes or None)
+    return AppendPlan(found=tuple(found), facts=changes or None)
 
 
-def _turn_facts_merge(owner: Owner, turn: Turn, plan: _Plan) -> list[Fact]:
+def _turn_facts_merge(owner: Owner, turn: Turn, plan: AppendPlan) -> list[Fact]:
     """On the general path, under the owner's lock: write what the extraction planned before
     it (``_turn_facts_plan``) for this turn; return the facts that changed.
 

@@ -22,7 +22,7 @@ from memory.tools.calls import (
     tool_get,
 )
 from memory.tools.definitions import TOOLS, definitions
-from memory.views.base import READ_ERRORS, USER_ID, WRITE_ERRORS, MemoryView, _responses
+from memory.views.base import READ_ERRORS, USER_ID, WRITE_ERRORS, MemoryView, schema_responses
 
 TOOL_NAME = OpenApiParameter(
     "name",
@@ -81,7 +81,9 @@ class ToolsView(MemoryView):
 
     @extend_schema(
         tags=["tools"],
-        responses=_responses({200: ToolListSerializer}, tuple(c for c in READ_ERRORS if c != 404)),
+        responses=schema_responses(
+            {200: ToolListSerializer}, tuple(c for c in READ_ERRORS if c != 404)
+        ),
         summary="The tools a model may use on a user's memory",
         operation_id="tool_list",
     )
@@ -96,7 +98,7 @@ class ToolCallView(MemoryView):
         tags=["tools"],
         parameters=[USER_ID, TOOL_NAME],
         request=ToolCallInputSerializer,
-        responses=_responses(
+        responses=schema_responses(
             {200: ToolCallResultSerializer},
             WRITE_ERRORS,
             bad_input='Invalid arguments, as {"arguments": {"argument": ["message"]}}: what the '

@@ -258,7 +258,7 @@ MAX_FACTS_400 = (
 )
 
 
-def _responses(
+def schema_responses(
     success: dict[int, Any], errors: tuple[int, ...], bad_input: str | None = None
 ) -> dict[int, Any]:
     # NOTE: a serializer alone would leave its response's description empty; its docstring says it.

@@ -13,7 +13,7 @@ from memory.serializers import (
     ContextQuerySerializer,
     ContextSerializer,
 )
-from memory.views.base import READ_ERRORS, USER_ID, MemoryView, _responses, _validated
+from memory.views.base import READ_ERRORS, USER_ID, MemoryView, _validated, schema_responses
 
 
 class ContextView(MemoryView):
@@ -22,7 +22,7 @@ class ContextView(MemoryView):
     @extend_schema(
         tags=["context"],
         parameters=[USER_ID, ContextQuerySerializer],
-        responses=_responses({200: ContextSerializer}, READ_ERRORS),
+        responses=schema_responses({200: ContextSerializer}, READ_ERRORS),
         summary="The context for the next reply",
         operation_id="context_get",
     )
@@ -41,7 +41,7 @@ class ContextMessagesView(MemoryView):
     @extend_schema(
         tags=["context"],
         parameters=[USER_ID, ContextMessagesQuerySerializer],
-        responses=_responses({200: ContextMessagesSerializer}, READ_ERRORS),
+        responses=schema_responses({200: ContextMessagesSerializer}, READ_ERRORS),
         summary="The context as model messages, within a token budget",
         operation_id="context_messages",
     )

@@ -30,8 +30,8 @@ from memory.views.base import (
     MemoryView,
     _if_match,
     _next_url,
-    _responses,
     _validated,
+    schema_responses,
 )
 
 
@@ -41,7 +41,7 @@ class FactsView(MemoryView):
     @extend_schema(
         tags=["facts"],
         parameters=[USER_ID],
-        responses=_responses({200: FactListSerializer}, READ_ERRORS),
+        responses=schema_responses({200: FactListSerializer}, READ_ERRORS),
         summary="List facts, by key",
         operation_id="fact_list",
     )
@@ -52,7 +52,7 @@ class FactsView(MemoryView):
         tags=["facts"],
         parameters=[USER_ID],
         request=FactsMergeInputSerializer,
-        responses=_responses(
+        responses=schema_responses(
             {200: FactListSerializer}, WRITE_ERRORS, bad_input=MAX_FACTS_400 + " Nothing is set."
         ),
         summary="Set several facts; answer with all facts",
@@ -71,7 +71,7 @@ class FactView(MemoryView):
         tags=["facts"],
         parameters=[USER_ID, FACT_KEY, IF_MATCH],
         request=FactPutInputSerializer,
-        responses=_responses(
+        responses=schema_responses(
             {
                 200: OpenApiResponse(FactSerializer, description="The fact, changed or as it was."),
                 201: OpenApiResponse(FactSerializer, description="The fact, created."),
@@ -93,7 +93,7 @@ class FactView(MemoryView):
     @extend_schema(
         tags=["facts"],
         parameters=[USER_ID, FACT_KEY, IF_MATCH],
-        responses=_responses(
+        responses=schema_responses(
             {204: OpenApiResponse(description="Deleted; its history keeps a deleted version.")},
             (*READ_ERRORS, 412),
         ),
@@ -112,7 +112,7 @@ class FactHistoryView(MemoryView):
     @extend_schema(
         tags=["facts"],
         parameters=[USER_ID, FACT_KEY, PageQuerySerializer],
-        responses=_responses({200: FactHistorySerializer}, READ_ERRORS),
+        responses=schema_responses({200: FactHistorySerializer}, READ_ERRORS),
         summary="Versions of one fact, newest first (404 if the key never existed)",
         operation_id="fact_history",
     )

@@ -27,8 +27,8 @@ from memory.views.base import (
     WRITE_ERRORS,
     MemoryView,
     _idempotency_key,
-    _responses,
     _validated,
+    schema_responses,
 )
 
 
@@ -39,7 +39,7 @@ class TurnsView(MemoryView):
         tags=["turns"],
         parameters=[USER_ID, IDEMPOTENCY_KEY],
         request=TurnInputSerializer,
-        responses=_responses(
+        responses=schema_responses(
             {
                 201: OpenApiResponse(
                     TurnSerializer, description="The turn, or on a retry the turn first stored."
@@ -62,7 +62,7 @@ class TurnsView(MemoryView):
     @extend_schema(
         tags=["turns"],
         parameters=[USER_ID, TurnListQuerySerializer],
-        responses=_responses({200: TurnPageSerializer}, READ_ERRORS),
+        responses=schema_responses({200: TurnPageSerializer}, READ_ERRORS),
         summary="List turns, oldest first",
         operation_id="turn_list",
     )
@@ -83,7 +83,7 @@ class SearchView(MemoryView):
     @extend_schema(
         tags=["turns"],
         parameters=[USER_ID, SearchQuerySerializer],
-        responses=_responses({200: TurnSearchSerializer}, READ_ERRORS),
+        responses=schema_responses({200: TurnSearchSerializer}, READ_ERRORS),
         summary="Search turns by content, best match first",
         operation_id="turn_search",
     )

@@ -25,8 +25,8 @@ from memory.views.base import (
     WRITE_ERRORS,
     MemoryView,
     _next_url,
-    _responses,
     _validated,
+    schema_responses,
 )
 
 
@@ -36,7 +36,7 @@ class SessionsView(MemoryView):
     @extend_schema(
         tags=["sessions"],
         parameters=[USER_ID, PageQuerySerializer],
-        responses=_responses({200: SessionListSerializer}, READ_ERRORS),
+        responses=schema_responses({200: SessionListSerializer}, READ_ERRORS),
         summary="List sessions, most recently seen first",
         operation_id="session_list",
     )
@@ -52,7 +52,7 @@ class UserView(MemoryView):
     @extend_schema(
         tags=["users"],
         parameters=[USER_ID],
-        responses=_responses({204: None}, READ_ERRORS),
+        responses=schema_responses({204: None}, READ_ERRORS),
         summary="Forget the user: every turn, fact, version and session",
         operation_id="memory_forget",
     )
@@ -95,7 +95,7 @@ class LinkView(MemoryView):
         tags=["users"],
         parameters=[USER_ID],
         request=LinkInputSerializer,
-        responses=_responses(
+        responses=schema_responses(
             {200: LinkResultSerializer},
             WRITE_ERRORS,
             bad_input='Invalid input, as {"field": ["message"]}; also a query parameter given '
