@@ -152,3 +152,36 @@ def test_the_cache_check_sees_an_internal_name(tmp_path: Path):
         "c.copy_drop(owner_id='x', stamp=1)\nc.read_through\n"
     )
     assert _cache_names_used(module) == {"copy_drop", "read_through", "memory.cache.keys.owner_key"}
+
+
+def _private_imports(path: Path, name: str) -> set[str]:
+    """The private names (``_x``) ``path`` imports from a module of another package of
+    ``memory`` (a module directly under ``memory/`` is a package of its own)."""
+    package = name.split(".")[:2]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memory."):
+            source = node.module.split(".")[:2]  # type: ignore[union-attr]
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and source != package:
+                    found.add(f"{node.module}.{alias.name}")
+    return found
+
+
+def test_no_package_takes_another_ones_private_names():
+    strays = {
+        _module_name(p): sorted(_private_imports(p, _module_name(p)))
+        for p in PACKAGE.rglob("*.py")
+        if "migrations" not in p.parts
+    }
+    assert {module: names for module, names in strays.items() if names} == {}
+
+
+def test_the_private_name_check_sees_one(tmp_path: Path):
+    module = tmp_path / "stray.py"
+    module.write_text(
+        "from memory.appends import retry_checked\nfrom memory.views.base import _x\n"
+    )
+    assert _private_imports(module, "memory.tools.stray") == {"memory.views.base._x"}
+    assert _private_imports(module, "memory.views.stray") == set()
