@@ -249,9 +249,7 @@ def async_twins() -> list[tuple[str, str, str]]:
 def async_twins_markdown() -> str:
     lines = ["| async twin | of |", "| --- | --- |"]
     for module, twin, sync in async_twins():
-        lines.append(
-            f"| `{module}.{twin}` | [`{module}.{sync}`](#memory.{module}.{sync}) |"
-        )
+        lines.append(f"| `{module}.{twin}` | [`{module}.{sync}`](#memory.{module}.{sync}) |")
     return "\n".join(lines) + "\n"
 
 

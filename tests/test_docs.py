@@ -142,9 +142,11 @@ def test_no_page_of_the_served_site_asks_another_host_and_its_search_works(
             page.set_default_timeout(TIMEOUT_MS)
             page.on(
                 "requestfailed",
-                lambda request: failed.append(request.url)
-                if urllib.parse.urlsplit(request.url).netloc == host
-                else None,
+                lambda request: (
+                    failed.append(request.url)
+                    if urllib.parse.urlsplit(request.url).netloc == host
+                    else None
+                ),
             )
             for name in pages:
                 page.goto(f"{served_site}/{name}", wait_until="networkidle")
