@@ -11,7 +11,7 @@ BENCH_ARGS ?=
 SUPERUSER ?= admin
 DIST_VENV = .tmp/dist-venv
 .PHONY: help install run run-asgi superuser token test test-faults bench lint format docs \
-	screenshots dist services-up services-down clean
+	screenshots dist services-up services-down clean docs-serve
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -31,10 +31,8 @@ run run-asgi lint: export DJANGO_DEBUG := $(DJANGO_DEBUG)
 run: $(VENV)/.installed ## Serve the demo on ADDR=127.0.0.1:8000, DEBUG on, with a throwaway Redis if redis-server is installed
 	PY=$(PY) ADDR=$(ADDR) scripts/run-demo
 
-run-asgi: $(VENV)/.installed ## The same demo under uvicorn (ASGI): the chat page streams its replies
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py collectstatic --noinput -v 0
-	$(PY) -m uvicorn memoryproj.asgi:application --host $(firstword $(subst :, ,$(ADDR))) --port $(lastword $(subst :, ,$(ADDR)))
+run-asgi: $(VENV)/.installed ## The same demo (its Redis, its worker) under uvicorn (ASGI): the chat page streams its replies
+	PY=$(PY) ADDR=$(ADDR) SERVER=uvicorn scripts/run-demo
 
 # NOTE: the demo's own targets run with its development settings, as `make run` does.
 superuser: export DJANGO_DEBUG ?= 1
@@ -79,8 +77,14 @@ services-up: ## Start PostgreSQL and Redis in docker (docker-compose.yml) and wa
 services-down: ## Stop the docker services (their data volume is kept)
 	docker compose down
 
-docs: $(VENV)/.installed ## Build the docs site strictly into site/ (mkdocs serve to preview)
+DOCS_ADDR ?= 127.0.0.1:8001
+docs: $(VENV)/.installed ## Build the docs site strictly into site/; `make docs-serve` serves it
 	$(VENV)/bin/mkdocs build --strict --site-dir site
+	@echo "docs: built into site/; serve it with \`make docs-serve\` (http://$(DOCS_ADDR)/): its search needs a server, not file://"
+
+# NOTE: the built site as it is, over HTTP on the loopback (DOCS_ADDR), until Ctrl-C.
+docs-serve: docs ## Build the docs site and serve it on http://DOCS_ADDR=127.0.0.1:8001/
+	$(PY) -m http.server --bind $(firstword $(subst :, ,$(DOCS_ADDR))) --directory site $(lastword $(subst :, ,$(DOCS_ADDR)))
 
 screenshots: $(VENV)/.installed ## Retake docs/images/*.png (the chat page and the admin) in headless Chromium
 	@scripts/ensure-chromium

@@ -45,7 +45,7 @@ from memory.exceptions import (
     database_guard,
 )
 from memory.models import Role, Turn
-from memory.payloads import ContextPayload, TurnPayload, turn_payload
+from memory.payloads import ContextPayload, FactPayload, TurnPayload, turn_payload
 from memory.validators import validate_content, validate_owner_id, validate_session_id
 from memoryproj import anonymous, logins
 from memoryproj.anonymous import ANON_SESSION_KEY, session_anon_id
@@ -178,17 +178,18 @@ def exchange_open(
 
 async def aexchange_open(
     *, owner_id: str, session_id: str, message: str, exchange_id: str
-) -> ContextPayload:
+) -> tuple[ContextPayload, Turn]:
     """``exchange_open`` on the app's async API (``services.aturn_append``, then
-    ``selectors.acontext_get``: a warm context is read with no thread hop)."""
-    await services.aturn_append(
+    ``selectors.acontext_get``: a warm context is read with no thread hop); with the user's
+    stored turn, whose ``seq`` the streaming page shows at once."""
+    turn = await services.aturn_append(
         owner_id=owner_id,
         session_id=session_id,
         role=Role.USER.value,
         content=message,
         idempotency_key=f"chat-{exchange_id}-user",
     )
-    return await selectors.acontext_get(owner_id=owner_id)
+    return await selectors.acontext_get(owner_id=owner_id), turn
 
 
 async def aexchange_close(
@@ -251,12 +252,42 @@ def chat_exchange(*, owner_id: str, session_id: str, message: str, exchange_id: 
     return Exchange(context=context, reply=reply)
 
 
-def _fact_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(key, _fact_text(value)) for key, value in sorted(facts.items())]
+def _fact_rows(facts: dict[str, Any], sessions: dict[str, str]) -> list[tuple[str, str, str]]:
+    """``(key, value as text, the session it came from or "")`` for each fact, by key."""
+    return [
+        (key, _fact_text(value), sessions.get(key) or "") for key, value in sorted(facts.items())
+    ]
 
 
 def _fact_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    """A value as a reader would write it: a string as it is, a list of strings (``likes``)
+    joined by commas, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return ", ".join(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _fact_sessions(facts: list[FactPayload]) -> dict[str, str]:
+    return {fact["key"]: fact["session_id"] or "" for fact in facts}
+
+
+def fact_sessions_get(*, owner_id: str) -> dict[str, str]:
+    """The session each of the owner's facts came from, by key (through the cached copy, as
+    the context); empty when the database cannot be reached, for a page that shows them."""
+    try:
+        return _fact_sessions(selectors.fact_list(owner_id=owner_id))
+    except MemoryUnavailable:
+        return {}
+
+
+async def afact_sessions_get(*, owner_id: str) -> dict[str, str]:
+    """``fact_sessions_get`` on the app's async API (``selectors.afact_list``)."""
+    try:
+        return _fact_sessions(await selectors.afact_list(owner_id=owner_id))
+    except MemoryUnavailable:
+        return {}
 
 
 def _page(
@@ -291,7 +322,12 @@ def _page(
             "session_ok": "session_id" in cleaned,
             "message": form.data.get("message", "") if reply is None else "",
             "context": context,
-            "facts": _fact_rows(context["facts"]) if context else [],
+            "facts": _fact_rows(
+                context["facts"],
+                fact_sessions_get(owner_id=context["user_id"]) if context["facts"] else {},
+            )
+            if context
+            else [],
             "turns": turns,
             "reply": reply,
             "error": error,
@@ -388,16 +424,28 @@ def _event(kind: str, **data: Any) -> bytes:
 
 
 async def _reply_events(
-    *, owner_id: str, session_id: str, message: str, exchange_id: str, context: ContextPayload
+    *,
+    owner_id: str,
+    session_id: str,
+    message: str,
+    exchange_id: str,
+    context: ContextPayload,
+    sent: Turn,
 ) -> AsyncIterator[bytes]:
-    """The stream of one exchange: the context, the reply chunk by chunk as the responder
-    produces it, then the stored reply turn (or an error, once the stream has begun)."""
+    """The stream of one exchange: the context (with the user's stored turn ``sent``), the
+    reply chunk by chunk as the responder produces it, then the stored reply turn (or an
+    error, once the stream has begun)."""
+    sessions = await afact_sessions_get(owner_id=owner_id) if context["facts"] else {}
     yield _event(
         "context",
         user_id=owner_id,
-        facts=[{"key": key, "value": text} for key, text in _fact_rows(context["facts"])],
+        facts=[
+            {"key": key, "value": text, "session_id": session}
+            for key, text, session in _fact_rows(context["facts"], sessions)
+        ],
         source=context["source"],
         turns=len(context["turns"]),
+        sent=turn_payload(sent),
     )
     chunks: list[str] = []
     try:
@@ -471,7 +519,7 @@ async def chat_stream(request: HttpRequest) -> HttpResponseBase:
                 )
                 if full is not None:
                     return JsonResponse({"detail": full}, status=403)
-        context = await aexchange_open(
+        context, sent = await aexchange_open(
             owner_id=speaker.owner_id,
             session_id=data["session_id"],
             message=data["message"],
@@ -487,6 +535,7 @@ async def chat_stream(request: HttpRequest) -> HttpResponseBase:
         message=data["message"],
         exchange_id=data["exchange_id"],
         context=context,
+        sent=sent,
     )
     content_type = "application/x-ndjson; charset=utf-8"
     if not isinstance(request, ASGIRequest):

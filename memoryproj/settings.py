@@ -82,6 +82,8 @@ if not SECRET_KEY:
     SECRET_KEY = _dev_secret_key()
 ALLOWED_HOSTS = _env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = _env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+# Check ids not to report (comma-separated); `make run` sets memory.W005 on its SQLite default.
+SILENCED_SYSTEM_CHECKS = _env_list("DJANGO_SILENCED_SYSTEM_CHECKS", "")
 
 # HTTPS in production (README, "Running it in production"); each off unless its variable says.
 SECURE_SSL_REDIRECT = _env_bool("DJANGO_SECURE_SSL_REDIRECT", False)

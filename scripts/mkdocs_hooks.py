@@ -5,6 +5,9 @@
   with its parameters, body and statuses, then every schema it names.
 - ``<!-- memory:settings -->`` becomes the table of ``MEMORY`` keys, read from
   ``memory/conf.py``'s ``DEFAULTS`` (each key's comment and default value).
+- ``<!-- memory:async-twins -->`` becomes the table of the async twins of ``memory.services``
+  and ``memory.selectors`` (read from their ``__all__``), each linked to its sync function's
+  entry in the reference.
 
 A marker the hooks cannot fill fails the build rather than leaving a gap.
 """
@@ -25,6 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 OPERATIONS = "<!-- openapi:operations -->"
 SETTINGS = "<!-- memory:settings -->"
+ASYNC_TWINS = "<!-- memory:async-twins -->"
 METHODS = ("get", "post", "put", "patch", "delete")
 MANAGE = (sys.executable, "manage.py")
 LITERAL = set("\\`|*_<>&[]{}")
@@ -220,10 +224,41 @@ def settings_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def async_twins() -> list[tuple[str, str, str]]:
+    """``(module, twin, sync function)`` for each ``a<name>`` of ``memory.services`` and
+    ``memory.selectors`` whose ``<name>`` they export too, read from each ``__all__``."""
+    rows = []
+    for module in ("services", "selectors"):
+        tree = ast.parse((ROOT / "memory" / module / "__init__.py").read_text())
+        exported: list[str] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and any(
+                getattr(target, "id", None) == "__all__" for target in node.targets
+            ):
+                exported = list(ast.literal_eval(node.value))
+        if not exported:
+            raise RuntimeError(f"memory/{module}/__init__.py: no __all__ found")
+        rows += [
+            (module, name, name[1:])
+            for name in exported
+            if name.startswith("a") and name[1:] in exported
+        ]
+    return rows
+
+
+def async_twins_markdown() -> str:
+    lines = ["| async twin | of |", "| --- | --- |"]
+    for module, twin, sync in async_twins():
+        lines.append(f"| `{module}.{twin}` | [`{module}.{sync}`](#memory.{module}.{sync}) |")
+    return "\n".join(lines) + "\n"
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """Fill the markers of a page (MkDocs event)."""
     if OPERATIONS in markdown:
         markdown = markdown.replace(OPERATIONS, operations_markdown(openapi_schema()))
     if SETTINGS in markdown:
         markdown = markdown.replace(SETTINGS, settings_markdown())
+    if ASYNC_TWINS in markdown:
+        markdown = markdown.replace(ASYNC_TWINS, async_twins_markdown())
     return markdown

@@ -169,13 +169,39 @@ def pytest_load_initial_conftests(
         raise SystemExit(2)
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
-    parts = [
-        choice.describe(service)
-        for service, var in (("postgres", "DATABASE_URL"), ("redis", "REDIS_URL"))
-        if (choice := _choices.get(var)) is not None
-    ]
-    return f"memory tests: {', '.join(parts)}" if parts else None
+def _redis_db(url: str) -> int:
+    path = url.split("://", 1)[-1].split("?", 1)[0].partition("/")[2]
+    return int(path or 0)
+
+
+def touched_lines(*, test_database: str, key_prefix: str) -> list[str]:
+    """What the run will do to the servers it chose, said before it does it: the database it
+    creates and drops, and the keys it writes and deletes (never a FLUSHDB of a server it did
+    not start). A server that is not the run's own is called shared."""
+    lines = []
+    if (choice := _choices.get("DATABASE_URL")) is not None:
+        shared = "" if choice.server else "; a shared server: DATABASE_URL picks another"
+        lines.append(
+            f"memory tests: {choice.describe('postgres')}: creates and drops the database "
+            f"{test_database} (MEMORY_TEST_DB names it){shared}"
+        )
+    if (choice := _choices.get("REDIS_URL")) is not None:
+        shared = "" if choice.server else "; a shared server: REDIS_URL picks another"
+        lines.append(
+            f"memory tests: {choice.describe('redis')} db {_redis_db(choice.url)}: writes and "
+            f"deletes only keys under {key_prefix}, never flushes it{shared}"
+        )
+    return lines
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    from django.conf import settings
+
+    lines = touched_lines(
+        test_database=settings.DATABASES["default"]["TEST"]["NAME"],
+        key_prefix=settings.MEMORY["KEY_PREFIX"],
+    )
+    return lines or None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

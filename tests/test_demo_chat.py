@@ -150,7 +150,9 @@ def test_an_anonymous_visitor_talks_as_an_owner_of_their_session(client):
     assert stored[3]["metadata"] == {"demo": "chat", "context_source": "cache"}
     html = second.content.decode()
     assert '<dd data-key="name">Wang Jianguo</dd>' in html
-    assert '<dd data-key="likes">[&quot;basketball&quot;]</dd>' in html
+    # NOTE: a list of words as a reader writes it, and each fact with the session it came from.
+    assert '<dd data-key="likes">basketball</dd>' in html
+    assert re.search(r'<dd class="from" data-from="name"[^>]*>laptop</dd>', html)
 
 
 @commits
@@ -386,9 +388,11 @@ def test_the_stream_view_sends_the_reply_as_it_is_produced(client, settings):
     reply = "Nice to meet you, Wang Jianguo! I'll remember that you like basketball."
     assert kinds == ["context", *["delta"] * len(reply.split()), "done"]
     assert events[0]["facts"] == [
-        {"key": "likes", "value": '["basketball"]'},
-        {"key": "name", "value": "Wang Jianguo"},
+        {"key": "likes", "value": "basketball", "session_id": "laptop"},
+        {"key": "name", "value": "Wang Jianguo", "session_id": "laptop"},
     ]
+    # NOTE: the user's turn is stored before the reply: the page shows its seq at once.
+    assert (events[0]["sent"]["seq"], events[0]["sent"]["content"]) == (1, INTRO)
     assert "".join(event["text"] for event in events[1:-1]) == reply
     done = events[-1]
     assert (done["turn"]["seq"], done["turn"]["content"]) == (2, reply)

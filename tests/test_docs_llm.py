@@ -40,7 +40,7 @@ def test_every_python_block_of_the_llm_page_runs():
     finally:
         # NOTE: the async block's sync code ran in asgiref's thread, on a connection of its own.
         asyncio.run(sync_to_async(connections.close_all, thread_sensitive=True)())
-    assert selectors.context_get(owner_id="wang")["facts"]["name"] == "Wang Jianguo"
+    assert selectors.context_get(owner_id="zhang")["facts"]["name"] == "Zhang Wei"
     assert [t["session_id"] for t in selectors.context_get(owner_id="han")["turns"]] == [
         "laptop",
         "laptop",

@@ -42,6 +42,12 @@ from tests.servers import free_port
 INTRO = "My name is Wang Jianguo, I like basketball"
 
 pytestmark = pytest.mark.package
+# What the langchain extra brought: its distribution, and the adapter's module imports.
+IMPORT_EXTRA = (
+    "import importlib.metadata, importlib.util;"
+    "print(importlib.metadata.distribution('langchain-core').metadata['Name']);"
+    "assert importlib.util.find_spec('langchain_core.chat_history')"
+)
 
 
 def run(args: list[str | Path], *, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -217,6 +223,18 @@ def test_wheel_installs_into_a_new_site_and_serves_the_api(
 
     def manage(*args: str) -> str:
         return run([python, "manage.py", *args], cwd=site, env=env)
+
+    # NOTE: docs/llm.md's install line of an extra as written, where `make dist` put the wheel,
+    # with `pip` this suite's pip aimed at the new environment.
+    (extra_line,) = [
+        line.split("#")[0].strip()
+        for line in (source / "docs" / "llm.md").read_text().splitlines()
+        if line.startswith("pip install") and "[langchain]" in line
+    ]
+    assert extra_line == 'pip install "$(echo dist/django_memory-*.whl)[langchain]"'
+    pip = f'pip() {{ {shlex.join(map(str, install))} --no-compile -q "$@"; }}'
+    run(["bash", "-c", f"set -euo pipefail\n{pip}\n{extra_line}"], cwd=source, env=pip_env)
+    assert "langchain-core" in run([python, "-c", IMPORT_EXTRA], cwd=tmp_path, env=env)
 
     # NOTE: README step 4's commands as written, with the venv's python as `python`.
     migrate, check = readme_commands("migrate")

@@ -1,6 +1,9 @@
 """The README's commands, pasted as written into a fresh copy of the project, as a newcomer
 does: ``make run`` in one terminal, then every shell block of "A conversation over HTTP" and
-"Operate it" in another, in one shell, against that demo; then Ctrl-C.
+"Operate it" in another, in one shell, against that demo (the second terminal's commands with
+the settings the demo wrote to ``.tmp/demo.env``); then every Python block of docs/llm.md as
+that page says to run it, ``manage.py shell < example.py`` in that terminal; then Ctrl-C.
+``make run-asgi`` is run the same way, and must start what ``make run`` starts.
 
 What is changed, and only that: the demo's address (``127.0.0.1:8000`` becomes a free port,
 given to ``make run`` as ``ADDR=``), and the copy's ``.venv`` is this suite's environment seen
@@ -33,6 +36,7 @@ import pytest
 
 from tests import newcomer
 from tests.servers import free_port
+from tests.test_docs_llm import LLM, python_blocks
 
 pytestmark = pytest.mark.slow
 
@@ -129,18 +133,16 @@ def chat_page_sources(base: str, times: int = 2) -> list[str]:
     return sources
 
 
-@pytest.fixture
-def demo(tmp_path: Path) -> Iterator[tuple[Path, str, subprocess.Popen[bytes], Path]]:
-    """``make run`` of the README's first block, in a fresh copy, on a free port."""
-    (top,) = [b.code for b in newcomer.blocks() if b.section == "" and b.lang == "sh"]
-    commands = [line.split("#")[0].strip() for line in top.splitlines()]
-    assert commands == ["make run", "make test"]
+def start_demo(
+    tmp_path: Path, target: str
+) -> Iterator[tuple[Path, str, subprocess.Popen[bytes], Path]]:
+    """``make <target>`` in a fresh copy, on a free port, until the test is done."""
     tree = clone(tmp_path)
     addr = f"127.0.0.1:{free_port()}"
-    log = tmp_path / "make-run.log"
+    log = tmp_path / f"make-{target}.log"
     with log.open("wb") as out:
         server = subprocess.Popen(
-            ["make", "run", f"ADDR={addr}"],
+            ["make", target, f"ADDR={addr}"],
             cwd=tree,
             env=newcomer_env(tmp_path),
             stdout=out,
@@ -156,6 +158,50 @@ def demo(tmp_path: Path) -> Iterator[tuple[Path, str, subprocess.Popen[bytes], P
             server.wait(timeout=30)
 
 
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[tuple[Path, str, subprocess.Popen[bytes], Path]]:
+    """``make run`` of the README's first block, in a fresh copy, on a free port."""
+    (top,) = [b.code for b in newcomer.blocks() if b.section == "" and b.lang == "sh"]
+    commands = [line.split("#")[0].strip() for line in top.splitlines()]
+    assert commands == ["make run", "make test"]
+    yield from start_demo(tmp_path, "run")
+
+
+def second_terminal(tree: Path, tmp_path: Path, script: str, **extra: str) -> str:
+    """``script`` run by bash in the copy, as a newcomer's second terminal; its stdout."""
+    shell = subprocess.run(
+        ["bash", "-c", "set -euo pipefail\n" + script],
+        cwd=tree,
+        env=newcomer_env(tmp_path, **extra),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert shell.returncode == 0, f"{shell.stdout[-3000:]}\n{shell.stderr[-3000:]}"
+    # NOTE: the demo's SQLite default warns once, in make run's own output, not here.
+    assert "memory.W005" not in shell.stdout + shell.stderr
+    return shell.stdout
+
+
+def stop_demo(server: subprocess.Popen[bytes], log: Path, tree: Path, base: str) -> None:
+    """Ctrl-C: the demo stops with its redis-server, and takes its env file with it."""
+    started = re.search(r"throwaway redis-server on (\S+) \(pid (\d+)\)", log.read_text())
+    assert started, log.read_text()
+    os.killpg(server.pid, signal.SIGINT)
+    server.wait(timeout=30)
+    assert not Path(f"/proc/{started[2]}").exists()
+    assert "stopped the demo's redis-server" in log.read_text()
+    assert not (tree / ".tmp" / "demo.env").exists()
+    with pytest.raises(OSError):
+        get(f"{base}/api/memory/health/")
+
+
+def demo_env(tree: Path) -> dict[str, str]:
+    """The ``export`` lines make run wrote for a second terminal."""
+    text = (tree / ".tmp" / "demo.env").read_text()
+    return dict(re.findall(r"^export (\w+)=(\S+)$", text, re.M))
+
+
 @pytest.mark.skipif(
     shutil.which("redis-server") is None or shutil.which("curl") is None,
     reason="the README's conversation needs curl, and make run's cache a local redis-server",
@@ -166,22 +212,26 @@ def test_the_readme_commands_work_pasted_into_a_fresh_copy(demo: Any, tmp_path: 
     assert health(base) == {"database": "ok", "cache": "ok"}
     started = re.search(r"throwaway redis-server on (\S+) \(pid (\d+)\)", log.read_text())
     assert started, log.read_text()
-    redis_pid = int(started[2])
+    # The second terminal's settings: the demo's own, its Redis included.
+    assert demo_env(tree) == {
+        "DJANGO_DEBUG": "1",
+        "DJANGO_SILENCED_SYSTEM_CHECKS": "memory.W005",
+        "REDIS_URL": started[1].rstrip(","),
+    }
+    # NOTE: the SQLite default's warning, said once by make run rather than by every command.
+    assert log.read_text().count("memory.W005") == 1
 
     blocks = [code for section in SECTIONS for code in newcomer.section_blocks(section, "sh")]
-    script = "set -euo pipefail\n" + "\n".join(
-        f"echo '::block {i}::'\n{code.replace(DEMO_ADDR, addr)}" for i, code in enumerate(blocks)
+    stdout = second_terminal(
+        tree,
+        tmp_path,
+        "\n".join(
+            f"echo '::block {i}::'\n{code.replace(DEMO_ADDR, addr)}"
+            for i, code in enumerate(blocks)
+        ),
+        DJANGO_SUPERUSER_PASSWORD="admin-pass-123",
     )
-    shell = subprocess.run(
-        ["bash", "-c", script],
-        cwd=tree,
-        env=newcomer_env(tmp_path, DJANGO_SUPERUSER_PASSWORD="admin-pass-123"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert shell.returncode == 0, f"{shell.stdout[-3000:]}\n{shell.stderr[-3000:]}"
-    out = dict(re.findall(r"::block (\d+)::\n(.*?)(?=::block \d+::|\Z)", shell.stdout, re.S))
+    out = dict(re.findall(r"::block (\d+)::\n(.*?)(?=::block \d+::|\Z)", stdout, re.S))
     assert len(out) == len(blocks)
 
     # A conversation over HTTP: the token, the turn, two context reads, facts, sessions.
@@ -202,19 +252,43 @@ def test_the_readme_commands_work_pasted_into_a_fresh_copy(demo: Any, tmp_path: 
     # Operate it: the admin account, and the commands.
     assert "Superuser created successfully." in out["3"]
     assert re.search(r"owners\s+1\n", out["4"]) and "Dry run" in out["4"]
+    # NOTE: the commands run against the demo's Redis, not "cache disabled".
+    assert re.search(r"^cache\s+ok$", out["4"], re.M), out["4"]
+    assert "Warmed 1 owner(s)." in out["4"]
+
+    # docs/llm.md: every Python block, as the page says, after this walkthrough.
+    for number, block in enumerate(python_blocks(LLM), 1):
+        example = tmp_path / f"llm-{number}.py"
+        example.write_text(block)
+        second_terminal(
+            tree, tmp_path, f". .tmp/demo.env\n.venv/bin/python manage.py shell < {example}"
+        )
 
     # The chat page: a user's first read from the database, the next from the cache.
     assert chat_page_sources(base) == ["database", "cache"]
     status, page = get(f"{base}/admin/login/")
     assert status == 200 and "Django administration" in page
 
-    # Ctrl-C stops the demo and its redis-server.
-    os.killpg(server.pid, signal.SIGINT)
-    server.wait(timeout=30)
-    assert not Path(f"/proc/{redis_pid}").exists()
-    assert "stopped the demo's redis-server" in log.read_text()
-    with pytest.raises(OSError):
-        get(f"{base}/api/memory/health/")
+    stop_demo(server, log, tree, base)
+
+
+@pytest.mark.skipif(
+    shutil.which("redis-server") is None, reason="make run-asgi's cache needs a redis-server"
+)
+def test_make_run_asgi_starts_what_make_run_starts(tmp_path: Path) -> None:
+    for tree, addr, server, log in start_demo(tmp_path, "run-asgi"):
+        base = f"http://{addr}"
+        assert health(base) == {"database": "ok", "cache": "ok"}
+        text = log.read_text()
+        assert "throwaway redis-server on" in text and "django-tasks worker (pid" in text
+        assert "Uvicorn running on" in text or "Application startup complete" in text
+        assert demo_env(tree)["REDIS_URL"].startswith("redis://127.0.0.1:")
+        assert chat_page_sources(base) == ["database", "cache"]
+        stdout = second_terminal(
+            tree, tmp_path, ". .tmp/demo.env\n.venv/bin/python manage.py memory_stats"
+        )
+        assert re.search(r"^cache\s+ok$", stdout, re.M), stdout
+        stop_demo(server, log, tree, base)
 
 
 def test_make_run_without_any_redis_says_no_cache_is_configured(tmp_path: Path) -> None:
@@ -222,7 +296,7 @@ def test_make_run_without_any_redis_says_no_cache_is_configured(tmp_path: Path) 
     # NOTE: a PATH with the few tools run-demo needs and no redis-server.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("bash", "dirname", "env"):
+    for tool in ("bash", "dirname", "env", "mkdir", "grep", "rm"):
         found = shutil.which(tool)
         assert found
         (bin_dir / tool).symlink_to(found)

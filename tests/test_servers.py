@@ -310,3 +310,19 @@ def test_pgbouncer_runs_as_postgres_when_root(pgbouncer: PgBouncerServer) -> Non
     owner = os.stat(f"/proc/{pgbouncer.pid}").st_uid
 
     assert owner == (pwd.getpwnam("postgres").pw_uid if os.geteuid() == 0 else os.geteuid())
+
+
+def test_the_run_says_which_database_and_keys_it_will_create_and_delete(settings) -> None:
+    from tests import services
+
+    lines = services.touched_lines(
+        test_database=settings.DATABASES["default"]["TEST"]["NAME"],
+        key_prefix=settings.MEMORY["KEY_PREFIX"],
+    )
+    postgres, redis_line = lines
+    assert f"creates and drops the database {settings.DATABASES['default']['TEST']['NAME']}" in (
+        postgres
+    )
+    assert f"deletes only keys under {settings.MEMORY['KEY_PREFIX']}, never flushes" in redis_line
+    assert services._redis_db("redis://127.0.0.1:6379/7") == 7
+    assert services._redis_db("redis://127.0.0.1:6379") == 0
