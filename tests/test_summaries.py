@@ -480,3 +480,26 @@ def test_the_async_twin_reads_the_same_summary(summarised):
 def test_the_summary_survives_a_dead_cache(summarised, dead_cache):
     summary = selectors.summary_get(owner_id="wang")
     assert summary is not None and summary["through_seq"] == 4
+
+
+def _check_ids(**memory: Any) -> list[str]:
+    from django.test import override_settings
+
+    from memory.checks import check_memory_settings
+
+    with override_settings(MEMORY={**settings.MEMORY, **memory}):
+        return [message.id for message in check_memory_settings()]
+
+
+def test_checks_name_a_bad_summarizer_and_a_refresh_run_in_the_request():
+    assert "memory.E024" in _check_ids(SUMMARIZER="no.such.summarizer")
+    assert "memory.E024" in _check_ids(SUMMARIZER="memory.recall.MAX_SUMMARY_CHARS")
+    assert "memory.E002" in _check_ids(SUMMARY_AFTER_TOKENS=0)
+    assert not {"memory.E024", "memory.W012", "memory.W013"} & set(_check_ids())
+    assert not {"memory.E024", "memory.W013"} & set(_check_ids(SUMMARIZER=None))
+    from django.test import override_settings
+
+    immediate = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
+    with override_settings(TASKS=immediate):
+        assert "memory.W013" in _check_ids()
+        assert "memory.W013" not in _check_ids(SUMMARIZER=None)
