@@ -31,8 +31,12 @@ LOCK_CLASS = 0x6D656D73
 def _refresh_lock(owner_pk: int) -> Iterator[bool]:
     """Whether this process holds the owner's refresh lock inside the block: a session-level
     advisory lock on PostgreSQL, which the server lets go when the connection does (a worker
-    killed mid-refresh holds nothing). Elsewhere, always (the batches' checks still hold)."""
-    if connection.vendor != "postgresql":
+    killed mid-refresh holds nothing). Elsewhere, or behind a transaction pooler, always (the
+    batches' checks still hold)."""
+    if connection.vendor != "postgresql" or conf.POOLER == "transaction":
+        # NOTE: behind a transaction pooler a session's lock may outlive it on a server
+        # connection another client then uses; without it, two refreshes at once may both call
+        # the summarizer, and the batch check still writes one of them (nothing twice).
         yield True
         return
     key = [LOCK_CLASS, owner_pk % 2147483647]

@@ -66,7 +66,9 @@ def turn_append(
     ``seq`` is 1, 2, 3... per owner in commit order, with no gap or repeat under concurrent
     writers. A repeated ``idempotency_key`` with the same input returns the turn first stored
     and stores nothing; with other input it raises ``IdempotencyKeyReused``. A user turn goes
-    through ``MEMORY["FACT_EXTRACTOR"]`` (docs/python-api.md, "Appending a turn"). Raises
+    through ``MEMORY["FACT_EXTRACTOR"]`` (docs/python-api.md, "Appending a turn"). While
+    summaries are on, its tokens count toward the owner's next summary refresh, recorded in
+    the same transaction and enqueued after commit once due (docs/summaries.md). Raises
     ``ValidationError`` ({field: messages}) for bad input and ``MemoryUnavailable`` when the
     database cannot be reached; then nothing was stored.
     """
