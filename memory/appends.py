@@ -27,7 +27,7 @@ class TurnInput(NamedTuple):
     idempotency_key: str | None
 
 
-class _SummaryCount(NamedTuple):
+class SummaryCount(NamedTuple):
     """What an append adds to its owner's ``summary_tokens`` (its content's tokens), and the
     count at which a summary refresh is due (``None``: summaries are off, nothing is counted)."""
 
@@ -35,17 +35,17 @@ class _SummaryCount(NamedTuple):
     after: int | None = None
 
 
-def _summary_count(content: str) -> _SummaryCount:
-    """The turn's ``_SummaryCount``: counted by ``MEMORY["TOKEN_COUNTER"]`` while
+def summary_count(content: str) -> SummaryCount:
+    """The turn's ``SummaryCount``: counted by ``MEMORY["TOKEN_COUNTER"]`` while
     ``MEMORY["SUMMARIZER"]`` is set. Never raises: a counter that fails is logged and the turn
     counts nothing (the append is never refused for its summary's sake)."""
     if conf.SUMMARIZER is None:
-        return _SummaryCount()
+        return SummaryCount()
     try:
-        return _SummaryCount(tokens.counter_remembering()(content), conf.SUMMARY_AFTER_TOKENS)
+        return SummaryCount(tokens.counter_remembering()(content), conf.SUMMARY_AFTER_TOKENS)
     except Exception:
         extraction.logger.exception("Counting a turn's tokens for the summary failed.")
-        return _SummaryCount()
+        return SummaryCount()
 
 
 def _retry_checked(existing: Turn, new: TurnInput) -> Turn:

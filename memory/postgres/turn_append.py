@@ -9,11 +9,11 @@ from django.utils import timezone
 
 from memory import cache, codec
 from memory.appends import (
+    SummaryCount,
     TurnInput,
     _fact_cap_warn,
     _Plan,
     _retry_checked,
-    _SummaryCount,
     _turn_loaded,
 )
 from memory.conf import conf
@@ -31,7 +31,7 @@ _APPEND_CALL = (
 
 
 def turn_append_call(
-    new: TurnInput, plan: _Plan, count: _SummaryCount
+    new: TurnInput, plan: _Plan, count: SummaryCount
 ) -> tuple[Turn, int | None, int | None] | None:
     """``turn_append`` of checked input on PostgreSQL, as ``_turn_append_django`` does it, in
     one call of ``memory_turn_append()``: one round trip, its own transaction in autocommit,

@@ -17,7 +17,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from memory import aio, cache, extraction
-from memory.appends import TurnInput, _Plan, _retry_checked, _summary_count, _SummaryCount
+from memory.appends import SummaryCount, TurnInput, _Plan, _retry_checked, summary_count
 from memory.exceptions import (
     database_guard,
 )
@@ -110,7 +110,7 @@ def _turn_append(
     # runs the extractor again (issue 21: it ran under the lock, and twice after a conflict).
     plan = _turn_facts_plan(owner_id, role, content)
     new = TurnInput(owner_id, session_id, role, content, metadata, idempotency_key)
-    count = _summary_count(content)
+    count = summary_count(content)
     if fast:
         with cache.service_write(), database_guard():
             done = turn_append_call(new, plan, count)
@@ -124,7 +124,7 @@ def _turn_append(
     return _turn_append_django(new, plan, count)
 
 
-def _turn_append_django(new: TurnInput, plan: _Plan, count: _SummaryCount) -> Turn:
+def _turn_append_django(new: TurnInput, plan: _Plan, count: SummaryCount) -> Turn:
     """The append of checked input through the ORM, under the owner's row lock: the
     specification of ``memory.postgres.turn_append`` (tests/test_postgres.py), and the path
     off PostgreSQL or after a fact of ``plan`` moved."""
@@ -164,7 +164,7 @@ def _extraction_enqueue(pending_pk: int) -> None:
     transaction.on_commit(lambda: extraction_enqueue(pending_pk=pending_pk), robust=True)
 
 
-def _turn_summary_count(owner: Owner, count: _SummaryCount, at: Any) -> None:
+def _turn_summary_count(owner: Owner, count: SummaryCount, at: Any) -> None:
     """Add the turn's tokens to the owner's (locked) ``summary_tokens``; once they reach
     ``count.after``, record the refresh due (one record per owner) and enqueue it after commit.
     The ORM twin of what ``memory_turn_append()`` does in its ``UPDATE`` (migration 0013)."""
