@@ -34,6 +34,7 @@ ROWS = (
     "cold",
     "append",
     "append_floor",
+    "summary_refresh",
     "blob",
     "http_get",
     "http_post",
@@ -677,6 +678,57 @@ class Bench:
         # NOTE: three times the samples of the other rows: an append waits on two servers'
         # round trips and a WAL flush, whose jitter on a shared machine is most of its spread.
         return self.measured(row, self.append_floor_ops(), per_round=self.args.per_round * 3)
+
+    def summary_refresh_ops(self) -> tuple[Callable[[], float], Callable[[], float]]:
+        """A summary refresh (``services.summary_refresh``, the built-in summarizer) of the
+        newest 100 turns of an owner whose summary covers the rest; each op first puts the
+        owner's summary back 100 turns (not timed)."""
+        from django.utils import timezone
+
+        from memory import services
+        from memory.models import Owner, Summary
+
+        window = 100
+        small = "summ101"
+        if not Owner.objects.filter(external_id=small).exists():
+            for i in range(window + 1):
+                role = "user" if i % 2 == 0 else "assistant"
+                content = f"My name is Wang Jianguo and I like topic {i}." if i % 2 == 0 else "OK."
+                services.turn_append(owner_id=small, session_id="s1", role=role, content=content)
+
+        def op(owner_id: str) -> Callable[[], float]:
+            owner = Owner.objects.get(external_id=owner_id)
+
+            def refresh() -> float:
+                Summary.objects.update_or_create(
+                    owner=owner,
+                    defaults={
+                        "text": "- My name is Wang Jianguo.",
+                        "through_seq": owner.last_seq - window,
+                        "tokens": 7,
+                        "updated_at": timezone.now(),
+                    },
+                )
+                Owner.objects.filter(pk=owner.pk).update(summary_tokens=5000)
+                started = time.perf_counter()
+                services.summary_refresh(owner_id=owner_id)
+                elapsed = time.perf_counter() - started
+                assert Summary.objects.get(owner=owner).through_seq == owner.last_seq
+                return elapsed
+
+            return refresh
+
+        return op("hist10k"), op(small)
+
+    def row_summary_refresh(self) -> Row:
+        row = Row(
+            "summary_refresh",
+            "summary refresh time: the newest 100 turns (`services.summary_refresh`, built-in "
+            "summarizer), history of 10,000",
+            "the same at 101 turns",
+            "<= 1.2x",
+        )
+        return self.measured(row, self.summary_refresh_ops())
 
     def row_cluster(self) -> list[Row]:
         """Warm read and append with the cache on a Redis Cluster of the bench's own (three

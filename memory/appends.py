@@ -1,6 +1,7 @@
 """The pieces of an append that both its paths use, ``services.turns`` (the spec) and its
 PostgreSQL fast path (``memory.postgres.turn_append``): the checked input, the extraction's
-plan, the check of an idempotent retry, a turn from a row, the warning of a fact past the cap."""
+plan, its count for the summary, the check of an idempotent retry, a turn from a row, the
+warning of a fact past the cap."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any, NamedTuple
 
 from django.db import DEFAULT_DB_ALIAS
 
-from memory import codec, extraction
+from memory import codec, extraction, tokens
 from memory.conf import conf
 from memory.exceptions import IdempotencyKeyReused
 from memory.models import Turn
@@ -24,6 +25,27 @@ class TurnInput(NamedTuple):
     content: str
     metadata: dict[str, Any]
     idempotency_key: str | None
+
+
+class SummaryCount(NamedTuple):
+    """What an append adds to its owner's ``summary_tokens`` (its content's tokens), and the
+    count at which a summary refresh is due (``None``: summaries are off, nothing is counted)."""
+
+    tokens: int = 0
+    after: int | None = None
+
+
+def summary_count(content: str) -> SummaryCount:
+    """The turn's ``SummaryCount``: counted by ``MEMORY["TOKEN_COUNTER"]`` while
+    ``MEMORY["SUMMARIZER"]`` is set. Never raises: a counter that fails is logged and the turn
+    counts nothing (the append is never refused for its summary's sake)."""
+    if conf.SUMMARIZER is None:
+        return SummaryCount()
+    try:
+        return SummaryCount(tokens.counter_remembering()(content), conf.SUMMARY_AFTER_TOKENS)
+    except Exception:
+        extraction.logger.exception("Counting a turn's tokens for the summary failed.")
+        return SummaryCount()
 
 
 def retry_checked(existing: Turn, new: TurnInput) -> Turn:

@@ -34,6 +34,7 @@ logger = logging.getLogger("memory")
 #   E021 CACHE_REPLICAS is not an integer >= 0, or CACHE_REPLICA_WAIT_MS not a positive one
 #   E022 POOLER is not None, "session" or "transaction"
 #   E023 PREPARED_STATEMENTS is not None, True or False
+#   E024 SUMMARIZER cannot be imported or is not callable
 #   W001 unknown MEMORY keys                 W004 the cache has no socket timeouts
 #   W002 CACHE_TURNS < CONTEXT_TURNS         W005 the database is not PostgreSQL
 #   W006 a deferred extractor whose tasks run immediately, inside the request
@@ -43,6 +44,8 @@ logger = logging.getLogger("memory")
 #   W009 a database of the app sets session state in OPTIONS (prepared statements, SET ROLE)
 #   W010 facts whose key is made only of dots (a database check: check --database default)
 #   W011 persistent connections (CONN_MAX_AGE, no OPTIONS["pool"]) under ASGI
+#   W012 summaries on, but django-tasks is not installed (no refresh runs by itself)
+#   W013 summaries on, but TASKS runs tasks immediately, inside the request
 
 COUNTS = (
     "CACHE_TTL",
@@ -56,6 +59,8 @@ COUNTS = (
     "SEARCH_TIMEOUT_MS",
     "LINK_BATCH_TURNS",
     "HEAVY_READS_PER_CALLER",
+    "SUMMARY_AFTER_TOKENS",
+    "SUMMARY_BATCH_TURNS",
 )
 DURATIONS = ("RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW")
 VALUE_IDS = {
@@ -139,6 +144,7 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     errors += _check_resolver(values["OWNER_RESOLVER"])
     errors += _check_extractor(values["FACT_EXTRACTOR"])
     errors += _check_token_counter(values["TOKEN_COUNTER"])
+    errors += _check_summarizer(values["SUMMARIZER"])
     token = values["METRICS_TOKEN"]
     if token is not None and not (isinstance(token, str) and len(token) >= 16):
         errors.append(
@@ -366,6 +372,47 @@ def _check_deferred(path: str) -> list[CheckMessage]:
     return []
 
 
+def _check_summarizer(path: Any) -> list[CheckMessage]:
+    """A summarizer is an importable callable, and its refreshes run in a worker."""
+    if path is None:
+        return []
+    hint = (
+        "Name a callable (previous_summary, turns) -> str, such as memory.recall.summarize "
+        "(the default), or None to turn summaries off."
+    )
+    try:
+        summarizer = setting_import("SUMMARIZER", path)
+    except ImproperlyConfigured as e:
+        return [Error(str(e), hint=hint, id="memory.E024")]
+    if not callable(summarizer):
+        return [
+            Error(f"MEMORY['SUMMARIZER'] {path!r} is not callable.", hint=hint, id="memory.E024")
+        ]
+    if find_spec("django_tasks") is None:
+        return [
+            Warning(
+                f"MEMORY['SUMMARIZER'] is {path!r}, but django-tasks is not installed: no "
+                "summary refresh runs by itself.",
+                hint="pip install django-memory[deferred] and a task backend, and set TASKS; "
+                "or run `manage.py memory_summarize --pending` periodically; or set "
+                "MEMORY['SUMMARIZER'] = None.",
+                id="memory.W012",
+            )
+        ]
+    tasks = getattr(settings, "TASKS", None) or {}
+    if tasks.get("default", {}).get("BACKEND", IMMEDIATE_BACKEND) == IMMEDIATE_BACKEND:
+        return [
+            Warning(
+                f"MEMORY['SUMMARIZER'] is {path!r}, but TASKS runs tasks immediately: a "
+                "summary refresh runs inside the request whose append made it due.",
+                hint='Set TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}} '
+                "and run `manage.py db_worker`, or another worker backend.",
+                id="memory.W013",
+            )
+        ]
+    return []
+
+
 def _check_resolver(path: Any) -> list[CheckMessage]:
     if not isinstance(path, str):
         return [
@@ -478,7 +525,7 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
 def _check_alias_prefix(
     alias: str, config: dict[str, Any], user: dict[str, Any]
 ) -> list[CheckMessage]:
-    # NOTE: the app builds its own keys (``<MEMORY["KEY_PREFIX"]>:v1:...``) and sends them to
+    # NOTE: the app builds its own keys (``<MEMORY["KEY_PREFIX"]>:v2:...``) and sends them to
     # Redis as they are, so Django's per-alias KEY_PREFIX never reaches them. A site that
     # separates its keys that way would believe they are separated when they are not.
     alias_prefix = config.get("KEY_PREFIX")

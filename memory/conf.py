@@ -66,6 +66,14 @@ DEFAULTS: dict[str, Any] = {
     # Dotted path of the callable ``str -> int`` counting tokens for ``max_tokens`` budgets
     # (memory.tokens: the default estimate, or tiktoken_counter).
     "TOKEN_COUNTER": "memory.tokens.estimate_counter",
+    # Dotted path of the summarizer, a callable (previous summary or None, turns) -> text, run
+    # by a deferred task (docs/summaries.md); None turns summaries off.
+    "SUMMARIZER": "memory.recall.summarize",
+    # Tokens of the turns after an owner's summary that make an append enqueue its refresh.
+    "SUMMARY_AFTER_TOKENS": 2000,
+    # Most turns one summarizer call is given: a refresh reads and summarises in batches of
+    # this many, each its own transaction, so its work and memory stay bounded.
+    "SUMMARY_BATCH_TURNS": 100,
     # Turns a link moves per transaction (services.memory_link): each batch holds both
     # owners' row locks, so the owner's writers wait for one batch at most.
     "LINK_BATCH_TURNS": 50,
@@ -304,6 +312,18 @@ class Settings:
     @property
     def TOKEN_COUNTER(self) -> str:
         return self._dotted("TOKEN_COUNTER")  # type: ignore[no-any-return]
+
+    @property
+    def SUMMARIZER(self) -> str | None:
+        return self._dotted("SUMMARIZER", optional=True)  # type: ignore[no-any-return]
+
+    @property
+    def SUMMARY_AFTER_TOKENS(self) -> int:
+        return self._count("SUMMARY_AFTER_TOKENS")
+
+    @property
+    def SUMMARY_BATCH_TURNS(self) -> int:
+        return self._count("SUMMARY_BATCH_TURNS")
 
     @property
     def SEARCH_TIMEOUT_MS(self) -> int:

@@ -29,6 +29,11 @@ class Owner(models.Model):
     # NOTE: set in the same transaction as every write while a cache is configured, cleared
     # once Redis confirmed the update: a transactional outbox for cache invalidations.
     cache_dirty = models.BooleanField(default=False)
+    # NOTE: tokens (``MEMORY["TOKEN_COUNTER"]``) of the turns after the summary's
+    # ``through_seq``, added by each append in its own statement while summaries are on and
+    # taken off by each summary refresh: how an append knows, without reading a turn, that a
+    # refresh is due (``MEMORY["SUMMARY_AFTER_TOKENS"]``).
+    summary_tokens = models.BigIntegerField(db_default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -58,6 +63,30 @@ def _owner_key(related_name: str) -> models.ForeignKey[Owner, Owner]:
     return models.ForeignKey(
         Owner, on_delete=models.CASCADE, related_name=related_name, db_index=False
     )
+
+
+class Summary(models.Model):
+    """The owner's summary of its turns 1..``through_seq``; one per owner, refreshed by a
+    deferred task (``services.summary_refresh``), deleted with the owner."""
+
+    owner = models.OneToOneField(Owner, on_delete=models.CASCADE, related_name="summary")
+    text = models.TextField()
+    through_seq = models.BigIntegerField()
+    tokens = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "conversation summary"
+        verbose_name_plural = "conversation summaries"
+        default_permissions = ("view",)
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(through_seq__gte=1), name="memory_summary_through_seq_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"summary through #{self.through_seq}"
 
 
 class Session(models.Model):
@@ -295,3 +324,25 @@ class PendingExtraction(models.Model):
         return (
             f"extraction of turn {self.turn_id} pending since {self.created_at:%Y-%m-%d %H:%M:%S}"
         )
+
+
+class PendingSummary(models.Model):
+    """An owner whose summary refresh is due and not done yet; deleted once it is.
+
+    Written in the transaction of the append that took the owner's ``summary_tokens`` past
+    ``MEMORY["SUMMARY_AFTER_TOKENS"]`` (one row per owner: later appends add none), so that a
+    process that dies before its task, or a queue that loses it, leaves the refresh to retry
+    (``manage.py memory_summarize --pending``), never an owner silently unsummarised.
+    """
+
+    owner = models.OneToOneField(Owner, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField()
+    # When a task for it was last handed to the task backend.
+    enqueued_at = models.DateTimeField()
+
+    class Meta:
+        default_permissions = ()
+        indexes = [models.Index(fields=["enqueued_at"], name="memory_pendsumm_enqueued_idx")]
+
+    def __str__(self) -> str:
+        return f"summary of owner {self.owner_id} pending since {self.created_at:%Y-%m-%d %H:%M:%S}"

@@ -44,6 +44,13 @@ class SessionPayload(TypedDict):
     turn_count: int
 
 
+class SummaryPayload(TypedDict):
+    text: str
+    through_seq: int
+    tokens: int
+    updated_at: str
+
+
 class ContextPayload(TypedDict):
     user_id: str
     facts: dict[str, Any]
@@ -62,6 +69,8 @@ class ContextMessagesPayload(TypedDict):
     facts: dict[str, Any]
     source: Literal["cache", "database"]
     tokens: int
+    summary_through_seq: int | None
+    recalled: list[int]
 
 
 def isoformat(value: dt.datetime) -> str:
@@ -107,6 +116,20 @@ def fact_payload_from_row(row: tuple[Any, ...]) -> FactPayload:
         "session_id": session_id,
         "updated_at": isoformat(updated_at),
         "version": version,
+    }
+
+
+SUMMARY_FIELDS = ("text", "through_seq", "tokens", "updated_at")
+
+
+def summary_payload_from_row(row: tuple[Any, ...]) -> SummaryPayload:
+    """A summary from a ``values_list(*SUMMARY_FIELDS)`` row."""
+    text, through_seq, tokens, updated_at = row
+    return {
+        "text": text,
+        "through_seq": through_seq,
+        "tokens": tokens,
+        "updated_at": isoformat(updated_at),
     }
 
 

@@ -409,6 +409,25 @@ class ContextMessagesSerializer(serializers.Serializer):
     facts = serializers.DictField(child=serializers.JSONField(allow_null=True))
     source = serializers.ChoiceField(choices=["cache", "database"])
     tokens = serializers.IntegerField(min_value=0)
+    summary_through_seq = serializers.IntegerField(
+        allow_null=True,
+        min_value=1,
+        help_text="The through_seq of the summary sent as the second system message, or null "
+        "when none was sent (the turns sent reach back to it, or the owner has none).",
+    )
+    recalled = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        help_text="The seqs of older turns recalled for a query: always [] for now.",
+    )
+
+
+class SummarySerializer(serializers.Serializer):
+    """The owner's summary of its turns 1..through_seq."""
+
+    text = serializers.CharField(allow_blank=True)
+    through_seq = serializers.IntegerField(min_value=1)
+    tokens = serializers.IntegerField(min_value=0)
+    updated_at = serializers.DateTimeField()
 
 
 class FactSerializer(serializers.Serializer):

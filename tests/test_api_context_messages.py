@@ -16,7 +16,16 @@ def test_messages_are_the_facts_then_the_last_turns(owner_client, wang_chat):
     response = owner_client.get(MESSAGES)
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"user_id", "messages", "facts", "source", "tokens"}
+    assert set(body) == {
+        "user_id",
+        "messages",
+        "facts",
+        "source",
+        "tokens",
+        "summary_through_seq",
+        "recalled",
+    }
+    assert (body["summary_through_seq"], body["recalled"]) == (None, [])
     assert body["user_id"] == "wang"
     assert body["facts"] == {"name": "Wang Jianguo"}
     assert body["messages"][0] == {

@@ -26,7 +26,16 @@ from memory import selectors, services
 from memory.authentication import TokenAuthentication
 from memory.exceptions import IdempotencyKeyReused
 from memory.extraction import ExtractedFact
-from memory.models import Fact, FactVersion, Owner, PendingExtraction, Session, Turn
+from memory.models import (
+    Fact,
+    FactVersion,
+    Owner,
+    PendingExtraction,
+    PendingSummary,
+    Session,
+    Summary,
+    Turn,
+)
 from memory.permissions import ACCESS_ALL, is_service_caller
 from memory.postgres import context_read
 from memory.services import turns
@@ -204,7 +213,11 @@ def stored_rows() -> dict[str, Any]:
         ]
 
     return {
-        "owners": list(Owner.objects.order_by("external_id").values("external_id", "last_seq")),
+        "owners": list(
+            Owner.objects.order_by("external_id").values(
+                "external_id", "last_seq", "summary_tokens"
+            )
+        ),
         "turns": rows(
             Turn,
             "seq",
@@ -239,21 +252,35 @@ def stored_rows() -> dict[str, Any]:
             json_fields=("value",),
         ),
         "pending": PendingExtraction.objects.count(),
+        "pending_summaries": rows(PendingSummary, "created_at", "enqueued_at"),
     }
 
 
+# NOTE: the summary threshold: off (no summarizer), passed by nearly every turn, by a few, never.
+SUMMARY_AFTER = st.sampled_from([None, 1, 3, 2000])
+
+
 @settings(PROPERTY, max_examples=80)
-@given(steps=st.lists(STEP, min_size=1, max_size=8), script=SCRIPT)
+@given(steps=st.lists(STEP, min_size=1, max_size=8), script=SCRIPT, summary_after=SUMMARY_AFTER)
 @example(
     steps=[{**TYPICAL, "content": "hi"}, {**TYPICAL, "idempotency_key": "k1"}, 1, 0],
     script={
         "hi": [ExtractedFact("name", "Wang"), ExtractedFact("city", 1), ExtractedFact("ratio", 1.0)]
     },
+    summary_after=None,
 )
-def test_the_one_call_appends_as_the_orm_does(memory_settings, steps, script):
+@example(
+    steps=[{**TYPICAL, "content": "hi"}, {**TYPICAL, "content": "I like chess"}, 0],
+    script={},
+    summary_after=3,
+)
+def test_the_one_call_appends_as_the_orm_does(memory_settings, steps, script, summary_after):
     ScriptedExtractor.script = script
     extractor = "tests.test_postgres.ScriptedExtractor"
-    with memory_settings(FACT_EXTRACTOR=extractor, MAX_FACTS=2, MAX_TURN_CHARS=12):
+    summaries = (
+        {"SUMMARIZER": None} if summary_after is None else {"SUMMARY_AFTER_TOKENS": summary_after}
+    )
+    with memory_settings(FACT_EXTRACTOR=extractor, MAX_FACTS=2, MAX_TURN_CHARS=12, **summaries):
         fast = append_runs(steps, fast=True)
         django = append_runs(steps, fast=False)
     assert fast == django
@@ -282,6 +309,7 @@ HISTORY = st.fixed_dictionaries(
             st.tuples(STORED_JSON, st.one_of(st.none(), INSTANT)),
             max_size=3,
         ),
+        "summary": st.one_of(st.none(), st.tuples(TEXT, st.integers(1, 9), INSTANT)),
     }
 )
 
@@ -295,11 +323,23 @@ HISTORY = st.fixed_dictionaries(
 )
 # NOTE: a float of 1.8e19 or more is an integer past 64 bits once jsonb stored it: orjson
 # read it back as a float, Django's JSONField as the integer (the one discrepancy found).
-@example(owners={"wang": {"turns": [("", {"a": [2e19]}, None)], "facts": {}}}, reads=[("wang", 1)])
-@example(owners={"li": {"turns": [], "facts": {"city": (-9.3e18, None)}}}, reads=[("li", 0)])
+@example(
+    owners={"wang": {"turns": [("", {"a": [2e19]}, None)], "facts": {}, "summary": None}},
+    reads=[("wang", 1)],
+)
+@example(
+    owners={"li": {"turns": [], "facts": {"city": (-9.3e18, None)}, "summary": None}},
+    reads=[("li", 0)],
+)
 # NOTE: a whole second: isoformat() then writes no fraction.
 @example(
-    owners={"wang": {"turns": [("", {}, dt.datetime(2000, 1, 1, tzinfo=dt.UTC))], "facts": {}}},
+    owners={
+        "wang": {
+            "turns": [("", {}, dt.datetime(2000, 1, 1, tzinfo=dt.UTC))],
+            "facts": {},
+            "summary": ("我叫王建国", 1, dt.datetime(2000, 1, 1, tzinfo=dt.UTC)),
+        }
+    },
     reads=[("wang", 1)],
 )
 def test_the_pipelined_read_reads_as_the_orm_does(owners, reads):
@@ -320,6 +360,12 @@ def test_the_pipelined_read_reads_as_the_orm_does(owners, reads):
                 services.fact_put(owner_id=owner_id, key=key, value=value)
                 if at is not None:
                     Fact.objects.filter(owner__external_id=owner_id, key=key).update(updated_at=at)
+            if history["summary"] is not None:
+                text, through_seq, at = history["summary"]
+                owner, _ = Owner.objects.get_or_create(external_id=owner_id)
+                Summary.objects.create(
+                    owner=owner, text=text, through_seq=through_seq, tokens=3, updated_at=at
+                )
         for owner_id, n in reads:
             fast = context_read.context_read(owner_id, n)
             django = selectors.context.django_read(owner_id, n)

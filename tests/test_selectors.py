@@ -115,9 +115,10 @@ def test_cold_read_query_count_does_not_grow_with_history(history):
         with CaptureQueriesContext(connection) as queries:
             assert selectors.context_get(owner_id=owner_id)["source"] == "database"
         counts.append(len(queries))
-    # NOTE: three (one round trip on PostgreSQL); the fill found its own claim, so nothing
-    # touched the copy since the miss and it needs no verification query.
-    assert counts[0] == counts[1] == 3
+    # NOTE: four, the owner, turns, facts and summary (one round trip on PostgreSQL); the fill
+    # found its own claim, so nothing touched the copy since the miss and it needs no
+    # verification query.
+    assert counts[0] == counts[1] == 4
 
 
 def test_asking_for_more_turns_than_cached_reads_database(history, memory_settings):
@@ -350,7 +351,15 @@ def test_context_messages_are_the_facts_then_the_turns(history):
     history()
     context = selectors.context_get(owner_id="wang")
     sent = selectors.context_messages(owner_id="wang")
-    assert set(sent) == {"user_id", "messages", "facts", "source", "tokens"}
+    assert set(sent) == {
+        "user_id",
+        "messages",
+        "facts",
+        "source",
+        "tokens",
+        "summary_through_seq",
+        "recalled",
+    }
     assert sent["user_id"] == "wang"
     assert sent["facts"] == {"likes": ["basketball"], "name": "Wang Jianguo"}
     assert sent["messages"][0] == {

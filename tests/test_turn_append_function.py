@@ -227,6 +227,8 @@ def test_the_function_takes_a_fact_of_another_json_type_for_a_changed_one():
                     False,
                     json.dumps(facts),
                     200,
+                    0,
+                    None,
                 ],
             )
             row = cursor.fetchone()

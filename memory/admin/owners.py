@@ -1,5 +1,5 @@
-"""The owners' and sessions' pages: an owner's bounded turns and facts, forgetting owners,
-dropping a cached copy."""
+"""The owners' and sessions' pages: an owner's bounded turns and facts, its summary (read-only),
+forgetting owners, dropping a cached copy."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from memory.admin.base import (
 )
 from memory.conf import conf
 from memory.exceptions import MemoryException
-from memory.models import Fact, Owner, Session, Turn
+from memory.models import Fact, Owner, Session, Summary, Turn
 
 
 @admin.register(Owner)
@@ -44,9 +44,19 @@ class OwnerAdmin(MemoryAdmin):
     search_help_text = "Owner id (the chat product's user id), or part of it."
     fieldsets = (
         (None, {"fields": ("external_id", "created_at", "updated_at", "browse")}),
+        ("Summary", {"fields": ("summary_shown", "summary_tokens")}),
         ("Cache", {"fields": ("stamp", "cache_dirty")}),
     )
-    readonly_fields = ("external_id", "created_at", "updated_at", "browse", "stamp", "cache_dirty")
+    readonly_fields = (
+        "external_id",
+        "created_at",
+        "updated_at",
+        "browse",
+        "summary_shown",
+        "summary_tokens",
+        "stamp",
+        "cache_dirty",
+    )
     inlines = (FactsInline, LatestTurnsInline)
     actions = ("forget_owners", "drop_cached_copy")
 
@@ -82,6 +92,20 @@ class OwnerAdmin(MemoryAdmin):
             (self._url(Session, "changelist", owner=owner.pk), "sessions"),
         ]
         return format_html_join(" · ", '<a href="{}">{}</a>', links)
+
+    @admin.display(description="summary")
+    def summary_shown(self, owner: Owner) -> SafeString:
+        # NOTE: read-only: a summary is written only by its refresh (services.summary_refresh).
+        summary = Summary.objects.filter(owner=owner).first()
+        if summary is None:
+            return format_html("<em>{}</em>", "none yet")
+        return format_html(
+            '<p>Turns 1-{} ({} tokens), updated {}</p><pre style="white-space: pre-wrap">{}</pre>',
+            summary.through_seq,
+            summary.tokens,
+            summary.updated_at.isoformat(timespec="seconds"),
+            summary.text,
+        )
 
     def get_deleted_objects(
         self, objs: Iterable[Owner], request: HttpRequest

@@ -62,9 +62,9 @@ before the read began, except within these bounds:
    backs off up to ``REPAIR_BACKOFF_MAX``. No Redis error reaches a caller. The async client is
    made from the sync client's own pool, so both reach Redis with the same credentials and TLS.
 
-Redis keys: ``<KEY_PREFIX>:v1:{<digest of owner id>}`` (a hash; the braces are a cluster hash
+Redis keys: ``<KEY_PREFIX>:v2:{<digest of owner id>}`` (a hash; the braces are a cluster hash
 tag, so an owner's keys share a slot and every script touches one slot), ``...:fill`` (the
-fill lock), ``<KEY_PREFIX>:v1:stats`` (shared counters).
+fill lock), ``<KEY_PREFIX>:v2:stats`` (shared counters).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from memory.cache.client import (
 )
 from memory.cache.keys import key_pattern, lock_key, owner_key
 from memory.conf import conf
-from memory.payloads import FactPayload, TurnPayload
+from memory.payloads import FactPayload, SummaryPayload, TurnPayload
 
 # An owner's cached memory is one hash, so that eviction takes it whole or not at all:
 #   rev       stamp of the database state the payload reflects (absent: no payload, a miss)
@@ -36,6 +36,7 @@ from memory.payloads import FactPayload, TurnPayload
 #   seqs      the cached turn seqs, oldest first, space-separated
 #   fkeys     the keys of the cached facts, space-separated (a copy filled before it existed
 #             lacks it; reads then list the hash's fields instead)
+#   sum       the owner's summary payload (absent: the owner has none)
 #   t:<seq>   a turn payload;  f:<key>  a fact payload
 
 LUA = Path(__file__).resolve().parent / "lua"
@@ -60,11 +61,13 @@ GUARD_TTL = 60
 
 @dataclass(frozen=True)
 class Snapshot:
-    """An owner's memory at one ``stamp``: its last turns (oldest first) and facts (by key)."""
+    """An owner's memory at one ``stamp``: its last turns (oldest first), facts (by key) and
+    summary (``None``: it has none)."""
 
     stamp: int
     turns: list[TurnPayload]
     facts: list[FactPayload]
+    summary: SummaryPayload | None = None
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,10 @@ def _read_result(reply: list[Any], token: str | None) -> ReadResult:
     breaker.count("hits")
     facts: list[FactPayload] = codec.loads(reply[3])
     facts.sort(key=_fact_key)
-    return Hit(Snapshot(stamp=int(reply[1]), turns=codec.loads(reply[2]), facts=facts))
+    summary: SummaryPayload | None = codec.loads(reply[4]) if reply[4] else None
+    return Hit(
+        Snapshot(stamp=int(reply[1]), turns=codec.loads(reply[2]), facts=facts, summary=summary)
+    )
 
 
 class Fill(enum.Enum):
@@ -185,6 +191,7 @@ def copy_fill(
         " ".join(str(turn["seq"]) for turn in turns),
         " ".join(f"{name} {len(payload)}" for name, payload in zip(names, payloads, strict=True)),
         b"".join(payloads),
+        codec.dumps(snapshot.summary) if snapshot.summary is not None else "",
     ]
     answer = redis_call(
         "fill",

@@ -8,7 +8,8 @@ from memory.conf import conf
 
 # NOTE: bumped whenever the shape of a cached payload changes, so that an old copy is never
 # read as a new one.
-SCHEMA = "v1"
+# v2: the copy holds the owner's summary (``sum``), so a v1 copy, which lacks it, is not read.
+SCHEMA = "v2"
 
 
 def prefix() -> str:

@@ -134,7 +134,9 @@ def _rehydrate(owner_id: str, turns: int, load: Loader, fill_token: str | None) 
     depth = conf.CACHE_TURNS
     snapshot, complete = load(max(turns, depth + 1))
     breaker.count("rehydrations")
-    cached = Snapshot(snapshot.stamp, _tail(snapshot.turns, depth), snapshot.facts)
+    cached = Snapshot(
+        snapshot.stamp, _tail(snapshot.turns, depth), snapshot.facts, snapshot.summary
+    )
     stored = copy_fill(
         owner_id=owner_id,
         snapshot=cached,
@@ -147,7 +149,7 @@ def _rehydrate(owner_id: str, turns: int, load: Loader, fill_token: str | None) 
         # NOTE: a Redis that timed out may still run the fill once it answers again (one that
         # refused the connection never got it, and leaves nothing to repair).
         remember(Pending(owner_pk=None, owner_id=owner_id, stamp=snapshot.stamp))
-    return Snapshot(snapshot.stamp, _tail(snapshot.turns, turns), snapshot.facts)
+    return Snapshot(snapshot.stamp, _tail(snapshot.turns, turns), snapshot.facts, snapshot.summary)
 
 
 def _wait_for_fill(owner_id: str, turns: int) -> ReadResult | Refused | None:

@@ -10,8 +10,15 @@ from django.db import connection
 from psycopg import Pipeline
 
 from memory import cache, codec
-from memory.models import Fact, Owner, Turn
-from memory.payloads import FACT_FIELDS, TURN_FIELDS, FactPayload, TurnPayload
+from memory.models import Fact, Owner, Summary, Turn
+from memory.payloads import (
+    FACT_FIELDS,
+    SUMMARY_FIELDS,
+    TURN_FIELDS,
+    FactPayload,
+    SummaryPayload,
+    TurnPayload,
+)
 
 
 def context_read_usable() -> bool:
@@ -34,19 +41,21 @@ def _iso(text: str) -> str:
 
 
 @functools.cache
-def _context_read_sql() -> tuple[str, str, str]:
-    """The three statements of ``context_read``, written once from the models' tables."""
+def _context_read_sql() -> tuple[str, str, str, str]:
+    """The four statements of ``context_read``, written once from the models' tables."""
     q = connection.ops.quote_name
-    owner, turn, fact = (q(model._meta.db_table) for model in (Owner, Turn, Fact))
+    owner, turn, fact, summary = (q(model._meta.db_table) for model in (Owner, Turn, Fact, Summary))
     owner_pk = f"(SELECT id FROM {owner} WHERE external_id = %s)"
     turn_columns = [*map(q, TURN_FIELDS[:-1]), _utc(q(TURN_FIELDS[-1]))]
     fact_columns = [*map(q, FACT_FIELDS[:3]), _utc(q(FACT_FIELDS[3])), q(FACT_FIELDS[4])]
+    summary_columns = [*map(q, SUMMARY_FIELDS[:3]), _utc(q(SUMMARY_FIELDS[3]))]
     return (
         f"SELECT stamp FROM {owner} WHERE external_id = %s",
         f"SELECT {', '.join(turn_columns)} FROM {turn}"
         f" WHERE owner_id = {owner_pk} ORDER BY seq DESC LIMIT %s",
         f"SELECT {', '.join(fact_columns)} FROM {fact}"
         f" WHERE owner_id = {owner_pk} ORDER BY {q('key')}",
+        f"SELECT {', '.join(summary_columns)} FROM {summary} WHERE owner_id = {owner_pk}",
     )
 
 
@@ -54,14 +63,14 @@ def context_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
     """``memory.selectors.context.django_read`` in one round trip, with the payloads built straight
     from the rows: the same snapshot and completeness.
 
-    NOTE: building the three querysets cost the ORM more than the database took to answer
+    NOTE: building the querysets cost the ORM more than the database took to answer
     them, and parsing timestamps only to format them again cost as much (docs/performance.md).
-    So the SQL is written once; psycopg's pipeline mode sends the three statements together;
+    So the SQL is written once; psycopg's pipeline mode sends the four statements together;
     timestamps arrive as text. The owner's pk is a scalar subquery, so that no statement waits
     for another and the turns are still read backwards along the (owner, seq) index.
     """
-    owner_sql, turns_sql, facts_sql = _context_read_sql()
-    cursors = [connection.cursor() for _ in range(3)]
+    owner_sql, turns_sql, facts_sql, summary_sql = _context_read_sql()
+    cursors = [connection.cursor() for _ in range(4)]
     try:
         # NOTE: errors of pipelined statements surface when the pipeline syncs, outside
         # Django's cursor wrapper: they are wrapped here into django.db errors like any query's.
@@ -70,7 +79,8 @@ def context_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
                 cursors[0].execute(owner_sql, [owner_id])
                 cursors[1].execute(turns_sql, [owner_id, turns])
                 cursors[2].execute(facts_sql, [owner_id])
-            owner_rows, rows, fact_rows = (cursor.fetchall() for cursor in cursors)
+                cursors[3].execute(summary_sql, [owner_id])
+            owner_rows, rows, fact_rows, summary_rows = (cursor.fetchall() for cursor in cursors)
     finally:
         for cursor in cursors:
             cursor.close()
@@ -101,5 +111,14 @@ def context_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
         }
         for key, value, session_id, updated_at, version in fact_rows
     ]
-    memory = cache.Snapshot(stamp=owner_rows[0][0], turns=turn_list, facts=facts)
+    summary: SummaryPayload | None = None
+    if summary_rows:
+        text, through_seq, tokens, updated_at = summary_rows[0]
+        summary = {
+            "text": text,
+            "through_seq": through_seq,
+            "tokens": tokens,
+            "updated_at": _iso(updated_at),
+        }
+    memory = cache.Snapshot(stamp=owner_rows[0][0], turns=turn_list, facts=facts, summary=summary)
     return memory, len(rows) < turns

@@ -8,26 +8,38 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
 from memory import cache, codec
-from memory.appends import AppendPlan, TurnInput, fact_cap_warn, retry_checked, turn_loaded
+from memory.appends import (
+    AppendPlan,
+    SummaryCount,
+    TurnInput,
+    fact_cap_warn,
+    retry_checked,
+    turn_loaded,
+)
 from memory.conf import conf
 from memory.db import prepared_fetchone
 from memory.models import Owner, Turn
 from memory.payloads import fact_payload_from_row, turn_payload
 
-# The parameters of memory_turn_append() (migrations 0008 and 0010), in its order, typed for a
-# cursor that binds them on the server.
+# The parameters of memory_turn_append() (migrations 0008, 0010 and 0013), in its order, typed
+# for a cursor that binds them on the server.
 _APPEND_CALL = (
     "SELECT * FROM memory_turn_append(%s::text, %s::text, %s::text, %s::text, %s::jsonb,"
-    " %s::text, %s::boolean, %s::timestamptz, %s::boolean, %s::jsonb, %s::integer)"
+    " %s::text, %s::boolean, %s::timestamptz, %s::boolean, %s::jsonb, %s::integer,"
+    " %s::integer, %s::integer)"
 )
 
 
-def turn_append_call(new: TurnInput, plan: AppendPlan) -> tuple[Turn, int | None] | None:
+def turn_append_call(
+    new: TurnInput, plan: AppendPlan, count: SummaryCount
+) -> tuple[Turn, int | None, int | None] | None:
     """``turn_append`` of checked input on PostgreSQL, as ``_turn_append_django`` does it, in
     one call of ``memory_turn_append()``: one round trip, its own transaction in autocommit,
     whatever the key and the facts; then the cache update after commit
-    (``cache.owner_changed``). Returns the turn and, for a deferred extractor, the pk of its
-    ``PendingExtraction`` (the caller enqueues it), or ``None`` when a fact of ``plan`` changed
+    (``cache.owner_changed``). ``count`` goes into the owner's ``summary_tokens`` in the same
+    ``UPDATE`` that takes the seq. Returns the turn, for a deferred extractor the pk of its
+    ``PendingExtraction``, and the pk of the ``PendingSummary`` this append created (the
+    caller enqueues both), or ``None`` when a fact of ``plan`` changed
     between its read and the owner's lock (then nothing was written: the caller takes the
     general path). Raises
     ``IdempotencyKeyReused`` as ``turn_append`` does.
@@ -55,10 +67,12 @@ def turn_append_call(new: TurnInput, plan: AppendPlan) -> tuple[Turn, int | None
             plan.defer,
             codec.dumps(plan.facts).decode() if plan.facts is not None else None,
             conf.MAX_FACTS,
+            count.tokens,
+            count.after,
         ],
     )
     created, conflict, turn_pk, owner_pk, seq, stamp, prev, *stored = row[:12]
-    pending_pk, written, skipped = row[12:15]
+    pending_pk, written, skipped, summary_pk = row[12:16]
     if conflict:
         return None
     if not created:
@@ -73,7 +87,7 @@ def turn_append_call(new: TurnInput, plan: AppendPlan) -> tuple[Turn, int | None
             idempotency_key=idempotency_key,
             created_at=stored[4],
         )
-        return retry_checked(existing, new), None
+        return retry_checked(existing, new), None, None
     turn = turn_loaded(
         id=turn_pk,
         owner_id=owner_pk,
@@ -93,4 +107,4 @@ def turn_append_call(new: TurnInput, plan: AppendPlan) -> tuple[Turn, int | None
     ]
     owner = Owner(pk=owner_pk, external_id=owner_id, stamp=stamp)
     cache.owner_changed(owner, turns=[turn_payload(turn)], facts=facts, stamp_taken=prev)
-    return turn, pending_pk
+    return turn, pending_pk, summary_pk

@@ -1,10 +1,10 @@
 """Reads of an owner's memory: the app's public Python API for looking at it.
 
 One module per entity (``context``, ``facts``, ``turns``, ``sessions``, ``search``, ``owners``,
-``health``; ``pages`` holds what every listing shares), everything public re-exported here.
-``context_get`` and ``fact_list`` read through the Redis copy and rehydrate it from the
-database on any miss; the other selectors read the database. A lost database raises
-``MemoryUnavailable``; Redis failures are never seen by callers.
+``health``, ``summaries``; ``pages`` holds what every listing shares), everything public
+re-exported here. ``context_get``, ``fact_list`` and ``summary_get`` read through the Redis
+copy and rehydrate it from the database on any miss; the other selectors read the database.
+A lost database raises ``MemoryUnavailable``; Redis failures are never seen by callers.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from memory.selectors.search import (
     turn_search_queryset,
 )
 from memory.selectors.sessions import asession_list, session_list
+from memory.selectors.summaries import asummary_get, summary_get
 from memory.selectors.turns import aturn_list, turn_list
 
 __all__ = [
@@ -77,6 +78,7 @@ __all__ = [
     "asearch",
     "asession_list",
     "astats_get",
+    "asummary_get",
     "aturn_list",
     "aturn_search",
     "aturn_search_queryset",
@@ -95,6 +97,7 @@ __all__ = [
     "owners_idle_count",
     "session_list",
     "stats_get",
+    "summary_get",
     "turn_list",
     "turn_search",
     "turn_search_queryset",

@@ -1,4 +1,5 @@
-"""The context: facts and the newest turns, read through the Redis copy; and as model messages."""
+"""The context: facts and the newest turns, read through the Redis copy; and as model messages,
+with the owner's summary where the turns sent do not reach back to it."""
 
 from __future__ import annotations
 
@@ -10,14 +11,18 @@ from django.core.exceptions import ValidationError
 from memory import aio, cache, codec, tokens
 from memory.conf import conf
 from memory.exceptions import database_guard
-from memory.models import Fact, Owner, Turn
+from memory.models import Fact, Owner, Summary, Turn
 from memory.payloads import (
     FACT_FIELDS,
+    SUMMARY_FIELDS,
     TURN_FIELDS,
     ContextMessagesPayload,
     ContextPayload,
     MessagePayload,
+    SummaryPayload,
+    TurnPayload,
     fact_payload_from_row,
+    summary_payload_from_row,
     turn_payload_from_row,
 )
 from memory.postgres import context_read
@@ -36,9 +41,10 @@ def _context(
 
 
 def database_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
-    """The owner's stamp, last ``turns`` turns and facts; and whether those are all its turns.
+    """The owner's stamp, last ``turns`` turns, facts and summary; and whether those are all
+    its turns.
 
-    Three queries whatever the history length (the (owner, seq) index serves the turns); on
+    Four queries whatever the history length (the (owner, seq) index serves the turns); on
     PostgreSQL with psycopg 3 they go in one round trip (``memory.postgres.context_read``).
     """
     if context_read.context_read_usable():
@@ -60,8 +66,12 @@ def django_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
         fact_payload_from_row(fact)
         for fact in Fact.objects.filter(owner_id=owner_pk).order_by("key").values_list(*FACT_FIELDS)
     ]
+    summary = Summary.objects.filter(owner_id=owner_pk).values_list(*SUMMARY_FIELDS).first()
     memory = cache.Snapshot(
-        stamp=stamp, turns=[turn_payload_from_row(turn) for turn in rows], facts=facts
+        stamp=stamp,
+        turns=[turn_payload_from_row(turn) for turn in rows],
+        facts=facts,
+        summary=summary_payload_from_row(summary) if summary is not None else None,
     )
     return memory, len(rows) < turns
 
@@ -78,11 +88,23 @@ def context_get(*, owner_id: str, turns: int | None = None) -> ContextPayload:
     single rehydration. An unknown owner has an empty context. Raises ``ValidationError`` for a
     bad owner id or turn count and ``MemoryUnavailable`` when the database cannot be reached.
     """
+    return _context(owner_id, *_read(owner_id, turns))
+
+
+def _read(owner_id: str, turns: int | None) -> tuple[cache.Snapshot, cache.Source]:
     n = _context_turns(owner_id, turns)
-    memory, source = cache.read_through(
-        owner_id=owner_id, turns=n, load=functools.partial(database_read, owner_id)
-    )
-    return _context(owner_id, memory, source)
+    with database_guard():
+        return cache.read_through(
+            owner_id=owner_id, turns=n, load=functools.partial(database_read, owner_id)
+        )
+
+
+async def _aread(owner_id: str, turns: int | None) -> tuple[cache.Snapshot, cache.Source]:
+    n = _context_turns(owner_id, turns)
+    with database_guard():
+        return await cache.aread_through(
+            owner_id=owner_id, turns=n, load=functools.partial(database_read, owner_id)
+        )
 
 
 def _context_turns(owner_id: str, turns: int | None) -> int:
@@ -100,12 +122,7 @@ def _context_turns(owner_id: str, turns: int | None) -> int:
 async def acontext_get(*, owner_id: str, turns: int | None = None) -> ContextPayload:
     # NOTE: not aio.twin(context_get): a warm read is natively async (memory.cache.aio, no
     # thread hop); a cold one takes one hop into the same sync read path.
-    n = _context_turns(owner_id, turns)
-    with database_guard():
-        memory, source = await cache.aread_through(
-            owner_id=owner_id, turns=n, load=functools.partial(database_read, owner_id)
-        )
-    return _context(owner_id, memory, source)
+    return _context(owner_id, *await _aread(owner_id, turns))
 
 
 def _max_tokens_check(max_tokens: int | None) -> None:
@@ -142,8 +159,40 @@ def _facts_text(facts: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _context_messages(context: ContextPayload, max_tokens: int | None) -> ContextMessagesPayload:
-    """``context`` as model messages, its turns cut to ``max_tokens`` (see ``context_messages``)."""
+def summary_text(summary: SummaryPayload) -> str:
+    """The owner's summary as the text of the context's second system message."""
+    return (
+        f"Summary of the earlier conversation (turns 1-{summary['through_seq']}):\n"
+        f"{summary['text']}"
+    )
+
+
+def _newest_fitting(
+    turns: list[TurnPayload], count: tokens.TokenCounter, budget: int | None
+) -> tuple[list[TurnPayload], int]:
+    """The newest of ``turns`` that fit in ``budget`` tokens (all of them without one), whole
+    and in order, and what they count."""
+    kept: list[TurnPayload] = []
+    used = 0
+    for turn in reversed(turns):
+        cost = count(turn["content"])
+        if budget is not None and used + cost > budget:
+            # NOTE: the newest turns that fit, with no gap: an older, shorter turn after one
+            # that did not fit would be a reply without its question.
+            break
+        used += cost
+        kept.append(turn)
+    kept.reverse()
+    return kept, used
+
+
+def _context_messages(
+    memory: cache.Snapshot,
+    context: ContextPayload,
+    max_tokens: int | None,
+) -> ContextMessagesPayload:
+    """``context`` as model messages, its turns cut to ``max_tokens``, with the summary of
+    ``memory`` where they do not reach back to it (see ``context_messages``)."""
     count = tokens.counter_remembering()
     system: MessagePayload = {"role": "system", "content": _facts_text(context["facts"])}
     used = count(system["content"])
@@ -156,22 +205,34 @@ def _context_messages(context: ContextPayload, max_tokens: int | None) -> Contex
                 ]
             }
         )
-    kept: list[MessagePayload] = []
-    for turn in reversed(context["turns"]):
-        cost = count(turn["content"])
-        if max_tokens is not None and used + cost > max_tokens:
-            # NOTE: the newest turns that fit, with no gap: an older, shorter turn after one
-            # that did not fit would be a reply without its question.
-            break
-        used += cost
-        kept.append({"role": turn["role"], "content": turn["content"]})
-    kept.reverse()
+    budget = None if max_tokens is None else max_tokens - used
+    kept, cost = _newest_fitting(context["turns"], count, budget)
+    summary, through_seq = memory.summary, None
+    head = [system]
+    if summary is not None and (not kept or kept[0]["seq"] > summary["through_seq"]):
+        text = summary_text(summary)
+        summary_cost = count(text)
+        # NOTE: a summary that does not fit beside the facts is left out rather than cut.
+        if budget is None or summary_cost <= budget:
+            head.append({"role": "system", "content": text})
+            through_seq = summary["through_seq"]
+            used += summary_cost
+            if budget is not None:
+                # NOTE: the newest turns that fit beside facts and summary: fewer, so they
+                # still do not reach back to the summary.
+                kept, cost = _newest_fitting(kept, count, budget - summary_cost)
+    messages: list[MessagePayload] = [
+        *head,
+        *({"role": turn["role"], "content": turn["content"]} for turn in kept),
+    ]
     return {
         "user_id": context["user_id"],
-        "messages": [system, *kept],
+        "messages": messages,
         "facts": context["facts"],
         "source": context["source"],
-        "tokens": used,
+        "tokens": used + cost,
+        "summary_through_seq": through_seq,
+        "recalled": [],
     }
 
 
@@ -181,11 +242,15 @@ def context_messages(
     """The owner's context as the messages an LLM chat API takes, oldest first.
 
     The first message is ``{"role": "system", "content": ...}``, the facts as text (``- key:
-    value`` lines, by key; "none yet" when there are none); then one ``{"role", "content"}``
-    per turn, content kept exactly. Without ``max_tokens``, the turns are the last ``turns``
+    value`` lines, by key; "none yet" when there are none); then, when the owner has a summary
+    and the turns sent do not reach back to its ``through_seq`` (the oldest sent is newer, or
+    none is sent), a second system message with the summary (``summary_text``), if it fits
+    beside the facts, and ``summary_through_seq`` names it (else ``None``); then one
+    ``{"role", "content"}`` per turn, content kept exactly. ``recalled`` is ``[]`` (recall of
+    older turns by a query comes later). Without ``max_tokens``, the turns are the last ``turns``
     (as for ``context_get``). With ``max_tokens`` (1..``tokens.MAX_TOKENS``), they are the
     newest of the last ``turns`` (default: ``MEMORY["MAX_CONTEXT_TURNS"]``) that fit in
-    ``max_tokens`` together with the system message: whole turns, the newest first, stopping at
+    ``max_tokens`` together with the system messages: whole turns, the newest first, stopping at
     the first one that does not fit, in their order. ``tokens`` is what the messages' contents
     count by ``MEMORY["TOKEN_COUNTER"]`` (roles and a chat API's per-message overhead are not
     counted); with ``max_tokens`` it is never above it. ``facts`` and ``source`` are the context's.
@@ -197,8 +262,8 @@ def context_messages(
     ``ImproperlyConfigured`` for a bad ``MEMORY["TOKEN_COUNTER"]``.
     """
     _max_tokens_check(max_tokens)
-    context = context_get(owner_id=owner_id, turns=_messages_turns(max_tokens, turns))
-    return _context_messages(context, max_tokens)
+    memory, source = _read(owner_id, _messages_turns(max_tokens, turns))
+    return _context_messages(memory, _context(owner_id, memory, source), max_tokens)
 
 
 @aio.twin_of(context_messages)
@@ -206,5 +271,5 @@ async def acontext_messages(
     *, owner_id: str, max_tokens: int | None = None, turns: int | None = None
 ) -> ContextMessagesPayload:
     _max_tokens_check(max_tokens)
-    context = await acontext_get(owner_id=owner_id, turns=_messages_turns(max_tokens, turns))
-    return _context_messages(context, max_tokens)
+    memory, source = await _aread(owner_id, _messages_turns(max_tokens, turns))
+    return _context_messages(memory, _context(owner_id, memory, source), max_tokens)

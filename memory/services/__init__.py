@@ -4,8 +4,9 @@ Every service runs in one transaction under the owner's row lock, commits to the
 first, and only then (``transaction.on_commit``) updates the Redis copy. A write that raises
 stored nothing; a Redis failure never fails a write (``memory.cache`` states the protocol).
 One module per thing written: ``turns``, ``turn_facts`` (the facts a turn states), ``facts``,
-``owners``; ``_common`` holds what they share. ``deferred`` holds the django-tasks task of a
-deferred extractor, imported only when one is configured (not from here).
+``owners``, ``summaries``; ``_common`` holds what they share. ``deferred`` holds the
+django-tasks tasks (a deferred extractor's, a summary refresh's), imported only when one is
+due (not from here).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from memory.services.owners import (
     memory_link,
     owners_forget_idle,
 )
+from memory.services.summaries import asummary_refresh, summary_refresh
 from memory.services.turn_facts import aturn_facts_extract, turn_facts_extract
 from memory.services.turns import (
     aturn_append,
@@ -51,6 +53,7 @@ __all__ = [
     "amemory_forget",
     "amemory_link",
     "aowners_forget_idle",
+    "asummary_refresh",
     "aturn_append",
     "aturn_delete",
     "aturn_facts_extract",
@@ -63,6 +66,7 @@ __all__ = [
     "memory_forget",
     "memory_link",
     "owners_forget_idle",
+    "summary_refresh",
     "turn_append",
     "turn_delete",
     "turn_facts_extract",

@@ -1,10 +1,11 @@
-"""Deferred extraction: the django-tasks task that runs a deferred extractor in a worker, its
-enqueueing after the turn's commit, and the re-enqueueing of turns whose task never ran.
+"""Deferred work: the django-tasks tasks that run a deferred extractor and a summary refresh in
+a worker, their enqueueing after the commit that made them due, and the re-enqueueing of the
+records whose task never ran.
 
 Needs the ``django-tasks`` backport (``pip install django-memory[deferred]``) and a task
 backend in ``TASKS``: its database backend (``django_tasks_db``, worker ``manage.py
-db_worker``) or any other (RQ, Celery). Imported only when a deferred extractor is configured
-(``turns`` imports it inside the function that enqueues), never by ``memory.services``.
+db_worker``) or any other (RQ, Celery). Imported only when a task is due (``turns`` imports it
+inside the function that enqueues), never by ``memory.services``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from django_tasks import task
 
 from memory.exceptions import database_guard
 from memory.extraction.base import logger
-from memory.models import PendingExtraction
+from memory.models import PendingExtraction, PendingSummary
 from memory.services.turn_facts import turn_facts_extract
 
 # Records re-enqueued per statement by ``pending_enqueue``.
@@ -88,6 +89,69 @@ def pending_enqueue(*, grace: dt.timedelta) -> int:
             PendingExtraction.objects.filter(pk__in=pks).update(enqueued_at=now)
         for pk in pks:
             enqueued += extraction_enqueue(pending_pk=pk)
+        if len(pks) < BATCH:
+            return enqueued
+        last_pk = pks[-1]
+
+
+@task()
+def summary_run(pending_pk: int) -> int:
+    """Refresh the summary of the owner of ``PendingSummary`` ``pending_pk``
+    (``services.summary_refresh``); return how many batches were written. Runs in the worker;
+    a record already done or gone does nothing.
+
+    Raises ``MemoryUnavailable`` when the database cannot be reached, and what the summarizer
+    raises; the record stays and ``memory_summarize --pending`` enqueues it again.
+    """
+    from memory.services.summaries import summary_refresh
+
+    with database_guard():
+        owner_id = (
+            PendingSummary.objects.filter(pk=pending_pk)
+            .values_list("owner__external_id", flat=True)
+            .first()
+        )
+    if owner_id is None:
+        return 0
+    return summary_refresh(owner_id=owner_id)
+
+
+def summary_enqueue(*, pending_pk: int) -> bool:
+    """Hand the refresh task of one ``PendingSummary`` to the task backend; return whether it
+    took it. Called after the commit that created the record. Never raises: a backend that
+    fails is logged, and the record waits for ``memory_summarize --pending``.
+    """
+    try:
+        summary_run.enqueue(pending_pk)
+    except Exception:
+        logger.exception(
+            "The summary refresh of pending record %s could not be enqueued; "
+            "`manage.py memory_summarize --pending` will enqueue it again.",
+            pending_pk,
+        )
+        return False
+    return True
+
+
+def summaries_pending_enqueue(*, grace: dt.timedelta) -> int:
+    """Enqueue again every pending summary refresh last enqueued more than ``grace`` ago; return
+    how many were handed to the task backend (``pending_enqueue``'s rules, for summaries).
+    Raises ``MemoryUnavailable`` when the database cannot be reached.
+    """
+    enqueued = 0
+    last_pk = 0
+    while True:
+        now = timezone.now()
+        with database_guard(), transaction.atomic():
+            pks = list(
+                PendingSummary.objects.select_for_update(skip_locked=True)
+                .filter(pk__gt=last_pk, enqueued_at__lt=now - grace)
+                .order_by("pk")
+                .values_list("pk", flat=True)[:BATCH]
+            )
+            PendingSummary.objects.filter(pk__in=pks).update(enqueued_at=now)
+        for pk in pks:
+            enqueued += summary_enqueue(pending_pk=pk)
         if len(pks) < BATCH:
             return enqueued
         last_pk = pks[-1]

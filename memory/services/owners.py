@@ -42,6 +42,7 @@ from memory.services._common import (
     _service,
     _sessions_uncount,
 )
+from memory.services.summary_triggers import _summary_link
 from memory.signals import memory_forgotten
 from memory.validators import (
     dots_only,
@@ -330,7 +331,9 @@ def _link_step(owner_id: str, from_owner_id: str) -> _LinkStep:
         moved = _turns_link(source, target, conf.LINK_BATCH_TURNS)
         seqs = {**seqs, **{str(old): new for old, new in moved if old in referenced}}
         cache.owner_drop(target, turns=len(moved))
-        if Turn.objects.filter(owner=source).exists():
+        last = not Turn.objects.filter(owner=source).exists()
+        _summary_link(source, target, [new for _, new in moved], last=last)
+        if not last:
             OwnerLink.objects.update_or_create(
                 source=source, defaults={"target": target, "seqs": seqs}
             )

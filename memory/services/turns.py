@@ -17,7 +17,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from memory import aio, cache, extraction
-from memory.appends import AppendPlan, TurnInput, retry_checked
+from memory.appends import AppendPlan, SummaryCount, TurnInput, retry_checked, summary_count
 from memory.exceptions import (
     database_guard,
 )
@@ -37,6 +37,7 @@ from memory.services._common import (
     _session_touch,
     _sessions_uncount,
 )
+from memory.services.summary_triggers import _summary_due, _summary_enqueue
 from memory.services.turn_facts import _facts_savepoint_failed, _turn_facts_write
 from memory.validators import (
     validate_content,
@@ -65,7 +66,9 @@ def turn_append(
     ``seq`` is 1, 2, 3... per owner in commit order, with no gap or repeat under concurrent
     writers. A repeated ``idempotency_key`` with the same input returns the turn first stored
     and stores nothing; with other input it raises ``IdempotencyKeyReused``. A user turn goes
-    through ``MEMORY["FACT_EXTRACTOR"]`` (docs/python-api.md, "Appending a turn"). Raises
+    through ``MEMORY["FACT_EXTRACTOR"]`` (docs/python-api.md, "Appending a turn"). While
+    summaries are on, its tokens count toward the owner's next summary refresh, recorded in
+    the same transaction and enqueued after commit once due (docs/summaries.md). Raises
     ``ValidationError`` ({field: messages}) for bad input and ``MemoryUnavailable`` when the
     database cannot be reached; then nothing was stored.
     """
@@ -107,18 +110,21 @@ def _turn_append(
     # runs the extractor again (issue 21: it ran under the lock, and twice after a conflict).
     plan = _turn_facts_plan(owner_id, role, content)
     new = TurnInput(owner_id, session_id, role, content, metadata, idempotency_key)
+    count = summary_count(content)
     if fast:
         with cache.service_write(), database_guard():
-            done = turn_append_call(new, plan)
+            done = turn_append_call(new, plan, count)
         if done is not None:
-            turn, pending_pk = done
+            turn, pending_pk, summary_pk = done
             if pending_pk is not None:
                 _extraction_enqueue(pending_pk)
+            if summary_pk is not None:
+                _summary_enqueue(summary_pk)
             return turn
-    return _turn_append_django(new, plan)
+    return _turn_append_django(new, plan, count)
 
 
-def _turn_append_django(new: TurnInput, plan: AppendPlan) -> Turn:
+def _turn_append_django(new: TurnInput, plan: AppendPlan, count: SummaryCount) -> Turn:
     """The append of checked input through the ORM, under the owner's row lock: the
     specification of ``memory.postgres.turn_append`` (tests/test_postgres.py), and the path
     off PostgreSQL or after a fact of ``plan`` moved."""
@@ -138,6 +144,7 @@ def _turn_append_django(new: TurnInput, plan: AppendPlan) -> Turn:
             )
             _session_touch(owner, new.session_id, turn.created_at)
             facts = _turn_facts_merge(owner, turn, plan)
+            _turn_summary_count(owner, count, turn.created_at)
             write.delta(turns=[turn_payload(turn)], facts=[fact_payload(f) for f in facts])
         return turn
 
@@ -155,6 +162,18 @@ def _extraction_enqueue(pending_pk: int) -> None:
     from memory.services.deferred import extraction_enqueue
 
     transaction.on_commit(lambda: extraction_enqueue(pending_pk=pending_pk), robust=True)
+
+
+def _turn_summary_count(owner: Owner, count: SummaryCount, at: Any) -> None:
+    """Add the turn's tokens to the owner's (locked) ``summary_tokens``; once they reach
+    ``count.after``, record the refresh due (one record per owner) and enqueue it after commit.
+    The ORM twin of what ``memory_turn_append()`` does in its ``UPDATE`` (migration 0013)."""
+    if count.after is None:
+        return
+    owner.summary_tokens += count.tokens
+    Owner.objects.filter(pk=owner.pk).update(summary_tokens=owner.summary_tokens)
+    if owner.summary_tokens >= count.after:
+        _summary_due(owner, at)
 
 
 def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:

@@ -19,7 +19,7 @@ from memory.views.base import (
     api_exception,
     not_found,
 )
-from memory.views.context import ContextMessagesView, ContextView
+from memory.views.context import ContextMessagesView, ContextView, SummaryView
 from memory.views.facts import FactHistoryView, FactsView, FactView
 from memory.views.turns import SearchView, TurnsView
 from memory.views.users import HealthView, LinkView, SessionsView, UserView
@@ -41,6 +41,7 @@ __all__ = [
     "MemoryView",
     "SearchView",
     "SessionsView",
+    "SummaryView",
     "TurnsView",
     "UserView",
     "api_exception",

@@ -1,8 +1,9 @@
-"""``users/{user_id}/context/`` and ``context/messages/``."""
+"""``users/{user_id}/context/``, ``context/messages/`` and ``summary/``."""
 
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -12,6 +13,7 @@ from memory.serializers import (
     ContextMessagesSerializer,
     ContextQuerySerializer,
     ContextSerializer,
+    SummarySerializer,
 )
 from memory.views.base import READ_ERRORS, USER_ID, MemoryView, _validated, schema_responses
 
@@ -50,3 +52,20 @@ class ContextMessagesView(MemoryView):
         if limits.context_heavy(turns=query.get("turns"), max_tokens=query.get("max_tokens")):
             self.heavy_read(request, user_id)
         return Response(selectors.context_messages(owner_id=user_id, **query))
+
+
+class SummaryView(MemoryView):
+    """``users/{user_id}/summary/``: the owner's summary of its older turns; 404 while none."""
+
+    @extend_schema(
+        tags=["context"],
+        parameters=[USER_ID],
+        responses=schema_responses({200: SummarySerializer}, READ_ERRORS),
+        summary="The summary of the user's turns 1..through_seq (404 while there is none)",
+        operation_id="summary_get",
+    )
+    def get(self, request: Request, user_id: str) -> Response:
+        summary = selectors.summary_get(owner_id=user_id)
+        if summary is None:
+            raise exceptions.NotFound("The user has no summary yet.")
+        return Response(summary)

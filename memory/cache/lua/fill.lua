@@ -1,6 +1,7 @@
 -- Store a rehydrated copy unless a writer moved past it (memory/cache/copy.py: copy_fill).
 -- KEYS: memory hash, fill lock.
--- ARGV: stamp, ttl, complete, lock token, seqs, fields ("name length" pairs), payloads joined.
+-- ARGV: stamp, ttl, complete, lock token, seqs, fields ("name length" pairs), payloads joined,
+--   the summary payload ('' for none).
 -- Returns 1 stored over this caller's claim, 2 stored without it (the hash was removed since
 -- the miss: verify the fill), 0 refused (the copy is at or past the stamp, or a floor is above it).
 -- NOTE: two arguments for all payloads, not two per payload: packing a command's arguments is
@@ -24,6 +25,7 @@ for name, size in string.gmatch(ARGV[6], '(%S+) (%d+)') do
   pos = pos + size
 end
 redis.call('HSET', KEYS[1], 'fkeys', table.concat(fkeys, ' '))
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'sum', ARGV[8]) end
 -- NOTE: one HSET per slice of fields, as unpack() has a limit on how many values it spreads.
 for i = 1, #fields, 1000 do
   redis.call('HSET', KEYS[1], unpack(fields, i, math.min(i + 999, #fields)))

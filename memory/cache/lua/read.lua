@@ -1,13 +1,13 @@
 -- Read an owner's copy (memory/cache/copy.py: copy_read).
 -- KEYS: memory hash, fill lock. ARGV: ttl, lock ms, lock token, turns wanted.
--- A hit returns {1, rev, turns, facts}: the last turns wanted and every fact, each as one JSON
--- array joined here from the stored payloads; {2} when the copy holds fewer turns than wanted.
+-- A hit returns {1, rev, turns, facts, summary}: the last turns wanted and every fact, each as
+-- one JSON array joined here from the stored payloads, and the summary payload ('' for none); {2} when the copy holds fewer turns than wanted.
 -- A miss returns {0, 1} when this caller took the fill lock (and left its claim in the hash),
 -- else {0, 0}.
 -- NOTE: the joined arrays make a hit three bulk replies whatever the turn count, and leave out
 -- the cached turns the caller did not ask for: parsing replies is most of a hit's client time.
 local key = KEYS[1]
-local meta = redis.call('HMGET', key, 'rev', 'complete', 'seqs', 'fkeys')
+local meta = redis.call('HMGET', key, 'rev', 'complete', 'seqs', 'fkeys', 'sum')
 if meta[1] then
   redis.call('EXPIRE', key, ARGV[1])
   local seqs = {}
@@ -39,7 +39,7 @@ if meta[1] then
     end
   end
   turns = '[' .. table.concat(turns, ',') .. ']'
-  return {1, meta[1], turns, '[' .. table.concat(facts, ',') .. ']'}
+  return {1, meta[1], turns, '[' .. table.concat(facts, ',') .. ']', meta[5] or ''}
 end
 if ARGV[2] == '0' then return {0, 0} end
 local got = redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', ARGV[2])

@@ -1,0 +1,23 @@
+"""Recall of what the context no longer holds: the owner's summary (``summarizer``: the built-in
+offline summarizer, the LLM summarizer, and the loader of ``MEMORY["SUMMARIZER"]``). Nothing
+here imports the services: ``memory.services.summaries`` runs the summarizer in a worker."""
+
+from __future__ import annotations
+
+from memory.recall.summarizer import (
+    LLM_SUMMARY_PROMPT,
+    MAX_SUMMARY_CHARS,
+    LLMSummarizer,
+    Summarizer,
+    summarize,
+    summarizer_get,
+)
+
+__all__ = [
+    "LLM_SUMMARY_PROMPT",
+    "MAX_SUMMARY_CHARS",
+    "LLMSummarizer",
+    "Summarizer",
+    "summarize",
+    "summarizer_get",
+]
