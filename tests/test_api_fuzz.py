@@ -37,6 +37,7 @@ OPERATIONS = [
     "turn_search",
     "memory_link",
     "memory_forget",
+    "owner_export",
     "tool_list",
     "tool_call",
     "health_get",
