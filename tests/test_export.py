@@ -181,6 +181,16 @@ def test_an_export_closed_early_ends_its_transaction(wang):
     assert stream.read() is None
 
 
+def test_a_lost_database_is_a_503_before_any_byte(owner_client, dead_database):
+    from memory.exceptions import MemoryUnavailable
+
+    with pytest.raises(MemoryUnavailable):
+        selectors.owner_export(owner_id="wang")
+    response = owner_client.get(EXPORT_URL.format("wang"))
+    assert response.status_code == 503
+    assert not response.streaming
+
+
 # Bounded memory --------------------------------------------------------------------------
 
 BIG_TURNS = 100_000
@@ -441,6 +451,8 @@ def _drop(path: str) -> Any:
         (_set("exported_at", "yesterday"), "exported_at"),
         (_set("summary", {"text": "..."}), "summary"),
         (_set("turns", {}), "turns"),
+        (_set("facts", 5), "facts"),
+        (_set("sessions", None), "sessions"),
         (_set("turns.1.role", "robot"), "turns[1].role"),
         (_set("turns.1.content", "a\x00b"), "turns[1].content"),
         (_set("turns.1.content", "长" * 32769), "turns[1].content"),

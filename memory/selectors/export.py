@@ -3,6 +3,7 @@ from one snapshot of the database, so that an owner of any size costs bounded me
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -10,7 +11,7 @@ from typing import Any
 
 import orjson
 from asgiref.sync import sync_to_async
-from django.db import connections, router
+from django.db import DatabaseError, connections, router
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -51,7 +52,10 @@ class _Snapshot:
 
     def __init__(self) -> None:
         alias = router.db_for_read(Turn)
-        self.connection = connections.create_connection(alias)
+        # NOTE: a new connection made as this thread's connection of the alias is (the same
+        # settings dict, which a site or a test may have pointed elsewhere).
+        current = connections[alias]
+        self.connection = type(current)(dict(current.settings_dict), alias)
         # NOTE: under ASGI the chunks are read from whichever thread the hops land on; the
         # connection is this stream's alone and used by one chunk at a time.
         self.connection.inc_thread_sharing()
@@ -77,12 +81,14 @@ class _Snapshot:
         return [tuple(row) for row in compiler.results_iter(tuple_expected=True)]
 
     def close(self) -> None:
+        # NOTE: a lost connection has ended its transaction already; closing it is enough.
         try:
             if self.connection.connection is not None:
-                with self.connection.cursor() as cursor:
+                with contextlib.suppress(DatabaseError), self.connection.cursor() as cursor:
                     cursor.execute("ROLLBACK")
         finally:
-            self.connection.close()
+            with contextlib.suppress(DatabaseError):
+                self.connection.close()
 
 
 def _dumps(items: list[Any]) -> bytes:

@@ -289,7 +289,8 @@ def _document_check(document: Any, owner_id: str | None) -> _Checked:
             # NOTE: summaries land on their own branch (issue 26), with their import.
             errors.add("summary", "This version of memory cannot import a summary.")
         facts = _items(errors, document, "facts")
-        if len(document.get("facts") or ()) > conf.MAX_FACTS:
+        given = document.get("facts")
+        if isinstance(given, list) and len(given) > conf.MAX_FACTS:
             limit = conf.MAX_FACTS
             errors.add("facts", f"A user holds at most {limit} facts (MEMORY['MAX_FACTS']).")
         versions = _items(errors, document, "fact_history")
