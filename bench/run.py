@@ -46,6 +46,7 @@ ROWS = (
     "cluster",
     "tool_http",
     "mcp",
+    "export",
 )
 
 TOTAL_TURNS = 1_000_000
@@ -1051,6 +1052,52 @@ class Bench:
             "health_answers": len(loaded),
             "server": server.describe(),
         }
+        return row
+
+    def row_export(self) -> Row:
+        """The export of the 100,000-turn owner (``selectors.owner_export``, every chunk read),
+        against a raw ``COPY`` of the same turns' columns to the client: turns per second."""
+        from bench.timing import interleaved, timed
+        from memory import selectors
+
+        owner = self.raw.execute("SELECT id FROM memory_owner WHERE external_id = 'huge'")
+        (pk,) = owner.fetchone()  # type: ignore[misc]
+        turns = 100_000
+
+        def export() -> object:
+            size = 0
+            for chunk in selectors.owner_export(owner_id="huge"):
+                size += len(chunk)
+            return size
+
+        def copy() -> object:
+            size = 0
+            with self.raw.cursor().copy(
+                "COPY (SELECT seq, session_id, role, content, metadata, created_at"
+                " FROM memory_turn WHERE owner_id = %s ORDER BY seq) TO STDOUT",
+                [pk],
+            ) as stream:
+                for block in stream:
+                    size += len(block)
+            return size
+
+        pair = interleaved(timed(export), timed(copy), rounds=3, per_round=2, warmup=1)
+        row = Row(
+            "export",
+            "export of the owner of 100,000 turns (`owner_export`: facts, history, turns,"
+            " sessions as JSON, one snapshot)",
+            "raw `COPY ... TO STDOUT` of the same turns' columns (text format)",
+            "",
+            unit="turns/s",
+        )
+        row.project, row.baseline = turns / pair.project, turns / pair.baseline
+        row.ratio, row.spread = pair.ratio, pair.spread
+        row.extra["seconds_each"] = [round(pair.project, 3), round(pair.baseline, 3)]
+        row.note = (
+            f"{turns / pair.project:,.0f} turns/s exported ({pair.project:.2f} s), COPY"
+            f" {turns / pair.baseline:,.0f} turns/s ({pair.baseline:.2f} s); ratio is time over"
+            " COPY's"
+        )
         return row
 
     def row_tool_http(self) -> Row:

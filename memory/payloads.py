@@ -145,3 +145,40 @@ def session_payload(session: Session) -> SessionPayload:
         "last_seen": isoformat(session.last_seen),
         "turn_count": session.turn_count,
     }
+
+
+FACT_VERSION_FIELDS = (
+    "key",
+    "value",
+    "version",
+    "session_id",
+    "updated_at",
+    "source_turn_seq",
+    "deleted",
+)
+SESSION_FIELDS = ("session_id", "first_seen", "last_seen", "turn_count")
+
+
+def fact_version_payload_from_row(row: tuple[Any, ...]) -> FactVersionPayload:
+    """A fact version from a ``values_list(*FACT_VERSION_FIELDS)`` row."""
+    key, value, version, session_id, updated_at, source_turn_seq, deleted = row
+    return {
+        "key": key,
+        "value": value,
+        "version": version,
+        "session_id": session_id,
+        "updated_at": isoformat(updated_at),
+        "source_turn_seq": source_turn_seq,
+        "deleted": deleted,
+    }
+
+
+def session_payload_from_row(row: tuple[Any, ...]) -> SessionPayload:
+    """A session from a ``values_list(*SESSION_FIELDS)`` row."""
+    session_id, first_seen, last_seen, turn_count = row
+    return {
+        "session_id": session_id,
+        "first_seen": isoformat(first_seen),
+        "last_seen": isoformat(last_seen),
+        "turn_count": turn_count,
+    }

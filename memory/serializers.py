@@ -515,6 +515,21 @@ class TurnSearchSerializer(serializers.Serializer):
     results = TurnSerializer(many=True)
 
 
+class ExportSerializer(serializers.Serializer):
+    """The owner's whole memory, streamed: facts by key, their versions by key and version,
+    every turn in seq order, sessions most recently seen first, read from one snapshot."""
+
+    format = serializers.ChoiceField(choices=["memory-export"])
+    version = serializers.ChoiceField(choices=[1])
+    user_id = serializers.CharField()
+    exported_at = serializers.DateTimeField(help_text="The instant of the snapshot.")
+    facts = FactSerializer(many=True)
+    fact_history = FactVersionSerializer(many=True)
+    turns = TurnSerializer(many=True)
+    sessions = SessionSerializer(many=True)
+    summary = SummarySerializer(allow_null=True)
+
+
 class LinkResultSerializer(serializers.Serializer):
     """What a link moved to the user."""
 

@@ -63,6 +63,7 @@ urlpatterns: list[URLPattern] = [
     path("users/<owner:user_id>/search/", views.SearchView.as_view(), name="search"),
     path("users/<owner:user_id>/link/", views.LinkView.as_view(), name="link"),
     path("users/<owner:user_id>/summary/", views.SummaryView.as_view(), name="summary"),
+    path("users/<owner:user_id>/export/", views.ExportView.as_view(), name="export"),
     path(
         "users/<owner:user_id>/tools/<str:name>/",
         tool_views.ToolCallView.as_view(),

@@ -195,7 +195,7 @@ def test_forgotten_owner_leaves_no_trace_in_admin(admin_client, chat, write):
 def test_owner_changelist_offers_forget_not_delete(admin_client, chat):
     actions = admin_client.get(url("owner", "changelist")).context["action_form"]
     choices = [name for name, _ in actions.fields["action"].choices]
-    assert choices == ["", "forget_owners", "drop_cached_copy"]
+    assert choices == ["", "forget_owners", "drop_cached_copy", "export_memory"]
 
 
 def test_drop_cached_copy_action_makes_next_read_rehydrate(admin_client, chat):
@@ -559,13 +559,18 @@ def test_forget_needs_the_delete_permission_on_owners(client, staff_user, chat, 
 def test_cache_and_forget_actions_follow_owner_permissions(client, staff_user, chat):
     client = _staff_with(client, staff_user, "view_owner", "change_owner")
     actions = client.get(url("owner", "changelist")).context["action_form"]
-    assert [name for name, _ in actions.fields["action"].choices] == ["", "drop_cached_copy"]
+    assert [name for name, _ in actions.fields["action"].choices] == [
+        "",
+        "drop_cached_copy",
+        "export_memory",
+    ]
     staff_user.user_permissions.add(Permission.objects.get(codename="delete_owner"))
     actions = client.get(url("owner", "changelist")).context["action_form"]
     assert [name for name, _ in actions.fields["action"].choices] == [
         "",
         "forget_owners",
         "drop_cached_copy",
+        "export_memory",
     ]
 
 

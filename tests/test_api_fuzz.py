@@ -38,6 +38,7 @@ OPERATIONS = [
     "memory_link",
     "memory_forget",
     "summary_get",
+    "owner_export",
     "tool_list",
     "tool_call",
     "health_get",

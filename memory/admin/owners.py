@@ -1,19 +1,22 @@
 """The owners' and sessions' pages: an owner's bounded turns and facts, its summary (read-only),
-forgetting owners, dropping a cached copy."""
+forgetting owners, dropping a cached copy, exporting an owner's memory and importing one."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.contenttypes.models import ContentType
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -30,6 +33,16 @@ from memory.admin.base import (
 from memory.conf import conf
 from memory.exceptions import MemoryException
 from memory.models import Fact, Owner, Session, Summary, Turn
+from memory.views.export import export_response
+
+
+class ImportForm(forms.Form):
+    """The upload of ``OwnerAdmin.import_view``."""
+
+    document = forms.FileField(help_text="The export document (JSON).")
+    owner_id = forms.CharField(
+        required=False, max_length=128, help_text="Import into this owner id, not the document's."
+    )
 
 
 @admin.register(Owner)
@@ -58,7 +71,7 @@ class OwnerAdmin(MemoryAdmin):
         "cache_dirty",
     )
     inlines = (FactsInline, LatestTurnsInline)
-    actions = ("forget_owners", "drop_cached_copy")
+    actions = ("forget_owners", "drop_cached_copy", "export_memory")
 
     # NOTE: an owner row changes only through the services' writes; the page is view-only.
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -74,6 +87,57 @@ class OwnerAdmin(MemoryAdmin):
         return permissions.is_service_caller(request.user) and request.user.has_perm(
             f"{opts.app_label}.change_{opts.model_name}"
         )
+
+    # NOTE: an export hands over a person's whole memory at once, and an import writes one:
+    # for service callers (as in the API) trusted with the owner actions, as the cache's.
+    def has_export_permission(self, request: HttpRequest) -> bool:
+        return self.has_drop_cache_permission(request)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        extra_context = {**(extra_context or {}), "can_import": self.has_export_permission(request)}
+        return super().changelist_view(request, extra_context)
+
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}_import"
+        view = self.admin_site.admin_view(self.import_view)
+        return [path("import/", view, name=name), *super().get_urls()]
+
+    def import_view(self, request: HttpRequest) -> HttpResponse:
+        """Upload an export document into an owner with no memory (``services.memory_import``);
+        for service callers, as the export."""
+        if not self.has_export_permission(request):
+            raise PermissionDenied
+        form = ImportForm(request.POST or None, request.FILES or None)
+        errors: list[str] = []
+        if request.method == "POST" and form.is_valid():
+            try:
+                document = orjson.loads(form.cleaned_data["document"].read())
+                result = services.memory_import(
+                    document=document, owner_id=form.cleaned_data["owner_id"] or None
+                )
+            except orjson.JSONDecodeError as e:
+                errors = [f"The file is not JSON: {e}"]
+            except ValidationError as e:
+                errors = [f"{path}: {' '.join(m)}" for path, m in e.message_dict.items()]
+            except MemoryException as e:
+                errors = [_error_text(e)]
+            else:
+                self.message_user(
+                    request,
+                    f"Imported into {result.owner_id}: {result.turns:,} turns, "
+                    f"{result.facts:,} facts ({result.fact_versions:,} versions).",
+                    messages.SUCCESS,
+                )
+                return HttpResponseRedirect(self._url(Owner, "changelist"))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Import a memory export",
+            "opts": self.opts,
+            "form": form,
+            "errors": errors,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/memory/owner/import_form.html", context)
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)
@@ -220,6 +284,24 @@ class OwnerAdmin(MemoryAdmin):
                 "Their copies are unchanged.",
                 messages.WARNING,
             )
+
+    @admin.action(
+        description="Export the memory (a JSON download, one owner at a time)",
+        permissions=["export"],
+    )
+    def export_memory(
+        self, request: HttpRequest, queryset: QuerySet[Owner]
+    ) -> StreamingHttpResponse | None:
+        owner_ids = list(queryset.order_by("external_id").values_list("external_id", flat=True)[:2])
+        if len(owner_ids) != 1:
+            self.message_user(request, "Select one owner to export.", messages.WARNING)
+            return None
+        try:
+            stream = selectors.owner_export(owner_id=owner_ids[0])
+        except (MemoryException, ValidationError) as e:
+            self.message_user(request, f"Not exported: {_error_text(e)}", messages.ERROR)
+            return None
+        return export_response(request, owner_ids[0], stream)
 
 
 @admin.register(Session)

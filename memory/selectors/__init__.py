@@ -1,7 +1,7 @@
 """Reads of an owner's memory: the app's public Python API for looking at it.
 
 One module per entity (``context``, ``facts``, ``turns``, ``sessions``, ``search``, ``owners``,
-``health``, ``summaries``; ``pages`` holds what every listing shares), everything public
+``health``, ``summaries``, ``export``; ``pages`` holds what every listing shares), everything public
 re-exported here. ``context_get``, ``fact_list`` and ``summary_get`` read through the Redis
 copy and rehydrate it from the database on any miss; the other selectors read the database.
 A lost database raises ``MemoryUnavailable``; Redis failures are never seen by callers.
@@ -10,6 +10,14 @@ A lost database raises ``MemoryUnavailable``; Redis failures are never seen by c
 from __future__ import annotations
 
 from memory.selectors.context import acontext_get, acontext_messages, context_get, context_messages
+from memory.selectors.export import (
+    EXPORT_FORMAT,
+    EXPORT_PAGE_ROWS,
+    EXPORT_VERSION,
+    ExportStream,
+    aowner_export,
+    owner_export,
+)
 from memory.selectors.facts import (
     afact_dot_key_list,
     afact_history,
@@ -54,8 +62,12 @@ from memory.selectors.turns import aturn_list, turn_list
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
+    "EXPORT_FORMAT",
+    "EXPORT_PAGE_ROWS",
+    "EXPORT_VERSION",
     "MAX_CURSOR_CHARS",
     "MAX_PAGE_SIZE",
+    "ExportStream",
     "HealthLatency",
     "HealthPayload",
     "OwnerSummary",
@@ -70,6 +82,7 @@ __all__ = [
     "ahealth_get",
     "aowner_dirty_count",
     "aowner_exists",
+    "aowner_export",
     "aowner_id_iter",
     "aowner_recent_list",
     "aowner_summary_get",
@@ -90,6 +103,7 @@ __all__ = [
     "health_get",
     "owner_dirty_count",
     "owner_exists",
+    "owner_export",
     "owner_id_iter",
     "owner_recent_list",
     "owner_summary_get",

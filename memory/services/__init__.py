@@ -4,9 +4,9 @@ Every service runs in one transaction under the owner's row lock, commits to the
 first, and only then (``transaction.on_commit``) updates the Redis copy. A write that raises
 stored nothing; a Redis failure never fails a write (``memory.cache`` states the protocol).
 One module per thing written: ``turns``, ``turn_facts`` (the facts a turn states), ``facts``,
-``owners``, ``summaries``; ``_common`` holds what they share. ``deferred`` holds the
-django-tasks tasks (a deferred extractor's, a summary refresh's), imported only when one is
-due (not from here).
+``owners``, ``summaries``, ``imports`` (an export document loaded into an empty owner);
+``_common`` holds what they share. ``deferred`` holds the django-tasks tasks (a deferred
+extractor's, a summary refresh's), imported only when one is due (not from here).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from memory.services.facts import (
     fact_put,
     facts_merge,
 )
+from memory.services.imports import ImportResult, amemory_import, memory_import
 from memory.services.owners import (
     LinkResult,
     acache_drop,
@@ -44,6 +45,7 @@ from memory.services.turns import (
 )
 
 __all__ = [
+    "ImportResult",
     "LinkResult",
     "acache_drop",
     "afact_delete",
@@ -51,6 +53,7 @@ __all__ = [
     "afact_put",
     "afacts_merge",
     "amemory_forget",
+    "amemory_import",
     "amemory_link",
     "aowners_forget_idle",
     "asummary_refresh",
@@ -64,6 +67,7 @@ __all__ = [
     "fact_put",
     "facts_merge",
     "memory_forget",
+    "memory_import",
     "memory_link",
     "owners_forget_idle",
     "summary_refresh",

@@ -1,6 +1,6 @@
 """The HTTP API: one thin ``APIView`` per URL over the services and selectors, one module per
-entity (``turns``, ``context``, ``facts``, ``users``), and in ``base`` the app's base view with
-its mapping of domain and database errors to statuses (412, 404, 413, 422, 503).
+entity (``turns``, ``context``, ``facts``, ``users``, ``export``), and in ``base`` the app's
+base view with its mapping of domain and database errors to statuses (412, 404, 413, 422, 503).
 
 Selectors already return the contract's dicts, so views hand them to ``Response`` as they are;
 the output serializers only describe them in the OpenAPI schema.
@@ -20,6 +20,7 @@ from memory.views.base import (
     not_found,
 )
 from memory.views.context import ContextMessagesView, ContextView, SummaryView
+from memory.views.export import ExportView
 from memory.views.facts import FactHistoryView, FactsView, FactView
 from memory.views.turns import SearchView, TurnsView
 from memory.views.users import HealthView, LinkView, SessionsView, UserView
@@ -30,6 +31,7 @@ __all__ = [
     "WRITE_ERRORS",
     "ContextMessagesView",
     "ContextView",
+    "ExportView",
     "FactHistoryView",
     "FactView",
     "FactsView",

@@ -245,7 +245,8 @@ ERRORS: dict[int, OpenApiResponse] = {
     415: OpenApiResponse(ErrorSerializer, description="The body is not JSON."),
     429: OpenApiResponse(
         ErrorSerializer,
-        description="Throttled: too many requests, or (search, long contexts and turn pages) "
+        description="Throttled: too many requests, or (search, export, long contexts and turn "
+        "pages) "
         'too many heavy reads in flight (MEMORY["HEAVY_READS_PER_CALLER"]); see Retry-After.',
     ),
     503: OpenApiResponse(ErrorSerializer, description="The database is unreachable."),
@@ -352,11 +353,18 @@ class MemoryView(APIView):
         rendered; raises ``ReadsInFlight`` (a 429) when they are all held. The caller is the
         user, or for a service caller reaching another's memory, that owner: a chat backend
         calling for all its end users gets slots per end user."""
+        self._slots.enter_context(self.heavy_slot(request, user_id))
+        self._heavy = True
+
+    def heavy_slot(self, request: Request, user_id: str) -> ExitStack:
+        """One of the caller's heavy-read slots (as ``heavy_read``), held until the stack
+        returned is closed: a streamed response holds it until its stream ends."""
         user = request.user
         own = owner_id_for(user) == user_id
         caller = f"user:{user.pk}" if own else f"owner:{user_id}"
-        self._slots.enter_context(limits.heavy_read(caller=caller))
-        self._heavy = True
+        slot = ExitStack()
+        slot.enter_context(limits.heavy_read(caller=caller))
+        return slot
 
     def get_renderers(self) -> list[renderers.BaseRenderer]:
         # NOTE: the site's renderers (DRF's defaults, or its DEFAULT_RENDERER_CLASSES), read

@@ -1,0 +1,306 @@
+"""An owner's whole memory as the contract's export document: JSON chunks read page by page
+from one snapshot of the database, so that an owner of any size costs bounded memory."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import orjson
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError, connections, router
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from memory import aio
+from memory.exceptions import database_guard
+from memory.models import Fact, FactVersion, Owner, Session, Summary, Turn
+from memory.payloads import (
+    FACT_FIELDS,
+    FACT_VERSION_FIELDS,
+    SESSION_FIELDS,
+    SUMMARY_FIELDS,
+    TURN_FIELDS,
+    SummaryPayload,
+    fact_payload_from_row,
+    fact_version_payload_from_row,
+    isoformat,
+    session_payload_from_row,
+    summary_payload_from_row,
+    turn_payload_from_row,
+)
+from memory.selectors.pages import check_owner
+
+EXPORT_FORMAT = "memory-export"
+EXPORT_VERSION = 1
+# Rows read per query, and so the most held in memory at once: with turns of the longest
+# content (``MEMORY["MAX_TURN_CHARS"]``, 32768 characters by default) a page is a few MB.
+EXPORT_PAGE_ROWS = 500
+
+
+def _export_summary(snapshot: _Snapshot, owner_pk: int | None) -> SummaryPayload | None:
+    """The owner's summary for the document, read on the export's snapshot; ``None`` while it
+    has none."""
+    if owner_pk is None:
+        return None
+    rows = snapshot.rows(Summary.objects.filter(owner_id=owner_pk).values_list(*SUMMARY_FIELDS))
+    return summary_payload_from_row(rows[0]) if rows else None
+
+
+class _Snapshot:
+    """A connection of its own, in one read-only REPEATABLE READ transaction: every query of
+    it sees the database as it was at its first statement."""
+
+    def __init__(self) -> None:
+        alias = router.db_for_read(Turn)
+        # NOTE: a new connection made as this thread's connection of the alias is (the same
+        # settings dict, which a site or a test may have pointed elsewhere).
+        current = connections[alias]
+        self.connection = type(current)(dict(current.settings_dict), alias)
+        # NOTE: under ASGI the chunks are read from whichever thread the hops land on; the
+        # connection is this stream's alone and used by one chunk at a time.
+        self.connection.inc_thread_sharing()
+        try:
+            with self.connection.cursor() as cursor:
+                if self.connection.vendor == "postgresql":
+                    cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    cursor.execute("SELECT transaction_timestamp()")
+                    (self.taken_at,) = cursor.fetchone()
+                else:
+                    # NOTE: SQLite (the demo's default): a read transaction keeps one snapshot
+                    # from its first read on (WAL), or holds off writers (rollback journal).
+                    cursor.execute("BEGIN")
+                    self.taken_at = timezone.now()
+        except BaseException:
+            self.connection.close()
+            raise
+
+    def rows(self, queryset: QuerySet[Any]) -> list[tuple[Any, ...]]:
+        """The rows of a ``values_list`` queryset, read on this snapshot's connection (with the
+        fields' own conversions, as the queryset would make them)."""
+        compiler = queryset.query.get_compiler(connection=self.connection)
+        return [tuple(row) for row in compiler.results_iter(tuple_expected=True)]
+
+    def close(self) -> None:
+        # NOTE: a lost connection has ended its transaction already; closing it is enough.
+        try:
+            if self.connection.connection is not None:
+                with contextlib.suppress(DatabaseError), self.connection.cursor() as cursor:
+                    cursor.execute("ROLLBACK")
+        finally:
+            with contextlib.suppress(DatabaseError):
+                self.connection.close()
+
+
+def _dumps(items: list[Any]) -> bytes:
+    """``items`` as JSON, UTF-8, as the API writes them (orjson; Python's encoder for what
+    orjson cannot write, an integer past 64 bits)."""
+    try:
+        return orjson.dumps(items)
+    except TypeError:
+        return json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _pages(
+    snapshot: _Snapshot,
+    page: Callable[[tuple[Any, ...] | None], QuerySet[Any]],
+    key: Callable[[tuple[Any, ...]], tuple[Any, ...]],
+    payload: Callable[[tuple[Any, ...]], Any],
+) -> Iterator[bytes]:
+    """The items of one list of the document, a page per chunk: ``page(after)`` is the
+    keyset query of the page after the ordering key ``after`` (``None``: the first)."""
+    after: tuple[Any, ...] | None = None
+    first = True
+    while True:
+        rows = snapshot.rows(page(after)[:EXPORT_PAGE_ROWS])
+        if not rows:
+            return
+        body = _dumps([payload(row) for row in rows])[1:-1]
+        yield body if first else b"," + body
+        first = False
+        if len(rows) < EXPORT_PAGE_ROWS:
+            return
+        after = key(rows[-1])
+
+
+def _facts(pk: int) -> Callable[[tuple[Any, ...] | None], QuerySet[Any]]:
+    def page(after: tuple[Any, ...] | None) -> QuerySet[Any]:
+        facts = Fact.objects.filter(owner_id=pk)
+        if after is not None:
+            facts = facts.filter(key__gt=after[0])
+        return facts.order_by("key").values_list(*FACT_FIELDS)
+
+    return page
+
+
+def _versions(pk: int) -> Callable[[tuple[Any, ...] | None], QuerySet[Any]]:
+    def page(after: tuple[Any, ...] | None) -> QuerySet[Any]:
+        versions = FactVersion.objects.filter(owner_id=pk)
+        if after is not None:
+            key, version = after
+            # NOTE: the redundant ``key >= key`` starts the index scan at the cursor.
+            versions = versions.filter(
+                Q(key__gt=key) | Q(key=key, version__gt=version), key__gte=key
+            )
+        return versions.order_by("key", "version").values_list(*FACT_VERSION_FIELDS)
+
+    return page
+
+
+def _turns(pk: int) -> Callable[[tuple[Any, ...] | None], QuerySet[Any]]:
+    def page(after: tuple[Any, ...] | None) -> QuerySet[Any]:
+        turns = Turn.objects.filter(owner_id=pk)
+        if after is not None:
+            turns = turns.filter(seq__gt=after[0])
+        return turns.order_by("seq").values_list(*TURN_FIELDS)
+
+    return page
+
+
+def _sessions(pk: int) -> Callable[[tuple[Any, ...] | None], QuerySet[Any]]:
+    def page(after: tuple[Any, ...] | None) -> QuerySet[Any]:
+        sessions = Session.objects.filter(owner_id=pk)
+        if after is not None:
+            session_id, last_seen = after
+            sessions = sessions.filter(
+                Q(last_seen__lt=last_seen) | Q(last_seen=last_seen, session_id__gt=session_id),
+                last_seen__lte=last_seen,
+            )
+        return sessions.order_by("-last_seen", "session_id").values_list(*SESSION_FIELDS)
+
+    return page
+
+
+def _document(snapshot: _Snapshot, owner_id: str) -> Iterator[bytes]:
+    """The document's chunks; the first (the head) reads the owner, the rest page its rows."""
+    found = snapshot.rows(Owner.objects.filter(external_id=owner_id).values_list("pk"))
+    pk = found[0][0] if found else None
+    head = {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "user_id": owner_id,
+        "exported_at": isoformat(snapshot.taken_at.astimezone(dt.UTC)),
+    }
+    yield orjson.dumps(head)[:-1] + b',"facts":['
+    if pk is not None:
+        yield from _pages(snapshot, _facts(pk), lambda row: (row[0],), fact_payload_from_row)
+    yield b'],"fact_history":['
+    if pk is not None:
+        yield from _pages(
+            snapshot, _versions(pk), lambda row: (row[0], row[2]), fact_version_payload_from_row
+        )
+    yield b'],"turns":['
+    if pk is not None:
+        yield from _pages(snapshot, _turns(pk), lambda row: (row[0],), turn_payload_from_row)
+    yield b'],"sessions":['
+    if pk is not None:
+        yield from _pages(
+            snapshot, _sessions(pk), lambda row: (row[0], row[2]), session_payload_from_row
+        )
+    yield b'],"summary":' + _dumps([_export_summary(snapshot, pk)])[1:-1] + b"}"
+
+
+class ExportStream:
+    """The chunks of one owner's export document (bytes, concatenated: the JSON document),
+    read from a snapshot held until the last chunk was read or ``close()`` was called.
+
+    ``read()`` gives the next chunk or ``None`` at the end (for a hop per chunk from async
+    code); iterating gives the same chunks. Close it when done with it early: its snapshot is
+    a database connection of its own.
+    """
+
+    _snapshot: _Snapshot | None = None
+    _head: bytes | None = None
+
+    def __init__(self, owner_id: str) -> None:
+        with database_guard():
+            self._snapshot = _Snapshot()
+            try:
+                self._chunks = _document(self._snapshot, owner_id)
+                self._head = next(self._chunks)
+            except BaseException:
+                self.close()
+                raise
+
+    def read(self) -> bytes | None:
+        """The next chunk, ``None`` after the last (the snapshot is then closed). Raises
+        ``MemoryUnavailable`` when the database is lost on the way."""
+        if self._head is not None:
+            head, self._head = self._head, None
+            return head
+        if self._snapshot is None:
+            return None
+        try:
+            with database_guard():
+                return next(self._chunks)
+        except StopIteration:
+            self.close()
+            return None
+        except BaseException:
+            self.close()
+            raise
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        chunk = self.read()
+        if chunk is None:
+            raise StopIteration
+        return chunk
+
+    def close(self) -> None:
+        """End the snapshot and give its connection back; again, nothing."""
+        snapshot, self._snapshot = self._snapshot, None
+        self._head = None
+        if snapshot is not None:
+            self._chunks.close()
+            snapshot.close()
+
+    def __del__(self) -> None:
+        # NOTE: a stream dropped unread (an ASGI client that went away, which Django does not
+        # close the response of) still ends its transaction.
+        self.close()
+
+
+def owner_export(*, owner_id: str) -> ExportStream:
+    """The owner's whole memory as the contract's export document, in chunks of JSON bytes:
+    ``{"format": "memory-export", "version": 1, "user_id", "exported_at", "facts",
+    "fact_history", "turns", "sessions", "summary"}``; facts by key, versions by (key,
+    version), turns by seq, sessions most recently seen first. An owner the database does not
+    hold gives the document with empty lists (nothing is stored of them).
+
+    **Snapshot.** Every row comes from one read-only REPEATABLE READ transaction on a
+    connection of the stream's own, begun here and held until the last chunk was read or the
+    stream closed: each write commits in one transaction, so it is wholly in the document or
+    wholly out, whatever commits while the chunks are read; ``exported_at`` is the snapshot's
+    instant. Holding it costs what a long transaction does: one database connection, and
+    vacuum held back for its length; a server's ``idle_in_transaction_session_timeout`` that
+    is shorter than a slow reader's pauses ends it (the rest of the stream then fails).
+
+    **Memory.** Pages of ``EXPORT_PAGE_ROWS`` rows, keyset on the index that orders each
+    list ((owner, key), (owner, key, version), (owner, seq), (owner, last_seen, session_id)):
+    one page in memory at a time, every page as fast as the first.
+
+    Raises ``ValidationError`` ({"user_id": messages}) for a bad owner id and
+    ``MemoryUnavailable`` when the database cannot be reached, here, before any chunk; a
+    database lost later raises ``MemoryUnavailable`` from the iteration (a reader then holds a
+    truncated document, which is not valid JSON: never a complete-looking partial one).
+    """
+    check_owner(owner_id)
+    return ExportStream(owner_id)
+
+
+@aio.twin_of(owner_export)
+async def aowner_export(*, owner_id: str) -> AsyncIterator[bytes]:
+    # NOTE: an async generator: one hop to open the snapshot, then one per chunk.
+    stream = await sync_to_async(owner_export, thread_sensitive=True)(owner_id=owner_id)
+    read = sync_to_async(stream.read, thread_sensitive=True)
+    try:
+        while (chunk := await read()) is not None:
+            yield chunk
+    finally:
+        await sync_to_async(stream.close, thread_sensitive=True)()

@@ -1,0 +1,457 @@
+"""Loading an export document (``selectors.owner_export``'s) into an owner with no memory yet:
+every item checked by the API's own rules first, then one transaction."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from django.core.exceptions import ValidationError
+from django.db.models import JSONField, Value
+
+from memory import aio, cache, codec
+from memory.conf import conf
+from memory.models import Fact, FactVersion, Owner, Role, Session, Summary, Turn
+from memory.payloads import SUMMARY_FIELDS
+from memory.selectors import EXPORT_FORMAT, EXPORT_VERSION
+from memory.services._common import _owner_lock, _service
+from memory.validators import (
+    validate_content,
+    validate_fact_key,
+    validate_json_value,
+    validate_metadata,
+    validate_owner_id,
+    validate_session_id,
+)
+
+# Errors named before a refusal stops looking: enough to fix a document, bounded for any.
+MAX_ERRORS = 20
+# Rows per INSERT.
+BATCH_ROWS = 1000
+
+FIELDS = {
+    "document": (
+        "format",
+        "version",
+        "user_id",
+        "exported_at",
+        "facts",
+        "fact_history",
+        "turns",
+        "sessions",
+        "summary",
+    ),
+    "facts": ("key", "value", "session_id", "updated_at", "version"),
+    "fact_history": (
+        "key",
+        "value",
+        "version",
+        "session_id",
+        "updated_at",
+        "source_turn_seq",
+        "deleted",
+    ),
+    "turns": ("seq", "session_id", "role", "content", "metadata", "created_at"),
+    "sessions": ("session_id", "first_seen", "last_seen", "turn_count"),
+}
+
+
+class ImportResult(NamedTuple):
+    """What an import stored for the owner."""
+
+    owner_id: str
+    turns: int
+    facts: int
+    fact_versions: int
+    sessions: int
+
+
+class _Refused(Exception):
+    """Enough errors: stop looking."""
+
+
+class _Errors:
+    """The errors found so far, by the item's path (``turns[17].role``)."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, list[str]] = {}
+
+    def add(self, path: str, message: str) -> None:
+        self.found.setdefault(path, []).append(message)
+        if len(self.found) >= MAX_ERRORS:
+            raise _Refused
+
+    def check(self, path: str, validator: Callable[[Any], None], value: Any) -> None:
+        try:
+            validator(value)
+        except ValidationError as e:
+            for message in e.messages:
+                self.add(path, message)
+
+
+def _integer(low: int) -> Callable[[Any], None]:
+    def validate(value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**63:
+            raise ValidationError(f"Ensure this value is an integer >= {low}.")
+
+    return validate
+
+
+def _nullable(validator: Callable[[Any], None]) -> Callable[[Any], None]:
+    def validate(value: Any) -> None:
+        if value is not None:
+            validator(value)
+
+    return validate
+
+
+def _boolean(value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValidationError("Must be true or false.")
+
+
+def _role(value: Any) -> None:
+    if value not in Role.values:
+        raise ValidationError(f"{value!r} is not a valid choice: one of {', '.join(Role.values)}.")
+
+
+def _parse_time(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        at = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else None
+
+
+def _time(value: Any) -> None:
+    if _parse_time(value) is None:
+        raise ValidationError("Enter an ISO-8601 date and time with its UTC offset (or Z).")
+
+
+RULES: dict[str, dict[str, Callable[[Any], None]]] = {
+    "facts": {
+        "key": validate_fact_key,
+        "value": validate_json_value,
+        "session_id": _nullable(validate_session_id),
+        "updated_at": _time,
+        "version": _integer(1),
+    },
+    "fact_history": {
+        "key": validate_fact_key,
+        "value": validate_json_value,
+        "version": _integer(1),
+        "session_id": _nullable(validate_session_id),
+        "updated_at": _time,
+        "source_turn_seq": _nullable(_integer(1)),
+        "deleted": _boolean,
+    },
+    "turns": {
+        "seq": _integer(1),
+        "session_id": validate_session_id,
+        "role": _role,
+        "content": validate_content,
+        "metadata": validate_metadata,
+        "created_at": _time,
+    },
+    "sessions": {
+        "session_id": validate_session_id,
+        "first_seen": _time,
+        "last_seen": _time,
+        "turn_count": _integer(0),
+    },
+}
+
+
+def _fields(errors: _Errors, path: str, item: Any, fields: tuple[str, ...]) -> bool:
+    """Whether ``item`` is an object of exactly ``fields``; each difference is an error."""
+    if not isinstance(item, dict):
+        errors.add(path, "Must be a JSON object.")
+        return False
+    for name in fields:
+        if name not in item:
+            errors.add(f"{path}.{name}" if path != "document" else name, "This field is required.")
+    for name in item:
+        if name not in fields:
+            # NOTE: refused, not ignored: an import that dropped a field would not give back
+            # the document it was given.
+            where = f"{path}.{name}" if path != "document" else str(name)
+            errors.add(where, "Unknown field: this version imports only " + ", ".join(fields))
+    return all(name in item for name in fields) and len(item) == len(fields)
+
+
+def _items(errors: _Errors, document: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """The valid items of the list ``name``, each field checked by its rule."""
+    items = document.get(name)
+    if not isinstance(items, list):
+        errors.add(name, "Must be a JSON array.")
+        return []
+    valid = []
+    for i, item in enumerate(items):
+        path = f"{name}[{i}]"
+        if not _fields(errors, path, item, FIELDS[name]):
+            continue
+        before = len(errors.found)
+        for field, rule in RULES[name].items():
+            errors.check(f"{path}.{field}", rule, item[field])
+        if len(errors.found) == before:
+            valid.append(item)
+    return valid
+
+
+def _turns_check(errors: _Errors, turns: list[dict[str, Any]], sessions: set[str]) -> None:
+    last = 0
+    for i, turn in enumerate(turns):
+        if turn["seq"] <= last:
+            errors.add(
+                f"turns[{i}].seq",
+                f"Turns go in seq order, each seq once: {turn['seq']} follows {last}.",
+            )
+        last = max(last, turn["seq"])
+        if turn["session_id"] not in sessions:
+            errors.add(f"turns[{i}].session_id", "No session of the document has this id.")
+
+
+def _history_check(
+    errors: _Errors, facts: list[dict[str, Any]], versions: list[dict[str, Any]]
+) -> None:
+    """Each key's versions are 1, 2, ... in order; a current fact is its key's last version,
+    a key without one ends with a deleted version."""
+    last: dict[str, tuple[int, dict[str, Any]]] = {}
+    for i, version in enumerate(versions):
+        key = version["key"]
+        expected = last[key][1]["version"] + 1 if key in last else 1
+        if version["version"] != expected:
+            errors.add(
+                f"fact_history[{i}].version",
+                f"The versions of {key!r} go 1, 2, ... in order: expected {expected}.",
+            )
+        if version["deleted"] and version["value"] is not None:
+            errors.add(f"fact_history[{i}].value", "A deleted version has the value null.")
+        last[key] = (i, version)
+    current = set()
+    for i, fact in enumerate(facts):
+        key = fact["key"]
+        if key in current:
+            errors.add(f"facts[{i}].key", f"The fact {key!r} is given twice.")
+        current.add(key)
+        _, version = last.get(key, (None, None))
+        if version is None:
+            errors.add(f"facts[{i}]", f"The fact {key!r} has no version in fact_history.")
+            continue
+        same = (
+            not version["deleted"]
+            and version["version"] == fact["version"]
+            and codec.json_equal(version["value"], fact["value"])
+            and version["session_id"] == fact["session_id"]
+            and _parse_time(version["updated_at"]) == _parse_time(fact["updated_at"])
+        )
+        if not same:
+            errors.add(
+                f"facts[{i}]", f"The fact {key!r} is not the last version of its fact_history."
+            )
+    for key, (i, version) in last.items():
+        if key not in current and not version["deleted"]:
+            errors.add(
+                f"fact_history[{i}]",
+                f"The last version of {key!r} is not deleted, but facts has no {key!r}.",
+            )
+
+
+class _Checked(NamedTuple):
+    owner_id: str
+    facts: list[dict[str, Any]]
+    versions: list[dict[str, Any]]
+    turns: list[dict[str, Any]]
+    sessions: list[dict[str, Any]]
+    summary: dict[str, Any] | None
+
+
+def _summary_check(errors: _Errors, summary: Any) -> dict[str, Any] | None:
+    """The document's summary once it is one (``None``: the owner had none)."""
+    if summary is None:
+        return None
+    if not isinstance(summary, dict):
+        errors.add("summary", "Must be an object or null.")
+        return None
+    _fields(errors, "summary", summary, SUMMARY_FIELDS)
+    if not isinstance(summary.get("text"), str) or "\x00" in summary.get("text", ""):
+        errors.add("summary.text", "Must be a string without NUL.")
+    for name, least in (("through_seq", 1), ("tokens", 0)):
+        value = summary.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value < 2**31:
+            errors.add(f"summary.{name}", f"Must be an integer of at least {least}.")
+    errors.check("summary.updated_at", _time, summary.get("updated_at"))
+    return summary if not errors.found else None
+
+
+def _document_check(document: Any, owner_id: str | None) -> _Checked:
+    """The document's items, once every rule holds; else ``ValidationError`` naming each bad
+    item (up to ``MAX_ERRORS`` of them)."""
+    errors = _Errors()
+    checked = None
+    try:
+        if owner_id is not None:
+            errors.check("owner_id", validate_owner_id, owner_id)
+        if not isinstance(document, dict):
+            errors.add("document", "Must be a JSON object.")
+            raise _Refused
+        if document.get("format") != EXPORT_FORMAT:
+            errors.add("format", f"Must be {EXPORT_FORMAT!r}.")
+        if document.get("version") != EXPORT_VERSION or isinstance(document.get("version"), bool):
+            errors.add("version", f"This version of memory imports version {EXPORT_VERSION}.")
+        _fields(errors, "document", document, FIELDS["document"])
+        errors.check("user_id", validate_owner_id, document.get("user_id"))
+        errors.check("exported_at", _time, document.get("exported_at"))
+        summary = _summary_check(errors, document.get("summary"))
+        facts = _items(errors, document, "facts")
+        given = document.get("facts")
+        if isinstance(given, list) and len(given) > conf.MAX_FACTS:
+            limit = conf.MAX_FACTS
+            errors.add("facts", f"A user holds at most {limit} facts (MEMORY['MAX_FACTS']).")
+        versions = _items(errors, document, "fact_history")
+        turns = _items(errors, document, "turns")
+        sessions = _items(errors, document, "sessions")
+        session_ids: set[str] = set()
+        for i, session in enumerate(sessions):
+            if session["session_id"] in session_ids:
+                errors.add(f"sessions[{i}].session_id", "This session is given twice.")
+            session_ids.add(session["session_id"])
+            if _parse_time(session["first_seen"]) > _parse_time(session["last_seen"]):  # type: ignore[operator]
+                errors.add(f"sessions[{i}].first_seen", "Must not be after last_seen.")
+        _turns_check(errors, turns, session_ids)
+        _history_check(errors, facts, versions)
+        target = owner_id if owner_id is not None else document["user_id"]
+        if summary is not None and summary["through_seq"] > (turns[-1]["seq"] if turns else 0):
+            errors.add("summary.through_seq", "Must not be after the last turn's seq.")
+        checked = _Checked(target, facts, versions, turns, sessions, summary)
+    except _Refused:
+        pass
+    if errors.found or checked is None:
+        raise ValidationError(errors.found)
+    return checked
+
+
+def _memory_held(owner: Owner) -> bool:
+    return any(
+        model.objects.filter(owner=owner).exists() for model in (Turn, Fact, FactVersion, Session)
+    )
+
+
+def memory_import(*, document: Mapping[str, Any], owner_id: str | None = None) -> ImportResult:
+    """Load an export document (``selectors.owner_export``'s, parsed) into the owner it names,
+    or into ``owner_id``; return what was stored.
+
+    Every item is checked first by the rules the API applies to its writes (owner ids, fact
+    keys, session ids, contents, JSON values, ``MEMORY["MAX_FACTS"]``...), and the document as
+    a whole: turns in seq order, each seq once (gaps are kept: pruned turns leave them), every
+    turn's session listed, each key's versions 1, 2, ... with its current fact the last of
+    them. Then one transaction under the owner's lock stores it all as it was: seqs,
+    timestamps, versions (``source_turn_seq``, ``deleted``) and sessions; the owner's next
+    turn follows its last seq. After commit the owner's cached copy is dropped
+    (``cache.owner_drop``), so the next read rehydrates the imported memory. Turns keep no
+    idempotency key (the document has none), and no fact extraction runs on them.
+
+    Raises ``ValidationError`` ({"turns[17].role": messages, ...}, up to 20 items) for a bad
+    document, or ({"user_id": message}) when the owner already has memory; then nothing
+    changed. Raises ``MemoryUnavailable`` when the database cannot be reached.
+    """
+    checked = _document_check(document, owner_id)
+    with _service():
+        owner = _owner_lock(checked.owner_id, create=True)
+        if _memory_held(owner):
+            raise ValidationError(
+                {
+                    "user_id": [
+                        f"{checked.owner_id} already has memory; an import goes only into an "
+                        "owner with none (forget it first)."
+                    ]
+                }
+            )
+        _store(owner, checked)
+        last_seq = checked.turns[-1]["seq"] if checked.turns else 0
+        cache.owner_drop(owner, turns=max(last_seq - owner.last_seq, 0))
+    return ImportResult(
+        checked.owner_id,
+        len(checked.turns),
+        len(checked.facts),
+        len(checked.versions),
+        len(checked.sessions),
+    )
+
+
+def _store(owner: Owner, checked: _Checked) -> None:
+    """Insert the checked items for ``owner`` (locked, with no memory), in batches."""
+    time = _parse_time
+    Session.objects.bulk_create(
+        (
+            Session(
+                owner=owner,
+                session_id=s["session_id"],
+                first_seen=time(s["first_seen"]),
+                last_seen=time(s["last_seen"]),
+                turn_count=s["turn_count"],
+            )
+            for s in checked.sessions
+        ),
+        batch_size=BATCH_ROWS,
+    )
+    Turn.objects.bulk_create(
+        (
+            Turn(
+                owner=owner,
+                seq=t["seq"],
+                session_id=t["session_id"],
+                role=t["role"],
+                content=t["content"],
+                metadata=t["metadata"],
+                created_at=time(t["created_at"]),
+            )
+            for t in checked.turns
+        ),
+        batch_size=BATCH_ROWS,
+    )
+    FactVersion.objects.bulk_create(
+        (
+            FactVersion(
+                owner=owner,
+                key=v["key"],
+                value=v["value"],
+                version=v["version"],
+                session_id=v["session_id"],
+                source_turn_seq=v["source_turn_seq"],
+                deleted=v["deleted"],
+                updated_at=time(v["updated_at"]),
+            )
+            for v in checked.versions
+        ),
+        batch_size=BATCH_ROWS,
+    )
+    sources = {(v["key"], v["version"]): v["source_turn_seq"] for v in checked.versions}
+    for f in checked.facts:
+        # NOTE: one save per fact (at most MAX_FACTS): JSON null must go in as a JSON value,
+        # which bulk_create cannot say (a bare None would be SQL NULL).
+        Fact(
+            owner=owner,
+            key=f["key"],
+            value=Value(None, JSONField()) if f["value"] is None else f["value"],
+            version=f["version"],
+            session_id=f["session_id"],
+            source_turn_seq=sources[(f["key"], f["version"])],
+            updated_at=time(f["updated_at"]),
+        ).save()
+
+    if checked.summary is not None:
+        s = checked.summary
+        Summary.objects.create(
+            owner=owner,
+            text=s["text"],
+            through_seq=s["through_seq"],
+            tokens=s["tokens"],
+            updated_at=time(s["updated_at"]),
+        )
+
+
+amemory_import = aio.twin(memory_import)
