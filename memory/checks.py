@@ -144,7 +144,9 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     errors += _check_resolver(values["OWNER_RESOLVER"])
     errors += _check_extractor(values["FACT_EXTRACTOR"])
     errors += _check_token_counter(values["TOKEN_COUNTER"])
-    errors += _check_summarizer(values["SUMMARIZER"])
+    # NOTE: left unset, the summarizer is the built-in one only where django-tasks is installed
+    # (memory.conf); so the check reads what conf makes of it.
+    errors += _check_summarizer(values["SUMMARIZER"] if "SUMMARIZER" in user else conf.SUMMARIZER)
     token = values["METRICS_TOKEN"]
     if token is not None and not (isinstance(token, str) and len(token) >= 16):
         errors.append(

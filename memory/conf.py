@@ -3,7 +3,9 @@ validated and coerced as it is read (a bad value raises ``ImproperlyConfigured``
 
 from __future__ import annotations
 
+import functools
 import math
+from importlib.util import find_spec
 from typing import Any
 
 from django.conf import settings
@@ -67,7 +69,8 @@ DEFAULTS: dict[str, Any] = {
     # (memory.tokens: the default estimate, or tiktoken_counter).
     "TOKEN_COUNTER": "memory.tokens.estimate_counter",
     # Dotted path of the summarizer, a callable (previous summary or None, turns) -> text, run
-    # by a deferred task (docs/summaries.md); None turns summaries off.
+    # by a deferred task (docs/summaries.md); None turns summaries off. Left unset, it is the
+    # built-in one where django-tasks is installed (a refresh needs a task), else None.
     "SUMMARIZER": "memory.recall.summarize",
     # Tokens of the turns after an owner's summary that make an append enqueue its refresh.
     "SUMMARY_AFTER_TOKENS": 2000,
@@ -120,6 +123,11 @@ def _as_seconds(value: Any) -> float | None:
     ):
         return float(value)
     return None
+
+
+@functools.cache
+def _tasks_installed() -> bool:
+    return find_spec("django_tasks") is not None
 
 
 class Settings:
@@ -315,6 +323,11 @@ class Settings:
 
     @property
     def SUMMARIZER(self) -> str | None:
+        user = getattr(settings, "MEMORY", None) or {}
+        if isinstance(user, dict) and "SUMMARIZER" not in user and not _tasks_installed():
+            # NOTE: the default needs a task to run its refresh off the request path; without
+            # django-tasks there is none, so nothing is counted or recorded for it.
+            return None
         return self._dotted("SUMMARIZER", optional=True)  # type: ignore[no-any-return]
 
     @property
