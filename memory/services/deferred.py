@@ -11,6 +11,7 @@ inside the function that enqueues), never by ``memory.services``.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 from django.db import transaction
 from django.utils import timezone
@@ -75,20 +76,31 @@ def pending_enqueue(*, grace: dt.timedelta) -> int:
     two runs at once do not both enqueue it; a record enqueued twice is still extracted once.
     Raises ``MemoryUnavailable`` when the database cannot be reached.
     """
+    return _pending_enqueue(PendingExtraction, grace, extraction_enqueue)
+
+
+def _pending_enqueue(
+    model: type[PendingExtraction] | type[PendingSummary],
+    grace: dt.timedelta,
+    enqueue: Callable[..., bool],
+) -> int:
+    """The loop of ``pending_enqueue`` and ``summaries_pending_enqueue`` over ``model``'s
+    records: claim a batch (``enqueued_at`` moved to now, skipping rows another run holds),
+    then hand each to ``enqueue``; return how many the backend took."""
     enqueued = 0
     last_pk = 0
     while True:
         now = timezone.now()
         with database_guard(), transaction.atomic():
             pks = list(
-                PendingExtraction.objects.select_for_update(skip_locked=True)
+                model.objects.select_for_update(skip_locked=True)
                 .filter(pk__gt=last_pk, enqueued_at__lt=now - grace)
                 .order_by("pk")
                 .values_list("pk", flat=True)[:BATCH]
             )
-            PendingExtraction.objects.filter(pk__in=pks).update(enqueued_at=now)
+            model.objects.filter(pk__in=pks).update(enqueued_at=now)
         for pk in pks:
-            enqueued += extraction_enqueue(pending_pk=pk)
+            enqueued += enqueue(pending_pk=pk)
         if len(pks) < BATCH:
             return enqueued
         last_pk = pks[-1]
@@ -138,20 +150,4 @@ def summaries_pending_enqueue(*, grace: dt.timedelta) -> int:
     how many were handed to the task backend (``pending_enqueue``'s rules, for summaries).
     Raises ``MemoryUnavailable`` when the database cannot be reached.
     """
-    enqueued = 0
-    last_pk = 0
-    while True:
-        now = timezone.now()
-        with database_guard(), transaction.atomic():
-            pks = list(
-                PendingSummary.objects.select_for_update(skip_locked=True)
-                .filter(pk__gt=last_pk, enqueued_at__lt=now - grace)
-                .order_by("pk")
-                .values_list("pk", flat=True)[:BATCH]
-            )
-            PendingSummary.objects.filter(pk__in=pks).update(enqueued_at=now)
-        for pk in pks:
-            enqueued += summary_enqueue(pending_pk=pk)
-        if len(pks) < BATCH:
-            return enqueued
-        last_pk = pks[-1]
+    return _pending_enqueue(PendingSummary, grace, summary_enqueue)
