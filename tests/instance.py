@@ -146,3 +146,25 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def import_error_without(package: str, module: str) -> str:
+    """What importing ``module`` says, in a Django process of its own where ``package`` cannot
+    be imported (an extra that is not installed): the ``ImportError``'s text ("" if none)."""
+    code = (
+        f"import sys; sys.modules[{package!r}] = None\n"
+        "import django; django.setup()\n"
+        "try:\n"
+        f"    import {module}\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout

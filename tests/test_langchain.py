@@ -3,8 +3,6 @@ RunnableWithMessageHistory and fake chat model, across sessions, processes and a
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from typing import Any
 
@@ -29,7 +27,6 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 from memory import selectors
 from memory.integrations.langchain import MemoryChatMessageHistory
 from tests import instance
-from tests.instance import ROOT
 from tests.loop import run
 
 pytestmark = pytest.mark.filterwarnings(
@@ -267,23 +264,7 @@ def test_async_methods_are_the_sync_ones():
 
 
 def test_without_langchain_core_the_import_error_names_the_extra():
-    code = (
-        "import sys; sys.modules['langchain_core'] = None\n"
-        "import django; django.setup()\n"
-        "try:\n"
-        "    import memory.integrations.langchain\n"
-        "except ImportError as e:\n"
-        "    print(e)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=instance.environment(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    out = instance.import_error_without("langchain_core", "memory.integrations.langchain")
     assert out.startswith("memory.integrations.langchain needs langchain-core")
     assert 'pip install "django-memory[langchain]"' in out
 

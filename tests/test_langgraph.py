@@ -3,8 +3,6 @@ and write it, across threads, processes and a flushed Redis; and its ops, sync a
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import uuid
 from dataclasses import dataclass
@@ -30,7 +28,6 @@ from langgraph.store.base import (
 from memory import selectors, services
 from memory.integrations.langgraph import MemoryStore, fact_key, item_address
 from tests import instance
-from tests.instance import ROOT
 from tests.loop import run
 
 
@@ -443,22 +440,6 @@ def test_a_connection_opened_in_a_worker_thread_is_closed_after_use():
 
 
 def test_without_langgraph_the_import_error_names_the_extra():
-    code = (
-        "import sys; sys.modules['langgraph'] = None\n"
-        "import django; django.setup()\n"
-        "try:\n"
-        "    import memory.integrations.langgraph\n"
-        "except ImportError as e:\n"
-        "    print(e)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=instance.environment(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    out = instance.import_error_without("langgraph", "memory.integrations.langgraph")
     assert out.startswith("memory.integrations.langgraph needs langgraph")
     assert 'pip install "django-memory[langgraph]"' in out

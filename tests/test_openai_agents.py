@@ -4,8 +4,6 @@ scripted model (no network), across sessions, processes and a flushed Redis; and
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,7 +30,6 @@ from openai.types.responses import (
 from memory import selectors, services
 from memory.integrations.openai_agents import MemorySession, item_from_turn, turn_from_item
 from tests import instance
-from tests.instance import ROOT
 from tests.loop import run
 
 INTRO = "My name is Wang Jianguo. What's the weather in Shanghai?"
@@ -498,22 +495,6 @@ def test_the_methods_run_in_an_event_loop_as_the_sdk_calls_them():
 
 
 def test_without_openai_agents_the_import_error_names_the_extra():
-    code = (
-        "import sys; sys.modules['agents'] = None\n"
-        "import django; django.setup()\n"
-        "try:\n"
-        "    import memory.integrations.openai_agents\n"
-        "except ImportError as e:\n"
-        "    print(e)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=instance.environment(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    out = instance.import_error_without("agents", "memory.integrations.openai_agents")
     assert out.startswith("memory.integrations.openai_agents needs openai-agents")
     assert 'pip install "django-memory[openai-agents]"' in out
