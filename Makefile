@@ -52,6 +52,7 @@ token: $(VENV)/.installed ## Print the API token of service user USER=... (creat
 test: $(VENV)/.installed ## Run the suite on real PostgreSQL and Redis (PYTEST_ARGS="-k ..." to narrow)
 	@scripts/ensure-chromium
 	@scripts/ensure-pgbouncer
+	@scripts/ensure-pgvector
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-faults: $(VENV)/.installed ## Run only the tests that kill, pause or restart servers
@@ -59,6 +60,7 @@ test-faults: $(VENV)/.installed ## Run only the tests that kill, pause or restar
 	$(PY) -m pytest -m faults $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed ## Benchmarks on real PostgreSQL and Redis (BENCH_ARGS="--only warm,cold"); see docs/performance.md
+	@scripts/ensure-pgvector
 	$(PY) -m bench $(BENCH_ARGS)
 
 lint: $(VENV)/.installed ## ruff check and format check, migrations up to date, system checks

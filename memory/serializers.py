@@ -297,6 +297,13 @@ class ContextMessagesQuerySerializer(serializers.Serializer):
         help_text='Most turns; default MEMORY["CONTEXT_TURNS"], or with max_tokens '
         'MEMORY["MAX_CONTEXT_TURNS"].',
     )
+    query = serializers.CharField(
+        required=False,
+        max_length=MAX_QUERY_CHARS,
+        help_text="1-200 characters: recall the older turns most relevant to it (by meaning and "
+        "words where embeddings are on, else by words) into a third system message; their seqs "
+        "are in recalled.",
+    )
 
 
 class FactPutInputSerializer(serializers.Serializer):
@@ -352,6 +359,13 @@ class SearchQuerySerializer(serializers.Serializer):
     )
     limit = serializers.IntegerField(
         required=False, default=20, min_value=1, max_value=MAX_RESULTS, help_text="Most turns."
+    )
+    mode = serializers.ChoiceField(
+        choices=["text", "semantic", "hybrid"],
+        required=False,
+        help_text="text: by the words; semantic: by meaning (embeddings); hybrid: both rankings "
+        "fused. Default: hybrid where search by meaning is on, else text; semantic or hybrid "
+        "where it is off is a 400.",
     )
 
 
@@ -417,7 +431,8 @@ class ContextMessagesSerializer(serializers.Serializer):
     )
     recalled = serializers.ListField(
         child=serializers.IntegerField(min_value=1),
-        help_text="The seqs of older turns recalled for a query: always [] for now.",
+        help_text="The seqs of the older turns recalled for query into the third system "
+        "message, in seq order; [] without a query or when none was found or fit.",
     )
 
 
@@ -509,10 +524,20 @@ class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
 
 
+class ScoredTurnSerializer(TurnSerializer):
+    """A turn found by a search, with its score where it was ranked by meaning."""
+
+    score = serializers.FloatField(
+        required=False,
+        help_text="semantic: the cosine similarity of the turn to the query; hybrid: the fused "
+        "rank score. Higher is better; absent for mode=text.",
+    )
+
+
 class TurnSearchSerializer(serializers.Serializer):
     """The turns that match a search, best match first."""
 
-    results = TurnSerializer(many=True)
+    results = ScoredTurnSerializer(many=True)
 
 
 class ExportSerializer(serializers.Serializer):

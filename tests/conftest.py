@@ -16,6 +16,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from memory import cache
+from memory.services import embedding_triggers
 from tests.servers import RedisServer
 
 
@@ -32,6 +33,7 @@ def _clean_keys() -> None:
 
 def _reset_process_state() -> None:
     cache.reset()
+    embedding_triggers.debounce_reset()
 
 
 @pytest.fixture(autouse=True)

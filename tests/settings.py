@@ -19,7 +19,9 @@ from memoryproj.settings import CACHES, DATABASES, MEMORY
 TEST_KEY_PREFIX = os.environ.get("MEMORY_TEST_KEY_PREFIX") or f"memtest{os.getpid()}"
 # NOTE: no repairer thread in the test process: tests drive repair step by step
 # (memory.cache.run_once), and a thread of its own would hold a connection to the test database.
-MEMORY = {**MEMORY, "KEY_PREFIX": TEST_KEY_PREFIX, "REPAIR_THREAD": False}
+# NOTE: no embedder by default either: an append would enqueue an embedding run, a task row
+# that tests counting the task table do not expect; tests/test_recall.py turns it on.
+MEMORY = {**MEMORY, "KEY_PREFIX": TEST_KEY_PREFIX, "REPAIR_THREAD": False, "EMBEDDER": None}
 for _alias in CACHES.values():
     if "django_redis" in _alias["BACKEND"] and _alias.get("KEY_PREFIX") == "memoryproj":
         _alias["KEY_PREFIX"] = f"{TEST_KEY_PREFIX}-site"

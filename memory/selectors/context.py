@@ -27,6 +27,7 @@ from memory.payloads import (
 )
 from memory.postgres import context_read
 from memory.selectors.pages import check_owner
+from memory.selectors.search import aturns_recalled, turns_recalled
 
 
 def _context(
@@ -186,58 +187,115 @@ def _newest_fitting(
     return kept, used
 
 
-def _context_messages(
-    memory: cache.Snapshot,
-    context: ContextPayload,
-    max_tokens: int | None,
-) -> ContextMessagesPayload:
-    """``context`` as model messages, its turns cut to ``max_tokens``, with the summary of
-    ``memory`` where they do not reach back to it (see ``context_messages``)."""
-    count = tokens.counter_remembering()
-    system: MessagePayload = {"role": "system", "content": _facts_text(context["facts"])}
-    used = count(system["content"])
-    if max_tokens is not None and used > max_tokens:
-        raise ValidationError(
-            {
-                "max_tokens": [
-                    f"The user's facts alone take {used} tokens, more than {max_tokens}: "
-                    "ask for at least that many."
-                ]
-            }
-        )
-    budget = None if max_tokens is None else max_tokens - used
-    kept, cost = _newest_fitting(context["turns"], count, budget)
-    summary, through_seq = memory.summary, None
-    head = [system]
-    if summary is not None and (not kept or kept[0]["seq"] > summary["through_seq"]):
-        text = summary_text(summary)
-        summary_cost = count(text)
-        # NOTE: a summary that does not fit beside the facts is left out rather than cut.
-        if budget is None or summary_cost <= budget:
-            head.append({"role": "system", "content": text})
-            through_seq = summary["through_seq"]
-            used += summary_cost
-            if budget is not None:
-                # NOTE: the newest turns that fit beside facts and summary: fewer, so they
-                # still do not reach back to the summary.
-                kept, cost = _newest_fitting(kept, count, budget - summary_cost)
-    messages: list[MessagePayload] = [
-        *head,
-        *({"role": turn["role"], "content": turn["content"]} for turn in kept),
-    ]
+def recalled_text(turns: list[TurnPayload]) -> str:
+    """Recalled older turns as the text of the context's third system message, by seq."""
+    lines = ["Earlier turns of the conversation that bear on the question:"]
+    lines.extend(f"- turn {turn['seq']}, {turn['role']}: {turn['content']}" for turn in turns)
+    return "\n".join(lines)
+
+
+class _Plan:
+    """What ``context_messages`` sends: the system messages so far, the budget left, the
+    newest turns kept, and what they count."""
+
+    def __init__(self, memory: cache.Snapshot, context: ContextPayload, max_tokens: int | None):
+        self.count = tokens.counter_remembering()
+        facts = _facts_text(context["facts"])
+        self.used = self.count(facts)
+        if max_tokens is not None and self.used > max_tokens:
+            raise ValidationError(
+                {
+                    "max_tokens": [
+                        f"The user's facts alone take {self.used} tokens, more than "
+                        f"{max_tokens}: ask for at least that many."
+                    ]
+                }
+            )
+        self.head: list[MessagePayload] = [{"role": "system", "content": facts}]
+        self.budget = None if max_tokens is None else max_tokens - self.used
+        self.kept, self.cost = _newest_fitting(context["turns"], self.count, self.budget)
+        self.through_seq: int | None = None
+        self.recalled: list[int] = []
+        self.window = len(context["turns"])
+        summary = memory.summary
+        if summary is not None and (not self.kept or self.kept[0]["seq"] > summary["through_seq"]):
+            text = summary_text(summary)
+            # NOTE: a summary that does not fit beside the facts is left out rather than cut.
+            if self._take(text):
+                self.through_seq = summary["through_seq"]
+
+    def _take(self, text: str) -> bool:
+        """Add a system message of ``text`` if it fits; the newest turns that still fit beside
+        it are kept (fewer, so they still do not reach back to what it covers)."""
+        cost = self.count(text)
+        if self.budget is not None and cost > self.budget:
+            return False
+        self.head.append({"role": "system", "content": text})
+        self.used += cost
+        if self.budget is not None:
+            self.budget -= cost
+            self.kept, self.cost = _newest_fitting(self.kept, self.count, self.budget)
+        return True
+
+    def before_seq(self) -> int | None:
+        """The seq the recalled turns must be older than: the oldest turn kept."""
+        return self.kept[0]["seq"] if self.kept else None
+
+    def recall(self, found: list[TurnPayload]) -> None:
+        """Add the best of ``found`` (best first, all older than the window) as the third
+        message, within a third of the budget left, at most ``MEMORY["RECALL_TURNS"]``."""
+        share = None if self.budget is None else self.budget // 3
+        chosen: list[TurnPayload] = []
+        spent = 0
+        for turn in found:
+            if len(chosen) == conf.RECALL_TURNS:
+                break
+            cost = self.count(f"- turn {turn['seq']}, {turn['role']}: {turn['content']}")
+            if share is not None and spent + cost > share:
+                continue
+            chosen.append(turn)
+            spent += cost
+        while chosen:
+            chosen.sort(key=lambda turn: turn["seq"])
+            if self._take(recalled_text(chosen)):
+                self.recalled = [turn["seq"] for turn in chosen]
+                return
+            # NOTE: the heading did not fit with them: one turn fewer, the least relevant.
+            chosen = sorted(chosen, key=lambda turn: found.index(turn))[:-1]
+
+    def payload(self, context: ContextPayload) -> ContextMessagesPayload:
+        messages: list[MessagePayload] = [
+            *self.head,
+            *({"role": turn["role"], "content": turn["content"]} for turn in self.kept),
+        ]
+        return {
+            "user_id": context["user_id"],
+            "messages": messages,
+            "facts": context["facts"],
+            "source": context["source"],
+            "tokens": self.used + self.cost,
+            "summary_through_seq": self.through_seq,
+            "recalled": self.recalled,
+        }
+
+
+def _recall_args(plan: _Plan, owner_id: str, query: str) -> dict[str, Any]:
+    before = plan.before_seq()
     return {
-        "user_id": context["user_id"],
-        "messages": messages,
-        "facts": context["facts"],
-        "source": context["source"],
-        "tokens": used + cost,
-        "summary_through_seq": through_seq,
-        "recalled": [],
+        "owner_id": owner_id,
+        "query": query,
+        "before_seq": before,
+        "skip": plan.window,
+        "limit": conf.RECALL_TURNS * 3,
     }
 
 
 def context_messages(
-    *, owner_id: str, max_tokens: int | None = None, turns: int | None = None
+    *,
+    owner_id: str,
+    max_tokens: int | None = None,
+    turns: int | None = None,
+    query: str | None = None,
 ) -> ContextMessagesPayload:
     """The owner's context as the messages an LLM chat API takes, oldest first.
 
@@ -245,31 +303,49 @@ def context_messages(
     value`` lines, by key; "none yet" when there are none); then, when the owner has a summary
     and the turns sent do not reach back to its ``through_seq`` (the oldest sent is newer, or
     none is sent), a second system message with the summary (``summary_text``), if it fits
-    beside the facts, and ``summary_through_seq`` names it (else ``None``); then one
-    ``{"role", "content"}`` per turn, content kept exactly. ``recalled`` is ``[]`` (recall of
-    older turns by a query comes later). Without ``max_tokens``, the turns are the last ``turns``
-    (as for ``context_get``). With ``max_tokens`` (1..``tokens.MAX_TOKENS``), they are the
-    newest of the last ``turns`` (default: ``MEMORY["MAX_CONTEXT_TURNS"]``) that fit in
-    ``max_tokens`` together with the system messages: whole turns, the newest first, stopping at
-    the first one that does not fit, in their order. ``tokens`` is what the messages' contents
-    count by ``MEMORY["TOKEN_COUNTER"]`` (roles and a chat API's per-message overhead are not
-    counted); with ``max_tokens`` it is never above it. ``facts`` and ``source`` are the context's.
+    beside the facts, and ``summary_through_seq`` names it (else ``None``); then, with a
+    ``query``, a system message of the older turns most relevant to it that are not among the
+    turns sent (``recalled_text``: each with its seq, in seq order; found as ``turn_search``
+    finds, in its default mode: by meaning and words where embeddings are on), at most
+    ``MEMORY["RECALL_TURNS"]`` of them within a third of the tokens left, and ``recalled`` lists
+    their seqs (else ``[]``); then one ``{"role", "content"}`` per turn, content kept exactly.
+    Without ``max_tokens``, the turns are the last ``turns`` (as for ``context_get``). With
+    ``max_tokens`` (1..``tokens.MAX_TOKENS``), they are the newest of the last ``turns``
+    (default: ``MEMORY["MAX_CONTEXT_TURNS"]``) that fit in ``max_tokens`` together with the
+    system messages: whole turns, the newest first, stopping at the first one that does not
+    fit, in their order. ``tokens`` is what the messages' contents count by
+    ``MEMORY["TOKEN_COUNTER"]`` (roles and a chat API's per-message overhead are not counted);
+    with ``max_tokens`` it is never above it. ``facts`` and ``source`` are the context's (the
+    recall is a search: it reads the database, whatever ``source`` says).
 
     Read through ``context_get`` (cache first, the same facts and turns when Redis fails).
-    Raises ``ValidationError`` for a bad owner id, turn count or ``max_tokens``, and
-    (``{"max_tokens": ...}``) when the facts' message alone exceeds ``max_tokens``: facts are
-    never cut. Raises ``MemoryUnavailable`` when the database cannot be reached and
+    Raises ``ValidationError`` for a bad owner id, turn count, ``max_tokens`` or ``query`` (1-200
+    characters, as a search's ``q``), and (``{"max_tokens": ...}``) when the facts' message alone
+    exceeds ``max_tokens``: facts are never cut. Raises ``MemoryUnavailable`` when the database
+    cannot be reached, ``SearchTimeout`` when the recall's search ran past its limit, and
     ``ImproperlyConfigured`` for a bad ``MEMORY["TOKEN_COUNTER"]``.
     """
     _max_tokens_check(max_tokens)
     memory, source = _read(owner_id, _messages_turns(max_tokens, turns))
-    return _context_messages(memory, _context(owner_id, memory, source), max_tokens)
+    context = _context(owner_id, memory, source)
+    plan = _Plan(memory, context, max_tokens)
+    if query is not None:
+        plan.recall(turns_recalled(**_recall_args(plan, owner_id, query)))
+    return plan.payload(context)
 
 
 @aio.twin_of(context_messages)
 async def acontext_messages(
-    *, owner_id: str, max_tokens: int | None = None, turns: int | None = None
+    *,
+    owner_id: str,
+    max_tokens: int | None = None,
+    turns: int | None = None,
+    query: str | None = None,
 ) -> ContextMessagesPayload:
     _max_tokens_check(max_tokens)
     memory, source = await _aread(owner_id, _messages_turns(max_tokens, turns))
-    return _context_messages(memory, _context(owner_id, memory, source), max_tokens)
+    context = _context(owner_id, memory, source)
+    plan = _Plan(memory, context, max_tokens)
+    if query is not None:
+        plan.recall(await aturns_recalled(**_recall_args(plan, owner_id, query)))
+    return plan.payload(context)

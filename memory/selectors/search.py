@@ -1,8 +1,12 @@
-"""Full-text search over an owner's turns."""
+"""Search over an owner's turns: by words (full text), by meaning (the turns' vectors), or both."""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ValidationError
 from django.db.models import (
     BigIntegerField,
     QuerySet,
@@ -12,14 +16,17 @@ from django.db.models.functions import Cast
 
 from memory import aio, search
 from memory.conf import conf
-from memory.exceptions import database_guard
+from memory.exceptions import SearchUnavailable, database_guard
 from memory.models import Owner, Turn
 from memory.payloads import (
     TURN_FIELDS,
     TurnPayload,
     turn_payload_from_row,
 )
+from memory.recall import embedders, vectors
 from memory.selectors.pages import check_owner
+
+logger = logging.getLogger("memory.recall")
 
 
 def owner_turns(owner_pk: int) -> QuerySet[Turn]:
@@ -28,43 +35,201 @@ def owner_turns(owner_pk: int) -> QuerySet[Turn]:
     return Turn.objects.filter(owner_id=Cast(Value(owner_pk), BigIntegerField()))
 
 
-@database_guard()
-def turn_search(*, owner_id: str, q: str, limit: int = 20) -> list[TurnPayload]:
-    """The owner's turns whose content matches ``q``: best match first, newest first among equals.
+# The ways ``turn_search`` ranks: by words, by meaning (embeddings), or both fused.
+MODES = ("text", "semantic", "hybrid")
+# NOTE: each ranking hybrid fuses is this long at most; reciprocal rank fusion's usual constant
+# (Cormack et al., 2009): a turn first in one ranking and absent from the other still beats a
+# turn tenth in both.
+FUSION_CANDIDATES = 50
+FUSION_K = 60
 
-    ``q`` is 1-200 characters of free text, stripped, and never query syntax. Every English word
-    of it must match, in any case and form ("Played" finds "play"); Chinese, Japanese and
-    Korean text matches where the content holds it, with no spaces needed ("篮球" finds
-    "我喜欢打篮球"). When the words match no turn, turns with similar words are returned (a typo,
-    or the start of a word). ``limit`` is 1-100. Only the owner's own turns are searched; an
-    unknown owner has none. Bounded work: the best of the newest 1,000 matches
-    (``search.RANK_WINDOW``) are returned, and a typo is looked up in the owner's vocabulary;
-    three to five statements, each served by an index that leads with the owner, in one
-    transaction whose statements each run under ``MEMORY["SEARCH_TIMEOUT_MS"]``. Raises
-    ``ValidationError`` ({"q" | "limit" | "user_id": messages}) for bad input,
-    ``SearchTimeout`` when a statement ran past that limit (Postgres stopped it; nothing is
-    held, the connection stays usable) and ``MemoryUnavailable`` when the database cannot be
-    reached.
+
+def semantic_on() -> bool:
+    """Whether search by meaning is available: an embedder set and the vector table there."""
+    return conf.EMBEDDER is not None and vectors.vectors_ready(Turn.objects.db)
+
+
+def search_mode(mode: str | None) -> str:
+    """``mode`` checked: the default is ``hybrid`` where search by meaning is on, else ``text``.
+    Raises ``ValidationError`` ({"mode": ...}) for an unknown mode, and for ``semantic`` or
+    ``hybrid`` where embeddings are off."""
+    if mode is None or mode == "":
+        return "hybrid" if semantic_on() else "text"
+    if mode not in MODES:
+        raise ValidationError(
+            {"mode": [f'"{mode}" is not a valid choice: text, semantic, hybrid.']}
+        )
+    if mode != "text" and not semantic_on():
+        raise ValidationError(
+            {
+                "mode": [
+                    f"Search by meaning is off here (no MEMORY['EMBEDDER'], or no pgvector in "
+                    f"the database): mode={mode} is unavailable, mode=text works."
+                ]
+            }
+        )
+    return mode
+
+
+def _query_vector(q: str, mode: str) -> tuple[str, list[float] | None]:
+    """The vector of ``q`` for a search by meaning, embedded before any transaction opens.
+    Where the embedder fails, ``hybrid`` falls back to words (logged) and ``semantic`` raises
+    ``SearchUnavailable``."""
+    if mode == "text":
+        return mode, None
+    embedder = embedders.embedder_get()
+    assert embedder is not None
+    try:
+        return mode, embedders.query_embed(embedder, q)
+    except Exception as e:
+        logger.exception("The embedder failed on a search query; searching by words.")
+        if mode == "semantic":
+            raise SearchUnavailable("Search by meaning failed: the embedder raised.") from e
+        return "text", None
+
+
+def _text_rows(turns: QuerySet[Turn], q: str, owner_pk: int, limit: int) -> list[tuple[Any, ...]]:
+    window = search.RANK_WINDOW
+    matches = search.turns_matching(turns, q, window=window)
+    rows = list(matches.values_list("pk", *TURN_FIELDS)[:limit])
+    if not rows:
+        similar = search.turns_similar(turns, q, owner_pk=owner_pk, window=window)
+        if similar is not None:
+            rows = list(similar.values_list("pk", *TURN_FIELDS)[:limit])
+    return rows
+
+
+def _semantic_rows(
+    turns: QuerySet[Turn], owner_pk: int, query: list[float], limit: int
+) -> list[tuple[tuple[Any, ...], float]]:
+    embedder = embedders.embedder_get()
+    assert embedder is not None
+    nearest = vectors.vectors_nearest(
+        turns.db, owner_pk, embedders.embedder_name(embedder), query, limit
+    )
+    rows = {
+        row[0]: row
+        for row in turns.filter(pk__in=[pk for pk, _ in nearest]).values_list("pk", *TURN_FIELDS)
+    }
+    # NOTE: cosine similarity, 1 - distance: 1 the same direction, 0 unrelated.
+    return [(rows[pk], 1.0 - distance) for pk, distance in nearest if pk in rows]
+
+
+def _fused(
+    text: list[tuple[Any, ...]], semantic: list[tuple[tuple[Any, ...], float]], limit: int
+) -> list[tuple[tuple[Any, ...], float]]:
+    """Reciprocal rank fusion of the two rankings: best first, the newest among equals."""
+    scores: dict[int, float] = {}
+    found: dict[int, tuple[Any, ...]] = {}
+    for rank, row in enumerate(text):
+        scores[row[0]] = scores.get(row[0], 0.0) + 1.0 / (FUSION_K + rank + 1)
+        found[row[0]] = row
+    for rank, (row, _) in enumerate(semantic):
+        scores[row[0]] = scores.get(row[0], 0.0) + 1.0 / (FUSION_K + rank + 1)
+        found[row[0]] = row
+    best = sorted(scores, key=lambda pk: (-scores[pk], -found[pk][1]))[:limit]
+    return [(found[pk], scores[pk]) for pk in best]
+
+
+def _scored(row: tuple[Any, ...], score: float | None) -> TurnPayload:
+    payload = turn_payload_from_row(row[1:])
+    if score is not None:
+        payload["score"] = round(score, 6)  # type: ignore[typeddict-unknown-key]
+    return payload
+
+
+def ranked_turns(
+    owner_pk: int,
+    q: str,
+    mode: str,
+    query: list[float] | None,
+    limit: int,
+    *,
+    before_seq: int | None = None,
+    skip: int = 0,
+) -> list[TurnPayload]:
+    """The owner's best ``limit`` turns for ``q`` by ``mode``, in the caller's search
+    transaction; with ``before_seq``, only turns before it (the ``skip`` turns from it on are
+    passed over by the vector scan's extra depth)."""
+    turns = owner_turns(owner_pk)
+    if before_seq is not None:
+        turns = turns.filter(seq__lt=before_seq)
+    if mode == "text" or query is None:
+        return [_scored(row, None) for row in _text_rows(turns, q, owner_pk, limit)]
+    if mode == "semantic":
+        found = _semantic_rows(turns, owner_pk, query, limit + skip)[:limit]
+        return [_scored(row, score) for row, score in found]
+    depth = max(limit, FUSION_CANDIDATES)
+    text = _text_rows(turns, q, owner_pk, depth)
+    semantic = _semantic_rows(turns, owner_pk, query, depth + skip)[:depth]
+    return [_scored(row, score) for row, score in _fused(text, semantic, limit)]
+
+
+@database_guard()
+def turn_search(
+    *, owner_id: str, q: str, limit: int = 20, mode: str | None = None
+) -> list[TurnPayload]:
+    """The owner's turns that match ``q``: best match first, newest first among equals.
+
+    ``mode`` says how they are ranked (``MODES``): ``text`` by the words (always available);
+    ``semantic`` by meaning, the cosine similarity of the turns' vectors
+    (``MEMORY["EMBEDDER"]``) to the query's, each result with its ``score``; ``hybrid`` fuses
+    both rankings (reciprocal rank fusion, ``score`` the fused one). The default is ``hybrid``
+    where search by meaning is on (``semantic_on()``), else ``text``; ``semantic`` or
+    ``hybrid`` where it is off is a ``ValidationError`` ({"mode": ...}). The query is embedded
+    in this process before the search's transaction opens (a few milliseconds for the built-in
+    embedder); a turn appended since the owner's last embedding run is found by its words only.
+
+    ``q`` is 1-200 characters of free text, stripped, and never query syntax. By words, every
+    English word of it must match, in any case and form ("Played" finds "play"); Chinese,
+    Japanese and Korean text matches where the content holds it, with no spaces needed ("篮球"
+    finds "我喜欢打篮球"). When the words match no turn, turns with similar words are returned
+    (a typo, or the start of a word). ``limit`` is 1-100. Only the owner's own turns are
+    searched; an unknown owner has none. Bounded work: the best of the newest 1,000 matches
+    (``search.RANK_WINDOW``) are ranked by words, a typo is looked up in the owner's
+    vocabulary, and by meaning one scan of the owner's vectors keeps the nearest; each statement
+    is served by an index that leads with the owner, in one transaction whose statements each
+    run under ``MEMORY["SEARCH_TIMEOUT_MS"]``. Raises ``ValidationError`` ({"q" | "limit" |
+    "mode" | "user_id": messages}) for bad input, ``SearchTimeout`` when a statement ran past
+    that limit (Postgres stopped it; nothing is held, the connection stays usable),
+    ``SearchUnavailable`` when ``semantic`` was asked and the embedder failed, and
+    ``MemoryUnavailable`` when the database cannot be reached.
     """
     check_owner(owner_id)
     q = search.clean_query(q)
     limit = search.clean_limit(limit)
+    mode, query = _query_vector(q, search_mode(mode))
     with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
         owner_pk = Owner.objects.filter(external_id=owner_id).values_list("pk", flat=True).first()
         if owner_pk is None:
             return []
-        turns = owner_turns(owner_pk)
-        window = search.RANK_WINDOW
-        matches = search.turns_matching(turns, q, window=window)
-        rows = list(matches.values_list(*TURN_FIELDS)[:limit])
-        if not rows:
-            similar = search.turns_similar(turns, q, owner_pk=owner_pk, window=window)
-            if similar is not None:
-                rows = list(similar.values_list(*TURN_FIELDS)[:limit])
-    return [turn_payload_from_row(row) for row in rows]
+        return ranked_turns(owner_pk, q, mode, query, limit)
 
 
 aturn_search = aio.twin(turn_search)
+
+
+@database_guard()
+def turns_recalled(
+    *, owner_id: str, query: str, before_seq: int | None, skip: int, limit: int
+) -> list[TurnPayload]:
+    """The owner's turns before ``before_seq`` (all, when ``None``) most relevant to ``query``,
+    best first, at most ``limit``: ``turn_search`` in its default mode, bounded as it is.
+    ``skip`` is how many turns there are from ``before_seq`` on (the context's window). Raises
+    ``ValidationError`` ({"query": ...}) for a query ``turn_search`` would refuse."""
+    try:
+        q = search.clean_query(query)
+    except ValidationError as e:
+        raise ValidationError({"query": e.message_dict["q"]}) from e
+    mode, vector = _query_vector(q, search_mode(None))
+    with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
+        owner_pk = Owner.objects.filter(external_id=owner_id).values_list("pk", flat=True).first()
+        if owner_pk is None:
+            return []
+        return ranked_turns(owner_pk, q, mode, vector, limit, before_seq=before_seq, skip=skip)
+
+
+aturns_recalled = aio.twin(turns_recalled)
 
 # NOTE: the name the issue asked for; the Django way names it aturn_search.
 asearch = aturn_search

@@ -1,6 +1,6 @@
-"""Deferred work: the django-tasks tasks that run a deferred extractor and a summary refresh in
-a worker, their enqueueing after the commit that made them due, and the re-enqueueing of the
-records whose task never ran.
+"""Deferred work: the django-tasks tasks that run a deferred extractor, a summary refresh and an
+owner's embedding run in a worker, their enqueueing after the commit that made them due, and the
+re-enqueueing of the records whose task never ran.
 
 Needs the ``django-tasks`` backport (``pip install django-memory[deferred]``) and a task
 backend in ``TASKS``: its database backend (``django_tasks_db``, worker ``manage.py
@@ -11,6 +11,7 @@ inside the function that enqueues), never by ``memory.services``.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Callable
 
 from django.db import transaction
@@ -151,3 +152,35 @@ def summaries_pending_enqueue(*, grace: dt.timedelta) -> int:
     Raises ``MemoryUnavailable`` when the database cannot be reached.
     """
     return _pending_enqueue(PendingSummary, grace, summary_enqueue)
+
+
+@task()
+def embedding_run(owner_id: str) -> int:
+    """Embed the owner's turns not embedded yet (``services.turns_embed``); return how many.
+    Runs in the worker. Raises ``MemoryUnavailable`` when the database cannot be reached and
+    what the embedder raises; the turns stay behind for the owner's next run or
+    ``memory_embed``.
+    """
+    from memory.services.embeddings import turns_embed
+
+    return turns_embed(owner_id=owner_id)
+
+
+def embedding_enqueue(*, owner_id: str, delay: float = 0.0) -> bool:
+    """Hand the owner's embedding run to the task backend, to start after ``delay`` seconds
+    where the backend can defer; return whether it took it. Called after an append's commit.
+    Never raises: a backend that fails is logged, and the turns wait for ``memory_embed``.
+    """
+    try:
+        run = embedding_run
+        if delay > 0 and run.get_backend().supports_defer:
+            run = run.using(run_after=timezone.now() + dt.timedelta(seconds=delay))
+        run.enqueue(owner_id)
+    except Exception:
+        logging.getLogger("memory.recall").exception(
+            "The embedding run of owner %r could not be enqueued; `manage.py memory_embed` "
+            "will embed its turns.",
+            owner_id,
+        )
+        return False
+    return True

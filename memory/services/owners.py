@@ -42,6 +42,7 @@ from memory.services._common import (
     _service,
     _sessions_uncount,
 )
+from memory.services.embedding_triggers import embedding_due
 from memory.services.summary_triggers import _summary_link
 from memory.signals import memory_forgotten
 from memory.validators import (
@@ -365,6 +366,10 @@ def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
         step = _link_step(owner_id, from_owner_id)
         turns_moved += step.turns_moved
         if step.done:
+            if turns_moved:
+                # NOTE: the moved turns' vectors went with the anonymous owner (their rows name
+                # it); the target's run embeds them again under their new seqs.
+                embedding_due(owner_id)
             return LinkResult(turns_moved, step.facts_moved)
 
 

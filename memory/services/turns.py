@@ -37,6 +37,7 @@ from memory.services._common import (
     _session_touch,
     _sessions_uncount,
 )
+from memory.services.embedding_triggers import embedding_due
 from memory.services.summary_triggers import _summary_due, _summary_enqueue
 from memory.services.turn_facts import _facts_savepoint_failed, _turn_facts_write
 from memory.validators import (
@@ -120,8 +121,11 @@ def _turn_append(
                 _extraction_enqueue(pending_pk)
             if summary_pk is not None:
                 _summary_enqueue(summary_pk)
+            embedding_due(owner_id)
             return turn
-    return _turn_append_django(new, plan, count)
+    turn = _turn_append_django(new, plan, count)
+    embedding_due(owner_id)
+    return turn
 
 
 def _turn_append_django(new: TurnInput, plan: AppendPlan, count: SummaryCount) -> Turn:

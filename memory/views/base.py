@@ -35,6 +35,7 @@ from memory.exceptions import (
     MemoryUnavailable,
     ReadsInFlight,
     SearchTimeout,
+    SearchUnavailable,
 )
 from memory.permissions import CanReachOwner, owner_id_for
 from memory.serializers import (
@@ -78,7 +79,7 @@ def api_exception(exc: Exception) -> Exception:
         return UnprocessableEntity(str(exc))
     if isinstance(exc, FactNotFound):
         return exceptions.NotFound(str(exc))
-    if isinstance(exc, SearchTimeout):
+    if isinstance(exc, (SearchTimeout, SearchUnavailable)):
         return ServiceUnavailable(str(exc))
     if isinstance(exc, ReadsInFlight):
         return exceptions.Throttled(wait=exc.retry_after, detail=str(exc))

