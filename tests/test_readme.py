@@ -22,8 +22,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
-import sysconfig
 import time
 import urllib.error
 import urllib.parse
@@ -36,7 +34,7 @@ import pytest
 
 from tests import newcomer
 from tests.servers import free_port
-from tests.test_docs_llm import LLM, python_blocks
+from tests.test_docs_llm import LLM
 
 pytestmark = pytest.mark.slow
 
@@ -54,15 +52,7 @@ def newcomer_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def clone(tmp_path: Path) -> Path:
-    """A fresh copy of the project whose ``.venv`` is this suite's environment, ready: its
-    ``.installed`` mark is newer than the requirements, as after ``make install``."""
-    tree = newcomer.project_copy(tmp_path / "memory")
-    venv = tree / ".venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
-    (site,) = (venv / "lib").glob("python3*/site-packages")
-    (site / "suite-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    (venv / ".installed").touch()
-    return tree
+    return newcomer.clone(tmp_path / "memory")
 
 
 def get(url: str) -> tuple[int, str]:
@@ -257,12 +247,7 @@ def test_the_readme_commands_work_pasted_into_a_fresh_copy(demo: Any, tmp_path: 
     assert "Warmed 1 owner(s)." in out["4"]
 
     # docs/llm.md: every Python block, as the page says, after this walkthrough.
-    for number, block in enumerate(python_blocks(LLM), 1):
-        example = tmp_path / f"llm-{number}.py"
-        example.write_text(block)
-        second_terminal(
-            tree, tmp_path, f". .tmp/demo.env\n.venv/bin/python manage.py shell < {example}"
-        )
+    newcomer.run_page_blocks(tree, LLM, newcomer_env(tmp_path))
 
     # The chat page: a user's first read from the database, the next from the cache.
     assert chat_page_sources(base) == ["database", "cache"]
