@@ -1,8 +1,10 @@
 """The README's commands, pasted as written into a fresh copy of the project, as a newcomer
 does: ``make run`` in one terminal, then every shell block of "A conversation over HTTP" and
 "Operate it" in another, in one shell, against that demo (the second terminal's commands with
-the settings the demo wrote to ``.tmp/demo.env``); then every Python block of docs/llm.md as
-that page says to run it, ``manage.py shell < example.py`` in that terminal; then Ctrl-C.
+the settings the demo wrote to ``.tmp/demo.env``); then every Python block of docs/llm.md,
+docs/tools.md and docs/agents.md, in that order, as those pages say to run them, ``manage.py
+shell < example.py`` in that terminal (the tools page's model clients scripted stand-ins,
+tests/model_apis.py); then Ctrl-C.
 ``make run-asgi`` is run the same way, and must start what ``make run`` starts.
 
 What is changed, and only that: the demo's address (``127.0.0.1:8000`` becomes a free port,
@@ -32,9 +34,11 @@ from typing import Any
 
 import pytest
 
-from tests import newcomer
+from tests import model_apis, newcomer
 from tests.servers import free_port
+from tests.test_docs_agents import AGENTS
 from tests.test_docs_llm import LLM
+from tests.test_docs_tools import PAGE as TOOLS
 
 pytestmark = pytest.mark.slow
 
@@ -246,8 +250,22 @@ def test_the_readme_commands_work_pasted_into_a_fresh_copy(demo: Any, tmp_path: 
     assert re.search(r"^cache\s+ok$", out["4"], re.M), out["4"]
     assert "Warmed 1 owner(s)." in out["4"]
 
-    # docs/llm.md: every Python block, as the page says, after this walkthrough.
-    newcomer.run_page_blocks(tree, LLM, newcomer_env(tmp_path))
+    # The pages of Python blocks: every block, as its page says, after this walkthrough (the
+    # tools page's model clients the stand-ins), each page's users its own: wang's facts stay.
+    terminal = newcomer_env(tmp_path)
+    model_clients = str(model_apis.stand_ins(tmp_path / "model-apis"))
+    for page in (LLM, TOOLS, AGENTS):
+        env = {**terminal, "PYTHONPATH": model_clients} if page == TOOLS else terminal
+        newcomer.run_page_blocks(tree, page, env)
+    (facts_after,) = json_stream(
+        second_terminal(
+            tree,
+            tmp_path,
+            "TOKEN=$(make -s token USER=chatbackend)\n"
+            f'curl -s http://{addr}/api/memory/users/wang/facts/ -H "Authorization: Token $TOKEN"',
+        )
+    )
+    assert facts_after == facts
 
     # The chat page: a user's first read from the database, the next from the cache.
     assert chat_page_sources(base) == ["database", "cache"]
