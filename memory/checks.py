@@ -13,6 +13,7 @@ from django.db import connections
 
 from memory import tokens
 from memory.conf import DEFAULTS, as_int, conf, setting_import
+from memory.extras import extra_install
 
 logger = logging.getLogger("memory")
 
@@ -357,8 +358,8 @@ def _check_deferred(path: str) -> list[CheckMessage]:
             Error(
                 f"MEMORY['FACT_EXTRACTOR'] {path!r} is deferred, but django-tasks is not "
                 "installed.",
-                hint="pip install django-memory[deferred] and a task backend "
-                "(django-tasks-db), and set TASKS.",
+                hint=f"{extra_install('deferred')}, a task backend (django-tasks-db), and "
+                "set TASKS.",
                 id="memory.E014",
             )
         ]
@@ -398,7 +399,7 @@ def _check_summarizer(path: Any) -> list[CheckMessage]:
             Warning(
                 f"MEMORY['SUMMARIZER'] is {path!r}, but django-tasks is not installed: no "
                 "summary refresh runs by itself.",
-                hint="pip install django-memory[deferred] and a task backend, and set TASKS; "
+                hint=f"{extra_install('deferred')}, a task backend, and set TASKS; "
                 "or run `manage.py memory_summarize --pending` periodically; or set "
                 "MEMORY['SUMMARIZER'] = None.",
                 id="memory.W012",

@@ -166,6 +166,11 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+# NOTE: on SQLite (the demo's default), every transaction takes the write lock when it begins and
+# waits for it: a deferred one that read first and then writes would fail at once with "database
+# is locked" while another process writes (make run's task worker, claiming a task), not wait.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"].setdefault("OPTIONS", {}).update(transaction_mode="IMMEDIATE", timeout=20)
 # "transaction" behind PgBouncer in transaction mode (docs/scaling.md): Django keeps no
 # server-side cursor, and the app no prepared statement, past a transaction.
 DATABASE_POOLER = os.environ.get("DATABASE_POOLER", "").strip() or None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -41,6 +42,21 @@ def environment() -> dict[str, str]:
         "MEMORY_TEST_KEY_PREFIX": settings.TEST_KEY_PREFIX,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
     }
+
+
+def demo_terminal(tree: Path) -> dict[str, str]:
+    """A second terminal in ``tree``, a copy of the project, as if ``make run`` served there on
+    the running test's database and Redis: writes ``tree/.tmp/demo.env`` as the demo writes it
+    (with ``DATABASE_URL`` set) and returns the terminal's environment, another instance's
+    (the test's settings module and Redis prefix), for the commands a page says to run."""
+    env = environment()
+    (tree / ".tmp").mkdir(exist_ok=True)
+    exports = {"DJANGO_DEBUG": "1", "DATABASE_URL": env["DATABASE_URL"]}
+    exports["REDIS_URL"] = env["REDIS_URL"]
+    (tree / ".tmp" / "demo.env").write_text(
+        "".join(f"export {name}={shlex.quote(value)}\n" for name, value in exports.items())
+    )
+    return env
 
 
 def spawn(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:

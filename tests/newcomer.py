@@ -1,12 +1,17 @@
-"""What a newcomer has: a copy of the project as a release or a clone holds it, and the README's
-fenced code blocks by section, for the tests that run them as written (tests/test_readme.py,
-tests/test_package.py). No git: these run from an unpacked sdist too."""
+"""What a newcomer has: a copy of the project as a release or a clone holds it, the README's
+fenced code blocks by section, and a docs page's Python blocks run as the page says, for the tests
+that run them as written (tests/test_readme.py, tests/test_package.py, tests/test_docs_*.py). No
+git: these run from an unpacked sdist too."""
 
 from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
+import sysconfig
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,3 +96,67 @@ def project_copy(dest: Path) -> Path:
     an unpacked sdist has."""
     shutil.copytree(ROOT, dest, ignore=left_behind, symlinks=False)
     return dest
+
+
+def clone(dest: Path) -> Path:
+    """A fresh copy of the project in ``dest`` whose ``.venv`` is this suite's environment,
+    ready: its ``.installed`` mark is newer than the requirements, as after ``make install``."""
+    tree = project_copy(dest)
+    venv = tree / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    (site / "suite-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (venv / ".installed").touch()
+    return tree
+
+
+# A docs page's Python blocks: plain ```python blocks only; one with a title
+# (```python title="...") is a file of the reader's site, shown, not run.
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+EXAMPLE = "example.py"
+# NOTE: Django's shell says this first, on stdout, before it runs what it reads.
+AUTO_IMPORTS = re.compile(r"^\d+ objects? imported automatically.*\n\n?", re.MULTILINE)
+
+
+def python_blocks(page: Path) -> list[str]:
+    return PYTHON_BLOCK.findall(page.read_text(encoding="utf-8"))
+
+
+def how_to_run(page: Path) -> str:
+    """The commands ``page`` gives for running a block saved as ``example.py``: its shell
+    block that says so, without its comments and the interactive ``manage.py shell``."""
+    (block,) = [
+        code
+        for code in re.findall(r"^```sh\n(.*?)^```$", page.read_text(), re.M | re.S)
+        if f"< {EXAMPLE}" in code
+    ]
+    commands = [line.split("#")[0].strip() for line in block.splitlines()]
+    assert commands == [
+        ". .tmp/demo.env",
+        ".venv/bin/python manage.py shell",
+        f".venv/bin/python manage.py shell < {EXAMPLE}",
+    ], f"{page.name} no longer says how to run its blocks as its tests do"
+    return "\n".join(c for c in commands if not c.endswith(" shell"))
+
+
+def run_page_blocks(tree: Path, page: Path, env: Mapping[str, str]) -> list[str]:
+    """Every Python block of ``page`` (a page of ``tree``), in order, as the page says: saved
+    as ``example.py`` in the copy ``tree`` and run by the page's commands, each in a new shell
+    with the environment ``env``. Returns what each block printed."""
+    script = "set -euo pipefail\n" + how_to_run(tree / "docs" / page.name)
+    printed = []
+    for number, block in enumerate(python_blocks(tree / "docs" / page.name), 1):
+        (tree / EXAMPLE).write_text(block, encoding="utf-8")
+        shell = subprocess.run(
+            ["bash", "-c", script],
+            cwd=tree,
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert shell.returncode == 0, (
+            f"{page.name}, python block {number}:\n{shell.stdout[-3000:]}\n{shell.stderr[-5000:]}"
+        )
+        printed.append(AUTO_IMPORTS.sub("", shell.stdout, count=1))
+    return printed

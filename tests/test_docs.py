@@ -25,10 +25,13 @@ from django.contrib.auth.models import User
 
 from memory import services
 from memory.conf import DEFAULTS
+from memory.extras import extra_install
 from scripts import mkdocs_hooks
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+# The wheel `make dist` builds, as an install line names it until there is a release.
+WHEEL = "$(echo dist/django_memory-*.whl)"
 TIMEOUT_MS = 15_000
 INTRO = "My name is Wang Jianguo, I like basketball"
 
@@ -200,6 +203,10 @@ def test_every_install_line_installs_what_exists_the_built_wheel() -> None:
         )
     }
     assert extras == {"langchain", "tiktoken", "openai-agents", "langgraph", "mcp", "deferred"}
+    # The errors and hints that name an extra say it as these lines do.
+    for extra in extras:
+        assert extra_install(extra).startswith(f'pip install "{WHEEL}[{extra}]"')
+    assert f'"{WHEEL}[langchain]"' in (ROOT / "README.md").read_text()
 
 
 def test_every_page_and_image_of_the_docs_is_in_the_nav_or_used() -> None:

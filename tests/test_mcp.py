@@ -30,7 +30,7 @@ from rest_framework.authtoken.models import Token
 from memory import selectors, services, tools
 from memory.exceptions import MemoryUnavailable
 from memory.integrations import mcp as memory_mcp
-from tests.instance import environment
+from tests.instance import environment, import_error_without
 from tests.jsonschema_strategies import from_schema
 from tests.servers import uvicorn_demo
 from tests.test_tools import _breaks_value_rules, _invalid_arguments, stored
@@ -477,3 +477,9 @@ def test_an_unbound_server_refuses_a_call_with_no_authenticated_owner():
     with pytest.raises(MCPError, match="not authenticated"):
         memory_mcp.MemoryMCPServer()._bound(None)
     assert memory_mcp.MemoryMCPServer(owner_id="wang", caller="x")._bound(None) == ("wang", "x")
+
+
+def test_without_the_mcp_sdk_the_import_error_names_the_extra():
+    out = import_error_without("mcp", "memory.integrations.mcp")
+    assert out.startswith("memory.integrations.mcp needs the MCP SDK, the extra mcp")
+    assert 'pip install "$(echo dist/django_memory-*.whl)[mcp]" after make dist' in out

@@ -1,8 +1,10 @@
 """The README's commands, pasted as written into a fresh copy of the project, as a newcomer
 does: ``make run`` in one terminal, then every shell block of "A conversation over HTTP" and
 "Operate it" in another, in one shell, against that demo (the second terminal's commands with
-the settings the demo wrote to ``.tmp/demo.env``); then every Python block of docs/llm.md as
-that page says to run it, ``manage.py shell < example.py`` in that terminal; then Ctrl-C.
+the settings the demo wrote to ``.tmp/demo.env``); then every Python block of docs/llm.md,
+docs/tools.md and docs/agents.md, in that order, as those pages say to run them, ``manage.py
+shell < example.py`` in that terminal (the tools page's model clients scripted stand-ins,
+tests/model_apis.py); then Ctrl-C.
 ``make run-asgi`` is run the same way, and must start what ``make run`` starts.
 
 What is changed, and only that: the demo's address (``127.0.0.1:8000`` becomes a free port,
@@ -22,8 +24,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
-import sysconfig
 import time
 import urllib.error
 import urllib.parse
@@ -34,9 +34,11 @@ from typing import Any
 
 import pytest
 
-from tests import newcomer
+from tests import model_apis, newcomer
 from tests.servers import free_port
-from tests.test_docs_llm import LLM, python_blocks
+from tests.test_docs_agents import AGENTS
+from tests.test_docs_llm import LLM
+from tests.test_docs_tools import PAGE as TOOLS
 
 pytestmark = pytest.mark.slow
 
@@ -54,15 +56,7 @@ def newcomer_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def clone(tmp_path: Path) -> Path:
-    """A fresh copy of the project whose ``.venv`` is this suite's environment, ready: its
-    ``.installed`` mark is newer than the requirements, as after ``make install``."""
-    tree = newcomer.project_copy(tmp_path / "memory")
-    venv = tree / ".venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
-    (site,) = (venv / "lib").glob("python3*/site-packages")
-    (site / "suite-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    (venv / ".installed").touch()
-    return tree
+    return newcomer.clone(tmp_path / "memory")
 
 
 def get(url: str) -> tuple[int, str]:
@@ -256,13 +250,22 @@ def test_the_readme_commands_work_pasted_into_a_fresh_copy(demo: Any, tmp_path: 
     assert re.search(r"^cache\s+ok$", out["4"], re.M), out["4"]
     assert "Warmed 1 owner(s)." in out["4"]
 
-    # docs/llm.md: every Python block, as the page says, after this walkthrough.
-    for number, block in enumerate(python_blocks(LLM), 1):
-        example = tmp_path / f"llm-{number}.py"
-        example.write_text(block)
+    # The pages of Python blocks: every block, as its page says, after this walkthrough (the
+    # tools page's model clients the stand-ins), each page's users its own: wang's facts stay.
+    terminal = newcomer_env(tmp_path)
+    model_clients = str(model_apis.stand_ins(tmp_path / "model-apis"))
+    for page in (LLM, TOOLS, AGENTS):
+        env = {**terminal, "PYTHONPATH": model_clients} if page == TOOLS else terminal
+        newcomer.run_page_blocks(tree, page, env)
+    (facts_after,) = json_stream(
         second_terminal(
-            tree, tmp_path, f". .tmp/demo.env\n.venv/bin/python manage.py shell < {example}"
+            tree,
+            tmp_path,
+            "TOKEN=$(make -s token USER=chatbackend)\n"
+            f'curl -s http://{addr}/api/memory/users/wang/facts/ -H "Authorization: Token $TOKEN"',
         )
+    )
+    assert facts_after == facts
 
     # The chat page: a user's first read from the database, the next from the cache.
     assert chat_page_sources(base) == ["database", "cache"]

@@ -1,8 +1,11 @@
 """LangChain over the memory: its chat history, ``MemoryChatMessageHistory(owner_id=...,
 session_id=...)``, and the model's tools, ``memory_tools(owner_id=...)``, sync and async. Needs
-the extra: ``pip install "django-memory[langchain]"``."""
+the extra ``langchain``: ``pip install "$(echo dist/django_memory-*.whl)[langchain]"`` after
+``make dist``."""
 
 from __future__ import annotations
+
+from memory.extras import extra_install
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -18,7 +21,8 @@ try:
     from pydantic import field_validator  # langchain-core's own dependency
 except ImportError as e:
     raise ImportError(
-        'memory.integrations.langchain needs langchain-core: pip install "django-memory[langchain]"'
+        "memory.integrations.langchain needs langchain-core, the extra langchain: "
+        + extra_install("langchain")
     ) from e
 
 from collections.abc import Callable, Sequence

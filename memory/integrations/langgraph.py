@@ -1,8 +1,10 @@
 """LangGraph's long-term store over the memory's facts: ``MemoryStore()``, a ``BaseStore`` (sync
-``batch``, async ``abatch``) whose namespace's first element is the owner id. Needs the extra:
-``pip install "django-memory[langgraph]"``."""
+``batch``, async ``abatch``) whose namespace's first element is the owner id. Needs the extra
+``langgraph``: ``pip install "$(echo dist/django_memory-*.whl)[langgraph]"`` after ``make dist``."""
 
 from __future__ import annotations
+
+from memory.extras import extra_install
 
 try:
     from langgraph.store.base import (
@@ -21,7 +23,8 @@ try:
     )
 except ImportError as e:
     raise ImportError(
-        'memory.integrations.langgraph needs langgraph: pip install "django-memory[langgraph]"'
+        "memory.integrations.langgraph needs langgraph, the extra langgraph: "
+        + extra_install("langgraph")
     ) from e
 
 import contextlib

@@ -1,6 +1,6 @@
 """The memory's tools over MCP, the Model Context Protocol, on its official SDK (``mcp`` 2.x):
-the same five tools as ``memory.tools``, on the same path (``tool_answer``). Needs the extra:
-``pip install "django-memory[mcp]"``.
+the same five tools as ``memory.tools``, on the same path (``tool_answer``). Needs the extra
+``mcp``: ``pip install "$(echo dist/django_memory-*.whl)[mcp]"`` after ``make dist``.
 
 - ``MemoryMCPServer``: an ``MCPServer`` with the tools. Made for one owner
   (``MemoryMCPServer(owner_id=...)``) it serves that owner, as ``manage.py memory_mcp --user
@@ -25,6 +25,8 @@ request's connection is closed at its end, as Django closes a request's.
 
 from __future__ import annotations
 
+from memory.extras import extra_install
+
 try:
     import mcp.types as mcp_types
     from mcp.server.mcpserver import Context, MCPServer
@@ -33,7 +35,7 @@ try:
     from mcp.shared.exceptions import MCPError
 except ImportError as e:
     raise ImportError(
-        'memory.integrations.mcp needs the MCP SDK: pip install "django-memory[mcp]"'
+        "memory.integrations.mcp needs the MCP SDK, the extra mcp: " + extra_install("mcp")
     ) from e
 
 import asyncio

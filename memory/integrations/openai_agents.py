@@ -1,16 +1,19 @@
 """The OpenAI Agents SDK's session over the memory: ``MemorySession(owner_id=...,
-session_id=...)``, the SDK's ``Session`` protocol (async). Needs the extra:
-``pip install "django-memory[openai-agents]"``."""
+session_id=...)``, the SDK's ``Session`` protocol (async). Needs the extra
+``openai-agents``: ``pip install "$(echo dist/django_memory-*.whl)[openai-agents]"`` after
+``make dist``."""
 
 from __future__ import annotations
+
+from memory.extras import extra_install
 
 try:
     from agents.items import TResponseInputItem
     from agents.memory import SessionSettings
 except ImportError as e:
     raise ImportError(
-        "memory.integrations.openai_agents needs openai-agents: "
-        'pip install "django-memory[openai-agents]"'
+        "memory.integrations.openai_agents needs openai-agents, the extra openai-agents: "
+        + extra_install("openai-agents")
     ) from e
 
 import copy

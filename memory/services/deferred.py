@@ -2,7 +2,8 @@
 owner's embedding run in a worker, their enqueueing after the commit that made them due, and the
 re-enqueueing of the records whose task never ran.
 
-Needs the ``django-tasks`` backport (``pip install django-memory[deferred]``) and a task
+Needs the ``django-tasks`` backport (the extra ``deferred``:
+``pip install "$(echo dist/django_memory-*.whl)[deferred]"`` after ``make dist``) and a task
 backend in ``TASKS``: its database backend (``django_tasks_db``, worker ``manage.py
 db_worker``) or any other (RQ, Celery). Imported only when a task is due (``turns`` imports it
 inside the function that enqueues), never by ``memory.services``.
