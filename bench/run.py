@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.recall import RecallRows
+
 if TYPE_CHECKING:
     from bench.seed import OwnerPlan
 
@@ -42,6 +44,9 @@ ROWS = (
     "herd",
     "redis_mem",
     "search",
+    "semantic_search",
+    "recall",
+    "append_embed",
     "search_health",
     "cluster",
     "tool_http",
@@ -167,7 +172,7 @@ def _django_setup() -> None:
     django.setup()
 
 
-class Bench:
+class Bench(RecallRows):
     """The bench's state: its settings, connections and seeded owners."""
 
     def __init__(self, args: argparse.Namespace) -> None:

@@ -164,7 +164,14 @@ APP_TABLES = (
 )
 # Tables holding rows of an owner, emptied before the owner itself (the app's foreign keys
 # cascade in Django, not in the database).
-OWNER_TABLES = ("memory_turn", "memory_session", "memory_fact", "memory_factversion")
+OWNER_TABLES = (
+    "memory_turn",
+    "memory_session",
+    "memory_fact",
+    "memory_factversion",
+    "memory_pendingsummary",
+    "memory_summary",
+)
 
 
 def tables_reset(conn: psycopg.Connection) -> None:

@@ -210,13 +210,13 @@ class Turn(models.Model):
 
 
 class VectorField(models.Field):  # type: ignore[type-arg]
-    """A pgvector ``vector`` of any length, as a list of floats. Written and read by raw SQL
+    """A pgvector ``halfvec`` of any length, as a list of floats. Written and read by raw SQL
     (``memory.recall.vectors``), which sends and takes pgvector's text form."""
 
-    description = "pgvector vector"
+    description = "pgvector halfvec"
 
     def db_type(self, connection: Any) -> str:
-        return "vector"
+        return "halfvec"
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> list[float] | None:
         if value is None or isinstance(value, list):

@@ -290,6 +290,28 @@ async def afact_sessions_get(*, owner_id: str) -> dict[str, str]:
         return {}
 
 
+# The budget of the window the chat page shows beside a reply: what a small model would take.
+WINDOW_TOKENS = 600
+
+
+def window_get(*, owner_id: str, message: str) -> dict[str, Any] | None:
+    """How the reply's context looks as model messages within ``WINDOW_TOKENS`` with ``message``
+    as the query: whether it carries the summary, and which older turns it recalls; ``None``
+    where it cannot be read (the page shows the rest)."""
+    try:
+        messages = selectors.context_messages(
+            owner_id=owner_id, max_tokens=WINDOW_TOKENS, query=message[:200]
+        )
+    except Exception:
+        logger.warning("The chat page's window could not be read.", exc_info=True)
+        return None
+    return {
+        "budget": WINDOW_TOKENS,
+        "summary_through_seq": messages["summary_through_seq"],
+        "recalled": messages["recalled"],
+    }
+
+
 def _page(
     request: HttpRequest,
     form: forms.Form,
@@ -330,6 +352,9 @@ def _page(
             else [],
             "turns": turns,
             "reply": reply,
+            "window": window_get(owner_id=context["user_id"], message=form.data.get("message", ""))
+            if reply is not None and context and context["user_id"] and form.data.get("message")
+            else None,
             "error": error,
             "exchange_id": secrets.token_urlsafe(16),
         },

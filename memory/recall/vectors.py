@@ -32,7 +32,7 @@ _READY_SQL = (
 # included, so that a row written for a turn's former owner is corrected.
 _WRITE_SQL = """
 INSERT INTO memory_turnvector (turn_id, owner_id, model, vector)
-SELECT t.id, t.owner_id, %s, v.vector::vector
+SELECT t.id, t.owner_id, %s, v.vector::halfvec
 FROM unnest(%s::bigint[], %s::text[]) AS v (turn_id, vector)
 JOIN memory_turn AS t ON t.id = v.turn_id
 ON CONFLICT (turn_id) DO UPDATE
@@ -42,7 +42,7 @@ SET owner_id = EXCLUDED.owner_id, model = EXCLUDED.model, vector = EXCLUDED.vect
 # NOTE: the turn is joined on its owner too: a vector row is never trusted alone for whose
 # turn it is.
 _NEAREST_SQL = """
-SELECT v.turn_id, v.vector <=> %s::vector AS distance
+SELECT v.turn_id, v.vector <=> %s::halfvec AS distance
 FROM memory_turnvector AS v
 WHERE v.owner_id = %s::bigint AND v.model = %s
 ORDER BY distance, v.turn_id DESC
