@@ -1,6 +1,6 @@
 """Deferred work: the django-tasks tasks that run a deferred extractor and a summary refresh in
 a worker, their enqueueing after the commit that made them due, and the re-enqueueing of the
-records whose task never ran.
+records whose task never ran; and the sweep of expired facts as a task (``facts_expire_run``).
 
 Needs the ``django-tasks`` backport (``pip install django-memory[deferred]``) and a task
 backend in ``TASKS``: its database backend (``django_tasks_db``, worker ``manage.py
@@ -151,3 +151,16 @@ def summaries_pending_enqueue(*, grace: dt.timedelta) -> int:
     Raises ``MemoryUnavailable`` when the database cannot be reached.
     """
     return _pending_enqueue(PendingSummary, grace, summary_enqueue)
+
+
+@task()
+def facts_expire_run() -> int:
+    """Delete the facts expired by now (``services.facts_expire``); return how many went. Runs
+    in the worker: enqueue it on a schedule (or run ``manage.py memory_expire`` from cron).
+
+    Raises ``MemoryUnavailable`` when the database cannot be reached; the facts not deleted
+    wait for the next run, absent from every read meanwhile.
+    """
+    from memory.services.facts import facts_expire
+
+    return facts_expire()
