@@ -421,3 +421,19 @@ def test_an_import_keeps_the_documents_actors_and_says_import_where_it_has_none(
         services.memory_import(document=document)
     assert history("li", "name") == [(2, False, "admin:ops"), (1, False, "import")]
     assert selectors.fact_list(owner_id="li")[0]["expires_at"] is None
+
+
+def test_a_link_offers_no_expired_fact_and_replaces_an_expired_one(write):
+    at = soon(1)
+    with write():
+        services.fact_put(owner_id="wang", key="city", value="上海", expires_at=at)
+        services.fact_put(owner_id="anon-1", key="trip", value="东京", expires_at=at)
+    with write():
+        services.fact_put(owner_id="anon-1", key="city", value="北京")
+    wait_past(at)
+    with write():
+        services.memory_link(owner_id="wang", from_owner_id="anon-1")
+    assert selectors.context_get(owner_id="wang")["facts"] == {"city": "北京"}
+    city = Fact.objects.get(owner__external_id="wang", key="city")
+    assert (city.expires_at, city.version) == (None, 2)
+    assert not Fact.objects.filter(key="trip").exists()
