@@ -483,3 +483,14 @@ def test_an_unbound_server_refuses_a_call_with_no_authenticated_owner():
         memory_mcp.MemoryMCPServer()._bound(None)
     bound = memory_mcp.MemoryMCPServer(owner_id="wang", caller="x", actor="api:wang")
     assert bound._bound(None) == ("wang", "x", "api:wang")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bound_servers_fact_writes_name_its_actor():
+    from tests.loop import run
+
+    server = memory_mcp.MemoryMCPServer(owner_id="wang", caller="x", actor="api:wang")
+    result = run(lambda: server.call_tool("remember_fact", {"key": "city", "value": "上海"}))
+    assert not result.is_error
+    (version,) = selectors.fact_history(owner_id="wang", key="city").results
+    assert version["actor"] == "api:wang"
