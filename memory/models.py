@@ -256,6 +256,11 @@ class TurnVector(models.Model):
         return f"vector of turn {self.turn_id}"
 
 
+def fact_live(at: Any) -> Q:
+    """The facts not expired at ``at``: what every read of current facts holds."""
+    return Q(expires_at__isnull=True) | Q(expires_at__gt=at)
+
+
 class Fact(models.Model):
     """The current value of one profile fact of an owner (``name``, ``likes``...)."""
 
@@ -266,6 +271,9 @@ class Fact(models.Model):
     session_id = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
     source_turn_seq = models.BigIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField()
+    # NOTE: from this instant the fact is absent from every read (each read filters by it, the
+    # cached copy included), and ``services.facts_expire`` deletes it later; NULL: never.
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["owner_id", "key"]
@@ -273,6 +281,14 @@ class Fact(models.Model):
             models.UniqueConstraint(fields=["owner", "key"], name="memory_fact_owner_key_uniq"),
             models.CheckConstraint(
                 condition=Q(version__gte=1), name="memory_fact_version_positive"
+            ),
+        ]
+        indexes = [
+            # NOTE: the sweep's order (``services.facts_expire``), over only the facts that expire.
+            models.Index(
+                fields=["expires_at", "id"],
+                condition=Q(expires_at__isnull=False),
+                name="memory_fact_expires_idx",
             ),
         ]
 
@@ -291,6 +307,12 @@ class FactVersion(models.Model):
     source_turn_seq = models.BigIntegerField(null=True, blank=True)
     deleted = models.BooleanField(default=False)
     updated_at = models.DateTimeField()
+    # The fact's ``expires_at`` as this version set it (an export tells by it a fact that had
+    # expired from one deleted).
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # Who made the change: "extractor", "api:<username>", "admin:<username>", "expiry",
+    # "python" (a direct call of the Python API), or what an imported document said.
+    actor = models.CharField(max_length=200, default="python")
 
     class Meta:
         ordering = ["owner_id", "key", "-version"]

@@ -25,6 +25,7 @@ class FactPayload(TypedDict):
     session_id: str | None
     updated_at: str
     version: int
+    expires_at: str | None
 
 
 class FactVersionPayload(TypedDict):
@@ -35,6 +36,8 @@ class FactVersionPayload(TypedDict):
     updated_at: str
     source_turn_seq: int | None
     deleted: bool
+    actor: str
+    expires_at: str | None
 
 
 class SessionPayload(TypedDict):
@@ -80,7 +83,7 @@ def isoformat(value: dt.datetime) -> str:
 
 
 TURN_FIELDS = ("seq", "session_id", "role", "content", "metadata", "created_at")
-FACT_FIELDS = ("key", "value", "session_id", "updated_at", "version")
+FACT_FIELDS = ("key", "value", "session_id", "updated_at", "version", "expires_at")
 # A model instance as the row ``values_list(*FIELDS)`` reads of it.
 _turn_row = operator.attrgetter(*TURN_FIELDS)
 _fact_row = operator.attrgetter(*FACT_FIELDS)
@@ -109,14 +112,33 @@ def fact_payload(fact: Fact) -> FactPayload:
 
 def fact_payload_from_row(row: tuple[Any, ...]) -> FactPayload:
     """A fact from a ``values_list(*FACT_FIELDS)`` row."""
-    key, value, session_id, updated_at, version = row
+    key, value, session_id, updated_at, version, expires_at = row
     return {
         "key": key,
         "value": value,
         "session_id": session_id,
         "updated_at": isoformat(updated_at),
         "version": version,
+        "expires_at": isoformat(expires_at) if expires_at is not None else None,
     }
+
+
+def parse_instant(text: str) -> dt.datetime:
+    """The aware datetime of an ISO-8601 text that ``isoformat`` wrote."""
+    return dt.datetime.fromisoformat(text)
+
+
+def fact_live(fact: FactPayload, at: dt.datetime) -> bool:
+    """Whether ``fact`` is not expired at ``at``."""
+    expires_at = fact["expires_at"]
+    return expires_at is None or parse_instant(expires_at) > at
+
+
+def facts_live(facts: list[FactPayload], at: dt.datetime) -> list[FactPayload]:
+    """The facts of ``facts`` not expired at ``at`` (the same list when none expires)."""
+    if all(fact["expires_at"] is None for fact in facts):
+        return facts
+    return [fact for fact in facts if fact_live(fact, at)]
 
 
 SUMMARY_FIELDS = ("text", "through_seq", "tokens", "updated_at")
@@ -134,8 +156,7 @@ def summary_payload_from_row(row: tuple[Any, ...]) -> SummaryPayload:
 
 
 def fact_version_payload(version: FactVersion) -> FactVersionPayload:
-    fact = fact_payload_from_row(_fact_row(version))
-    return {**fact, "source_turn_seq": version.source_turn_seq, "deleted": version.deleted}
+    return fact_version_payload_from_row(_fact_version_row(version))
 
 
 def session_payload(session: Session) -> SessionPayload:
@@ -155,13 +176,16 @@ FACT_VERSION_FIELDS = (
     "updated_at",
     "source_turn_seq",
     "deleted",
+    "actor",
+    "expires_at",
 )
+_fact_version_row = operator.attrgetter(*FACT_VERSION_FIELDS)
 SESSION_FIELDS = ("session_id", "first_seen", "last_seen", "turn_count")
 
 
 def fact_version_payload_from_row(row: tuple[Any, ...]) -> FactVersionPayload:
     """A fact version from a ``values_list(*FACT_VERSION_FIELDS)`` row."""
-    key, value, version, session_id, updated_at, source_turn_seq, deleted = row
+    key, value, version, session_id, updated_at, source_turn_seq, deleted, actor, expires_at = row
     return {
         "key": key,
         "value": value,
@@ -170,6 +194,8 @@ def fact_version_payload_from_row(row: tuple[Any, ...]) -> FactVersionPayload:
         "updated_at": isoformat(updated_at),
         "source_turn_seq": source_turn_seq,
         "deleted": deleted,
+        "actor": actor,
+        "expires_at": isoformat(expires_at) if expires_at is not None else None,
     }
 
 

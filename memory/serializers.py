@@ -11,6 +11,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import RegexValidator
+from django.utils import timezone
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.utils import extend_schema_field
@@ -27,6 +28,7 @@ from memory.validators import (
     OWNER_ID_RE,
     SESSION_ID_RE,
     validate_content,
+    validate_expires_at,
     validate_fact_key,
     validate_json_value,
     validate_metadata,
@@ -311,6 +313,21 @@ class FactPutInputSerializer(serializers.Serializer):
 
     value = JSONValueField(help_text=JSON_RULES)
     session_id = SessionIdField(required=False, allow_null=True)
+    expires_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="When the fact expires (ISO-8601, a time in the future, else a 400): from then "
+        "on it is absent from every read, and a sweep deletes it. Absent or null: never; a PUT "
+        "without it clears an earlier expiry.",
+    )
+
+    def validate_expires_at(self, value: Any) -> Any:
+        if value is not None:
+            try:
+                validate_expires_at(value, timezone.now())
+            except DjangoValidationError as e:
+                raise serializers.ValidationError(e.messages) from e
+        return value
 
 
 class FactsMergeInputSerializer(serializers.Serializer):
@@ -453,6 +470,9 @@ class FactSerializer(serializers.Serializer):
     session_id = serializers.CharField(allow_null=True)
     updated_at = serializers.DateTimeField()
     version = serializers.IntegerField(min_value=1)
+    expires_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the fact expires; null: never."
+    )
 
 
 class FactListSerializer(serializers.Serializer):
@@ -471,6 +491,14 @@ class FactVersionSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
     source_turn_seq = serializers.IntegerField(allow_null=True)
     deleted = serializers.BooleanField()
+    actor = serializers.CharField(
+        help_text='Who made the change: "extractor", "api:<username>", "admin:<username>", '
+        '"expiry", "python" (a direct Python API call), or what an imported document said '
+        '("import" where it said nothing).'
+    )
+    expires_at = serializers.DateTimeField(
+        allow_null=True, help_text="The expiry this version set; null: never."
+    )
 
 
 class FactHistorySerializer(serializers.Serializer):

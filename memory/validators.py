@@ -3,6 +3,7 @@ shared by the services (the Python API) and the DRF serializers (the HTTP API)."
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
@@ -145,3 +146,33 @@ def validate_metadata(value: Any) -> None:
     if not isinstance(value, dict):
         raise ValidationError("Metadata must be a JSON object.", code="invalid")
     validate_json_value(value)
+
+
+# Longest ``actor`` a fact version records (``"api:"`` and a username of up to 150 characters
+# fit; a longer username is cut).
+MAX_ACTOR_CHARS = 200
+ACTOR_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+
+
+def validate_actor(value: str) -> None:
+    """An actor is 1-200 characters without control characters."""
+    if not isinstance(value, str) or not ACTOR_RE.fullmatch(value) or SURROGATE_RE.search(value):
+        raise ValidationError(
+            "Enter 1-200 characters without control characters.", code="invalid_actor"
+        )
+
+
+def actor_of(door: str, username: str) -> str:
+    """The actor of a change made through ``door`` (``"api"``, ``"admin"``) by ``username``."""
+    clean = "".join(c for c in username if c.isprintable() and not SURROGATE_RE.match(c))
+    return f"{door}:{clean}"[:MAX_ACTOR_CHARS]
+
+
+def validate_expires_at(value: Any, now: dt.datetime) -> None:
+    """An ``expires_at`` is a timezone-aware datetime after ``now``."""
+    if not isinstance(value, dt.datetime) or value.tzinfo is None:
+        raise ValidationError(
+            "Enter a date and time with its UTC offset.", code="invalid_expires_at"
+        )
+    if value <= now:
+        raise ValidationError("Must be in the future.", code="expires_at_past")

@@ -110,6 +110,19 @@ def main(argv: list[str]) -> None:
                 selectors.context_get(owner_id=owner_id, turns=int(argv[2])), ensure_ascii=False
             )
         )
+    elif command == "context_across":
+        # context_across <owner id> <ISO instant>: the context read once, then again once the
+        # instant has passed on this process's clock, with the times of both reads.
+        import datetime as dt
+        import time
+
+        until = dt.datetime.fromisoformat(argv[2])
+        reads = []
+        for _ in range(2):
+            at = dt.datetime.now(dt.UTC)
+            reads.append({"at": at.isoformat(), **selectors.context_get(owner_id=owner_id)})
+            time.sleep(max((until - dt.datetime.now(dt.UTC)).total_seconds(), 0) + 0.05)
+        print(json.dumps(reads, ensure_ascii=False))
     elif command == "contexts":
         # contexts <turns> <repeat> <owner id>...: each owner's context, read <repeat> times.
         turns, repeat, owner_ids = int(argv[1]), int(argv[2]), argv[3:]

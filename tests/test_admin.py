@@ -3,6 +3,7 @@ the Redis copy coherent (nothing the admin changed or deleted is served stale af
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import pytest
@@ -408,6 +409,67 @@ def test_fact_add_goes_through_the_service(admin_client, chat, write):
     assert response.status_code == 302
     assert selectors.context_get(owner_id="wang")["facts"]["location"] == "上海"
     assert Fact.objects.get(owner=chat, key="location").version == 1
+
+
+def test_fact_edit_sets_and_clears_the_expiry_and_names_the_admin(admin_client, chat, write):
+    fact = Fact.objects.get(owner=chat, key="name")
+    page = admin_client.get(url("fact", "change", fact.pk)).content.decode()
+    assert 'name="expires_at_0"' in page and "memory_expire" in page
+    when = timezone.localtime(timezone.now() + dt.timedelta(days=2)).replace(microsecond=0)
+    with write():
+        response = admin_client.post(
+            url("fact", "change", fact.pk),
+            {
+                "value": '"王建国"',
+                "expected_version": "1",
+                "expires_at_0": when.strftime("%Y-%m-%d"),
+                "expires_at_1": when.strftime("%H:%M:%S"),
+            },
+        )
+    assert response.status_code == 302
+    fact.refresh_from_db()
+    assert (fact.version, fact.expires_at) == (2, when)
+    assert selectors.fact_list(owner_id="wang")[1]["expires_at"] is not None
+    page = admin_client.get(url("fact", "change", fact.pk)).content.decode()
+    assert when.strftime("%Y-%m-%d") in page and "by admin:admin" in page
+    changelist = admin_client.get(url("fact", "changelist")).content.decode()
+    assert "column-expires_at" in changelist
+    with write():
+        admin_client.post(
+            url("fact", "change", fact.pk), {"value": '"王建国"', "expected_version": "2"}
+        )
+    fact.refresh_from_db()
+    assert (fact.version, fact.expires_at) == (3, None)
+    versions = FactVersion.objects.filter(key="name").order_by("version")
+    assert list(versions.values_list("actor", flat=True)) == [
+        "python",
+        "admin:admin",
+        "admin:admin",
+    ]
+
+
+def test_fact_edit_refuses_an_expiry_in_the_past(admin_client, chat):
+    fact = Fact.objects.get(owner=chat, key="name")
+    response = admin_client.post(
+        url("fact", "change", fact.pk),
+        {
+            "value": '"王建国"',
+            "expected_version": "1",
+            "expires_at_0": "2001-01-01",
+            "expires_at_1": "00:00:00",
+        },
+    )
+    assert response.status_code == 200
+    assert "expires_at" in response.context["adminform"].form.errors
+    assert Fact.objects.get(pk=fact.pk).version == 1
+
+
+def test_fact_delete_names_the_admin_in_history(admin_client, chat, write):
+    fact = Fact.objects.get(owner=chat, key="name")
+    with write():
+        admin_client.post(url("fact", "delete", fact.pk), {"post": "yes"})
+    last = FactVersion.objects.filter(key="name").order_by("-version").first()
+    assert (last.deleted, last.actor) == (True, "admin:admin")
 
 
 def test_fact_add_validates_owner_and_key(admin_client, db):

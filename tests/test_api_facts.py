@@ -30,7 +30,14 @@ def test_put_creates_with_201_then_changes_with_200(owner_client, write):
     changed = write(owner_client, "put", NAME, {"value": "Jim"})
     assert created.status_code == 201
     assert changed.status_code == 200
-    assert set(created.json()) == {"key", "value", "session_id", "updated_at", "version"}
+    assert set(created.json()) == {
+        "key",
+        "value",
+        "session_id",
+        "updated_at",
+        "version",
+        "expires_at",
+    }
     assert (created.json()["version"], created.json()["session_id"]) == (1, "tab")
     assert (changed.json()["version"], changed.json()["value"]) == (2, "Jim")
     assert changed.json()["session_id"] is None
@@ -240,6 +247,8 @@ def test_history_lists_versions_newest_first(owner_client, write):
         "updated_at",
         "source_turn_seq",
         "deleted",
+        "actor",
+        "expires_at",
     }
     assert results[2]["session_id"] == "tab"
 

@@ -5,8 +5,10 @@ memory, ``services.memory_import`` and its refusals, the commands and the admin.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import io
 import json
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.test import AsyncClient
 from django.urls import reverse
+from django.utils import timezone
 
 import memory.selectors.export as export_module
 from memory import limits, selectors, services
@@ -340,13 +343,25 @@ def test_a_summary_past_the_last_turn_is_refused(wang):
 
 @committed
 def test_an_export_of_the_import_equals_the_original(wang, tmp_path: Path):
+    # NOTE: a fact expiring later and one expired but not swept yet, by several actors.
+    later = timezone.now() + dt.timedelta(days=30)
+    gone = timezone.now() + dt.timedelta(seconds=1)
+    services.fact_put(owner_id="wang", key="plan", value="旅行", expires_at=later, actor="api:wang")
+    services.fact_put(owner_id="wang", key="trip", value="东京", expires_at=gone, actor="admin:ops")
+    time.sleep(max((gone - timezone.now()).total_seconds(), 0) + 0.05)
     original = tmp_path / "wang.json"
     call_command("memory_export", "wang", "-o", str(original), stderr=io.StringIO())
     out = io.StringIO()
     call_command("memory_import", str(original), "--as", "wang2", stdout=out)
-    assert "Imported into wang2: 4 turns, 3 sessions, 5 facts" in out.getvalue()
+    assert "Imported into wang2: 4 turns, 3 sessions, 6 facts" in out.getvalue()
     first, second = json.loads(original.read_bytes()), export("wang2")
     assert second == {**first, "user_id": "wang2", "exported_at": second["exported_at"]}
+    plan = next(f for f in first["facts"] if f["key"] == "plan")
+    assert dt.datetime.fromisoformat(plan["expires_at"]) == later
+    assert "trip" not in {f["key"] for f in first["facts"]}
+    actors = {(v["key"], v["version"]): v["actor"] for v in first["fact_history"]}
+    assert actors[("plan", 1)] == "api:wang" and actors[("trip", 1)] == "admin:ops"
+    assert (actors[("name", 1)], actors[("city", 1)]) == ("extractor", "python")
     # NOTE: the owner goes on where the document ended.
     turn = services.turn_append(owner_id="wang2", session_id="phone", role="user", content="再见")
     assert turn.seq == 6
@@ -454,6 +469,16 @@ def _many_facts(doc: dict[str, Any]) -> None:
         doc["fact_history"].append({**fact, "source_turn_seq": None, "deleted": False})
 
 
+def _expired_unswept(expires_at: str) -> Any:
+    """A change of ``document()``: ``mood``'s last version not deleted but expiring at
+    ``expires_at``, as an export leaves a fact that had expired and was not swept yet."""
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["fact_history"][1].update(value="bad", deleted=False, expires_at=expires_at)
+
+    return change
+
+
 def _drop(path: str) -> Any:
     def change(doc: dict[str, Any]) -> None:
         *parents, last = path.split(".")
@@ -503,6 +528,12 @@ def _drop(path: str) -> Any:
         (_many_facts, "facts"),
         (_set("sessions.0.turn_count", -1), "sessions[0].turn_count"),
         (_set("sessions.0.first_seen", T3), "sessions[0].first_seen"),
+        (_set("facts.0.expires_at", "soon"), "facts[0].expires_at"),
+        (_set("facts.0.expires_at", T3), "facts[0]"),
+        (_set("fact_history.0.actor", ""), "fact_history[0].actor"),
+        (_set("fact_history.0.actor", 5), "fact_history[0].actor"),
+        (_set("fact_history.0.expires_at", "2025-01-02"), "fact_history[0].expires_at"),
+        (_expired_unswept("2999-01-01T00:00:00Z"), "fact_history[1]"),
     ],
 )
 def test_a_bad_document_is_refused_whole_naming_the_item(db, change, path, memory_settings):
@@ -524,6 +555,17 @@ def test_a_good_document_is_stored_as_it_is(db, write):
     assert list(Turn.objects.filter(owner=owner).values_list("seq", flat=True)) == [1, 3, 4]
     fact = Fact.objects.get(owner=owner)
     assert (fact.value, fact.version, fact.source_turn_seq) == ("李雷", 2, 3)
+
+
+def test_a_fact_expired_by_the_export_is_history_only(db, write):
+    doc = document()
+    _expired_unswept(T2)(doc)
+    with write():
+        result = services.memory_import(document=doc)
+    assert result.facts == 1
+    assert [f["key"] for f in selectors.fact_list(owner_id="li")] == ["name"]
+    mood = selectors.fact_history(owner_id="li", key="mood").results[0]
+    assert (mood["value"], mood["deleted"], mood["actor"]) == ("bad", False, "import")
 
 
 def test_the_cached_copy_is_dropped_after_the_import(db, write):

@@ -461,12 +461,17 @@ def test_the_owner_is_the_tokens_never_a_strangers(owner_user, service_user):
     service = Token.objects.create(user=service_user).key
     resolve = memory_mcp._caller_resolve
     auth = memory_mcp.TokenAuthentication
-    assert resolve(f"Bearer {owner}", None, auth) == ("wang", f"user:{owner_user.pk}")
-    assert resolve(f"bearer  {owner} ", "wang", auth) == ("wang", f"user:{owner_user.pk}")
+    mine = ("wang", f"user:{owner_user.pk}", "api:wang")
+    assert resolve(f"Bearer {owner}", None, auth) == mine
+    assert resolve(f"bearer  {owner} ", "wang", auth) == mine
     assert resolve(f"Bearer {owner}", "li", auth).status == 403
-    assert resolve(f"Bearer {service}", "li", auth) == ("li", "owner:li")
+    assert resolve(f"Bearer {service}", "li", auth) == ("li", "owner:li", "api:svc")
     assert resolve(f"Bearer {service}", "not valid!", auth).status == 400
-    assert resolve(f"Bearer {service}", None, auth) == ("svc", f"user:{service_user.pk}")
+    assert resolve(f"Bearer {service}", None, auth) == (
+        "svc",
+        f"user:{service_user.pk}",
+        "api:svc",
+    )
     assert resolve("Bearer nope", None, auth).status == 401
     owner_user.is_active = False
     owner_user.save()
@@ -476,7 +481,19 @@ def test_the_owner_is_the_tokens_never_a_strangers(owner_user, service_user):
 def test_an_unbound_server_refuses_a_call_with_no_authenticated_owner():
     with pytest.raises(MCPError, match="not authenticated"):
         memory_mcp.MemoryMCPServer()._bound(None)
-    assert memory_mcp.MemoryMCPServer(owner_id="wang", caller="x")._bound(None) == ("wang", "x")
+    bound = memory_mcp.MemoryMCPServer(owner_id="wang", caller="x", actor="api:wang")
+    assert bound._bound(None) == ("wang", "x", "api:wang")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bound_servers_fact_writes_name_its_actor():
+    from tests.loop import run
+
+    server = memory_mcp.MemoryMCPServer(owner_id="wang", caller="x", actor="api:wang")
+    result = run(lambda: server.call_tool("remember_fact", {"key": "city", "value": "上海"}))
+    assert not result.is_error
+    (version,) = selectors.fact_history(owner_id="wang", key="city").results
+    assert version["actor"] == "api:wang"
 
 
 def test_without_the_mcp_sdk_the_import_error_names_the_extra():

@@ -129,7 +129,14 @@ def test_remember_fact_sets_one_fact_and_answers_it(write):
         second = tools.call("remember_fact", {"key": "likes", "value": ["golf"]}, owner_id="li")
     assert first["fact"]["value"] == ["jazz"] and first["fact"]["version"] == 1
     assert second["fact"]["value"] == ["golf"] and second["fact"]["version"] == 2
-    assert set(second["fact"]) == {"key", "value", "session_id", "updated_at", "version"}
+    assert set(second["fact"]) == {
+        "key",
+        "value",
+        "session_id",
+        "updated_at",
+        "version",
+        "expires_at",
+    }
     assert selectors.context_get(owner_id="li")["facts"] == {"likes": ["golf"]}
 
 

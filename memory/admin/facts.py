@@ -10,6 +10,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
@@ -26,6 +27,8 @@ from memory.admin.base import (
 from memory.exceptions import FactNotFound, FactVersionConflict, MemoryException
 from memory.models import Fact, FactVersion
 from memory.validators import (
+    actor_of,
+    validate_expires_at,
     validate_fact_key,
     validate_json_value,
     validate_owner_id,
@@ -46,6 +49,18 @@ def _clean_json_value(value: Any) -> Any:
     return value
 
 
+def _clean_expires_at(value: Any) -> Any:
+    if value is not None:
+        validate_expires_at(value, timezone.now())
+    return value
+
+
+EXPIRES_HELP = (
+    "From this time on the fact is absent from every read, and the sweep (manage.py "
+    "memory_expire) deletes it. Empty: it never expires. A time in the future."
+)
+
+
 class FactChangeForm(forms.ModelForm):
     value = PrettyJSONField(widget=forms.Textarea(attrs={"rows": 10, "cols": 80}))
     # NOTE: the version the operator saw: a change made meanwhile (by the API, say) makes the
@@ -54,7 +69,8 @@ class FactChangeForm(forms.ModelForm):
 
     class Meta:
         model = Fact
-        fields = ("value",)
+        fields = ("value", "expires_at")
+        help_texts = {"expires_at": EXPIRES_HELP}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -62,6 +78,9 @@ class FactChangeForm(forms.ModelForm):
 
     def clean_value(self) -> Any:
         return _clean_json_value(self.cleaned_data["value"])
+
+    def clean_expires_at(self) -> Any:
+        return _clean_expires_at(self.cleaned_data["expires_at"])
 
 
 class FactAddForm(forms.ModelForm):
@@ -72,7 +91,11 @@ class FactAddForm(forms.ModelForm):
 
     class Meta:
         model = Fact
-        fields = ("key", "value")
+        fields = ("key", "value", "expires_at")
+        help_texts = {"expires_at": EXPIRES_HELP}
+
+    def clean_expires_at(self) -> Any:
+        return _clean_expires_at(self.cleaned_data["expires_at"])
 
     def clean_key(self) -> str:
         key: str = self.cleaned_data["key"]
@@ -83,9 +106,22 @@ class FactAddForm(forms.ModelForm):
         return _clean_json_value(self.cleaned_data["value"])
 
 
+def admin_actor(request: HttpRequest) -> str:
+    """The actor a fact version of an admin save or delete records: ``admin:<username>``."""
+    return actor_of("admin", request.user.get_username())
+
+
 @admin.register(Fact)
 class FactAdmin(MemoryAdmin):
-    list_display = ("owner", "key", "value_preview", "version", "session_id", "updated_at")
+    list_display = (
+        "owner",
+        "key",
+        "value_preview",
+        "version",
+        "session_id",
+        "updated_at",
+        "expires_at",
+    )
     list_display_links = ("key",)
     list_select_related = ("owner",)
     list_filter = (OwnerFilter, ("updated_at", admin.DateFieldListFilter))
@@ -109,10 +145,10 @@ class FactAdmin(MemoryAdmin):
 
     def get_fieldsets(self, request: HttpRequest, obj: Fact | None = None) -> Any:
         if obj is None:
-            return [(None, {"fields": ("user_id", "key", "value")})]
-        editable = ("value", "expected_version")
+            return [(None, {"fields": ("user_id", "key", "value", "expires_at")})]
+        editable: tuple[str, ...] = ("value", "expires_at", "expected_version")
         if not self.has_change_permission(request, obj):
-            editable = ("value_json",)
+            editable = ("value_json", "expires_at")
         return [
             (None, {"fields": ("owner_link", "key", *editable)}),
             ("Provenance", {"fields": ("version", "session_id", "source_turn_seq", "updated_at")}),
@@ -120,7 +156,11 @@ class FactAdmin(MemoryAdmin):
         ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Fact | None = None) -> Any:
-        return () if obj is None else (*self.change_readonly_fields, "value_json")
+        if obj is None:
+            return ()
+        if not self.has_change_permission(request, obj):
+            return (*self.change_readonly_fields, "value_json", "expires_at")
+        return (*self.change_readonly_fields, "value_json")
 
     def get_form(
         self, request: HttpRequest, obj: Fact | None = None, change: bool = False, **kwargs: Any
@@ -149,12 +189,15 @@ class FactAdmin(MemoryAdmin):
             (
                 version.version,
                 version.updated_at,
+                version.actor,
                 "deleted" if version.deleted else _json(version.value),
             )
             for version in versions
         ]
         return format_html_join(
-            "", '<div>v{} · {} <pre style="white-space: pre-wrap; margin: 0">{}</pre></div>', rows
+            "",
+            '<div>v{} · {} · by {} <pre style="white-space: pre-wrap; margin: 0">{}</pre></div>',
+            rows,
         )
 
     def save_model(
@@ -168,6 +211,8 @@ class FactAdmin(MemoryAdmin):
                 key=obj.key,
                 value=form.cleaned_data["value"],
                 expected_version=expected,
+                expires_at=form.cleaned_data.get("expires_at"),
+                actor=admin_actor(request),
             )
         except FactVersionConflict as e:
             raise Refused(
@@ -182,14 +227,26 @@ class FactAdmin(MemoryAdmin):
                 f"{owner_id} already had a fact {obj.key!r}; it is now at version {fact.version}.",
                 messages.WARNING,
             )
-        for field in ("id", "owner", "key", "value", "version", "session_id", "updated_at"):
+        fields = (
+            "id",
+            "owner",
+            "key",
+            "value",
+            "version",
+            "session_id",
+            "updated_at",
+            "expires_at",
+        )
+        for field in fields:
             setattr(obj, field, getattr(fact, field))
         obj.source_turn_seq = fact.source_turn_seq
         obj._state.adding = False
 
     def delete_model(self, request: HttpRequest, obj: Fact) -> None:
         try:
-            services.fact_delete(owner_id=obj.owner.external_id, key=obj.key)
+            services.fact_delete(
+                owner_id=obj.owner.external_id, key=obj.key, actor=admin_actor(request)
+            )
         except FactNotFound as e:
             raise Refused(
                 f"{obj} was already deleted.",
@@ -202,7 +259,7 @@ class FactAdmin(MemoryAdmin):
         deleted, failed = 0, []
         for owner_id, key in queryset.values_list("owner__external_id", "key"):
             try:
-                services.fact_delete(owner_id=owner_id, key=key)
+                services.fact_delete(owner_id=owner_id, key=key, actor=admin_actor(request))
                 deleted += 1
             except FactNotFound:
                 pass

@@ -61,10 +61,15 @@ before the read began, except within these bounds:
    naming the command (once per ``BUG_LOG_SECONDS``, with a count), never an outage; its repair
    backs off up to ``REPAIR_BACKOFF_MAX``. No Redis error reaches a caller. The async client is
    made from the sync client's own pool, so both reach Redis with the same credentials and TLS.
+8. *Expiry* (``readthrough.snapshot_live``). A copy holds each fact's ``expires_at``, and every
+   read, from a copy or the database, sync or async, drops the facts whose ``expires_at`` is
+   not after this process's clock: an expired fact is absent from every read on every instance
+   at once, bounded only by the skew between the hosts' clocks, with no write and no
+   invalidation. The sweep that deletes it later is an ordinary write (rule 2).
 
-Redis keys: ``<KEY_PREFIX>:v2:{<digest of owner id>}`` (a hash; the braces are a cluster hash
+Redis keys: ``<KEY_PREFIX>:v3:{<digest of owner id>}`` (a hash; the braces are a cluster hash
 tag, so an owner's keys share a slot and every script touches one slot), ``...:fill`` (the
-fill lock), ``<KEY_PREFIX>:v2:stats`` (shared counters).
+fill lock), ``<KEY_PREFIX>:v3:stats`` (shared counters).
 """
 
 from __future__ import annotations

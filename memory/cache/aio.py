@@ -10,14 +10,15 @@ from asgiref.sync import sync_to_async
 
 from memory.cache.client import breaker, enabled
 from memory.cache.copy import Hit, Snapshot, copy_aread
-from memory.cache.readthrough import Loader, Source, copy_valid, read_through
+from memory.cache.readthrough import Loader, Source, copy_valid, read_through, snapshot_live
 from memory.cache.repair import repairer_ensure
 
 
 async def aread_through(*, owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, Source]:
     """``read_through`` for async code: a valid copy in one async Redis round trip, no query
-    and no thread; the validity step's database check (only while suspect) and every other
-    case in one ``sync_to_async`` call of the sync path. Raises what ``load`` raises."""
+    and no thread (its expired facts dropped, as ``read_through`` drops them); the validity
+    step's database check (only while suspect) and every other case in one ``sync_to_async``
+    call of the sync path. Raises what ``load`` raises."""
     if enabled():
         repairer_ensure()
         result = await copy_aread(owner_id=owner_id, turns=turns)
@@ -30,5 +31,5 @@ async def aread_through(*, owner_id: str, turns: int, load: Loader) -> tuple[Sna
             else:
                 checked = copy_valid(owner_id, result, suspect=False)
             if isinstance(checked, Hit):
-                return checked.snapshot, "cache"
+                return snapshot_live(checked.snapshot), "cache"
     return await sync_to_async(read_through)(owner_id=owner_id, turns=turns, load=load)

@@ -9,7 +9,8 @@ from memory.conf import conf
 # NOTE: bumped whenever the shape of a cached payload changes, so that an old copy is never
 # read as a new one.
 # v2: the copy holds the owner's summary (``sum``), so a v1 copy, which lacks it, is not read.
-SCHEMA = "v2"
+# v3: each fact payload holds ``expires_at``, which every read filters by; a v2 copy lacks it.
+SCHEMA = "v3"
 
 
 def prefix() -> str:

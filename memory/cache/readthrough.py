@@ -4,12 +4,14 @@ the database and rehydrate, one reader per owner, with every fill verified after
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
 from typing import Literal
 
 from django.db import DatabaseError
+from django.utils import timezone
 
 from memory.cache.client import Outcome, breaker, enabled
 from memory.cache.copy import (
@@ -25,6 +27,7 @@ from memory.cache.copy import (
 from memory.cache.repair import Pending, pending_for, remember, repairer_ensure
 from memory.cache.stamps import stamp_get
 from memory.conf import conf
+from memory.payloads import facts_live
 
 Source = Literal["cache", "database"]
 # ``load(n)``: the owner's stamp, last ``n`` turns and facts from the database, and whether
@@ -178,8 +181,20 @@ def _wait_for_fill(owner_id: str, turns: int) -> ReadResult | Refused | None:
     return None
 
 
+def snapshot_live(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` without the facts expired by now, on this process's clock.
+
+    NOTE: the copy keeps each fact's ``expires_at``, and every read drops the facts past it
+    here, so a fact leaves a warm copy on every instance the moment it expires, with no write
+    and no invalidation; the sweep's delete (``services.facts_expire``) comes later.
+    """
+    facts = facts_live(snapshot.facts, timezone.now())
+    return snapshot if facts is snapshot.facts else dataclasses.replace(snapshot, facts=facts)
+
+
 def read_through(*, owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, Source]:
-    """The owner's memory with its last ``turns`` turns, and where it was read from.
+    """The owner's memory with its last ``turns`` turns, and where it was read from; its facts
+    exclude those expired by now (``snapshot_live``), whichever it was read from.
 
     A valid copy answers in one Redis round trip and no query. A miss rehydrates: concurrent
     readers of one owner wait (``FILL_WAIT_MS``) for a single reader's verified fill. A copy
@@ -187,6 +202,11 @@ def read_through(*, owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, 
     database (``load``), with no fill unless the copy was stale. Raises what ``load`` raises;
     never a Redis error.
     """
+    snapshot, source = _read_through(owner_id, turns, load)
+    return snapshot_live(snapshot), source
+
+
+def _read_through(owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, Source]:
     if not enabled():
         return load(turns)[0], "database"
     result = cache_lookup(owner_id, turns)

@@ -60,7 +60,7 @@ from memory.exceptions import MemoryUnavailable
 from memory.permissions import can_reach, owner_id_for
 from memory.tools.calls import tool_answer
 from memory.tools.definitions import TOOLS
-from memory.validators import validate_owner_id
+from memory.validators import actor_of, validate_owner_id
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -72,6 +72,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # tool calls it holds.
 OWNER_KEY = "memory.owner_id"
 CALLER_KEY = "memory.caller"
+# ... and the actor its fact versions record (``api:<username>``, as the REST API's).
+ACTOR_KEY = "memory.actor"
 OWNER_HEADER = "x-memory-user"
 # NOTE: a fixed text: the driver's message would tell the caller the database's address.
 UNAVAILABLE = "The memory database is unavailable; try again later."
@@ -84,13 +86,15 @@ INSTRUCTIONS = (
 
 
 def _call_in_request(
-    name: str, arguments: Any, owner_id: str, caller: str | None
+    name: str, arguments: Any, owner_id: str, caller: str | None, actor: str
 ) -> dict[str, Any]:
     """One tool call, as Django runs a request: the connection closed before and after it
     (unless ``CONN_MAX_AGE`` keeps it; Django's pool takes it back)."""
     close_old_connections()
     try:
-        return tool_answer(name=name, arguments=arguments, owner_id=owner_id, caller=caller)
+        return tool_answer(
+            name=name, arguments=arguments, owner_id=owner_id, caller=caller, actor=actor
+        )
     finally:
         close_old_connections()
 
@@ -106,10 +110,13 @@ class MemoryMCPServer(MCPServer):
 
     ``owner_id`` binds every call to that owner (stdio); without it, each call's owner is the
     one ``mcp_app`` authenticated its HTTP request for, and a call without one is refused.
-    ``caller`` names who holds the heavy-read slots (``memory.limits``) of a bound server.
+    ``caller`` names who holds the heavy-read slots (``memory.limits``) of a bound server, and
+    ``actor`` what its fact versions record.
     """
 
-    def __init__(self, *, owner_id: str | None = None, caller: str | None = None) -> None:
+    def __init__(
+        self, *, owner_id: str | None = None, caller: str | None = None, actor: str = "python"
+    ) -> None:
         if owner_id is not None:
             validate_owner_id(owner_id)
         # NOTE: MCPServer() calls logging.basicConfig(), which would give the root logger of
@@ -122,6 +129,7 @@ class MemoryMCPServer(MCPServer):
             root.removeHandler(guard)
         self.owner_id = owner_id
         self.caller = caller
+        self.actor = actor
 
     async def list_tools(self) -> list[mcp_types.Tool]:
         return [
@@ -139,10 +147,10 @@ class MemoryMCPServer(MCPServer):
             for tool in TOOLS.values()
         ]
 
-    def _bound(self, context: Context[Any, Any] | None) -> tuple[str, str | None]:
-        """The owner and caller of a call: the server's, else its HTTP request's."""
+    def _bound(self, context: Context[Any, Any] | None) -> tuple[str, str | None, str]:
+        """The owner, caller and actor of a call: the server's, else its HTTP request's."""
         if self.owner_id is not None:
-            return self.owner_id, self.caller
+            return self.owner_id, self.caller, self.actor
         request = None
         if context is not None:
             with contextlib.suppress(ValueError):
@@ -153,7 +161,7 @@ class MemoryMCPServer(MCPServer):
             raise MCPError(
                 code=mcp_types.INVALID_REQUEST, message="This call was not authenticated."
             )
-        return owner_id, scope.get(CALLER_KEY)
+        return owner_id, scope.get(CALLER_KEY), scope.get(ACTOR_KEY) or "python"
 
     async def call_tool(
         self,
@@ -161,9 +169,9 @@ class MemoryMCPServer(MCPServer):
         arguments: dict[str, Any],
         context: Context[Any, Any] | None = None,
     ) -> mcp_types.CallToolResult:
-        owner_id, caller = self._bound(context)
+        owner_id, caller, actor = self._bound(context)
         try:
-            result = await _call_hop(name, arguments, owner_id, caller)
+            result = await _call_hop(name, arguments, owner_id, caller, actor)
         except MemoryUnavailable as e:
             raise MCPError(code=mcp_types.INTERNAL_ERROR, message=UNAVAILABLE) from e
         return mcp_types.CallToolResult(
@@ -241,8 +249,9 @@ def transport_refusal(scope: Scope) -> Refusal | None:
 
 def _caller_resolve(
     authorization: str | None, named: str | None, authentication: type[TokenAuthentication]
-) -> tuple[str, str] | Refusal:
-    """The owner and the caller of a request with these headers, or why it is refused."""
+) -> tuple[str, str, str] | Refusal:
+    """The owner, the caller and the actor of a request with these headers, or why it is
+    refused."""
     scheme, _, key = (authorization or "").strip().partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not key:
@@ -279,12 +288,12 @@ def _caller_resolve(
     except ValidationError:
         return Refusal(403, "This account's user id is not one a memory may have.")
     caller = f"user:{user.pk}" if owner_id == own else f"owner:{owner_id}"
-    return owner_id, caller
+    return owner_id, caller, actor_of("api", user.get_username())
 
 
 def _caller_in_request(
     authorization: str | None, named: str | None, authentication: type[TokenAuthentication]
-) -> tuple[str, str] | Refusal:
+) -> tuple[str, str, str] | Refusal:
     close_old_connections()
     try:
         return _caller_resolve(authorization, named, authentication)
@@ -391,10 +400,12 @@ class MCPApp:
                 if isinstance(found, Refusal):
                     await self._refuse(send, found)
                     return
-                owner_id, caller = found
+                owner_id, caller, actor = found
                 await self._ensure_running()
                 await self.session_manager.handle_request(
-                    {**scope, OWNER_KEY: owner_id, CALLER_KEY: caller}, receive, send
+                    {**scope, OWNER_KEY: owner_id, CALLER_KEY: caller, ACTOR_KEY: actor},
+                    receive,
+                    send,
                 )
             finally:
                 await _close_hop()

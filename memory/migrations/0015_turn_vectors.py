@@ -69,7 +69,7 @@ def _backwards(apps, schema_editor) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory", "0013_turn_append_summary_tokens"),
+        ("memory", "0014_fact_expiry_actor"),
     ]
 
     operations = [

@@ -3,6 +3,7 @@ specification) on PostgreSQL through psycopg 3's pipeline mode."""
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 
 from django.conf import settings
@@ -47,19 +48,25 @@ def _context_read_sql() -> tuple[str, str, str, str]:
     owner, turn, fact, summary = (q(model._meta.db_table) for model in (Owner, Turn, Fact, Summary))
     owner_pk = f"(SELECT id FROM {owner} WHERE external_id = %s)"
     turn_columns = [*map(q, TURN_FIELDS[:-1]), _utc(q(TURN_FIELDS[-1]))]
-    fact_columns = [*map(q, FACT_FIELDS[:3]), _utc(q(FACT_FIELDS[3])), q(FACT_FIELDS[4])]
+    fact_columns = [
+        *map(q, FACT_FIELDS[:3]),
+        _utc(q(FACT_FIELDS[3])),
+        q(FACT_FIELDS[4]),
+        _utc(q(FACT_FIELDS[5])),
+    ]
     summary_columns = [*map(q, SUMMARY_FIELDS[:3]), _utc(q(SUMMARY_FIELDS[3]))]
     return (
         f"SELECT stamp FROM {owner} WHERE external_id = %s",
         f"SELECT {', '.join(turn_columns)} FROM {turn}"
         f" WHERE owner_id = {owner_pk} ORDER BY seq DESC LIMIT %s",
         f"SELECT {', '.join(fact_columns)} FROM {fact}"
-        f" WHERE owner_id = {owner_pk} ORDER BY {q('key')}",
+        f" WHERE owner_id = {owner_pk} AND (expires_at IS NULL OR expires_at > %s)"
+        f" ORDER BY {q('key')}",
         f"SELECT {', '.join(summary_columns)} FROM {summary} WHERE owner_id = {owner_pk}",
     )
 
 
-def context_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
+def context_read(owner_id: str, turns: int, at: dt.datetime) -> tuple[cache.Snapshot, bool]:
     """``memory.selectors.context.django_read`` in one round trip, with the payloads built straight
     from the rows: the same snapshot and completeness.
 
@@ -67,7 +74,9 @@ def context_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
     them, and parsing timestamps only to format them again cost as much (docs/performance.md).
     So the SQL is written once; psycopg's pipeline mode sends the four statements together;
     timestamps arrive as text. The owner's pk is a scalar subquery, so that no statement waits
-    for another and the turns are still read backwards along the (owner, seq) index.
+    for another and the turns are still read backwards along the (owner, seq) index. Facts
+    expired at ``at`` are left out by a parameter, not the database's ``now()``: one clock,
+    the one the cached copy is filtered by.
     """
     owner_sql, turns_sql, facts_sql, summary_sql = _context_read_sql()
     cursors = [connection.cursor() for _ in range(4)]
@@ -78,7 +87,7 @@ def context_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
             with connection.connection.pipeline():
                 cursors[0].execute(owner_sql, [owner_id])
                 cursors[1].execute(turns_sql, [owner_id, turns])
-                cursors[2].execute(facts_sql, [owner_id])
+                cursors[2].execute(facts_sql, [owner_id, at])
                 cursors[3].execute(summary_sql, [owner_id])
             owner_rows, rows, fact_rows, summary_rows = (cursor.fetchall() for cursor in cursors)
     finally:
@@ -108,8 +117,9 @@ def context_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
             "session_id": session_id,
             "updated_at": _iso(updated_at),
             "version": version,
+            "expires_at": _iso(expires_at) if expires_at is not None else None,
         }
-        for key, value, session_id, updated_at, version in fact_rows
+        for key, value, session_id, updated_at, version, expires_at in fact_rows
     ]
     summary: SummaryPayload | None = None
     if summary_rows:

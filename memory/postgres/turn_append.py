@@ -1,6 +1,6 @@
 """The turn append in one call of the database function ``memory_turn_append()`` (migration
-0008, replaced by 0010), on PostgreSQL: ``memory.services.turns._turn_append_django`` (its
-specification) in one round trip."""
+0008, replaced by 0010, 0013 and 0014), on PostgreSQL:
+``memory.services.turns._turn_append_django`` (its specification) in one round trip."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def turn_append_call(
     for key in skipped or ():
         fact_cap_warn(key, seq, owner_id)
     facts = [
-        fact_payload_from_row((fact["key"], fact["value"], session_id, at, fact["version"]))
+        fact_payload_from_row((fact["key"], fact["value"], session_id, at, fact["version"], None))
         for fact in (codec.loads(written) if written else ())
     ]
     owner = Owner(pk=owner_pk, external_id=owner_id, stamp=stamp)

@@ -3,15 +3,17 @@ with the owner's summary where the turns sent do not reach back to it."""
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from memory import aio, cache, codec, tokens
 from memory.conf import conf
 from memory.exceptions import database_guard
-from memory.models import Fact, Owner, Summary, Turn
+from memory.models import Fact, Owner, Summary, Turn, fact_live
 from memory.payloads import (
     FACT_FIELDS,
     SUMMARY_FIELDS,
@@ -41,19 +43,22 @@ def _context(
     }
 
 
-def database_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
-    """The owner's stamp, last ``turns`` turns, facts and summary; and whether those are all
-    its turns.
+def database_read(
+    owner_id: str, turns: int, at: dt.datetime | None = None
+) -> tuple[cache.Snapshot, bool]:
+    """The owner's stamp, last ``turns`` turns, facts not expired at ``at`` (default: now, on
+    this process's clock) and summary; and whether those are all its turns.
 
     Four queries whatever the history length (the (owner, seq) index serves the turns); on
     PostgreSQL with psycopg 3 they go in one round trip (``memory.postgres.context_read``).
     """
+    at = timezone.now() if at is None else at
     if context_read.context_read_usable():
-        return context_read.context_read(owner_id, turns)
-    return django_read(owner_id, turns)
+        return context_read.context_read(owner_id, turns, at)
+    return django_read(owner_id, turns, at)
 
 
-def django_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
+def django_read(owner_id: str, turns: int, at: dt.datetime) -> tuple[cache.Snapshot, bool]:
     """``database_read`` through the ORM: its specification, and its path off PostgreSQL."""
     row = Owner.objects.filter(external_id=owner_id).values_list("pk", "stamp").first()
     if row is None:
@@ -65,7 +70,9 @@ def django_read(owner_id: str, turns: int) -> tuple[cache.Snapshot, bool]:
     rows.reverse()
     facts = [
         fact_payload_from_row(fact)
-        for fact in Fact.objects.filter(owner_id=owner_pk).order_by("key").values_list(*FACT_FIELDS)
+        for fact in Fact.objects.filter(fact_live(at), owner_id=owner_pk)
+        .order_by("key")
+        .values_list(*FACT_FIELDS)
     ]
     summary = Summary.objects.filter(owner_id=owner_pk).values_list(*SUMMARY_FIELDS).first()
     memory = cache.Snapshot(

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from memory import aio
 from memory.exceptions import database_guard
-from memory.models import Fact, FactVersion, Owner, Session, Summary, Turn
+from memory.models import Fact, FactVersion, Owner, Session, Summary, Turn, fact_live
 from memory.payloads import (
     FACT_FIELDS,
     FACT_VERSION_FIELDS,
@@ -126,9 +126,11 @@ def _pages(
         after = key(rows[-1])
 
 
-def _facts(pk: int) -> Callable[[tuple[Any, ...] | None], QuerySet[Any]]:
+def _facts(pk: int, at: dt.datetime) -> Callable[[tuple[Any, ...] | None], QuerySet[Any]]:
+    """The pages of the owner's facts not expired at ``at`` (the snapshot's instant)."""
+
     def page(after: tuple[Any, ...] | None) -> QuerySet[Any]:
-        facts = Fact.objects.filter(owner_id=pk)
+        facts = Fact.objects.filter(fact_live(at), owner_id=pk)
         if after is not None:
             facts = facts.filter(key__gt=after[0])
         return facts.order_by("key").values_list(*FACT_FIELDS)
@@ -186,7 +188,9 @@ def _document(snapshot: _Snapshot, owner_id: str) -> Iterator[bytes]:
     }
     yield orjson.dumps(head)[:-1] + b',"facts":['
     if pk is not None:
-        yield from _pages(snapshot, _facts(pk), lambda row: (row[0],), fact_payload_from_row)
+        yield from _pages(
+            snapshot, _facts(pk, snapshot.taken_at), lambda row: (row[0],), fact_payload_from_row
+        )
     yield b'],"fact_history":['
     if pk is not None:
         yield from _pages(

@@ -15,10 +15,12 @@ from memory.services.facts import (
     afact_delete,
     afact_dot_keys_rename,
     afact_put,
+    afacts_expire,
     afacts_merge,
     fact_delete,
     fact_dot_keys_rename,
     fact_put,
+    facts_expire,
     facts_merge,
 )
 from memory.services.imports import ImportResult, amemory_import, memory_import
@@ -51,6 +53,7 @@ __all__ = [
     "afact_delete",
     "afact_dot_keys_rename",
     "afact_put",
+    "afacts_expire",
     "afacts_merge",
     "amemory_forget",
     "amemory_import",
@@ -65,6 +68,7 @@ __all__ = [
     "fact_delete",
     "fact_dot_keys_rename",
     "fact_put",
+    "facts_expire",
     "facts_merge",
     "memory_forget",
     "memory_import",

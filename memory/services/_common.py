@@ -14,6 +14,7 @@ from django.db.models import (
     JSONField,
     Value,
 )
+from django.utils import timezone
 
 from memory import cache, codec
 from memory.conf import conf
@@ -26,6 +27,7 @@ from memory.models import (
     Owner,
     Session,
     Turn,
+    fact_live,
 )
 
 
@@ -77,8 +79,9 @@ def _sessions_uncount(owner: Owner, removed: Mapping[str, int]) -> None:
 def _facts_cap_check(owner: Owner, keys: Collection[str], *, field: str) -> None:
     """Raise ``ValidationError`` ({field: message}) if setting ``keys`` would leave the owner
     with more than ``MEMORY["MAX_FACTS"]`` facts. Call under the owner's row lock, so that no
-    other write can add a fact between this count and the commit."""
-    facts = Fact.objects.filter(owner=owner)
+    other write can add a fact between this count and the commit. An expired fact, absent
+    from every read, is not counted: setting its key again replaces it."""
+    facts = Fact.objects.filter(fact_live(timezone.now()), owner=owner)
     new = len(set(keys) - set(facts.filter(key__in=keys).values_list("key", flat=True)))
     if not new:
         return
@@ -102,10 +105,16 @@ def _fact_write(
     session_id: str | None,
     source_turn_seq: int | None,
     at: Any,
+    actor: str,
+    expires_at: Any = None,
 ) -> tuple[Fact, bool] | None:
-    """Set one fact under the owner lock; ``None`` when the value is unchanged."""
+    """Set one fact under the owner lock, its version recording ``actor``; ``None`` when the
+    value and expiry are unchanged. A write replaces the fact: without ``expires_at`` the fact
+    no longer expires. A fact expired but not swept yet is absent: setting its key again
+    "creates" it (a new version whatever its value)."""
     fact = Fact.objects.filter(owner=owner, key=key).first()
-    created = fact is None
+    expired = fact is not None and fact.expires_at is not None and fact.expires_at <= timezone.now()
+    created = fact is None or expired
     if fact is None:
         # NOTE: a key deleted before continues its version count, so its history stays unique
         # and an If-Match naming a version of the deleted fact can never match the new one.
@@ -116,7 +125,7 @@ def _fact_write(
             .first()
         )
         fact = Fact(owner=owner, key=key, version=(last or 0) + 1)
-    elif codec.json_equal(fact.value, value):
+    elif not expired and codec.json_equal(fact.value, value) and fact.expires_at == expires_at:
         # NOTE: JSON's equality, not Python's: ``true`` over ``1`` is a change (issue 21).
         return None
     else:
@@ -126,6 +135,7 @@ def _fact_write(
     fact.session_id = session_id
     fact.source_turn_seq = source_turn_seq
     fact.updated_at = at
+    fact.expires_at = expires_at
     fact.save()
     fact.value = value
     FactVersion.objects.create(
@@ -136,6 +146,8 @@ def _fact_write(
         session_id=session_id,
         source_turn_seq=source_turn_seq,
         updated_at=at,
+        actor=actor,
+        expires_at=expires_at,
     )
     return fact, created
 

@@ -1,6 +1,7 @@
 """Deferred work: the django-tasks tasks that run a deferred extractor, a summary refresh and an
 owner's embedding run in a worker, their enqueueing after the commit that made them due, and the
-re-enqueueing of the records whose task never ran.
+re-enqueueing of the records whose task never ran; and the sweep of expired facts as a task
+(``facts_expire_run``).
 
 Needs the ``django-tasks`` backport (the extra ``deferred``:
 ``pip install "$(echo dist/django_memory-*.whl)[deferred]"`` after ``make dist``) and a task
@@ -185,3 +186,16 @@ def embedding_enqueue(*, owner_id: str, delay: float = 0.0) -> bool:
         )
         return False
     return True
+
+
+@task()
+def facts_expire_run() -> int:
+    """Delete the facts expired by now (``services.facts_expire``); return how many went. Runs
+    in the worker: enqueue it on a schedule (or run ``manage.py memory_expire`` from cron).
+
+    Raises ``MemoryUnavailable`` when the database cannot be reached; the facts not deleted
+    wait for the next run, absent from every read meanwhile.
+    """
+    from memory.services.facts import facts_expire
+
+    return facts_expire()

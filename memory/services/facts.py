@@ -3,21 +3,25 @@ history."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.db.models import Q
 from django.utils import timezone
 
 from memory import aio, cache
 from memory.exceptions import (
     FactNotFound,
     FactVersionConflict,
+    database_guard,
 )
 from memory.models import (
     Fact,
     FactVersion,
     Owner,
+    fact_live,
 )
 from memory.payloads import fact_payload
 from memory.services._common import (
@@ -29,6 +33,8 @@ from memory.services._common import (
 )
 from memory.validators import (
     dots_only,
+    validate_actor,
+    validate_expires_at,
     validate_fact_key,
     validate_held_fact_key,
     validate_json_value,
@@ -45,25 +51,36 @@ def fact_put(
     session_id: str | None = None,
     expected_version: int | None = None,
     source_turn_seq: int | None = None,
+    expires_at: dt.datetime | None = None,
+    actor: str = "python",
 ) -> tuple[Fact, bool]:
     """Set one fact of the owner; return it and whether it was created.
 
-    Its ``version`` grows by one on every change; the same value again changes nothing. With
-    ``expected_version``, raises ``FactVersionConflict`` unless the fact is at that version.
-    Raises ``ValidationError`` for bad input, or ({"key": message}) when a new key would pass
-    ``MEMORY["MAX_FACTS"]``, and ``MemoryUnavailable`` when the database cannot be reached;
-    then nothing was stored.
+    Its ``version`` grows by one on every change (the version records ``actor``); the same
+    value and expiry again change nothing. A write replaces the fact: with ``expires_at`` (an
+    aware datetime in the future) the fact is absent from every read from that instant and
+    ``facts_expire`` deletes it later; without, it never expires. A fact expired but not swept
+    yet counts as absent (setting it again creates it). With ``expected_version``, raises
+    ``FactVersionConflict`` unless the fact is at that version. Raises ``ValidationError`` for
+    bad input (``{"expires_at": ...}`` for a time not in the future), or ({"key": message})
+    when a new key would pass ``MEMORY["MAX_FACTS"]``, and ``MemoryUnavailable`` when the
+    database cannot be reached; then nothing was stored.
     """
     _check("user_id", validate_owner_id, owner_id)
     _check("key", validate_fact_key, key)
     _check("value", validate_json_value, value)
+    _check("actor", validate_actor, actor)
     if session_id is not None:
         _check("session_id", validate_session_id, session_id)
+    if expires_at is not None:
+        _check("expires_at", lambda at: validate_expires_at(at, timezone.now()), expires_at)
     with _service():
         owner = _owner_lock(owner_id, create=True)
         if expected_version is not None:
             current = (
-                Fact.objects.filter(owner=owner, key=key).values_list("version", flat=True).first()
+                Fact.objects.filter(fact_live(timezone.now()), owner=owner, key=key)
+                .values_list("version", flat=True)
+                .first()
             )
             if current != expected_version:
                 raise FactVersionConflict(key, expected_version, current)
@@ -75,6 +92,8 @@ def fact_put(
             session_id=session_id,
             source_turn_seq=source_turn_seq,
             at=timezone.now(),
+            actor=actor,
+            expires_at=expires_at,
         )
         if written is None:
             return Fact.objects.get(owner=owner, key=key), False
@@ -87,11 +106,16 @@ afact_put = aio.twin(fact_put)
 
 
 def facts_merge(
-    *, owner_id: str, facts: Mapping[str, Any], session_id: str | None = None
+    *,
+    owner_id: str,
+    facts: Mapping[str, Any],
+    session_id: str | None = None,
+    actor: str = "python",
 ) -> list[Fact]:
     """Set several facts of the owner in one transaction; return all its facts, by key.
 
-    Each changed key gets a new version; unchanged values and other keys stay as they are.
+    Each changed key gets a new version (recording ``actor``), and no longer expires; unchanged
+    values and other keys stay as they are; expired facts are not returned.
     The result is bounded: at most ``MEMORY["MAX_FACTS"]`` facts of at most
     ``MEMORY["MAX_JSON_BYTES"]`` each. Raises ``ValidationError`` ({"facts": {key: messages}})
     for bad input, or ({"facts": message}) when the new keys would take the owner past
@@ -99,6 +123,7 @@ def facts_merge(
     cannot be reached; then nothing was stored.
     """
     _check("user_id", validate_owner_id, owner_id)
+    _check("actor", validate_actor, actor)
     if session_id is not None:
         _check("session_id", validate_session_id, session_id)
     errors: dict[str, list[str]] = {}
@@ -117,42 +142,116 @@ def facts_merge(
         changed = []
         for key, value in facts.items():
             written = _fact_write(
-                owner, key, value, session_id=session_id, source_turn_seq=None, at=at
+                owner, key, value, session_id=session_id, source_turn_seq=None, at=at, actor=actor
             )
             if written is not None:
                 changed.append(written[0])
         if changed:
             cache.owner_changed(owner, facts=[fact_payload(fact) for fact in changed])
-        return list(Fact.objects.filter(owner=owner).order_by("key"))
+        return list(Fact.objects.filter(fact_live(timezone.now()), owner=owner).order_by("key"))
 
 
 afacts_merge = aio.twin(facts_merge)
 
 
-def fact_delete(*, owner_id: str, key: str, expected_version: int | None = None) -> None:
-    """Delete one fact of the owner, leaving a last ``deleted`` version in its history.
+def fact_delete(
+    *, owner_id: str, key: str, expected_version: int | None = None, actor: str = "python"
+) -> None:
+    """Delete one fact of the owner, leaving a last ``deleted`` version (recording ``actor``)
+    in its history.
 
-    Raises ``FactNotFound`` when there is none, ``FactVersionConflict`` when
+    Raises ``FactNotFound`` when there is none (an expired fact is none: the sweep deletes
+    it), ``FactVersionConflict`` when
     ``expected_version`` is not current, ``MemoryUnavailable`` when the database cannot be
     reached; then nothing changed.
     """
     _check("user_id", validate_owner_id, owner_id)
     _check("key", validate_held_fact_key, key)
+    _check("actor", validate_actor, actor)
     with _service():
         owner = _owner_lock(owner_id, create=False)
-        fact = Fact.objects.filter(owner=owner, key=key).first() if owner else None
+        at = timezone.now()
+        fact = Fact.objects.filter(fact_live(at), owner=owner, key=key).first() if owner else None
         if owner is None or fact is None:
             raise FactNotFound(key)
         if expected_version is not None and fact.version != expected_version:
             raise FactVersionConflict(key, expected_version, fact.version)
-        _fact_remove(owner, fact, at=timezone.now())
+        _fact_remove(owner, fact, at=at, actor=actor)
         cache.owner_changed(owner, deleted_keys=[key])
 
 
 afact_delete = aio.twin(fact_delete)
 
+# Expired facts ``facts_expire`` reads per statement (and deletes per owner's transaction).
+EXPIRE_BATCH = 500
 
-def _fact_remove(owner: Owner, fact: Fact, *, at: Any) -> None:
+
+def facts_expire(*, batch_size: int = EXPIRE_BATCH, limit: int | None = None) -> int:
+    """Delete every fact expired by now (the instant the sweep starts), each leaving a last
+    ``deleted`` version with actor ``"expiry"``, as ``fact_delete`` does; return how many went.
+
+    Pages through the expired facts by (``expires_at``, id), ``batch_size`` rows a statement,
+    on the partial index of the facts that expire: each page costs the same however many facts
+    there are. A page's facts of one owner go in one short transaction under that owner's
+    lock, re-read there (a fact written again meanwhile no longer expires, or later, and
+    stays), and the owner's cached copy takes the delete after commit (``cache.owner_changed``).
+    Reads never wait for it: an expired fact is absent from every read already. With ``limit``,
+    stops after the page that reached it. Raises ``ValidationError`` for a bad ``batch_size``
+    or ``limit`` and ``MemoryUnavailable`` when the database cannot be reached; the facts
+    deleted before that stay deleted, the others wait for the next sweep.
+    """
+    for name, number in (("batch_size", batch_size), ("limit", limit)):
+        if number is not None and (
+            isinstance(number, bool) or not isinstance(number, int) or number < 1
+        ):
+            raise ValidationError({name: ["Ensure this value is an integer of at least 1."]})
+    now = timezone.now()
+    deleted = 0
+    after: tuple[dt.datetime, int] | None = None
+    while True:
+        expired = Fact.objects.filter(expires_at__lte=now)
+        if after is not None:
+            expired = expired.filter(
+                Q(expires_at__gt=after[0]) | Q(expires_at=after[0], pk__gt=after[1]),
+                expires_at__gte=after[0],
+            )
+        with database_guard():
+            rows = list(
+                expired.order_by("expires_at", "pk").values_list("expires_at", "pk", "owner_id")[
+                    :batch_size
+                ]
+            )
+        by_owner: dict[int, list[int]] = {}
+        for _, pk, owner_pk in rows:
+            by_owner.setdefault(owner_pk, []).append(pk)
+        for owner_pk, pks in by_owner.items():
+            deleted += _owner_facts_expire(owner_pk, pks, now)
+        if len(rows) < batch_size or (limit is not None and deleted >= limit):
+            return deleted
+        after = (rows[-1][0], rows[-1][1])
+
+
+def _owner_facts_expire(owner_pk: int, pks: list[int], now: dt.datetime) -> int:
+    """Delete the facts ``pks`` of one owner that are still expired at ``now``."""
+    with _service():
+        owner = Owner.objects.select_for_update().filter(pk=owner_pk).first()
+        if owner is None:
+            return 0
+        facts = list(
+            Fact.objects.filter(owner=owner, pk__in=pks, expires_at__lte=now).order_by("key")
+        )
+        at = timezone.now()
+        for fact in facts:
+            _fact_remove(owner, fact, at=at, actor="expiry")
+        if facts:
+            cache.owner_changed(owner, deleted_keys=[fact.key for fact in facts])
+        return len(facts)
+
+
+afacts_expire = aio.twin(facts_expire)
+
+
+def _fact_remove(owner: Owner, fact: Fact, *, at: Any, actor: str) -> None:
     """Delete one fact under the owner lock, leaving its last, ``deleted``, version."""
     FactVersion.objects.create(
         owner=owner,
@@ -163,6 +262,7 @@ def _fact_remove(owner: Owner, fact: Fact, *, at: Any) -> None:
         source_turn_seq=None,
         deleted=True,
         updated_at=at,
+        actor=actor,
     )
     fact.delete()
 
@@ -177,7 +277,7 @@ def _dot_key_new(key: str, held: Collection[str]) -> str:
     return name
 
 
-def fact_dot_keys_rename(*, owner_id: str) -> dict[str, str]:
+def fact_dot_keys_rename(*, owner_id: str, actor: str = "python") -> dict[str, str]:
     """Rename the owner's facts whose key is made only of dots (stored before keys of dots
     alone were refused): ``.`` -> ``dot``, ``..`` -> ``dotdot``, three or more -> ``dots-<n>``,
     with ``-2``, ``-3``, ... after it where the owner holds that key already. Return
@@ -190,6 +290,7 @@ def fact_dot_keys_rename(*, owner_id: str) -> dict[str, str]:
     reached; then nothing changed.
     """
     _check("user_id", validate_owner_id, owner_id)
+    _check("actor", validate_actor, actor)
     with _service():
         owner = _owner_lock(owner_id, create=False)
         if owner is None:
@@ -205,7 +306,7 @@ def fact_dot_keys_rename(*, owner_id: str) -> dict[str, str]:
             new_key = _dot_key_new(fact.key, held)
             held.add(new_key)
             value = fact.value
-            _fact_remove(owner, fact, at=at)
+            _fact_remove(owner, fact, at=at, actor=actor)
             moved = _fact_write(
                 owner,
                 new_key,
@@ -213,6 +314,8 @@ def fact_dot_keys_rename(*, owner_id: str) -> dict[str, str]:
                 session_id=fact.session_id,
                 source_turn_seq=fact.source_turn_seq,
                 at=at,
+                actor=actor,
+                expires_at=fact.expires_at,
             )
             assert moved is not None
             written.append(moved[0])

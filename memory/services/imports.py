@@ -17,6 +17,7 @@ from memory.payloads import SUMMARY_FIELDS
 from memory.selectors import EXPORT_FORMAT, EXPORT_VERSION
 from memory.services._common import _owner_lock, _service
 from memory.validators import (
+    validate_actor,
     validate_content,
     validate_fact_key,
     validate_json_value,
@@ -42,7 +43,7 @@ FIELDS = {
         "sessions",
         "summary",
     ),
-    "facts": ("key", "value", "session_id", "updated_at", "version"),
+    "facts": ("key", "value", "session_id", "updated_at", "version", "expires_at"),
     "fact_history": (
         "key",
         "value",
@@ -51,10 +52,15 @@ FIELDS = {
         "updated_at",
         "source_turn_seq",
         "deleted",
+        "actor",
+        "expires_at",
     ),
     "turns": ("seq", "session_id", "role", "content", "metadata", "created_at"),
     "sessions": ("session_id", "first_seen", "last_seen", "turn_count"),
 }
+# Fields an item may lack (a document exported before them): a fact's ``expires_at`` (then it
+# never expires) and a version's ``actor`` (then ``"import"``).
+OPTIONAL = {"facts": ("expires_at",), "fact_history": ("actor", "expires_at")}
 
 
 class ImportResult(NamedTuple):
@@ -138,6 +144,7 @@ RULES: dict[str, dict[str, Callable[[Any], None]]] = {
         "session_id": _nullable(validate_session_id),
         "updated_at": _time,
         "version": _integer(1),
+        "expires_at": _nullable(_time),
     },
     "fact_history": {
         "key": validate_fact_key,
@@ -147,6 +154,8 @@ RULES: dict[str, dict[str, Callable[[Any], None]]] = {
         "updated_at": _time,
         "source_turn_seq": _nullable(_integer(1)),
         "deleted": _boolean,
+        "actor": validate_actor,
+        "expires_at": _nullable(_time),
     },
     "turns": {
         "seq": _integer(1),
@@ -165,13 +174,16 @@ RULES: dict[str, dict[str, Callable[[Any], None]]] = {
 }
 
 
-def _fields(errors: _Errors, path: str, item: Any, fields: tuple[str, ...]) -> bool:
-    """Whether ``item`` is an object of exactly ``fields``; each difference is an error."""
+def _fields(
+    errors: _Errors, path: str, item: Any, fields: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> bool:
+    """Whether ``item`` is an object of exactly ``fields`` (those of ``optional`` may be
+    missing); each difference is an error."""
     if not isinstance(item, dict):
         errors.add(path, "Must be a JSON object.")
         return False
     for name in fields:
-        if name not in item:
+        if name not in item and name not in optional:
             errors.add(f"{path}.{name}" if path != "document" else name, "This field is required.")
     for name in item:
         if name not in fields:
@@ -179,7 +191,9 @@ def _fields(errors: _Errors, path: str, item: Any, fields: tuple[str, ...]) -> b
             # the document it was given.
             where = f"{path}.{name}" if path != "document" else str(name)
             errors.add(where, "Unknown field: this version imports only " + ", ".join(fields))
-    return all(name in item for name in fields) and len(item) == len(fields)
+    return all(name in item or name in optional for name in fields) and all(
+        name in fields for name in item
+    )
 
 
 def _items(errors: _Errors, document: dict[str, Any], name: str) -> list[dict[str, Any]]:
@@ -191,11 +205,12 @@ def _items(errors: _Errors, document: dict[str, Any], name: str) -> list[dict[st
     valid = []
     for i, item in enumerate(items):
         path = f"{name}[{i}]"
-        if not _fields(errors, path, item, FIELDS[name]):
+        if not _fields(errors, path, item, FIELDS[name], OPTIONAL.get(name, ())):
             continue
         before = len(errors.found)
         for field, rule in RULES[name].items():
-            errors.check(f"{path}.{field}", rule, item[field])
+            if field in item:
+                errors.check(f"{path}.{field}", rule, item[field])
         if len(errors.found) == before:
             valid.append(item)
     return valid
@@ -215,10 +230,14 @@ def _turns_check(errors: _Errors, turns: list[dict[str, Any]], sessions: set[str
 
 
 def _history_check(
-    errors: _Errors, facts: list[dict[str, Any]], versions: list[dict[str, Any]]
+    errors: _Errors,
+    facts: list[dict[str, Any]],
+    versions: list[dict[str, Any]],
+    exported_at: dt.datetime | None,
 ) -> None:
     """Each key's versions are 1, 2, ... in order; a current fact is its key's last version,
-    a key without one ends with a deleted version."""
+    a key without one ends with a deleted version, or one that had expired by ``exported_at``
+    (an export leaves expired facts out; they are not imported as current facts)."""
     last: dict[str, tuple[int, dict[str, Any]]] = {}
     for i, version in enumerate(versions):
         key = version["key"]
@@ -247,13 +266,16 @@ def _history_check(
             and codec.json_equal(version["value"], fact["value"])
             and version["session_id"] == fact["session_id"]
             and _parse_time(version["updated_at"]) == _parse_time(fact["updated_at"])
+            and _parse_time(version.get("expires_at")) == _parse_time(fact.get("expires_at"))
         )
         if not same:
             errors.add(
                 f"facts[{i}]", f"The fact {key!r} is not the last version of its fact_history."
             )
     for key, (i, version) in last.items():
-        if key not in current and not version["deleted"]:
+        expires_at = _parse_time(version.get("expires_at"))
+        expired = expires_at is not None and exported_at is not None and expires_at <= exported_at
+        if key not in current and not version["deleted"] and not expired:
             errors.add(
                 f"fact_history[{i}]",
                 f"The last version of {key!r} is not deleted, but facts has no {key!r}.",
@@ -322,7 +344,7 @@ def _document_check(document: Any, owner_id: str | None) -> _Checked:
             if _parse_time(session["first_seen"]) > _parse_time(session["last_seen"]):  # type: ignore[operator]
                 errors.add(f"sessions[{i}].first_seen", "Must not be after last_seen.")
         _turns_check(errors, turns, session_ids)
-        _history_check(errors, facts, versions)
+        _history_check(errors, facts, versions, _parse_time(document.get("exported_at")))
         target = owner_id if owner_id is not None else document["user_id"]
         if summary is not None and summary["through_seq"] > (turns[-1]["seq"] if turns else 0):
             errors.add("summary.through_seq", "Must not be after the last turn's seq.")
@@ -349,7 +371,9 @@ def memory_import(*, document: Mapping[str, Any], owner_id: str | None = None) -
     a whole: turns in seq order, each seq once (gaps are kept: pruned turns leave them), every
     turn's session listed, each key's versions 1, 2, ... with its current fact the last of
     them. Then one transaction under the owner's lock stores it all as it was: seqs,
-    timestamps, versions (``source_turn_seq``, ``deleted``) and sessions; the owner's next
+    timestamps, versions (``source_turn_seq``, ``deleted``, ``actor``: ``"import"`` where a
+    version has none), facts' ``expires_at`` (a fact expired already is absent from every read
+    and swept as any) and sessions; the owner's next
     turn follows its last seq. After commit the owner's cached copy is dropped
     (``cache.owner_drop``), so the next read rehydrates the imported memory. Turns keep no
     idempotency key (the document has none), and no fact extraction runs on them.
@@ -424,6 +448,8 @@ def _store(owner: Owner, checked: _Checked) -> None:
                 source_turn_seq=v["source_turn_seq"],
                 deleted=v["deleted"],
                 updated_at=time(v["updated_at"]),
+                actor=v.get("actor", "import"),
+                expires_at=time(v.get("expires_at")),
             )
             for v in checked.versions
         ),
@@ -441,6 +467,7 @@ def _store(owner: Owner, checked: _Checked) -> None:
             session_id=f["session_id"],
             source_turn_seq=sources[(f["key"], f["version"])],
             updated_at=time(f["updated_at"]),
+            expires_at=time(f.get("expires_at")),
         ).save()
 
     if checked.summary is not None:

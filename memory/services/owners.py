@@ -33,6 +33,7 @@ from memory.models import (
     OwnerLink,
     Session,
     Turn,
+    fact_live,
 )
 from memory.services._common import (
     _admin_log_scrub,
@@ -193,10 +194,12 @@ def _facts_link(source: Owner, target: Owner) -> int:
 
     A fact taken brings its history, renumbered after the target's versions of its key, and
     becomes the target's current version. Where the target's value stays, the source's history
-    of that key is left to be forgotten with the source.
+    of that key is left to be forgotten with the source. An expired fact is none: the source's
+    is not offered (its history is), and the target's gives way to any.
     """
+    now = timezone.now()
     kept = {fact.key: fact for fact in Fact.objects.filter(owner=target)}
-    offered = {fact.key: fact for fact in Fact.objects.filter(owner=source)}
+    offered = {fact.key: fact for fact in Fact.objects.filter(fact_live(now), owner=source)}
     keys = set(offered) | set(
         FactVersion.objects.filter(owner=source).values_list("key", flat=True)
     )
@@ -209,7 +212,13 @@ def _facts_link(source: Owner, target: Owner) -> int:
     taken = 0
     for key in sorted(keys):
         mine, theirs = kept.get(key), offered.get(key)
-        if mine is not None and (theirs is None or theirs.updated_at <= mine.updated_at):
+        if mine is not None and (
+            theirs is None
+            or (
+                (mine.expires_at is None or mine.expires_at > now)
+                and theirs.updated_at <= mine.updated_at
+            )
+        ):
             continue
         offset = last_versions.get(key, 0)
         FactVersion.objects.filter(owner=source, key=key).update(
@@ -225,6 +234,7 @@ def _facts_link(source: Owner, target: Owner) -> int:
             mine.session_id = theirs.session_id
             mine.source_turn_seq = theirs.source_turn_seq
             mine.updated_at = theirs.updated_at
+            mine.expires_at = theirs.expires_at
             mine.save()
         taken += 1
     return taken

@@ -8,12 +8,13 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from django.utils import timezone
 
 from memory import aio, cache, extraction
 from memory.appends import fact_cap_warn
 from memory.conf import conf
 from memory.exceptions import MemoryUnavailable, database_guard
-from memory.models import Fact, Owner, PendingExtraction, Turn
+from memory.models import Fact, Owner, PendingExtraction, Turn, fact_live
 from memory.payloads import fact_payload
 from memory.services._common import _check, _fact_write, _owner_lock, _service
 from memory.validators import validate_fact_key, validate_json_value, validate_owner_id
@@ -45,7 +46,10 @@ def _turn_facts_write(
     for key, value in extraction.facts_apply(current, found).items():
         if key not in current:
             if room is None:
-                room = conf.MAX_FACTS - Fact.objects.filter(owner=owner).count()
+                room = (
+                    conf.MAX_FACTS
+                    - Fact.objects.filter(fact_live(timezone.now()), owner=owner).count()
+                )
             if room <= 0:
                 fact_cap_warn(key, turn.seq, owner.external_id)
                 continue
@@ -68,6 +72,7 @@ def _turn_facts_write(
             session_id=turn.session_id,
             source_turn_seq=turn.seq,
             at=turn.created_at,
+            actor="extractor",
         )
         if written is not None:
             changed.append(written[0])
@@ -138,7 +143,11 @@ def _pending_extract(pending: PendingExtraction) -> list[Fact]:
         if extractor is not None:
             with database_guard():
                 facts = extraction.LazyFacts(
-                    lambda: dict(Fact.objects.filter(owner=turn.owner).values_list("key", "value"))
+                    lambda: dict(
+                        Fact.objects.filter(
+                            fact_live(timezone.now()), owner=turn.owner
+                        ).values_list("key", "value")
+                    )
                 )
                 found = list(extractor.extract(turn.content, facts=facts))
     except MemoryUnavailable:
@@ -162,9 +171,9 @@ def _pending_extract(pending: PendingExtraction) -> list[Fact]:
         if not found:
             return []
         rows = list(
-            Fact.objects.filter(owner=owner, key__in={f.key for f in found}).values_list(
-                "key", "value", "source_turn_seq", "updated_at"
-            )
+            Fact.objects.filter(
+                fact_live(timezone.now()), owner=owner, key__in={f.key for f in found}
+            ).values_list("key", "value", "source_turn_seq", "updated_at")
         )
         # NOTE: a value set after this turn (by a later turn, or a direct write) stays, as
         # it would have had the extraction run inline.

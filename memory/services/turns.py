@@ -27,6 +27,7 @@ from memory.models import (
     PendingExtraction,
     Role,
     Turn,
+    fact_live,
 )
 from memory.payloads import fact_payload, turn_payload
 from memory.postgres.turn_append import turn_append_call
@@ -199,7 +200,9 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
             return AppendPlan(defer=True)
         held = extraction.LazyFacts(
             lambda: dict(
-                Fact.objects.filter(owner__external_id=owner_id).values_list("key", "value")
+                Fact.objects.filter(
+                    fact_live(timezone.now()), owner__external_id=owner_id
+                ).values_list("key", "value")
             )
         )
         # NOTE: inside a caller's transaction, a query that fails must not abort it; in
@@ -213,9 +216,9 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
                 {key: value for key, value in held.items() if key in keys}
                 if held.loaded
                 else dict(
-                    Fact.objects.filter(owner__external_id=owner_id, key__in=keys).values_list(
-                        "key", "value"
-                    )
+                    Fact.objects.filter(
+                        fact_live(timezone.now()), owner__external_id=owner_id, key__in=keys
+                    ).values_list("key", "value")
                 )
             )
     except Exception:
@@ -262,9 +265,9 @@ def _turn_facts_merge(owner: Owner, turn: Turn, plan: AppendPlan) -> list[Fact]:
     try:
         with transaction.atomic():
             current = dict(
-                Fact.objects.filter(owner=owner, key__in={f.key for f in plan.found}).values_list(
-                    "key", "value"
-                )
+                Fact.objects.filter(
+                    fact_live(timezone.now()), owner=owner, key__in={f.key for f in plan.found}
+                ).values_list("key", "value")
             )
             return _turn_facts_write(owner, turn, current, list(plan.found))
     except Exception:

@@ -125,9 +125,15 @@ def _refused_as_invalid(tool: Tool) -> Iterator[None]:
 
 
 def tool_run(
-    *, name: object, arguments: Any, owner_id: str, caller: str | None = None
+    *,
+    name: object,
+    arguments: Any,
+    owner_id: str,
+    caller: str | None = None,
+    actor: str = "python",
 ) -> dict[str, Any]:
-    """Run the tool ``name`` with ``arguments`` on ``owner_id``'s memory; its result.
+    """Run the tool ``name`` with ``arguments`` on ``owner_id``'s memory; its result. A fact
+    version it writes records ``actor`` (the REST and MCP doors: ``api:<username>``).
 
     ``arguments`` is a dict or the JSON text of one (see ``tool_arguments``). With ``caller``,
     a call that may be a heavy read (a search; more recent turns than the cached copy holds)
@@ -149,14 +155,16 @@ def tool_run(
         else nullcontext()
     )
     with slot:
-        return tool_execute(tool, owner_id=owner_id, arguments=checked)
+        return tool_execute(tool, owner_id=owner_id, arguments=checked, actor=actor)
 
 
-def tool_execute(tool: Tool, *, owner_id: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def tool_execute(
+    tool: Tool, *, owner_id: str, arguments: Mapping[str, Any], actor: str = "python"
+) -> dict[str, Any]:
     """Run ``tool`` on ``owner_id``'s memory with ``arguments`` as ``tool_arguments`` checked
     them (a door that holds the limits itself: the REST view). Raises as ``tool_run`` does."""
     with _refused_as_invalid(tool):
-        return tool.run(owner_id, arguments)
+        return tool.run(owner_id, arguments, actor)
 
 
 def call(name: str, arguments: Any, *, owner_id: str) -> dict[str, Any]:
@@ -175,12 +183,19 @@ def call(name: str, arguments: Any, *, owner_id: str) -> dict[str, Any]:
 
 
 def tool_answer(
-    *, name: object, arguments: Any, owner_id: str, caller: str | None = None
+    *,
+    name: object,
+    arguments: Any,
+    owner_id: str,
+    caller: str | None = None,
+    actor: str = "python",
 ) -> dict[str, Any]:
     """``tool_run``, with the model's mistakes (and a caller's reads in flight, with ``caller``)
     as its result ``{"error": "..."}``, as ``call`` gives them: the answer an MCP server sends."""
     try:
-        return tool_run(name=name, arguments=arguments, owner_id=owner_id, caller=caller)
+        return tool_run(
+            name=name, arguments=arguments, owner_id=owner_id, caller=caller, actor=actor
+        )
     except (ToolNotFound, ToolArgumentsInvalid, SearchTimeout, ReadsInFlight) as e:
         return {"error": str(e)}
 

@@ -38,12 +38,14 @@ class ToolDefinition(TypedDict):
     parameters: dict[str, Any]
 
 
-Run = Callable[[str, Mapping[str, Any]], dict[str, Any]]
+# ``run(owner_id, arguments, actor)``: ``actor`` is what a fact version it writes records.
+Run = Callable[[str, Mapping[str, Any], str], dict[str, Any]]
 
 
 @dataclass(frozen=True)
 class Tool:
-    """One tool: ``run(owner_id, arguments)`` takes the arguments its serializer validated."""
+    """One tool: ``run(owner_id, arguments, actor)`` takes the arguments its serializer
+    validated."""
 
     name: str
     description: str
@@ -158,30 +160,32 @@ def _recent_turns_schema() -> dict[str, Any]:
 # Runs --------------------------------------------------------------------------------------
 
 
-def _search_memory(owner_id: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _search_memory(owner_id: str, arguments: Mapping[str, Any], actor: str) -> dict[str, Any]:
     turns = selectors.turn_search(owner_id=owner_id, q=arguments["query"], limit=arguments["limit"])
     return {"results": turns}
 
 
-def _get_profile(owner_id: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _get_profile(owner_id: str, arguments: Mapping[str, Any], actor: str) -> dict[str, Any]:
     facts = selectors.fact_list(owner_id=owner_id)
     return {"facts": {fact["key"]: fact["value"] for fact in facts}}
 
 
-def _remember_fact(owner_id: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    fact, _ = services.fact_put(owner_id=owner_id, key=arguments["key"], value=arguments["value"])
+def _remember_fact(owner_id: str, arguments: Mapping[str, Any], actor: str) -> dict[str, Any]:
+    fact, _ = services.fact_put(
+        owner_id=owner_id, key=arguments["key"], value=arguments["value"], actor=actor
+    )
     return {"fact": fact_payload(fact)}
 
 
-def _forget_fact(owner_id: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _forget_fact(owner_id: str, arguments: Mapping[str, Any], actor: str) -> dict[str, Any]:
     try:
-        services.fact_delete(owner_id=owner_id, key=arguments["key"])
+        services.fact_delete(owner_id=owner_id, key=arguments["key"], actor=actor)
     except FactNotFound:
         return {"deleted": False}
     return {"deleted": True}
 
 
-def _recent_turns(owner_id: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _recent_turns(owner_id: str, arguments: Mapping[str, Any], actor: str) -> dict[str, Any]:
     context = selectors.context_get(owner_id=owner_id, turns=arguments["limit"])
     return {"turns": context["turns"]}
 

@@ -22,7 +22,14 @@ from memory.tools.calls import (
     tool_get,
 )
 from memory.tools.definitions import TOOLS, definitions
-from memory.views.base import READ_ERRORS, USER_ID, WRITE_ERRORS, MemoryView, schema_responses
+from memory.views.base import (
+    READ_ERRORS,
+    USER_ID,
+    WRITE_ERRORS,
+    MemoryView,
+    request_actor,
+    schema_responses,
+)
 
 TOOL_NAME = OpenApiParameter(
     "name",
@@ -117,7 +124,9 @@ class ToolCallView(MemoryView):
             arguments = tool_arguments(tool, _arguments(request.data))
             if tool.heavy(arguments):
                 self.heavy_read(request, user_id)
-            result = tool_execute(tool, owner_id=user_id, arguments=arguments)
+            result = tool_execute(
+                tool, owner_id=user_id, arguments=arguments, actor=request_actor(request)
+            )
         except ToolArgumentsInvalid as e:
             raise exceptions.ValidationError({"arguments": e.detail}) from e
         return Response({"result": result})

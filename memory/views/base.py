@@ -41,7 +41,7 @@ from memory.permissions import CanReachOwner, owner_id_for
 from memory.serializers import (
     ErrorSerializer,
 )
-from memory.validators import FACT_KEY_RE, OWNER_ID_RE, validate_idempotency_key
+from memory.validators import FACT_KEY_RE, OWNER_ID_RE, actor_of, validate_idempotency_key
 
 IF_MATCH_RE = re.compile(r'\s*(?:([0-9]{1,18})|"([0-9]{1,18})")\s*')
 
@@ -173,6 +173,11 @@ def _next_url(request: Request, cursor: str | None) -> str | None:
     if cursor is None:
         return None
     return replace_query_param(request.build_absolute_uri(), "cursor", cursor)  # type: ignore[no-any-return]
+
+
+def request_actor(request: Request) -> str:
+    """The actor a fact version of this request records: ``api:<username>``."""
+    return actor_of("api", request.user.get_username())
 
 
 def _if_match(request: Request) -> int | None:

@@ -31,6 +31,7 @@ from memory.views.base import (
     _if_match,
     _next_url,
     _validated,
+    request_actor,
     schema_responses,
 )
 
@@ -60,7 +61,7 @@ class FactsView(MemoryView):
     )
     def patch(self, request: Request, user_id: str) -> Response:
         data = _validated(FactsMergeInputSerializer, request.data)
-        facts = services.facts_merge(owner_id=user_id, **data)
+        facts = services.facts_merge(owner_id=user_id, actor=request_actor(request), **data)
         return Response({"facts": [fact_payload(fact) for fact in facts]})
 
 
@@ -86,7 +87,11 @@ class FactView(MemoryView):
         expected_version = _if_match(request)
         data = _validated(FactPutInputSerializer, request.data)
         fact, created = services.fact_put(
-            owner_id=user_id, key=key, expected_version=expected_version, **data
+            owner_id=user_id,
+            key=key,
+            expected_version=expected_version,
+            actor=request_actor(request),
+            **data,
         )
         return Response(fact_payload(fact), status=201 if created else 200)
 
@@ -102,7 +107,12 @@ class FactView(MemoryView):
     )
     def delete(self, request: Request, user_id: str, key: str) -> Response:
         expected_version = _if_match(request)
-        services.fact_delete(owner_id=user_id, key=key, expected_version=expected_version)
+        services.fact_delete(
+            owner_id=user_id,
+            key=key,
+            expected_version=expected_version,
+            actor=request_actor(request),
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from memory.permissions import can_reach, owner_id_for
-from memory.validators import validate_owner_id
+from memory.validators import actor_of, validate_owner_id
 
 
 class Command(BaseCommand):
@@ -43,7 +43,9 @@ class Command(BaseCommand):
         except ImportError as e:
             raise CommandError(str(e)) from e
         owner_id, caller = self._owner(options["user"], options["owner"])
-        server = MemoryMCPServer(owner_id=owner_id, caller=caller)
+        server = MemoryMCPServer(
+            owner_id=owner_id, caller=caller, actor=actor_of("api", options["user"])
+        )
         # NOTE: the tool calls run in asgiref's thread for sync code, with connections of
         # their own; this thread's is not needed again.
         connections.close_all()
