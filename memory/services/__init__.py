@@ -11,6 +11,7 @@ extractor's, a summary refresh's), imported only when one is due (not from here)
 
 from __future__ import annotations
 
+from memory.services.embeddings import aturns_embed, turns_embed
 from memory.services.facts import (
     afact_delete,
     afact_dot_keys_rename,
@@ -63,6 +64,7 @@ __all__ = [
     "aturn_append",
     "aturn_delete",
     "aturn_facts_extract",
+    "aturns_embed",
     "aturns_prune",
     "cache_drop",
     "fact_delete",
@@ -78,5 +80,6 @@ __all__ = [
     "turn_append",
     "turn_delete",
     "turn_facts_extract",
+    "turns_embed",
     "turns_prune",
 ]
