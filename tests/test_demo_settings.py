@@ -523,16 +523,3 @@ def test_the_api_docs_render_in_a_browser_from_this_host_alone(
     # Redoc's logo is asked for, and the page's own policy stops it in the browser.
     own = (live_server.url, f"blob:{live_server.url}", "data:")
     assert [u for u in requested if not u.startswith(own)] == blocked
-
-
-def test_on_sqlite_the_demo_takes_the_write_lock_as_a_transaction_begins(monkeypatch, tmp_path):
-    # NOTE: a deferred transaction that read first fails at once, "database is locked", when
-    # another process (make run's task worker) writes; an immediate one waits for the lock.
-    url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
-    sqlite = _settings(monkeypatch, DJANGO_SECRET_KEY=KEY, DATABASE_URL=url)
-    assert sqlite["DATABASES"]["default"]["OPTIONS"] == {
-        "transaction_mode": "IMMEDIATE",
-        "timeout": 20,
-    }
-    postgres = _settings(monkeypatch, DJANGO_SECRET_KEY=KEY, DATABASE_URL=PG)
-    assert "transaction_mode" not in postgres["DATABASES"]["default"].get("OPTIONS", {})

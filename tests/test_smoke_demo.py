@@ -135,3 +135,22 @@ def test_the_sqlite_default_keeps_no_connection_and_no_pool(monkeypatch):
     database = runpy.run_path(str(settings_file))["DATABASES"]["default"]
     assert database["CONN_MAX_AGE"] == 0
     assert "pool" not in database.get("OPTIONS", {})
+
+
+def test_on_sqlite_the_demo_takes_the_write_lock_as_a_transaction_begins(monkeypatch):
+    """The zero-setup demo's transactions begin IMMEDIATE with a 20 s timeout: a deferred one that
+    read first fails at once, "database is locked", when another process (make run's task
+    worker) writes; an immediate one waits for the lock. PostgreSQL gets none of it."""
+    import runpy
+
+    settings_file = Path(__file__).resolve().parent.parent / "memoryproj" / "settings.py"
+    for name in list(os.environ):
+        if name.startswith("DJANGO_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "smoke-only-secret-key-" + "x" * 40)
+    monkeypatch.setenv("DATABASE_URL", "sqlite:///x.sqlite3")
+    database = runpy.run_path(str(settings_file))["DATABASES"]["default"]
+    assert database["OPTIONS"] == {"transaction_mode": "IMMEDIATE", "timeout": 20}
+    monkeypatch.setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/memory")
+    database = runpy.run_path(str(settings_file))["DATABASES"]["default"]
+    assert "transaction_mode" not in database.get("OPTIONS", {})
