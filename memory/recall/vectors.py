@@ -80,6 +80,14 @@ def vectors_ready(using: str) -> bool:
     return ready
 
 
+def embeddings_on(using: str) -> bool:
+    """Whether turns get vectors and searches compare them on ``using``: an embedder set
+    (``MEMORY["EMBEDDER"]``) and the vector table in that database."""
+    from memory.conf import conf
+
+    return conf.EMBEDDER is not None and vectors_ready(using)
+
+
 def vectors_forget_ready() -> None:
     """Ask the database again next time (after a test dropped or created the table)."""
     _READY.clear()

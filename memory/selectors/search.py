@@ -46,7 +46,7 @@ FUSION_K = 60
 
 def semantic_on() -> bool:
     """Whether search by meaning is available: an embedder set and the vector table there."""
-    return conf.EMBEDDER is not None and vectors.vectors_ready(Turn.objects.db)
+    return vectors.embeddings_on(Turn.objects.db)
 
 
 def search_mode(mode: str | None) -> str:

@@ -15,7 +15,6 @@ from importlib.util import find_spec
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from memory.conf import conf
 from memory.recall import vectors
 
 # An append enqueues its owner's embedding run at most this often per process: a burst of
@@ -33,9 +32,7 @@ def embedding_due(owner_id: str) -> None:
     """After the current transaction commits, enqueue the owner's embedding run, unless this
     process did within ``DEBOUNCE_SECONDS``. Called by every append; costs a dictionary lookup
     when embeddings are off or the owner's run is already on its way."""
-    if conf.EMBEDDER is None or find_spec("django_tasks") is None:
-        return
-    if not vectors.vectors_ready(DEFAULT_DB_ALIAS):
+    if find_spec("django_tasks") is None or not vectors.embeddings_on(DEFAULT_DB_ALIAS):
         return
     now = time.monotonic()
     with _due_lock:

@@ -27,11 +27,6 @@ from memory.validators import validate_owner_id
 logger = logging.getLogger("memory.recall")
 
 
-def embeddings_on() -> bool:
-    """Whether turns get vectors here: an embedder set and the vector table in the database."""
-    return conf.EMBEDDER is not None and vectors.vectors_ready(DEFAULT_DB_ALIAS)
-
-
 def _owner_state(owner_id: str) -> tuple[int, int, int] | None:
     return (
         Owner.objects.filter(external_id=owner_id)
@@ -49,13 +44,13 @@ def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
     in one transaction, so a run stopped anywhere (a killed worker) resumes after its last
     batch, and a run racing another writes each vector once more at worst (the write replaces).
     A turn deleted meanwhile gets no vector; a forgotten owner ends the run. Does nothing while
-    ``embeddings_on()`` is false. Raises ``ValidationError`` for a bad owner id,
+    ``vectors.embeddings_on`` is false. Raises ``ValidationError`` for a bad owner id,
     ``MemoryUnavailable`` when the database cannot be reached, and what the embedder raises
     (``ImproperlyConfigured`` for vectors of the wrong shape).
     """
     _check("user_id", validate_owner_id, owner_id)
     with database_guard():
-        if not embeddings_on():
+        if not vectors.embeddings_on(DEFAULT_DB_ALIAS):
             return 0
     embedder = embedders.embedder_get()
     assert embedder is not None
