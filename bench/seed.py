@@ -361,12 +361,12 @@ def facts_seed(conn: psycopg.Connection, owner_pks: list[int], facts: dict[str, 
                     copy.write_row((pk, key, orjson.dumps(value).decode(), 1, "s1", None, now))
         with conn.cursor().copy(
             "COPY memory_factversion (owner_id, key, value, version, session_id,"
-            " source_turn_seq, deleted, updated_at) FROM STDIN"
+            " source_turn_seq, deleted, updated_at, actor) FROM STDIN"
         ) as copy:
             for pk in owner_pks:
                 for key, value in facts.items():
                     copy.write_row(
-                        (pk, key, orjson.dumps(value).decode(), 1, "s1", None, False, now)
+                        (pk, key, orjson.dumps(value).decode(), 1, "s1", None, False, now, "python")
                     )
 
 
