@@ -5,6 +5,8 @@ VENV = .venv
 PY = $(VENV)/bin/python
 ADDR ?= 127.0.0.1:8000
 PYTEST_ARGS ?=
+# Processes the suite runs in (pytest-xdist; 0: one, in pytest's own process), a test module each.
+PYTEST_JOBS ?= 2
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
@@ -53,7 +55,7 @@ test: $(VENV)/.installed ## Run the suite on real PostgreSQL and Redis (PYTEST_A
 	@scripts/ensure-chromium
 	@scripts/ensure-pgbouncer
 	@scripts/ensure-pgvector
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 test-faults: $(VENV)/.installed ## Run only the tests that kill, pause or restart servers
 	@scripts/ensure-pgbouncer
