@@ -213,6 +213,14 @@ class RecallRows:
         self.raw.execute("VACUUM ANALYZE memory_turnvector")
         return len(ids)
 
+    def _search_index(self, dimensions: int) -> bool:
+        """Build the model's HNSW index, as the owner's embedding run past
+        ``vectors.INDEX_FROM`` does; return whether it is there."""
+        from memory.recall import embedders, vectors
+
+        model = embedders.embedder_name(embedders.multilingual_e5)
+        return vectors.vectors_index("default", model, dimensions)
+
     def row_semantic_search(self) -> list[Row]:
         """``turn_search(mode="semantic")`` and ``mode="hybrid"`` on the 50,000-turn owner: the
         query embedded in process, then the exact scan of the owner's vectors; p95 of single
@@ -227,6 +235,7 @@ class RecallRows:
             "SELECT id FROM memory_owner WHERE external_id = %s", [SEARCH_OWNER]
         ).fetchone()[0]
         count = self._search_vectors(owner_pk, 384)
+        indexed = self._search_index(384)
         q = "what did I say about my favourite music?"
         rows = []
         with self._embedding():
@@ -256,8 +265,10 @@ class RecallRows:
                 p95 = samples[int(len(samples) * 0.95) - 1]
                 row = Row(
                     f"semantic_search_{mode}",
-                    f"search mode={mode}, p95 (query embedded in process, then the exact scan of "
-                    f"{count:,} vectors), owner of {SEARCH_TURNS:,} turns in {TOTAL_TURNS:,}",
+                    f"search mode={mode}, p95 (query embedded in process, then "
+                    f"{'the HNSW index walked for' if indexed else 'the exact scan of'} the "
+                    f"owner's {count:,} vectors), owner of {SEARCH_TURNS:,} turns in "
+                    f"{TOTAL_TURNS:,}",
                     "text search of the same query, p95",
                     "<= 50 ms",
                     project=p95,

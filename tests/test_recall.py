@@ -358,3 +358,94 @@ def tiny(texts: list[str]) -> list[list[float]]:
 
 
 tiny.name = "tiny-3"  # type: ignore[attr-defined]
+
+
+# The HNSW index of large owners -----------------------------------------------------------------
+
+
+@pytest.fixture
+def indexed_from(transactional_db: None, memory_settings: Any, monkeypatch: Any) -> Iterator[int]:
+    """Owners past 4 embedded turns count as large; outside a transaction (a concurrent index
+    build cannot run inside one), the indexes built dropped after."""
+    if not _pgvector():
+        pytest.skip("pgvector is not installed in this PostgreSQL: run scripts/ensure-pgvector")
+    monkeypatch.setattr(vectors, "INDEX_FROM", 4)
+    vectors.vectors_forget_ready()
+    with memory_settings(EMBEDDER=E5, EMBED_BATCH_TURNS=4):
+        yield 4
+    with connection.cursor() as cursor:
+        for name in _hnsw_indexes():
+            cursor.execute(f'DROP INDEX IF EXISTS "{name}"')
+    vectors.vectors_forget_ready()
+
+
+def _hnsw_indexes() -> dict[str, bool]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, i.indisvalid FROM pg_index AS i"
+            " JOIN pg_class AS c ON c.oid = i.indexrelid"
+            " WHERE c.relname LIKE 'memory_turnvector_hnsw_%%'"
+        )
+        return dict(cursor.fetchall())
+
+
+def _searched_statements(owner_id: str, q: str, **kwargs: Any) -> tuple[list[str], list[str]]:
+    statements: list[str] = []
+
+    def observe(execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
+        statements.append(str(sql))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(observe):
+        found = selectors.turn_search(owner_id=owner_id, q=q, **kwargs)
+    return [turn["content"] for turn in found], statements
+
+
+def test_the_run_that_takes_an_owner_past_index_from_builds_the_index_searches_walk(indexed_from):
+    say("wang", CORGI, *FILLER)
+    say("li", "My dog is a poodle named Biscuit.", "Lovely.")
+    embeddings.turns_embed(owner_id="li")
+    # A small owner's run builds nothing.
+    assert _hnsw_indexes() == {}
+    embeddings.turns_embed(owner_id="wang")
+    name = vectors.index_name(embedders.embedder_name(embedders.multilingual_e5), 384)
+    assert _hnsw_indexes() == {name: True}
+    q = "what's my dog's name?"
+    walked, statements = _searched_statements("wang", q, mode="semantic", limit=3)
+    assert any("halfvec(384)" in statement for statement in statements)
+    assert walked[0] == CORGI and "poodle" not in " ".join(walked)
+    # The small owner is scanned exactly, and only their own turns come back.
+    small, statements = _searched_statements("li", q, mode="semantic")
+    assert not any("halfvec(384)" in statement for statement in statements)
+    assert small == ["My dog is a poodle named Biscuit.", "Lovely."]
+    # The walk and the exact scan agree on what they find.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(vectors, "INDEX_FROM", 10_000)
+        exact, _ = _searched_statements("wang", q, mode="semantic", limit=3)
+    assert exact == walked
+    hybrid, _ = _searched_statements("wang", "Mochi corgi", mode="hybrid")
+    assert hybrid[0] == CORGI
+    services.memory_forget(owner_id="wang")
+    assert vector_rows() == 2
+
+
+def test_a_build_left_invalid_is_built_again_and_none_is_built_in_a_transaction(indexed_from):
+    from django.db import transaction
+
+    model = embedders.embedder_name(embedders.multilingual_e5)
+    with transaction.atomic():
+        assert vectors.vectors_index(connection.alias, model, 384) is False
+    assert _hnsw_indexes() == {}
+    assert vectors.vectors_index(connection.alias, model, 384) is True
+    name = vectors.index_name(model, 384)
+    with connection.cursor() as cursor:
+        # NOTE: what a killed CREATE INDEX CONCURRENTLY leaves behind (the suite's role is
+        # the server's superuser).
+        cursor.execute(
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass(%s)", [name]
+        )
+    vectors.vectors_forget_ready()
+    assert _hnsw_indexes() == {name: False}
+    assert vectors.vectors_indexed(connection.alias, model, 384) is False
+    assert vectors.vectors_index(connection.alias, model, 384) is True
+    assert _hnsw_indexes() == {name: True}

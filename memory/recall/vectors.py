@@ -1,20 +1,35 @@
 """The turns' vectors in PostgreSQL with pgvector (``memory_turnvector``, migration 0015): whether
 the database has them, writing a batch, and the nearest of one owner's turns to a query.
 
-Bounded work: a search scans the vectors of one owner only (the ``(owner_id, model)`` index)
-and sorts them by cosine distance keeping the best ``limit`` (a top-N heap sort); measured on
-the bench's 50,000-turn owner, that exact scan answers within the search's time limit and
-needs no index to tune, where an HNSW index over every owner's rows would have to filter
-another owner's neighbours out (docs/recall.md). The statements run inside the caller's
-search transaction, under its ``statement_timeout``.
+Bounded work, two ways by the owner's size. An owner of up to ``INDEX_FROM`` embedded turns is
+searched exactly: a scan of their vectors only (the ``(owner_id, model)`` index), sorted by
+cosine distance keeping the best ``limit`` (a top-N heap sort), a few milliseconds. A larger
+owner is searched through the model's HNSW index (``vectors_index``, built by the owner's
+embedding run that passes ``INDEX_FROM``), walked with pgvector's iterative scan until
+``limit`` of the owner's own turns are found (at most ``hnsw.max_scan_tuples`` visited): on
+the bench's 50,000-turn owner the exact scan took 40 ms and the walk 2 ms, the nearest found
+approximately rather than exactly (docs/recall.md). Where the index is missing (still being
+built, pgvector older than 0.8) the exact scan serves every owner. The statements run inside
+the caller's search transaction, under its ``statement_timeout``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 from collections.abc import Sequence
 
 from django.db import DatabaseError, connections
+from psycopg import sql
+
+logger = logging.getLogger("memory.recall")
+
+# Owners with more embedded turns than this are searched through the model's HNSW index, where
+# it exists; their embedding run builds it when it is missing.
+INDEX_FROM = 10_000
+# Candidates the index walk keeps at least (pgvector's hnsw.ef_search), and per result asked.
+INDEX_EF_SEARCH = 100
 
 # Per database alias: true once seen true; else when it was last seen false (asked again after
 # ``RECHECK_SECONDS``, so that ``memory_embed --setup`` takes effect without a restart).
@@ -48,6 +63,39 @@ WHERE v.owner_id = %s::bigint AND v.model = %s
 ORDER BY distance, v.turn_id DESC
 LIMIT %s
 """
+
+
+# NOTE: an HNSW index needs vectors of one length: one partial index per model, on the vector
+# cast to that model's length; the model's name is a literal in the statement (and not a
+# parameter) so that the planner can match the index's predicate.
+_INDEX_DDL = (
+    "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON memory_turnvector"
+    " USING hnsw ((vector::halfvec({dimensions})) halfvec_cosine_ops) WHERE model = {model}"
+)
+
+_INDEX_STATE_SQL = """
+SELECT i.indisvalid,
+       EXISTS (SELECT 1 FROM pg_stat_progress_create_index AS p WHERE p.index_relid = i.indexrelid)
+FROM pg_index AS i WHERE i.indexrelid = to_regclass(%s)
+"""
+
+# NOTE: relaxed order: the walk returns the owner's turns nearly in order, and the outer sort
+# puts them in order; iterative scan (pgvector 0.8) goes on past ef_search until ``limit`` of
+# the owner's turns are found.
+_NEAREST_INDEXED_SQL = """
+SELECT turn_id, distance FROM (
+  SELECT v.turn_id, v.vector::halfvec({dimensions}) <=> %s::halfvec({dimensions}) AS distance
+  FROM memory_turnvector AS v
+  WHERE v.owner_id = %s::bigint AND v.model = {model}
+  ORDER BY distance
+  LIMIT %s
+) AS near
+ORDER BY distance, turn_id DESC
+"""
+
+# Per (database alias, index name): true once seen valid; else when it was last seen missing.
+_INDEXED: dict[tuple[str, str], bool] = {}
+_UNINDEXED_AT: dict[tuple[str, str], float] = {}
 
 
 def vector_text(vector: Sequence[float]) -> str:
@@ -89,9 +137,91 @@ def embeddings_on(using: str) -> bool:
 
 
 def vectors_forget_ready() -> None:
-    """Ask the database again next time (after a test dropped or created the table)."""
+    """Ask the database again next time (after a test dropped or created the table or index)."""
     _READY.clear()
     _MISSING_AT.clear()
+    _INDEXED.clear()
+    _UNINDEXED_AT.clear()
+
+
+def index_name(model: str, dimensions: int) -> str:
+    """The name of the HNSW index of ``model``'s vectors (``dimensions`` long)."""
+    digest = hashlib.sha1(model.encode()).hexdigest()[:12]
+    return f"memory_turnvector_hnsw_{dimensions}_{digest}"
+
+
+def _index_state(using: str, name: str) -> str:
+    """What of the index ``name`` there is: ``valid``, ``building`` (a concurrent build in
+    progress), ``invalid`` (a build that failed or was killed), ``missing``, or ``old`` where
+    pgvector is older than 0.8 (no iterative scan: a walk filtered to one owner could come
+    back short, and no index is built)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "SELECT string_to_array(extversion, '.')::int[] >= '{0,8}'"
+            " FROM pg_extension WHERE extname = 'vector'"
+        )
+        version = cursor.fetchone()
+        if not version or not version[0]:
+            return "old"
+        cursor.execute(_INDEX_STATE_SQL, [name])
+        row = cursor.fetchone()
+    if row is None:
+        return "missing"
+    valid, building = row
+    return "valid" if valid else "building" if building else "invalid"
+
+
+def vectors_indexed(using: str, model: str, dimensions: int) -> bool:
+    """Whether ``model``'s HNSW index exists and is valid on ``using``: asked once per process
+    when true, at most every ``RECHECK_SECONDS`` while false."""
+    key = (using, index_name(model, dimensions))
+    if _INDEXED.get(key):
+        return True
+    missing_at = _UNINDEXED_AT.get(key)
+    if missing_at is not None and time.monotonic() - missing_at < RECHECK_SECONDS:
+        return False
+    if _index_state(using, key[1]) == "valid":
+        _INDEXED[key] = True
+        _UNINDEXED_AT.pop(key, None)
+        return True
+    _UNINDEXED_AT[key] = time.monotonic()
+    return False
+
+
+def vectors_index(using: str, model: str, dimensions: int) -> bool:
+    """Build ``model``'s HNSW index where it is missing (``CREATE INDEX CONCURRENTLY``: appends,
+    searches and forgets go on meanwhile; a build left invalid by a crash is dropped and built
+    again); return whether it is there now. Only outside a transaction (a concurrent build
+    cannot run in one): inside, it only says whether the index is there. A failed build (say,
+    vectors of another length under the same model name) is logged, and the exact scan goes on
+    serving."""
+    name = index_name(model, dimensions)
+    connection = connections[using]
+    if vectors_indexed(using, model, dimensions) or connection.in_atomic_block:
+        return vectors_indexed(using, model, dimensions)
+    state = _index_state(using, name)
+    if state in ("old", "building"):
+        return False
+    try:
+        with connection.cursor() as cursor:
+            if state == "invalid":
+                cursor.execute(
+                    sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name))
+                )
+            cursor.execute(
+                sql.SQL(_INDEX_DDL).format(
+                    name=sql.Identifier(name),
+                    dimensions=sql.Literal(int(dimensions)),
+                    model=sql.Literal(model),
+                )
+            )
+    except DatabaseError:
+        logger.warning(
+            "The HNSW index %s could not be built; searches scan exactly.", name, exc_info=True
+        )
+        return False
+    _UNINDEXED_AT.pop((using, name), None)
+    return vectors_indexed(using, model, dimensions)
 
 
 def vectors_write(
@@ -107,10 +237,30 @@ def vectors_write(
 
 
 def vectors_nearest(
-    using: str, owner_pk: int, model: str, query: Sequence[float], limit: int
+    using: str,
+    owner_pk: int,
+    model: str,
+    query: Sequence[float],
+    limit: int,
+    *,
+    embedded: int = 0,
 ) -> list[tuple[int, float]]:
     """The ``limit`` turns of owner ``owner_pk`` whose vectors (of ``model``) are nearest to
-    ``query``: ``(turn pk, cosine distance)``, nearest first."""
+    ``query``: ``(turn pk, cosine distance)``, nearest first. ``embedded``: how many of the
+    owner's turns have been embedded (their ``embedded_seq``); past ``INDEX_FROM``, the
+    model's HNSW index serves where it exists."""
+    text = vector_text(query)
     with connections[using].cursor() as cursor:
-        cursor.execute(_NEAREST_SQL, [vector_text(query), owner_pk, model, limit])
+        if embedded > INDEX_FROM and vectors_indexed(using, model, len(query)):
+            cursor.execute(
+                "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+                " set_config('hnsw.ef_search', %s, true)",
+                [str(max(INDEX_EF_SEARCH, min(limit, 1000)))],
+            )
+            statement = sql.SQL(_NEAREST_INDEXED_SQL).format(
+                dimensions=sql.Literal(len(query)), model=sql.Literal(model)
+            )
+            cursor.execute(statement.as_string(cursor.connection), [text, owner_pk, limit])
+        else:
+            cursor.execute(_NEAREST_SQL, [text, owner_pk, model, limit])
         return [(turn_id, float(distance)) for turn_id, distance in cursor.fetchall()]

@@ -100,12 +100,13 @@ def _text_rows(turns: QuerySet[Turn], q: str, owner_pk: int, limit: int) -> list
 
 
 def _semantic_rows(
-    turns: QuerySet[Turn], owner_pk: int, query: list[float], limit: int
+    turns: QuerySet[Turn], owner: tuple[int, int], query: list[float], limit: int
 ) -> list[tuple[tuple[Any, ...], float]]:
     embedder = embedders.embedder_get()
     assert embedder is not None
+    owner_pk, embedded = owner
     nearest = vectors.vectors_nearest(
-        turns.db, owner_pk, embedders.embedder_name(embedder), query, limit
+        turns.db, owner_pk, embedders.embedder_name(embedder), query, limit, embedded=embedded
     )
     rows = {
         row[0]: row
@@ -139,7 +140,7 @@ def _scored(row: tuple[Any, ...], score: float | None) -> TurnPayload:
 
 
 def ranked_turns(
-    owner_pk: int,
+    owner: tuple[int, int],
     q: str,
     mode: str,
     query: list[float] | None,
@@ -149,20 +150,27 @@ def ranked_turns(
     skip: int = 0,
 ) -> list[TurnPayload]:
     """The owner's best ``limit`` turns for ``q`` by ``mode``, in the caller's search
-    transaction; with ``before_seq``, only turns before it (the ``skip`` turns from it on are
-    passed over by the vector scan's extra depth)."""
+    transaction; ``owner`` is their ``(pk, embedded_seq)`` (``_owner_read``). With
+    ``before_seq``, only turns before it (the ``skip`` turns from it on are passed over by the
+    vector scan's extra depth)."""
+    owner_pk = owner[0]
     turns = owner_turns(owner_pk)
     if before_seq is not None:
         turns = turns.filter(seq__lt=before_seq)
     if mode == "text" or query is None:
         return [_scored(row, None) for row in _text_rows(turns, q, owner_pk, limit)]
     if mode == "semantic":
-        found = _semantic_rows(turns, owner_pk, query, limit + skip)[:limit]
+        found = _semantic_rows(turns, owner, query, limit + skip)[:limit]
         return [_scored(row, score) for row, score in found]
     depth = max(limit, FUSION_CANDIDATES)
     text = _text_rows(turns, q, owner_pk, depth)
-    semantic = _semantic_rows(turns, owner_pk, query, depth + skip)[:depth]
+    semantic = _semantic_rows(turns, owner, query, depth + skip)[:depth]
     return [_scored(row, score) for row, score in _fused(text, semantic, limit)]
+
+
+def _owner_read(owner_id: str) -> tuple[int, int] | None:
+    """The owner's ``(pk, embedded_seq)``, or None for an unknown owner."""
+    return Owner.objects.filter(external_id=owner_id).values_list("pk", "embedded_seq").first()
 
 
 @database_guard()
@@ -200,10 +208,10 @@ def turn_search(
     limit = search.clean_limit(limit)
     mode, query = _query_vector(q, search_mode(mode))
     with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
-        owner_pk = Owner.objects.filter(external_id=owner_id).values_list("pk", flat=True).first()
-        if owner_pk is None:
+        owner = _owner_read(owner_id)
+        if owner is None:
             return []
-        return ranked_turns(owner_pk, q, mode, query, limit)
+        return ranked_turns(owner, q, mode, query, limit)
 
 
 aturn_search = aio.twin(turn_search)
@@ -223,10 +231,10 @@ def turns_recalled(
         raise ValidationError({"query": e.message_dict["q"]}) from e
     mode, vector = _query_vector(q, search_mode(None))
     with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
-        owner_pk = Owner.objects.filter(external_id=owner_id).values_list("pk", flat=True).first()
-        if owner_pk is None:
+        owner = _owner_read(owner_id)
+        if owner is None:
             return []
-        return ranked_turns(owner_pk, q, mode, vector, limit, before_seq=before_seq, skip=skip)
+        return ranked_turns(owner, q, mode, vector, limit, before_seq=before_seq, skip=skip)
 
 
 aturns_recalled = aio.twin(turns_recalled)

@@ -43,7 +43,10 @@ def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
     transaction (appends go on); each batch's vectors and its new ``embedded_seq`` are written
     in one transaction, so a run stopped anywhere (a killed worker) resumes after its last
     batch, and a run racing another writes each vector once more at worst (the write replaces).
-    A turn deleted meanwhile gets no vector; a forgotten owner ends the run. Does nothing while
+    A turn deleted meanwhile gets no vector; a forgotten owner ends the run. A run that takes
+    the owner past ``vectors.INDEX_FROM`` turns builds the model's HNSW index where it is
+    missing (concurrently, outside any transaction), which their searches then walk. Does
+    nothing while
     ``vectors.embeddings_on`` is false. Raises ``ValidationError`` for a bad owner id,
     ``MemoryUnavailable`` when the database cannot be reached, and what the embedder raises
     (``ImproperlyConfigured`` for vectors of the wrong shape).
@@ -90,6 +93,11 @@ def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
                 return written
         if not moved:
             return written
+        if through > vectors.INDEX_FROM and found:
+            # NOTE: past INDEX_FROM the owner's searches walk the model's HNSW index: the run
+            # that takes an owner there builds it, once, where it is missing.
+            with database_guard():
+                vectors.vectors_index(DEFAULT_DB_ALIAS, model, len(found[0]))
     return written
 
 
