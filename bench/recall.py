@@ -312,7 +312,7 @@ class RecallRows:
         row = Row(
             "append_embed",
             "append a turn with embeddings on (`EMBEDDER` the built-in; the run is a deferred "
-            "task, enqueued at most once a second per owner)",
+            "task, handed to the process's enqueue thread at most once a second per owner)",
             "the same append with embeddings off",
             "<= 1.05x",
         )
@@ -321,8 +321,13 @@ class RecallRows:
             self.measured(row, self.append_embed_ops())  # type: ignore[attr-defined]
         finally:
             self.settings.MEMORY = memory
-            # NOTE: no worker runs here: the runs the appends enqueued go.
+            # NOTE: no worker runs here: the runs the appends enqueued go, once the handoff
+            # thread has had its last turn.
             from django_tasks_db.models import DBTaskResult
 
+            from memory.services import embedding_triggers
+
+            time.sleep(embedding_triggers.DEBOUNCE_SECONDS + 0.5)
+            embedding_triggers.handoff_flush()
             DBTaskResult.objects.filter(task_path__endswith="embedding_run").delete()
         return row

@@ -31,7 +31,7 @@ logger = logging.getLogger("memory")
 #   E017 the cache alias sets its own KEY_PREFIX
 #   E018 METRICS_TOKEN is not None or a string of 16+ characters
 #   E019 a cluster memory alias reads from replicas
-#   E020 REPAIR_THREAD is not a bool
+#   E020 REPAIR_THREAD or ENQUEUE_THREAD is not a bool
 #   E021 CACHE_REPLICAS is not an integer >= 0, or CACHE_REPLICA_WAIT_MS not a positive one
 #   E022 POOLER is not None, "session" or "transaction"
 #   E023 PREPARED_STATEMENTS is not None, True or False
@@ -72,6 +72,7 @@ VALUE_IDS = {
     "KEY_PREFIX": "memory.E004",
     "FILL_WAIT_MS": "memory.E010",
     "REPAIR_THREAD": "memory.E020",
+    "ENQUEUE_THREAD": "memory.E020",
     "CACHE_REPLICAS": "memory.E021",
     "CACHE_REPLICA_WAIT_MS": "memory.E021",
     "POOLER": "memory.E022",
@@ -120,6 +121,7 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
         "KEY_PREFIX",
         "FILL_WAIT_MS",
         "REPAIR_THREAD",
+        "ENQUEUE_THREAD",
         "CACHE_REPLICAS",
         "CACHE_REPLICA_WAIT_MS",
         "POOLER",

@@ -52,6 +52,10 @@ DEFAULTS: dict[str, Any] = {
     # Whether each process runs a repairer thread (memory.cache.repair); off, repairs happen
     # only when something calls memory.cache.run_once (the test suite drives it so).
     "REPAIR_THREAD": True,
+    # Whether an append's embedding run is handed to the task backend by a thread of the
+    # process (memory.services.embedding_triggers), off the request path; off, the append
+    # enqueues it itself after its commit, a write to the task backend (the test suite's way).
+    "ENQUEUE_THREAD": True,
     # The connection pooler between the app and PostgreSQL (docs/scaling.md): None for none,
     # "session" (PgBouncer's pool_mode = session, the same to the app), or "transaction":
     # nothing of a connection's session outlives its transaction, and the system checks warn
@@ -273,14 +277,19 @@ class Settings:
     def CACHE_REPLICA_WAIT_MS(self) -> int:
         return self._count("CACHE_REPLICA_WAIT_MS")
 
+    def _flag(self, name: str) -> bool:
+        value = self._get(name)
+        if not isinstance(value, bool):
+            raise ImproperlyConfigured(f"MEMORY[{name!r}] must be True or False, not {value!r}.")
+        return value
+
     @property
     def REPAIR_THREAD(self) -> bool:
-        value = self._get("REPAIR_THREAD")
-        if not isinstance(value, bool):
-            raise ImproperlyConfigured(
-                f"MEMORY['REPAIR_THREAD'] must be True or False, not {value!r}."
-            )
-        return value
+        return self._flag("REPAIR_THREAD")
+
+    @property
+    def ENQUEUE_THREAD(self) -> bool:
+        return self._flag("ENQUEUE_THREAD")
 
     @property
     def POOLER(self) -> str | None:

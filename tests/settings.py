@@ -21,7 +21,15 @@ TEST_KEY_PREFIX = os.environ.get("MEMORY_TEST_KEY_PREFIX") or f"memtest{os.getpi
 # (memory.cache.run_once), and a thread of its own would hold a connection to the test database.
 # NOTE: no embedder by default either: an append would enqueue an embedding run, a task row
 # that tests counting the task table do not expect; tests/test_recall.py turns it on.
-MEMORY = {**MEMORY, "KEY_PREFIX": TEST_KEY_PREFIX, "REPAIR_THREAD": False, "EMBEDDER": None}
+# NOTE: and appends enqueue their embedding runs at commit, not by a handoff thread whose writes
+# would land outside a test's transaction (tests/test_recall.py runs the thread on its own).
+MEMORY = {
+    **MEMORY,
+    "KEY_PREFIX": TEST_KEY_PREFIX,
+    "REPAIR_THREAD": False,
+    "EMBEDDER": None,
+    "ENQUEUE_THREAD": False,
+}
 for _alias in CACHES.values():
     if "django_redis" in _alias["BACKEND"] and _alias.get("KEY_PREFIX") == "memoryproj":
         _alias["KEY_PREFIX"] = f"{TEST_KEY_PREFIX}-site"

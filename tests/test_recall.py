@@ -136,6 +136,29 @@ def test_an_append_enqueues_one_run_for_a_burst_and_the_task_embeds(e5, write):
     assert Owner.objects.get(external_id="wang").embedded_seq == 3
 
 
+def test_the_handoff_thread_enqueues_a_bursts_run_that_no_append_waited_for(
+    transactional_db, memory_settings
+):
+    import time
+
+    from memory.services import embedding_triggers
+    from memory.services.deferred import embedding_run
+
+    if not _pgvector():
+        pytest.skip("pgvector is not installed in this PostgreSQL: run scripts/ensure-pgvector")
+    embedding_triggers.debounce_reset()
+    with memory_settings(EMBEDDER=E5, ENQUEUE_THREAD=True):
+        say("wang", *FILLER[:3])
+        tasks = DBTaskResult.objects.filter(task_path__endswith="embedding_run")
+        deadline = time.monotonic() + 30
+        while not tasks.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # One run for the burst, enqueued by the process's thread after the appends returned.
+        assert [task.args_kwargs["args"] for task in tasks] == [["wang"]]
+        assert embedding_run.call("wang") == 3
+        assert embedding_triggers.handoff_flush() == 0
+
+
 def test_the_backfill_embeds_every_owner_behind(e5):
     say("wang", *FILLER[:2])
     say("li", *FILLER[2:5])

@@ -2,20 +2,32 @@
 enqueue after commit, debounced per owner and process. Apart from ``embeddings`` so that the
 task's module, which imports the run, is imported only from here.
 
-On the request path this costs a dictionary lookup, and at most one enqueue per owner and
-process every ``DEBOUNCE_SECONDS``; a turn whose enqueue was debounced while the owner's last run
-was already finishing waits for the owner's next run or ``manage.py memory_embed``.
+On the request path this costs a dictionary lookup and, at most once per owner and process
+every ``DEBOUNCE_SECONDS``, a set insertion after commit: the process's handoff thread
+(``MEMORY["ENQUEUE_THREAD"]``) gathers the owners due for ``DEBOUNCE_SECONDS`` and enqueues
+their runs, each a write to the task backend (about 1 ms each with the database backend) that
+no request waits for. With the thread off, the append enqueues after its own commit.
+
+Vectors are derived data, and a run embeds everything after the owner's ``embedded_seq``: a run
+that was never enqueued (the process exited with owners still pending, an enqueue debounced
+while the owner's last run was already finishing) is made up by the owner's next run or by
+``manage.py memory_embed``.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 from importlib.util import find_spec
 
-from django.db import DEFAULT_DB_ALIAS, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
+from memory.conf import conf
 from memory.recall import vectors
+
+logger = logging.getLogger("memory.recall")
 
 # An append enqueues its owner's embedding run at most this often per process: a burst of
 # appends costs one task. The run is handed to the backend to start after this delay where the
@@ -26,12 +38,18 @@ DEBOUNCE_OWNERS = 10_000
 
 _due_lock = threading.Lock()
 _due_at: dict[str, float] = {}
+# The owners whose runs the handoff thread enqueues next, and the thread (of this process).
+_pending: set[str] = set()
+_wake = threading.Event()
+_thread: threading.Thread | None = None
+_thread_pid = 0
 
 
 def embedding_due(owner_id: str) -> None:
-    """After the current transaction commits, enqueue the owner's embedding run, unless this
-    process did within ``DEBOUNCE_SECONDS``. Called by every append; costs a dictionary lookup
-    when embeddings are off or the owner's run is already on its way."""
+    """After the current transaction commits, have the owner's embedding run enqueued (by the
+    handoff thread, or here with ``MEMORY["ENQUEUE_THREAD"]`` off), unless this process did
+    within ``DEBOUNCE_SECONDS``. Called by every append; costs a dictionary lookup when
+    embeddings are off or the owner's run is already on its way."""
     if find_spec("django_tasks") is None or not vectors.embeddings_on(DEFAULT_DB_ALIAS):
         return
     now = time.monotonic()
@@ -43,6 +61,9 @@ def embedding_due(owner_id: str) -> None:
             for key in list(_due_at)[: DEBOUNCE_OWNERS // 2]:
                 del _due_at[key]
         _due_at[owner_id] = now
+    if conf.ENQUEUE_THREAD:
+        transaction.on_commit(lambda: _hand_off(owner_id), robust=True)
+        return
     from memory.services.deferred import embedding_enqueue
 
     transaction.on_commit(
@@ -50,7 +71,50 @@ def embedding_due(owner_id: str) -> None:
     )
 
 
+def _hand_off(owner_id: str) -> None:
+    global _thread, _thread_pid
+    with _due_lock:
+        if len(_pending) < DEBOUNCE_OWNERS:
+            _pending.add(owner_id)
+        # NOTE: a forked process has the set but not the thread: it starts its own.
+        if _thread is None or _thread_pid != os.getpid() or not _thread.is_alive():
+            _thread = threading.Thread(
+                target=_handoff_loop, name="memory-embed-enqueue", daemon=True
+            )
+            _thread_pid = os.getpid()
+            _thread.start()
+    _wake.set()
+
+
+def _handoff_loop() -> None:
+    while True:
+        _wake.wait()
+        # NOTE: the burst's owners gathered, and its turns committed, before their runs start.
+        time.sleep(DEBOUNCE_SECONDS)
+        _wake.clear()
+        try:
+            handoff_flush()
+        except Exception:  # pragma: no cover - handoff_flush logs and never raises
+            logger.exception("The embedding handoff failed.")
+        finally:
+            # NOTE: this thread's own connection, not held while it waits.
+            connections.close_all()
+
+
+def handoff_flush() -> int:
+    """Enqueue the runs of the owners waiting for the handoff thread, now; return how many were
+    enqueued. The thread calls it; so can a test or a process about to exit."""
+    from memory.services.deferred import embedding_enqueue
+
+    with _due_lock:
+        owners = sorted(_pending)
+        _pending.clear()
+    return sum(embedding_enqueue(owner_id=owner_id) for owner_id in owners)
+
+
 def debounce_reset() -> None:
-    """Forget which owners' runs this process enqueued lately (tests, a forked worker)."""
+    """Forget which owners' runs this process enqueued lately and which wait for the handoff
+    (tests, a forked worker)."""
     with _due_lock:
         _due_at.clear()
+        _pending.clear()
