@@ -256,6 +256,33 @@ class TurnVector(models.Model):
         return f"vector of turn {self.turn_id}"
 
 
+class FactVector(models.Model):
+    """The embedding of one fact's current version (its key and value as text), for the
+    store's search by meaning (``memory.integrations.langgraph``).
+
+    As ``TurnVector``: only on PostgreSQL with pgvector (migration 0016, or ``manage.py
+    memory_embed --setup``), keys that cascade in the database. ``version`` is the fact's
+    version it was computed from: a fact changed since is embedded again by the owner's next
+    run, and compared meanwhile by its words only.
+    """
+
+    fact = models.OneToOneField(
+        "Fact", on_delete=models.DO_NOTHING, primary_key=True, db_constraint=False
+    )
+    owner = models.ForeignKey(
+        Owner, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    model = models.CharField(max_length=100)
+    version = models.PositiveIntegerField()
+    vector = VectorField()
+
+    class Meta:
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return f"vector of fact {self.fact_id}"
+
+
 def fact_live(at: Any) -> Q:
     """The facts not expired at ``at``: what every read of current facts holds."""
     return Q(expires_at__isnull=True) | Q(expires_at__gt=at)

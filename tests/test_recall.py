@@ -472,3 +472,89 @@ def test_a_build_left_invalid_is_built_again_and_none_is_built_in_a_transaction(
     assert vectors.vectors_indexed(connection.alias, model, 384) is False
     assert vectors.vectors_index(connection.alias, model, 384) is True
     assert _hnsw_indexes() == {name: True}
+
+
+# The facts' vectors ----------------------------------------------------------------------------
+
+
+def fact_vectors(owner_pk: int | None = None) -> dict[str, int]:
+    """Key -> the version its vector was computed from, of the owner's (or every) fact."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT f.key, v.version FROM memory_factvector AS v"
+            " JOIN memory_fact AS f ON f.id = v.fact_id"
+            " WHERE %s::bigint IS NULL OR v.owner_id = %s::bigint",
+            [owner_pk, owner_pk],
+        )
+        return dict(cursor.fetchall())
+
+
+def test_the_run_embeds_each_facts_current_version_and_forget_leaves_none(e5):
+    services.fact_put(owner_id="wang", key="name", value="Wang Jianguo")
+    services.fact_put(owner_id="wang", key="likes", value=["basketball", "jazz"])
+    owner = Owner.objects.get(external_id="wang")
+    assert embeddings.turns_embed(owner_id="wang") == 0
+    assert fact_vectors(owner.pk) == {"name": 1, "likes": 1}
+    # A changed fact is embedded again at its new version; the others are not read again.
+    services.fact_put(owner_id="wang", key="likes", value=["golf"])
+    assert vectors.facts_due(connection.alias, owner.pk, "multilingual-e5-small-q4", 10)[0][2:] == (
+        "likes",
+        ["golf"],
+    )
+    embeddings.turns_embed(owner_id="wang")
+    assert fact_vectors(owner.pk) == {"name": 1, "likes": 2}
+    services.fact_delete(owner_id="wang", key="name")
+    assert fact_vectors(owner.pk) == {"likes": 2}
+    services.memory_forget(owner_id="wang")
+    assert fact_vectors() == {}
+
+
+def test_a_fact_write_makes_the_owners_run_due(e5, write):
+    before = DBTaskResult.objects.count()
+    with write():
+        services.fact_put(owner_id="wang", key="likes", value="basketball")
+    assert DBTaskResult.objects.count() - before == 1
+
+
+def test_facts_similar_ranks_the_owners_facts_by_meaning(e5):
+    services.facts_merge(
+        owner_id="wang",
+        facts={"name": "Wang Jianguo", "likes": "basketball", "city": "Hangzhou"},
+    )
+    services.fact_put(owner_id="li", key="likes", value="tennis")
+    embeddings.turns_embed(owner_id="wang")
+    embeddings.turns_embed(owner_id="li")
+    similar = selectors.facts_similar(owner_id="wang", query="which sport do I play?", limit=10)
+    assert set(similar) == {"name", "likes", "city"}
+    assert max(similar, key=similar.get) == "likes"
+    assert all(0 < score <= 1 for score in similar.values())
+    # A fact changed since its run is compared by its words only, never by its old vector.
+    services.fact_put(owner_id="wang", key="likes", value="chess")
+    assert "likes" not in selectors.facts_similar(owner_id="wang", query="sport", limit=10)
+    assert selectors.facts_similar(owner_id="nobody", query="sport", limit=10) == {}
+    with pytest.raises(ValidationError):
+        selectors.facts_similar(owner_id="wang", query=" ", limit=10)
+
+
+def test_facts_similar_is_empty_where_embeddings_are_off(db, memory_settings):
+    services.fact_put(owner_id="wang", key="likes", value="basketball")
+    with memory_settings(EMBEDDER=None):
+        assert selectors.facts_similar(owner_id="wang", query="sport", limit=10) == {}
+
+
+def test_the_langgraph_store_searches_facts_by_meaning(e5):
+    from memory.integrations.langgraph import MemoryStore
+
+    store = MemoryStore()
+    store.put(("wang", "memories"), "m1", {"text": "I adopted a corgi called Mochi"})
+    store.put(("wang", "memories"), "m2", {"text": "I work as a nurse in Hangzhou"})
+    store.put(("li", "memories"), "m1", {"text": "My dog is a poodle named Biscuit"})
+    # Before the owner's run, by words only: no word of the question is in a fact.
+    assert store.search(("wang",), query="what is my pet's name?") == []
+    embeddings.turns_embed(owner_id="wang")
+    embeddings.turns_embed(owner_id="li")
+    found = store.search(("wang",), query="what is my pet's name?")
+    assert [item.key for item in found] == ["m1", "m2"]
+    assert found[0].score > found[1].score > 0
+    (best, *_) = async_to_sync(store.asearch)(("wang",), query="my job")
+    assert best.key == "m2"

@@ -40,6 +40,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from memory import codec, search, selectors, services
+from memory.conf import conf
 from memory.exceptions import FactNotFound, database_guard
 from memory.integrations.threads import thread_connection
 from memory.payloads import FactPayload
@@ -315,7 +316,9 @@ def _plan(ops: Iterable[Op]) -> _Plan:
     return plan
 
 
-def _search(op: SearchOp, owner_id: str, facts: list[FactPayload]) -> list[SearchItem]:
+def _search(
+    op: SearchOp, owner_id: str, facts: list[FactPayload], similar: dict[str, float]
+) -> list[SearchItem]:
     prefix = tuple(op.namespace_prefix)
     units = _units(op.query) if op.query is not None else []
     found = []
@@ -326,7 +329,8 @@ def _search(op: SearchOp, owner_id: str, facts: list[FactPayload]) -> list[Searc
         if op.filter and not _matches(item.value, op.filter):
             continue
         if op.query is not None:
-            item.score = _score(item, fact["key"], units) if units else 0.0
+            words = _score(item, fact["key"], units) if units else 0.0
+            item.score = round(similar.get(fact["key"], 0.0) + words, 6)
             if not item.score:
                 continue
         found.append(item)
@@ -349,7 +353,20 @@ def _namespaces(op: ListNamespacesOp, owner_id: str, facts: list[FactPayload]) -
     return sorted(found)[op.offset : op.offset + op.limit]
 
 
-def _results(plan: _Plan, facts: dict[str, list[FactPayload]]) -> list[Result]:
+def _similar_asked(plan: _Plan) -> list[tuple[int, str, str]]:
+    """The searches of a batch that rank by meaning: ``(op index, owner id, query)``."""
+    return [
+        (index, owner_id, op.query)
+        for index, op, owner_id in plan.reads
+        if isinstance(op, SearchOp) and op.query is not None
+    ]
+
+
+def _results(
+    plan: _Plan,
+    facts: dict[str, list[FactPayload]],
+    similar: dict[int, dict[str, float]],
+) -> list[Result]:
     results: list[Result] = [None] * plan.size
     for index, op, owner_id in plan.reads:
         if isinstance(op, GetOp):
@@ -358,7 +375,7 @@ def _results(plan: _Plan, facts: dict[str, list[FactPayload]]) -> list[Result]:
             item = _item(owner_id, fact) if fact is not None else None
             results[index] = _plain(item) if item is not None else None
         elif isinstance(op, SearchOp):
-            results[index] = _search(op, owner_id, facts[owner_id])
+            results[index] = _search(op, owner_id, facts[owner_id], similar.get(index, {}))
         elif isinstance(op, ListNamespacesOp):
             results[index] = _namespaces(op, owner_id, facts[owner_id])
     return results
@@ -403,9 +420,13 @@ class MemoryStore(BaseStore):
       under the prefix (at most ``MEMORY["MAX_FACTS"]``, through the cache) and returns at
       most ``limit``: those whose value matches ``filter`` (LangGraph's: equality, ``$eq``,
       ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``), and with ``query`` (1-200 characters)
-      those whose key or value holds one of its words, case-insensitively, ``score`` the
-      share of its words found, best first; else the newest first. No vector index:
-      ``index`` arguments are ignored.
+      those whose key or value holds one of its words, case-insensitively, and, where search
+      by meaning is on (``MEMORY["EMBEDDER"]`` and pgvector), every fact with a vector of its
+      current version; ``score`` the share of the query's words found plus the fact's cosine
+      similarity to the query (``selectors.facts_similar``), best first; without a query, the
+      newest first. The facts' vectors are the owner's embedding run's (off the request path):
+      a fact just written is found by its words until then. The store's ``index`` arguments
+      are ignored: the embedder is the app's.
     - ``list_namespaces(prefix=("wang", ...), suffix=, max_depth=, limit=, offset=)``: the
       namespaces that hold that owner's facts; a prefix naming the owner is required (a store
       never lists its owners).
@@ -428,7 +449,11 @@ class MemoryStore(BaseStore):
         plan = _plan(ops)
         with thread_connection():
             facts = {owner_id: selectors.fact_list(owner_id=owner_id) for owner_id in plan.owners}
-            results = _results(plan, facts)
+            similar = {
+                index: selectors.facts_similar(owner_id=owner_id, query=query, limit=conf.MAX_FACTS)
+                for index, owner_id, query in _similar_asked(plan)
+            }
+            results = _results(plan, facts, similar)
             if plan.writes:
                 _writes_apply(plan.writes)
         return results
@@ -438,7 +463,13 @@ class MemoryStore(BaseStore):
         facts = {
             owner_id: await selectors.afact_list(owner_id=owner_id) for owner_id in plan.owners
         }
-        results = _results(plan, facts)
+        similar = {
+            index: await selectors.afacts_similar(
+                owner_id=owner_id, query=query, limit=conf.MAX_FACTS
+            )
+            for index, owner_id, query in _similar_asked(plan)
+        }
+        results = _results(plan, facts, similar)
         if plan.writes:
             await _awrites_apply(plan.writes)
         return results

@@ -16,9 +16,11 @@ the caller's search transaction, under its ``statement_timeout``.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import DatabaseError, connections
 from psycopg import sql
@@ -39,6 +41,7 @@ RECHECK_SECONDS = 30.0
 
 _READY_SQL = (
     "SELECT to_regclass('memory_turnvector') IS NOT NULL"
+    " AND to_regclass('memory_factvector') IS NOT NULL"
     " AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector')"
 )
 
@@ -64,6 +67,39 @@ ORDER BY distance, v.turn_id DESC
 LIMIT %s
 """
 
+
+# NOTE: a fact's vector is written only for the version it was computed from: a fact changed
+# (or moved to another owner by a link) since it was read is left for the next run.
+_FACT_WRITE_SQL = """
+INSERT INTO memory_factvector (fact_id, owner_id, model, version, vector)
+SELECT f.id, f.owner_id, %s, f.version, v.vector::halfvec
+FROM unnest(%s::bigint[], %s::int[], %s::text[]) AS v (fact_id, version, vector)
+JOIN memory_fact AS f ON f.id = v.fact_id AND f.version = v.version
+ON CONFLICT (fact_id) DO UPDATE
+SET owner_id = EXCLUDED.owner_id, model = EXCLUDED.model, version = EXCLUDED.version,
+    vector = EXCLUDED.vector
+"""
+
+# The owner's facts with no vector of ``model`` for their current version (and owner).
+_FACTS_DUE_SQL = """
+SELECT f.id, f.version, f.key, f.value FROM memory_fact AS f
+LEFT JOIN memory_factvector AS v
+  ON v.fact_id = f.id AND v.model = %s AND v.version = f.version AND v.owner_id = f.owner_id
+WHERE f.owner_id = %s AND v.fact_id IS NULL
+ORDER BY f.id
+LIMIT %s
+"""
+
+# NOTE: at most MEMORY["MAX_FACTS"] rows an owner: always the exact scan; a vector of a former
+# version is never compared.
+_FACTS_NEAREST_SQL = """
+SELECT f.key, v.vector <=> %s::halfvec AS distance
+FROM memory_factvector AS v
+JOIN memory_fact AS f ON f.id = v.fact_id AND f.owner_id = v.owner_id AND f.version = v.version
+WHERE v.owner_id = %s::bigint AND v.model = %s
+ORDER BY distance, f.key
+LIMIT %s
+"""
 
 # NOTE: an HNSW index needs vectors of one length: one partial index per model, on the vector
 # cast to that model's length; the model's name is a literal in the statement (and not a
@@ -264,3 +300,62 @@ def vectors_nearest(
         else:
             cursor.execute(_NEAREST_SQL, [text, owner_pk, model, limit])
         return [(turn_id, float(distance)) for turn_id, distance in cursor.fetchall()]
+
+
+def facts_due(using: str, owner_pk: int, model: str, limit: int) -> list[tuple[int, int, str, Any]]:
+    """Up to ``limit`` of the owner's facts with no vector of ``model`` for their current
+    version: ``(fact pk, version, key, value)``."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(_FACTS_DUE_SQL, [model, owner_pk, limit])
+        return [
+            (pk, version, key, json.loads(value) if isinstance(value, str) else value)
+            for pk, version, key, value in cursor.fetchall()
+        ]
+
+
+def facts_write(
+    using: str,
+    model: str,
+    facts: Sequence[tuple[int, int]],
+    vectors: Sequence[Sequence[float]],
+) -> int:
+    """Store the vectors of ``facts`` (``(fact pk, version)``, of ``model``) in one statement;
+    return how many were written (a fact changed or deleted since it was read is left out)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            _FACT_WRITE_SQL,
+            [
+                model,
+                [pk for pk, _ in facts],
+                [version for _, version in facts],
+                [vector_text(vector) for vector in vectors],
+            ],
+        )
+        return cursor.rowcount
+
+
+def facts_nearest(
+    using: str, owner_pk: int, model: str, query: Sequence[float], limit: int
+) -> list[tuple[str, float]]:
+    """The ``limit`` facts of owner ``owner_pk`` whose current vectors (of ``model``) are
+    nearest to ``query``: ``(fact key, cosine distance)``, nearest first."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(_FACTS_NEAREST_SQL, [vector_text(query), owner_pk, model, limit])
+        return [(key, float(distance)) for key, distance in cursor.fetchall()]
+
+
+def fact_text(key: str, value: Any) -> str:
+    """What is embedded of a fact: its key and its value, as words where they are words
+    (``likes: basketball, jazz``; an object's fields as ``name: value; ...``), else as JSON."""
+    from memory import codec
+
+    def words(part: Any) -> str:
+        if isinstance(part, str):
+            return part
+        if isinstance(part, list) and all(isinstance(x, (str, int, float)) for x in part):
+            return ", ".join(str(x) for x in part)
+        if isinstance(part, dict):
+            return "; ".join(f"{name}: {words(x)}" for name, x in part.items())
+        return codec.dumps(part).decode()
+
+    return f"{key.replace('_', ' ').replace('.', ' ')}: {words(value)}"

@@ -50,9 +50,11 @@ from memory.selectors.owners import (
 )
 from memory.selectors.pages import DEFAULT_PAGE_SIZE, MAX_CURSOR_CHARS, MAX_PAGE_SIZE, Page
 from memory.selectors.search import (
+    afacts_similar,
     asearch,
     aturn_search,
     aturn_search_queryset,
+    facts_similar,
     turn_search,
     turn_search_queryset,
 )
@@ -79,6 +81,7 @@ __all__ = [
     "afact_dot_key_list",
     "afact_history",
     "afact_list",
+    "afacts_similar",
     "ahealth_get",
     "aowner_dirty_count",
     "aowner_exists",
@@ -100,6 +103,7 @@ __all__ = [
     "fact_dot_key_list",
     "fact_history",
     "fact_list",
+    "facts_similar",
     "health_get",
     "owner_dirty_count",
     "owner_exists",

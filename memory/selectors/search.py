@@ -239,6 +239,37 @@ def turns_recalled(
 
 aturns_recalled = aio.twin(turns_recalled)
 
+
+@database_guard()
+def facts_similar(*, owner_id: str, query: str, limit: int) -> dict[str, float]:
+    """The cosine similarity to ``query`` of the owner's ``limit`` nearest facts, by key:
+    those whose current version has a vector of the embedder (``services.facts_embed``); an
+    empty dict where search by meaning is off, for an unknown owner, or where the embedder
+    failed on the query (logged). Bounded: one scan of at most the owner's facts, under the
+    search's statement timeout. Raises ``ValidationError`` ({"q": ...}) for a query
+    ``turn_search`` would refuse."""
+    check_owner(owner_id)
+    q = search.clean_query(query)
+    if not semantic_on():
+        return {}
+    vector = _query_vector(q, "hybrid")[1]
+    if vector is None:
+        return {}
+    embedder = embedders.embedder_get()
+    assert embedder is not None
+    with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
+        owner = _owner_read(owner_id)
+        if owner is None:
+            return {}
+        nearest = vectors.facts_nearest(
+            Turn.objects.db, owner[0], embedders.embedder_name(embedder), vector, limit
+        )
+    # NOTE: cosine similarity, 1 - distance: 1 the same direction, 0 unrelated.
+    return {key: 1.0 - distance for key, distance in nearest}
+
+
+afacts_similar = aio.twin(facts_similar)
+
 # NOTE: the name the issue asked for; the Django way names it aturn_search.
 asearch = aturn_search
 

@@ -4,24 +4,24 @@ Every service runs in one transaction under the owner's row lock, commits to the
 first, and only then (``transaction.on_commit``) updates the Redis copy. A write that raises
 stored nothing; a Redis failure never fails a write (``memory.cache`` states the protocol).
 One module per thing written: ``turns``, ``turn_facts`` (the facts a turn states), ``facts``,
-``owners``, ``summaries``, ``imports`` (an export document loaded into an empty owner);
-``_common`` holds what they share. ``deferred`` holds the django-tasks tasks (a deferred
-extractor's, a summary refresh's), imported only when one is due (not from here).
+``expiry`` (the sweep of expired facts), ``owners``, ``summaries``, ``embeddings``, ``imports``
+(an export document loaded into an empty owner); ``_common`` holds what they share.
+``deferred`` holds the django-tasks tasks (a deferred extractor's, a summary refresh's, an
+embedding run's), imported only when one is due (not from here).
 """
 
 from __future__ import annotations
 
 from memory.services.embeddings import aturns_embed, turns_embed
+from memory.services.expiry import afacts_expire, facts_expire
 from memory.services.facts import (
     afact_delete,
     afact_dot_keys_rename,
     afact_put,
-    afacts_expire,
     afacts_merge,
     fact_delete,
     fact_dot_keys_rename,
     fact_put,
-    facts_expire,
     facts_merge,
 )
 from memory.services.imports import ImportResult, amemory_import, memory_import

@@ -180,3 +180,19 @@ def _admin_log_scrub(owner: Owner) -> int:
         about |= Q(content_type=types[model], object_id__in=pks)
     deleted, _ = LogEntry.objects.filter(about).delete()
     return deleted
+
+
+def _fact_remove(owner: Owner, fact: Fact, *, at: Any, actor: str) -> None:
+    """Delete one fact under the owner lock, leaving its last, ``deleted``, version."""
+    FactVersion.objects.create(
+        owner=owner,
+        key=fact.key,
+        value=None,
+        version=fact.version + 1,
+        session_id=None,
+        source_turn_seq=None,
+        deleted=True,
+        updated_at=at,
+        actor=actor,
+    )
+    fact.delete()

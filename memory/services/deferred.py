@@ -196,6 +196,6 @@ def facts_expire_run() -> int:
     Raises ``MemoryUnavailable`` when the database cannot be reached; the facts not deleted
     wait for the next run, absent from every read meanwhile.
     """
-    from memory.services.facts import facts_expire
+    from memory.services.expiry import facts_expire
 
     return facts_expire()

@@ -11,6 +11,7 @@ pages every owner behind.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
 from django.db.models import F
@@ -36,7 +37,8 @@ def _owner_state(owner_id: str) -> tuple[int, int, int] | None:
 
 
 def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
-    """Embed the owner's turns after its ``embedded_seq``, oldest first; return how many
+    """Embed the owner's turns after its ``embedded_seq``, oldest first, and first their facts
+    that have no vector of their current version (``facts_embed``); return how many turn
     vectors were written. Stops after ``limit`` turns when given (``memory_embed`` pages so).
 
     Reads ``MEMORY["EMBED_BATCH_TURNS"]`` turns at a time and embeds them outside any
@@ -59,6 +61,11 @@ def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
     assert embedder is not None
     model = embedders.embedder_name(embedder)
     batch = conf.EMBED_BATCH_TURNS
+    with database_guard():
+        state = _owner_state(owner_id)
+    if state is None:
+        return 0
+    facts_embed(state[0], embedder, model)
     written = 0
     while limit is None or written < limit:
         with database_guard():
@@ -102,6 +109,32 @@ def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
 
 
 aturns_embed = aio.twin(turns_embed)
+
+
+def facts_embed(owner_pk: int, embedder: Any, model: str) -> int:
+    """Embed the owner's facts whose current version has no vector of ``model`` (new facts,
+    changed ones, those a link moved), in batches of ``MEMORY["EMBED_BATCH_TURNS"]`` each
+    written in its own transaction; return how many were written. Bounded by the owner's
+    facts (``MEMORY["MAX_FACTS"]``, and the expired ones not swept yet); a fact changed while
+    it was embedded is left for the next run. Part of the owner's embedding run."""
+    written = 0
+    # NOTE: the facts a pass could not write (changed meanwhile) are not read again by it.
+    for _ in range(conf.MAX_FACTS // conf.EMBED_BATCH_TURNS + 2):
+        with database_guard():
+            due = vectors.facts_due(DEFAULT_DB_ALIAS, owner_pk, model, conf.EMBED_BATCH_TURNS)
+        if not due:
+            break
+        found = embedders.passages_embed(
+            embedder, [vectors.fact_text(key, value) for _, _, key, value in due]
+        )
+        with database_guard(), transaction.atomic():
+            done = vectors.facts_write(
+                DEFAULT_DB_ALIAS, model, [(pk, version) for pk, version, _, _ in due], found
+            )
+        written += done
+        if done < len(due):
+            break
+    return written
 
 
 def embeddings_backfill(*, limit: int | None = None) -> int:

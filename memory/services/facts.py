@@ -8,29 +8,27 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Q
 from django.utils import timezone
 
 from memory import aio, cache
 from memory.exceptions import (
     FactNotFound,
     FactVersionConflict,
-    database_guard,
 )
 from memory.models import (
     Fact,
-    FactVersion,
-    Owner,
     fact_live,
 )
 from memory.payloads import fact_payload
 from memory.services._common import (
     _check,
+    _fact_remove,
     _fact_write,
     _facts_cap_check,
     _owner_lock,
     _service,
 )
+from memory.services.embedding_triggers import embedding_due
 from memory.validators import (
     dots_only,
     validate_actor,
@@ -99,6 +97,7 @@ def fact_put(
             return Fact.objects.get(owner=owner, key=key), False
         fact, created = written
         cache.owner_changed(owner, facts=[fact_payload(fact)])
+        embedding_due(owner_id)
         return fact, created
 
 
@@ -148,6 +147,7 @@ def facts_merge(
                 changed.append(written[0])
         if changed:
             cache.owner_changed(owner, facts=[fact_payload(fact) for fact in changed])
+            embedding_due(owner_id)
         return list(Fact.objects.filter(fact_live(timezone.now()), owner=owner).order_by("key"))
 
 
@@ -181,90 +181,6 @@ def fact_delete(
 
 
 afact_delete = aio.twin(fact_delete)
-
-# Expired facts ``facts_expire`` reads per statement (and deletes per owner's transaction).
-EXPIRE_BATCH = 500
-
-
-def facts_expire(*, batch_size: int = EXPIRE_BATCH, limit: int | None = None) -> int:
-    """Delete every fact expired by now (the instant the sweep starts), each leaving a last
-    ``deleted`` version with actor ``"expiry"``, as ``fact_delete`` does; return how many went.
-
-    Pages through the expired facts by (``expires_at``, id), ``batch_size`` rows a statement,
-    on the partial index of the facts that expire: each page costs the same however many facts
-    there are. A page's facts of one owner go in one short transaction under that owner's
-    lock, re-read there (a fact written again meanwhile no longer expires, or later, and
-    stays), and the owner's cached copy takes the delete after commit (``cache.owner_changed``).
-    Reads never wait for it: an expired fact is absent from every read already. With ``limit``,
-    stops after the page that reached it. Raises ``ValidationError`` for a bad ``batch_size``
-    or ``limit`` and ``MemoryUnavailable`` when the database cannot be reached; the facts
-    deleted before that stay deleted, the others wait for the next sweep.
-    """
-    for name, number in (("batch_size", batch_size), ("limit", limit)):
-        if number is not None and (
-            isinstance(number, bool) or not isinstance(number, int) or number < 1
-        ):
-            raise ValidationError({name: ["Ensure this value is an integer of at least 1."]})
-    now = timezone.now()
-    deleted = 0
-    after: tuple[dt.datetime, int] | None = None
-    while True:
-        expired = Fact.objects.filter(expires_at__lte=now)
-        if after is not None:
-            expired = expired.filter(
-                Q(expires_at__gt=after[0]) | Q(expires_at=after[0], pk__gt=after[1]),
-                expires_at__gte=after[0],
-            )
-        with database_guard():
-            rows = list(
-                expired.order_by("expires_at", "pk").values_list("expires_at", "pk", "owner_id")[
-                    :batch_size
-                ]
-            )
-        by_owner: dict[int, list[int]] = {}
-        for _, pk, owner_pk in rows:
-            by_owner.setdefault(owner_pk, []).append(pk)
-        for owner_pk, pks in by_owner.items():
-            deleted += _owner_facts_expire(owner_pk, pks, now)
-        if len(rows) < batch_size or (limit is not None and deleted >= limit):
-            return deleted
-        after = (rows[-1][0], rows[-1][1])
-
-
-def _owner_facts_expire(owner_pk: int, pks: list[int], now: dt.datetime) -> int:
-    """Delete the facts ``pks`` of one owner that are still expired at ``now``."""
-    with _service():
-        owner = Owner.objects.select_for_update().filter(pk=owner_pk).first()
-        if owner is None:
-            return 0
-        facts = list(
-            Fact.objects.filter(owner=owner, pk__in=pks, expires_at__lte=now).order_by("key")
-        )
-        at = timezone.now()
-        for fact in facts:
-            _fact_remove(owner, fact, at=at, actor="expiry")
-        if facts:
-            cache.owner_changed(owner, deleted_keys=[fact.key for fact in facts])
-        return len(facts)
-
-
-afacts_expire = aio.twin(facts_expire)
-
-
-def _fact_remove(owner: Owner, fact: Fact, *, at: Any, actor: str) -> None:
-    """Delete one fact under the owner lock, leaving its last, ``deleted``, version."""
-    FactVersion.objects.create(
-        owner=owner,
-        key=fact.key,
-        value=None,
-        version=fact.version + 1,
-        session_id=None,
-        source_turn_seq=None,
-        deleted=True,
-        updated_at=at,
-        actor=actor,
-    )
-    fact.delete()
 
 
 def _dot_key_new(key: str, held: Collection[str]) -> str:

@@ -65,15 +65,16 @@ class Command(BaseCommand):
         self.stdout.write(f"Embedded {done:,} turn(s).")
 
     def _setup(self) -> None:
-        # NOTE: the migration's own function, so that the table is the one 0015 makes.
-        migration = importlib.import_module("memory.migrations.0015_turn_vectors")
+        # NOTE: the migrations' own functions, so that the tables are the ones 0015 and 0016 make.
+        turns = importlib.import_module("memory.migrations.0015_turn_vectors")
+        facts = importlib.import_module("memory.migrations.0016_fact_vectors")
         connection = connections[DEFAULT_DB_ALIAS]
         with transaction.atomic(), connection.schema_editor() as editor:
-            ready = migration.vectors_setup(editor)
+            ready = turns.vectors_setup(editor) and facts.fact_vectors_setup(editor)
         vectors.vectors_forget_ready()
         if not ready:
             raise CommandError(
                 "pgvector could not be created: the server does not have it installed, this "
                 "database role may not CREATE EXTENSION, or the database is not PostgreSQL."
             )
-        self.stdout.write("pgvector and the vector table are ready.")
+        self.stdout.write("pgvector and the vector tables are ready.")

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from memory import services
 from memory.exceptions import MemoryUnavailable
-from memory.services.facts import EXPIRE_BATCH
+from memory.services.expiry import EXPIRE_BATCH
 
 
 class Command(BaseCommand):
