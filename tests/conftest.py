@@ -19,6 +19,26 @@ from memory import cache
 from memory.services import embedding_triggers
 from tests.servers import RedisServer
 
+# The markers of the tests that take longest: servers killed and restarted, a wheel built, a
+# browser driven (each counted thrice), and the merely slow ones.
+LONG_MARKERS = {"faults": 3, "package": 3, "browser": 3, "slow": 1}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The modules of the longest tests first, each module's tests together in their order:
+    with `make test`'s two processes (pytest-xdist, a module each), the long modules start
+    early and the short ones fill in around them, instead of one long module last."""
+    weight: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        module = item.nodeid.split("::", 1)[0]
+        first.setdefault(module, index)
+        weight[module] = weight.get(module, 0) + sum(
+            points for name, points in LONG_MARKERS.items() if item.get_closest_marker(name)
+        )
+    items.sort(key=lambda item: (-weight[m := item.nodeid.split("::", 1)[0]], first[m]))
+
 
 def _memory_settings(**overrides: Any) -> dict[str, Any]:
     return {**settings.MEMORY, **overrides}
