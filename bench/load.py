@@ -251,3 +251,91 @@ def run_load(url: str, load: Load, *, seconds: float, connections: int) -> LoadR
     if generator() == "wrk":
         return _wrk(url, load, seconds=seconds, connections=connections)
     return asyncio.run(_python_load(url, load, seconds=seconds, connections=connections))
+
+
+@dataclass(frozen=True)
+class MixedLoad:
+    """A load over many owners: each request reads (``reads[i]``, a whole HTTP request) or
+    writes (``writes[i]``) the owner ``i`` drawn by ``cum_weights``, reads ``read_share`` of
+    the time."""
+
+    reads: tuple[bytes, ...]
+    writes: tuple[bytes, ...]
+    cum_weights: tuple[float, ...]
+    read_share: float = 0.9
+
+
+@dataclass
+class MixedResult:
+    """Each request's seconds, how many failed, and the load's length in seconds."""
+
+    latencies: list[float]
+    bad: int
+    seconds: float
+
+    def percentile(self, share: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
+
+
+def zipf_weights(count: int, exponent: float = 1.0) -> tuple[float, ...]:
+    """Cumulative weights of ``count`` ranks under Zipf's law: rank ``i`` drawn in proportion
+    to ``1 / i ** exponent``."""
+    total = 0.0
+    cumulative = []
+    for rank in range(1, count + 1):
+        total += 1.0 / rank**exponent
+        cumulative.append(total)
+    return tuple(cumulative)
+
+
+def http_request(method: str, url: str, path: str, headers: dict[str, str], body: bytes) -> bytes:
+    """The bytes of one keep-alive HTTP/1.1 request to ``url``'s host."""
+    host = url.removeprefix("http://")
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return (
+        f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n{head}Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def _mixed(urls: list[str], load: MixedLoad, seconds: float, connections: int) -> MixedResult:
+    import bisect
+    import random
+
+    latencies: list[float] = []
+    bad = [0]
+    stop_at = time.monotonic() + seconds
+    top = load.cum_weights[-1]
+
+    async def client(number: int) -> None:
+        host, port = urls[number % len(urls)].removeprefix("http://").split(":")
+        rnd = random.Random(number)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            while time.monotonic() < stop_at:
+                owner = bisect.bisect_left(load.cum_weights, rnd.random() * top)
+                read = rnd.random() < load.read_share
+                started = time.perf_counter()
+                writer.write((load.reads if read else load.writes)[owner])
+                status = int((await reader.readline()).split()[1])
+                length = 0
+                while (line := await reader.readline()) not in (b"\r\n", b""):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                await reader.readexactly(length)
+                latencies.append(time.perf_counter() - started)
+                if status >= 400:
+                    bad[0] += 1
+        finally:
+            writer.close()
+
+    started = time.monotonic()
+    await asyncio.gather(*(client(n) for n in range(connections)))
+    return MixedResult(latencies=latencies, bad=bad[0], seconds=time.monotonic() - started)
+
+
+def run_mixed(urls: list[str], load: MixedLoad, *, seconds: float, connections: int) -> MixedResult:
+    """Drive ``load`` against the servers ``urls`` (connections spread over them in turn), from
+    this process's event loop, timing every request."""
+    return asyncio.run(_mixed(urls, load, seconds, connections))
