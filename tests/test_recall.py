@@ -558,3 +558,31 @@ def test_the_langgraph_store_searches_facts_by_meaning(e5):
     assert found[0].score > found[1].score > 0
     (best, *_) = async_to_sync(store.asearch)(("wang",), query="my job")
     assert best.key == "m2"
+
+
+def broken(texts: list[str]) -> list[list[float]]:
+    """An embedder whose model is gone: every call raises."""
+    raise RuntimeError("the model server is down")
+
+
+broken.name = "broken-1"  # type: ignore[attr-defined]
+
+
+def test_an_embedder_that_fails_leaves_hybrid_to_words_and_semantic_unavailable(
+    pgvector, memory_settings, service_client, caplog
+):
+    from memory.exceptions import SearchUnavailable
+
+    say("wang", CORGI, *FILLER[:2])
+    with memory_settings(EMBEDDER="tests.test_recall.broken"):
+        found = selectors.turn_search(owner_id="wang", q="corgi", mode="hybrid")
+        assert [turn["content"] for turn in found] == [CORGI]
+        assert "searching by words" in caplog.text
+        with pytest.raises(SearchUnavailable):
+            selectors.turn_search(owner_id="wang", q="corgi", mode="semantic")
+        answer = service_client.get("/api/memory/users/wang/search/", {"q": "corgi"})
+        assert answer.status_code == 200 and answer.json()["results"][0]["content"] == CORGI
+        answer = service_client.get(
+            "/api/memory/users/wang/search/", {"q": "corgi", "mode": "semantic"}
+        )
+        assert answer.status_code == 503

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -71,21 +72,41 @@ def search_mode(mode: str | None) -> str:
     return mode
 
 
-def _query_vector(q: str, mode: str) -> tuple[str, list[float] | None]:
-    """The vector of ``q`` for a search by meaning, embedded before any transaction opens.
-    Where the embedder fails, ``hybrid`` falls back to words (logged) and ``semantic`` raises
-    ``SearchUnavailable``."""
+# NOTE: a hybrid search embeds its query on one of these threads while its text search runs
+# in the database (the built-in embedder's engine lets the GIL go): the two overlap.
+_EMBED_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memory-query-embed")
+
+# A query's vector, or its embedding under way (a hybrid search's).
+QueryVector = list[float] | Future[list[float]] | None
+
+
+def _query_vector(q: str, mode: str) -> tuple[str, QueryVector]:
+    """The vector of ``q`` for a search by meaning: ``semantic`` embeds it here, before any
+    transaction opens, and raises ``SearchUnavailable`` where the embedder fails; ``hybrid``
+    starts embedding it on a thread of its own (``_resolved`` waits for it)."""
     if mode == "text":
         return mode, None
     embedder = embedders.embedder_get()
     assert embedder is not None
+    if mode == "hybrid":
+        return mode, _EMBED_THREADS.submit(embedders.query_embed, embedder, q)
     try:
         return mode, embedders.query_embed(embedder, q)
     except Exception as e:
+        logger.exception("The embedder failed on a search query.")
+        raise SearchUnavailable("Search by meaning failed: the embedder raised.") from e
+
+
+def _resolved(query: QueryVector) -> list[float] | None:
+    """The vector, once its embedding is done; None where it failed (logged: the hybrid
+    search goes on by words)."""
+    if not isinstance(query, Future):
+        return query
+    try:
+        return query.result()
+    except Exception:
         logger.exception("The embedder failed on a search query; searching by words.")
-        if mode == "semantic":
-            raise SearchUnavailable("Search by meaning failed: the embedder raised.") from e
-        return "text", None
+        return None
 
 
 def _text_rows(turns: QuerySet[Turn], q: str, owner_pk: int, limit: int) -> list[tuple[Any, ...]]:
@@ -143,7 +164,7 @@ def ranked_turns(
     owner: tuple[int, int],
     q: str,
     mode: str,
-    query: list[float] | None,
+    query: QueryVector,
     limit: int,
     *,
     before_seq: int | None = None,
@@ -160,11 +181,16 @@ def ranked_turns(
     if mode == "text" or query is None:
         return [_scored(row, None) for row in _text_rows(turns, q, owner_pk, limit)]
     if mode == "semantic":
-        found = _semantic_rows(turns, owner, query, limit + skip)[:limit]
+        vector = _resolved(query)
+        assert vector is not None
+        found = _semantic_rows(turns, owner, vector, limit + skip)[:limit]
         return [_scored(row, score) for row, score in found]
     depth = max(limit, FUSION_CANDIDATES)
     text = _text_rows(turns, q, owner_pk, depth)
-    semantic = _semantic_rows(turns, owner, query, depth + skip)[:depth]
+    vector = _resolved(query)
+    if vector is None:
+        return [_scored(row, None) for row in text[:limit]]
+    semantic = _semantic_rows(turns, owner, vector, depth + skip)[:depth]
     return [_scored(row, score) for row, score in _fused(text, semantic, limit)]
 
 
@@ -185,8 +211,9 @@ def turn_search(
     both rankings (reciprocal rank fusion, ``score`` the fused one). The default is ``hybrid``
     where search by meaning is on (``semantic_on()``), else ``text``; ``semantic`` or
     ``hybrid`` where it is off is a ``ValidationError`` ({"mode": ...}). The query is embedded
-    in this process before the search's transaction opens (a few milliseconds for the built-in
-    embedder); a turn appended since the owner's last embedding run is found by its words only.
+    in this process (about 25 ms for the built-in embedder): before the search's transaction
+    opens for ``semantic``, and for ``hybrid`` on a thread of its own while the text search
+    runs; a turn appended since the owner's last embedding run is found by its words only.
 
     ``q`` is 1-200 characters of free text, stripped, and never query syntax. By words, every
     English word of it must match, in any case and form ("Played" finds "play"); Chinese,
@@ -252,7 +279,7 @@ def facts_similar(*, owner_id: str, query: str, limit: int) -> dict[str, float]:
     q = search.clean_query(query)
     if not semantic_on():
         return {}
-    vector = _query_vector(q, "hybrid")[1]
+    vector = _resolved(_query_vector(q, "hybrid")[1])
     if vector is None:
         return {}
     embedder = embedders.embedder_get()
