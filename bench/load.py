@@ -160,6 +160,18 @@ end
     return LoadResult(requests_per_second=rps, requests=total, bad=bad)
 
 
+async def _response_read(reader: asyncio.StreamReader) -> int:
+    """Read one HTTP/1.1 response (its body by ``Content-Length``); return its status."""
+    status = int((await reader.readline()).split()[1])
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    await reader.readexactly(length)
+    return status
+
+
 async def _python_load(url: str, load: Load, *, seconds: float, connections: int) -> LoadResult:
     host, port = url.removeprefix("http://").split(":")
     head = "".join(f"{name}: {value}\r\n" for name, value in load.headers)
@@ -181,13 +193,7 @@ async def _python_load(url: str, load: Load, *, seconds: float, connections: int
             while time.monotonic() < stop_at:
                 writer.write(requests[i % len(requests)])
                 i += 1
-                status = int((await reader.readline()).split()[1])
-                length = 0
-                while (line := await reader.readline()) not in (b"\r\n", b""):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
+                status = await _response_read(reader)
                 counts[0] += 1
                 if status >= 400:
                     counts[1] += 1
@@ -317,13 +323,7 @@ async def _mixed(urls: list[str], load: MixedLoad, seconds: float, connections: 
                 read = rnd.random() < load.read_share
                 started = time.perf_counter()
                 writer.write((load.reads if read else load.writes)[owner])
-                status = int((await reader.readline()).split()[1])
-                length = 0
-                while (line := await reader.readline()) not in (b"\r\n", b""):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
+                status = await _response_read(reader)
                 latencies.append(time.perf_counter() - started)
                 if status >= 400:
                     bad[0] += 1
