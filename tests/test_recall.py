@@ -586,3 +586,28 @@ def test_an_embedder_that_fails_leaves_hybrid_to_words_and_semantic_unavailable(
             "/api/memory/users/wang/search/", {"q": "corgi", "mode": "semantic"}
         )
         assert answer.status_code == 503
+
+
+def test_an_imported_memory_is_embedded_by_the_run_the_import_makes_due(
+    transactional_db, memory_settings
+):
+    import json
+
+    if not _pgvector():
+        pytest.skip("pgvector is not installed in this PostgreSQL: run scripts/ensure-pgvector")
+    with memory_settings(EMBEDDER=E5, EMBED_BATCH_TURNS=4):
+        say("wang", CORGI, *FILLER[:2])
+        services.fact_put(owner_id="wang", key="pet", value="Mochi, a corgi")
+        # NOTE: the export reads its own snapshot: what is committed.
+        document = json.loads(b"".join(selectors.owner_export(owner_id="wang")))
+        tasks = DBTaskResult.objects.filter(task_path__endswith="embedding_run")
+        before = set(tasks.values_list("pk", flat=True))
+        services.memory_import(document=document, owner_id="wang-again")
+        made = [task.args_kwargs["args"] for task in tasks.exclude(pk__in=before)]
+        assert made == [["wang-again"]]
+        assert embeddings.turns_embed(owner_id="wang-again") == 3
+        (best, *_) = selectors.turn_search(
+            owner_id="wang-again", q="what's my dog called?", mode="semantic"
+        )
+        assert best["content"] == CORGI
+        assert "pet" in selectors.facts_similar(owner_id="wang-again", query="my dog", limit=5)

@@ -16,6 +16,7 @@ from memory.models import Fact, FactVersion, Owner, Role, Session, Summary, Turn
 from memory.payloads import SUMMARY_FIELDS
 from memory.selectors import EXPORT_FORMAT, EXPORT_VERSION
 from memory.services._common import _owner_lock, _service
+from memory.services.embedding_triggers import embedding_due
 from memory.validators import (
     validate_actor,
     validate_content,
@@ -397,6 +398,8 @@ def memory_import(*, document: Mapping[str, Any], owner_id: str | None = None) -
         _store(owner, checked)
         last_seq = checked.turns[-1]["seq"] if checked.turns else 0
         cache.owner_drop(owner, turns=max(last_seq - owner.last_seq, 0))
+        # NOTE: the imported turns and facts are found by meaning too, once the run is done.
+        embedding_due(checked.owner_id)
     return ImportResult(
         checked.owner_id,
         len(checked.turns),
