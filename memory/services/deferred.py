@@ -158,7 +158,8 @@ def summaries_pending_enqueue(*, grace: dt.timedelta) -> int:
 
 @task()
 def embedding_run(owner_id: str) -> int:
-    """Embed the owner's turns not embedded yet (``services.turns_embed``); return how many.
+    """Embed the owner's facts and turns not embedded yet (``services.turns_embed``); return
+    how many turns.
     Runs in the worker. Raises ``MemoryUnavailable`` when the database cannot be reached and
     what the embedder raises; the turns stay behind for the owner's next run or
     ``memory_embed``.
