@@ -1,5 +1,6 @@
-"""The turns' vectors in PostgreSQL with pgvector (``memory_turnvector``, migration 0015): whether
-the database has them, writing a batch, and the nearest of one owner's turns to a query.
+"""The turns' and facts' vectors in PostgreSQL with pgvector (``memory_turnvector`` and
+``memory_factvector``, migrations 0015 and 0016): whether the database has them, writing a
+batch, and the nearest of one owner's turns or facts to a query.
 
 Bounded work, two ways by the owner's size. An owner of up to ``INDEX_FROM`` embedded turns is
 searched exactly: a scan of their vectors only (the ``(owner_id, model)`` index), sorted by
@@ -7,7 +8,7 @@ cosine distance keeping the best ``limit`` (a top-N heap sort), a few millisecon
 owner is searched through the model's HNSW index (``vectors_index``, built by the owner's
 embedding run that passes ``INDEX_FROM``), walked with pgvector's iterative scan until
 ``limit`` of the owner's own turns are found (at most ``hnsw.max_scan_tuples`` visited): on
-the bench's 50,000-turn owner the exact scan took 40 ms and the walk 2 ms, the nearest found
+the bench's 50,000-turn owner the exact scan took 37-45 ms and the walk 2-11 ms, the nearest found
 approximately rather than exactly (docs/recall.md). Where the index is missing (still being
 built, pgvector older than 0.8) the exact scan serves every owner. The statements run inside
 the caller's search transaction, under its ``statement_timeout``.
