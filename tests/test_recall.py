@@ -159,6 +159,27 @@ def test_the_handoff_thread_enqueues_a_bursts_run_that_no_append_waited_for(
         assert embedding_triggers.handoff_flush() == 0
 
 
+def test_a_forked_child_starts_its_own_handoff_with_nothing_pending():
+    import os
+
+    from memory.services import embedding_triggers
+
+    embedding_triggers._pending.add("wang")
+    try:
+        pid = os.fork()
+        if pid == 0:
+            fresh = (
+                embedding_triggers._thread is None
+                and not embedding_triggers._pending
+                and not embedding_triggers._due_lock.locked()
+            )
+            os._exit(0 if fresh else 1)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert embedding_triggers._pending == {"wang"}
+    finally:
+        embedding_triggers.debounce_reset()
+
+
 def test_the_backfill_embeds_every_owner_behind(e5):
     say("wang", *FILLER[:2])
     say("li", *FILLER[2:5])

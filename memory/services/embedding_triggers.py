@@ -76,7 +76,6 @@ def _hand_off(owner_id: str) -> None:
     with _due_lock:
         if len(_pending) < DEBOUNCE_OWNERS:
             _pending.add(owner_id)
-        # NOTE: a forked process has the set but not the thread: it starts its own.
         if _thread is None or _thread_pid != os.getpid() or not _thread.is_alive():
             _thread = threading.Thread(
                 target=_handoff_loop, name="memory-embed-enqueue", daemon=True
@@ -110,6 +109,20 @@ def handoff_flush() -> int:
         owners = sorted(_pending)
         _pending.clear()
     return sum(embedding_enqueue(owner_id=owner_id) for owner_id in owners)
+
+
+def _after_fork() -> None:
+    # NOTE: a forked child has none of the parent's threads, and a lock one of them held stays
+    # held in the child: each of these starts anew there (the pending owners are the parent's).
+    global _due_lock, _wake, _thread
+    _due_lock = threading.Lock()
+    _wake = threading.Event()
+    _thread = None
+    _pending.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def debounce_reset() -> None:
