@@ -271,8 +271,10 @@ class Conversation:
         assert [t["content"] for t in turns] == self.turns.get(owner, [])
         assert [t["seq"] for t in turns] == list(range(1, len(turns) + 1))
 
-    def wait_served(self, owner: str, bound: float = 5.0) -> None:
-        """Wait until every instance serves ``owner`` as acknowledged, at most ``bound`` s."""
+    def wait_served(self, owner: str, bound: float = 10.0) -> None:
+        """Wait until every instance serves ``owner`` as acknowledged, at most ``bound`` s (wide
+        enough for a failover's reconnects and a repair sweep on a machine that also runs the
+        suite's other process)."""
         deadline = time.monotonic() + bound
         for i in range(self.stack.instances):
             while not (self.served(i, owner) and self.served(i, owner)):

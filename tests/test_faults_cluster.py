@@ -185,5 +185,8 @@ def test_delta_not_yet_replicated_when_the_primary_dies_is_not_served_stale(stac
     finally:
         replica.resume()
     cluster.wait_promoted(victim)
-    time.sleep(GRACE + INTERVAL + 1.2)
-    assert talk.served(0, owner) and talk.served(1, owner)
+    # NOTE: the copy the promoted replica holds is dropped by the repair once the write's grace
+    # and a sweep have passed; on a loaded machine (`make test` runs two processes) the sweep
+    # and the instances' reconnect can come seconds late, so the bound is wider than the two.
+    time.sleep(GRACE + INTERVAL)
+    talk.wait_served(owner, bound=GRACE + INTERVAL + 8.0)
