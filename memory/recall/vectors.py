@@ -17,7 +17,6 @@ the caller's search transaction, under its ``statement_timeout``.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -25,6 +24,8 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 from psycopg import sql
+
+from memory import codec
 
 logger = logging.getLogger("memory.recall")
 
@@ -234,8 +235,9 @@ def vectors_index(using: str, model: str, dimensions: int) -> bool:
     serving."""
     name = index_name(model, dimensions)
     connection = connections[using]
-    if vectors_indexed(using, model, dimensions) or connection.in_atomic_block:
-        return vectors_indexed(using, model, dimensions)
+    indexed = vectors_indexed(using, model, dimensions)
+    if indexed or connection.in_atomic_block:
+        return indexed
     state = _index_state(using, name)
     if state in ("old", "building"):
         return False
@@ -309,7 +311,7 @@ def facts_due(using: str, owner_pk: int, model: str, limit: int) -> list[tuple[i
     with connections[using].cursor() as cursor:
         cursor.execute(_FACTS_DUE_SQL, [model, owner_pk, limit])
         return [
-            (pk, version, key, json.loads(value) if isinstance(value, str) else value)
+            (pk, version, key, codec.loads_jsonb(value))
             for pk, version, key, value in cursor.fetchall()
         ]
 
@@ -348,7 +350,6 @@ def facts_nearest(
 def fact_text(key: str, value: Any) -> str:
     """What is embedded of a fact: its key and its value, as words where they are words
     (``likes: basketball, jazz``; an object's fields as ``name: value; ...``), else as JSON."""
-    from memory import codec
 
     def words(part: Any) -> str:
         if isinstance(part, str):

@@ -279,11 +279,13 @@ def facts_similar(*, owner_id: str, query: str, limit: int) -> dict[str, float]:
     q = search.clean_query(query)
     if not semantic_on():
         return {}
-    vector = _resolved(_query_vector(q, "hybrid")[1])
-    if vector is None:
-        return {}
     embedder = embedders.embedder_get()
     assert embedder is not None
+    try:
+        vector = embedders.query_embed(embedder, q)
+    except Exception:
+        logger.exception("The embedder failed on a query of facts; ranking them by words.")
+        return {}
     with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
         owner = _owner_read(owner_id)
         if owner is None:
