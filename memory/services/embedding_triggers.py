@@ -42,7 +42,6 @@ _due_at: dict[str, float] = {}
 _pending: set[str] = set()
 _wake = threading.Event()
 _thread: threading.Thread | None = None
-_thread_pid = 0
 
 
 def embedding_due(owner_id: str) -> None:
@@ -72,15 +71,15 @@ def embedding_due(owner_id: str) -> None:
 
 
 def _hand_off(owner_id: str) -> None:
-    global _thread, _thread_pid
+    global _thread
     with _due_lock:
         if len(_pending) < DEBOUNCE_OWNERS:
             _pending.add(owner_id)
-        if _thread is None or _thread_pid != os.getpid() or not _thread.is_alive():
+        # NOTE: a forked child starts with none (_after_fork).
+        if _thread is None or not _thread.is_alive():
             _thread = threading.Thread(
                 target=_handoff_loop, name="memory-embed-enqueue", daemon=True
             )
-            _thread_pid = os.getpid()
             _thread.start()
     _wake.set()
 
