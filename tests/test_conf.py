@@ -1,4 +1,4 @@
-"""Tests of memory.conf: defaults, overrides, and values re-read from settings on every access."""
+"""Tests of memory.conf: defaults, overrides, and values kept until a setting changes."""
 
 from __future__ import annotations
 
@@ -137,3 +137,30 @@ def test_heavy_reads_per_caller_is_a_positive_integer():
             pytest.raises(ImproperlyConfigured, match="HEAVY_READS_PER_CALLER"),
         ):
             conf.HEAVY_READS_PER_CALLER  # noqa: B018
+
+
+def test_a_checked_value_is_kept_until_a_setting_changes():
+    with override_settings(MEMORY={"CACHE_TTL": 10}):
+        assert conf.CACHE_TTL == 10
+        assert conf.values["CACHE_TTL"] == (conf.generation, 10)
+        # NOTE: CACHE_ALIAS reads CACHES too: a change of any setting makes every value stale.
+        with override_settings(CACHES={"memory": settings.CACHES["default"]}):
+            assert "CACHE_ALIAS" not in conf.values
+            assert conf.CACHE_ALIAS == "memory"
+    assert conf.CACHE_TTL == settings.MEMORY.get("CACHE_TTL", DEFAULTS["CACHE_TTL"])
+
+
+def test_a_bad_value_is_not_kept():
+    with override_settings(MEMORY={"CACHE_TTL": "soon"}):
+        for _ in range(2):
+            with pytest.raises(ImproperlyConfigured, match="CACHE_TTL"):
+                conf.CACHE_TTL
+        assert "CACHE_TTL" not in conf.values
+
+
+def test_a_value_read_across_a_change_is_not_kept():
+    generation = conf.generation
+    conf.forget()
+    assert conf.generation == generation + 1
+    conf.values["CACHE_TTL"] = (generation, 7)
+    assert conf.CACHE_TTL != 7
