@@ -21,7 +21,7 @@ def contents(context) -> list[str]:
 
 def test_owner_key_has_prefix_schema_and_hash_tag_without_the_id(settings):
     key = cache.keys.owner_key("wang@example.com")
-    prefix = f"{settings.MEMORY['KEY_PREFIX']}:v3:{{"
+    prefix = f"{settings.MEMORY['KEY_PREFIX']}:v4:{{"
     assert key.startswith(prefix) and key.endswith("}")
     assert "wang" not in key
     assert key != cache.keys.owner_key("wang@example.org")
@@ -36,8 +36,9 @@ def test_cached_payload_is_plain_json_shaped_like_the_api(
         services.fact_put(owner_id="wang", key="name", value="王建国")
     context = selectors.context_get(owner_id="wang")
     raw = redis_client.hgetall(cache.keys.owner_key("wang"))
-    assert orjson.loads(raw[b"t:1"]) == context["turns"][0]
-    assert orjson.loads(raw[b"f:name"])["value"] == "王建国"
+    assert cache.copy.turns_unpack(b"[" + raw[b"t:1"] + b"]") == context["turns"][:1]
+    assert orjson.loads(raw[b"t:1"]) == [context["turns"][0][f] for f in cache.copy.TURN_FIELDS]
+    assert orjson.loads(raw[b"f:name"])[1] == "王建国"
     assert "我叫王建国".encode() in raw[b"t:1"]
 
 

@@ -66,7 +66,11 @@ def test_facts_are_not_served_from_a_copy_behind_a_write_lost_while_redis_was_pa
         own_redis.resume()
     # NOTE: Redis received nothing of that write while paused, so the copy is still at "Bob"
     # unless the paused Redis ran the buffered update on resume; make it stale for certain.
-    client.hset(cache.keys.owner_key("wang"), "f:name", json.dumps({"key": "name", "value": "Bob"}))
+    stale = cache.copy.fact_pack(
+        {"key": "name", "value": "Bob", "session_id": None, "version": 1,
+         "updated_at": "2026-01-01T00:00:00Z", "expires_at": None}
+    )  # fmt: skip
+    client.hset(cache.keys.owner_key("wang"), "f:name", stale)
     # The writer knows its update did not land: neither facts nor context serve the copy.
     assert [f["value"] for f in selectors.fact_list(owner_id="wang")] == ["Wang Jianguo"]
     assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang Jianguo"}

@@ -103,7 +103,7 @@ def test_primary_killed_replica_promoted_old_primary_back(stack, cluster):
     talk = Conversation(stack)
     # NOTE: the primary of the shared counters' key too (the instances' prefix is "memory"):
     # the counters failing must not cost the other owners their hits.
-    victim = cluster.master_for("memory:v3:stats")
+    victim = cluster.master_for("memory:v4:stats")
     doomed = owners(cluster, 3, on=victim)
     spared = owners(cluster, 3, on=victim, elsewhere=True)
     for owner in doomed + spared:

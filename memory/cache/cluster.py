@@ -219,7 +219,7 @@ class ClusterConnectionFactory(ConnectionFactory):
 class ClusterClient(DefaultClient):
     """django-redis's ``DefaultClient`` over a Redis Cluster, seeds in ``LOCATION``.
 
-    Every owner's keys share one hash tag (``memory:v3:{digest}``), so each Lua script of the
+    Every owner's keys share one hash tag (``memory:v4:{digest}``), so each Lua script of the
     cache layer runs in one slot. ``get_many`` and ``set_many`` are split per slot, so they
     are not atomic, as on any cluster.
     """

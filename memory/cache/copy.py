@@ -37,7 +37,9 @@ from memory.payloads import FactPayload, SummaryPayload, TurnPayload
 #   fkeys     the keys of the cached facts, space-separated (a copy filled before it existed
 #             lacks it; reads then list the hash's fields instead)
 #   sum       the owner's summary payload (absent: the owner has none)
-#   t:<seq>   a turn payload;  f:<key>  a fact payload
+#   t:<seq>   a turn payload;  f:<key>  a fact payload, each a JSON array of its fields in the
+#             order of TURN_FIELDS / FACT_FIELDS (the field names would be a third of a turn's
+#             bytes in Redis; a hit builds the dicts back faster than it parses objects)
 
 LUA = Path(__file__).resolve().parent / "lua"
 
@@ -90,6 +92,47 @@ class Short:
 
 
 ReadResult = Hit | Miss | Short | Outcome
+
+
+TURN_FIELDS = ("seq", "session_id", "role", "content", "metadata", "created_at")
+FACT_FIELDS = ("key", "value", "session_id", "updated_at", "version", "expires_at")
+
+
+def turn_pack(turn: TurnPayload) -> bytes:
+    """A turn payload as the copy stores it: its fields' values in ``TURN_FIELDS`` order."""
+    return codec.dumps(
+        [turn["seq"], turn["session_id"], turn["role"], turn["content"], turn["metadata"],
+         turn["created_at"]]
+    )  # fmt: skip
+
+
+def fact_pack(fact: FactPayload) -> bytes:
+    """A fact payload as the copy stores it: its fields' values in ``FACT_FIELDS`` order."""
+    return codec.dumps(
+        [fact["key"], fact["value"], fact["session_id"], fact["updated_at"], fact["version"],
+         fact["expires_at"]]
+    )  # fmt: skip
+
+
+def turns_unpack(payloads: bytes) -> list[TurnPayload]:
+    """The turns of a JSON array of packed turns (``turn_pack``)."""
+    # NOTE: a literal per turn, not dict(zip(TURN_FIELDS, ...)): half the time for 20 turns.
+    return [
+        {"seq": t[0], "session_id": t[1], "role": t[2], "content": t[3], "metadata": t[4],
+         "created_at": t[5]}
+        for t in codec.loads(payloads)
+    ]  # fmt: skip
+
+
+def facts_unpack(payloads: bytes) -> list[FactPayload]:
+    """The facts of a JSON array of packed facts (``fact_pack``), by key."""
+    facts: list[FactPayload] = [
+        {"key": f[0], "value": f[1], "session_id": f[2], "updated_at": f[3], "version": f[4],
+         "expires_at": f[5]}
+        for f in codec.loads(payloads)
+    ]  # fmt: skip
+    facts.sort(key=_fact_key)
+    return facts
 
 
 def _fact_key(fact: FactPayload) -> str:
@@ -153,11 +196,14 @@ def _read_result(reply: list[Any], token: str | None) -> ReadResult:
         breaker.count("short")
         return Short()
     breaker.count("hits")
-    facts: list[FactPayload] = codec.loads(reply[3])
-    facts.sort(key=_fact_key)
     summary: SummaryPayload | None = codec.loads(reply[4]) if reply[4] else None
     return Hit(
-        Snapshot(stamp=int(reply[1]), turns=codec.loads(reply[2]), facts=facts, summary=summary)
+        Snapshot(
+            stamp=int(reply[1]),
+            turns=turns_unpack(reply[2]),
+            facts=facts_unpack(reply[3]),
+            summary=summary,
+        )
     )
 
 
@@ -182,7 +228,7 @@ def copy_fill(
     """
     turns, facts = snapshot.turns, snapshot.facts
     names = [f"t:{turn['seq']}" for turn in turns] + [f"f:{fact['key']}" for fact in facts]
-    payloads = [codec.dumps(turn) for turn in turns] + [codec.dumps(fact) for fact in facts]
+    payloads = [turn_pack(turn) for turn in turns] + [fact_pack(fact) for fact in facts]
     args: list[Any] = [
         snapshot.stamp,
         conf.CACHE_TTL,
@@ -349,10 +395,10 @@ def copy_apply(
     """
     args: list[Any] = [prev_stamp, stamp, conf.CACHE_TTL, GUARD_TTL, conf.CACHE_TURNS, len(turns)]
     for turn in turns:
-        args += [turn["seq"], codec.dumps(turn)]
+        args += [turn["seq"], turn_pack(turn)]
     args.append(len(facts))
     for fact in facts:
-        args += [fact["key"], codec.dumps(fact)]
+        args += [fact["key"], fact_pack(fact)]
     args.append(len(deleted_keys))
     args += list(deleted_keys)
     answer = redis_call(

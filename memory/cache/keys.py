@@ -10,7 +10,9 @@ from memory.conf import conf
 # read as a new one.
 # v2: the copy holds the owner's summary (``sum``), so a v1 copy, which lacks it, is not read.
 # v3: each fact payload holds ``expires_at``, which every read filters by; a v2 copy lacks it.
-SCHEMA = "v3"
+# v4: turn and fact payloads are JSON arrays in a fixed order (copy.TURN_FIELDS, FACT_FIELDS),
+#     not objects: a v3 copy's objects would be read as arrays.
+SCHEMA = "v4"
 
 
 def prefix() -> str:
