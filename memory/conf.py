@@ -1,7 +1,9 @@
 """The app's settings: one ``MEMORY`` dict in the host's settings, validated and coerced as it
 is read (a bad value raises ``ImproperlyConfigured`` naming it). A value that passed is kept
 until Django's ``setting_changed`` signal says any setting changed (``override_settings``,
-pytest-django's ``settings`` fixture); one that failed is checked again on every access."""
+pytest-django's ``settings`` fixture) or ``settings.MEMORY`` is assigned another dict; one that
+failed is checked again on every access. A change made inside the same dict is seen after
+``conf.forget()``."""
 
 from __future__ import annotations
 
@@ -160,6 +162,12 @@ class setting(property):
             return self
         assert self.fget is not None
         name = self.fget.__name__
+        memory = getattr(settings, "MEMORY", None)
+        if memory is not obj.source:
+            # NOTE: MEMORY assigned anew without the signal (a script, a management command's
+            # own settings): as stale as after setting_changed.
+            obj.forget()
+            obj.source = memory
         kept = obj.values.get(name)
         generation = obj.generation
         if kept is not None and kept[0] == generation:
@@ -178,6 +186,7 @@ class Settings:
     def __init__(self) -> None:
         self.values: dict[str, tuple[int, Any]] = {}
         self.generation = 0
+        self.source: Any = None
 
     def forget(self, **kwargs: Any) -> None:
         """Make every kept value stale (``setting_changed``'s receiver)."""

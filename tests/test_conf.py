@@ -147,14 +147,14 @@ def test_a_checked_value_is_kept_until_a_setting_changes():
         with override_settings(CACHES={"memory": settings.CACHES["default"]}):
             assert "CACHE_ALIAS" not in conf.values
             assert conf.CACHE_ALIAS == "memory"
-    assert conf.CACHE_TTL == settings.MEMORY.get("CACHE_TTL", DEFAULTS["CACHE_TTL"])
+    assert settings.MEMORY.get("CACHE_TTL", DEFAULTS["CACHE_TTL"]) == conf.CACHE_TTL
 
 
 def test_a_bad_value_is_not_kept():
     with override_settings(MEMORY={"CACHE_TTL": "soon"}):
         for _ in range(2):
             with pytest.raises(ImproperlyConfigured, match="CACHE_TTL"):
-                conf.CACHE_TTL
+                assert conf.CACHE_TTL
         assert "CACHE_TTL" not in conf.values
 
 
@@ -164,3 +164,18 @@ def test_a_value_read_across_a_change_is_not_kept():
     assert conf.generation == generation + 1
     conf.values["CACHE_TTL"] = (generation, 7)
     assert conf.CACHE_TTL != 7
+
+
+def test_memory_assigned_anew_without_the_signal_is_seen():
+    # NOTE: as a script does after django.setup(): no override_settings, no setting_changed.
+    from django.conf import settings as live
+
+    kept = live.MEMORY
+    try:
+        live.MEMORY = {**kept, "CACHE_TTL": 11}
+        assert conf.CACHE_TTL == 11
+        live.MEMORY = {**kept, "CACHE_TTL": 12}
+        assert conf.CACHE_TTL == 12
+    finally:
+        live.MEMORY = kept
+    assert kept.get("CACHE_TTL", DEFAULTS["CACHE_TTL"]) == conf.CACHE_TTL
