@@ -28,7 +28,7 @@ def test_owner_key_has_prefix_schema_and_hash_tag_without_the_id(settings):
     assert key == cache.keys.owner_key("wang@example.com")
 
 
-def test_cached_payload_is_plain_json_shaped_like_the_api(
+def test_cached_payload_is_a_json_array_of_the_api_fields(
     django_capture_on_commit_callbacks, redis_client
 ):
     with django_capture_on_commit_callbacks(execute=True):
@@ -40,6 +40,10 @@ def test_cached_payload_is_plain_json_shaped_like_the_api(
     assert orjson.loads(raw[b"t:1"]) == [context["turns"][0][f] for f in cache.copy.TURN_FIELDS]
     assert orjson.loads(raw[b"f:name"])[1] == "王建国"
     assert "我叫王建国".encode() in raw[b"t:1"]
+    (fact,) = selectors.fact_list(owner_id="wang")
+    stored = {field: fact[field] for field in cache.copy.FACT_FIELDS}
+    assert orjson.loads(raw[b"f:name"]) == list(stored.values())
+    assert cache.copy.facts_unpack(b"[" + raw[b"f:name"] + b"]") == [stored]
 
 
 def test_stale_fill_after_a_write_is_refused(django_capture_on_commit_callbacks):
