@@ -5,6 +5,7 @@ drop it. Each call is one round trip and one owner's keys (one cluster slot); no
 from __future__ import annotations
 
 import enum
+import operator
 import secrets
 import threading
 import time
@@ -98,25 +99,24 @@ TURN_FIELDS = ("seq", "session_id", "role", "content", "metadata", "created_at")
 FACT_FIELDS = ("key", "value", "session_id", "updated_at", "version", "expires_at")
 
 
+_turn_values = operator.itemgetter(*TURN_FIELDS)
+_fact_values = operator.itemgetter(*FACT_FIELDS)
+
+
 def turn_pack(turn: TurnPayload) -> bytes:
     """A turn payload as the copy stores it: its fields' values in ``TURN_FIELDS`` order."""
-    return codec.dumps(
-        [turn["seq"], turn["session_id"], turn["role"], turn["content"], turn["metadata"],
-         turn["created_at"]]
-    )  # fmt: skip
+    return codec.dumps(_turn_values(turn))
 
 
 def fact_pack(fact: FactPayload) -> bytes:
     """A fact payload as the copy stores it: its fields' values in ``FACT_FIELDS`` order."""
-    return codec.dumps(
-        [fact["key"], fact["value"], fact["session_id"], fact["updated_at"], fact["version"],
-         fact["expires_at"]]
-    )  # fmt: skip
+    return codec.dumps(_fact_values(fact))
 
 
 def turns_unpack(payloads: bytes) -> list[TurnPayload]:
     """The turns of a JSON array of packed turns (``turn_pack``)."""
-    # NOTE: a literal per turn, not dict(zip(TURN_FIELDS, ...)): half the time for 20 turns.
+    # NOTE: a literal per turn in TURN_FIELDS order, not dict(zip(TURN_FIELDS, ...)): 10 us
+    # against 26 us for 20 turns, on a warm read's path.
     return [
         {"seq": t[0], "session_id": t[1], "role": t[2], "content": t[3], "metadata": t[4],
          "created_at": t[5]}
