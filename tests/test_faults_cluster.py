@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.cluster import key_slot
 
-from memory.cache.keys import owner_key
+from memory.cache.keys import SCHEMA, owner_key
 from tests.servers import RedisCluster, RedisServer
 from tests.stack import AppStack, Conversation, app_stack
 
@@ -103,7 +103,7 @@ def test_primary_killed_replica_promoted_old_primary_back(stack, cluster):
     talk = Conversation(stack)
     # NOTE: the primary of the shared counters' key too (the instances' prefix is "memory"):
     # the counters failing must not cost the other owners their hits.
-    victim = cluster.master_for("memory:v4:stats")
+    victim = cluster.master_for(f"memory:{SCHEMA}:stats")
     doomed = owners(cluster, 3, on=victim)
     spared = owners(cluster, 3, on=victim, elsewhere=True)
     for owner in doomed + spared:
