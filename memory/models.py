@@ -20,7 +20,7 @@ class Owner(models.Model):
     """
 
     # NOTE: unique through a constraint rather than ``unique=True``, which would also add a
-    # ``LIKE`` index nothing reads, rewritten by every append (migration 0009).
+    # ``LIKE`` index nothing reads, rewritten by every append (migration 0002).
     external_id = models.CharField(max_length=128)
     last_seq = models.BigIntegerField(default=0)
     # NOTE: ``stamp`` comes from one database-wide sequence, so it grows across a forget and
@@ -63,7 +63,7 @@ class Owner(models.Model):
 
 def _owner_key(related_name: str) -> models.ForeignKey[Owner, Owner]:
     """The owner of a session, turn, fact or fact version. No index of its own: each of those
-    tables has a unique constraint that starts with the owner (migration 0009)."""
+    tables has a unique constraint that starts with the owner (migration 0002)."""
     return models.ForeignKey(
         Owner, on_delete=models.CASCADE, related_name=related_name, db_index=False
     )
@@ -174,7 +174,7 @@ class Turn(models.Model):
     objects = TurnQuerySet.as_manager()
 
     # NOTE: on Postgres the table also has a generated ``search`` column and two GIN indexes
-    # (migration 0003, read by memory.search). Not a field: SQLite has no tsvector, and loading
+    # (migration 0001, read by memory.search). Not a field: SQLite has no tsvector, and loading
     # a turn never needs its search document.
 
     class Meta:
@@ -232,7 +232,7 @@ class VectorField(models.Field):  # type: ignore[type-arg]
 class TurnVector(models.Model):
     """The embedding of one turn (``MEMORY["EMBEDDER"]``), for search by meaning.
 
-    Only on PostgreSQL with pgvector: migration 0015 (or ``manage.py memory_embed --setup``,
+    Only on PostgreSQL with pgvector: migration 0002 (or ``manage.py memory_embed --setup``,
     after the extension is installed) creates the table, whose keys cascade in the database
     (a deleted turn or owner takes its vectors along, with no query of Django's); elsewhere
     there is no table and search stays textual. ``owner`` is the turn's, kept here so that a
@@ -260,7 +260,7 @@ class FactVector(models.Model):
     """The embedding of one fact's current version (its key and value as text), for the
     store's search by meaning (``memory.integrations.langgraph``).
 
-    As ``TurnVector``: only on PostgreSQL with pgvector (migration 0016, or ``manage.py
+    As ``TurnVector``: only on PostgreSQL with pgvector (migration 0002, or ``manage.py
     memory_embed --setup``), keys that cascade in the database. ``version`` is the fact's
     version it was computed from: a fact changed since is embedded again by the owner's next
     run, and compared meanwhile by its words only.

@@ -177,7 +177,11 @@ def test_wheel_installs_into_a_new_site_and_serves_the_api(
         for path in (source / "memory").rglob("*")
         if path.is_file() and "__pycache__" not in path.parts
     }
-    assert {"memory/py.typed", "memory/migrations/0001_initial.py"} <= app_files
+    assert {
+        "memory/py.typed",
+        "memory/migrations/0001_squashed_0_1_0.py",
+        "memory/postgres/sql/turn_append.sql",
+    } <= app_files
     assert any(name.startswith("memory/templates/") for name in app_files)
     assert {name for name in names if not name.startswith("django_memory-")} == app_files
     assert f"django_memory-{memory.__version__}.dist-info/licenses/LICENSE" in names

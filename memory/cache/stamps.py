@@ -30,9 +30,9 @@ def stamp_take(owner: Owner, *, turns: int = 0) -> int:
     still dirty after ``MEMORY["RECONCILE_GRACE"]`` has its copy dropped by any process.
 
     ``services.turn_append`` takes the same stamp inside the database function
-    ``memory_turn_append()`` (migration 0008, replaced by 0010): the same bump, after the same
-    row lock, with the dirty mark when its caller passes ``enabled()``; it returns the previous
-    stamp too.
+    ``memory_turn_append()`` (``memory/postgres/sql/turn_append.sql``): the same bump, after
+    the same row lock, with the dirty mark when its caller passes ``enabled()``; it returns the
+    previous stamp too.
     """
     prev = owner.stamp
     dirty = enabled()

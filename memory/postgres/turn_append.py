@@ -1,6 +1,6 @@
-"""The turn append in one call of the database function ``memory_turn_append()`` (migration
-0008, replaced by 0010, 0013 and 0014), on PostgreSQL:
-``memory.services.turns._turn_append_django`` (its specification) in one round trip."""
+"""The turn append in one call of the database function ``memory_turn_append()``
+(``sql/turn_append.sql``), on PostgreSQL: ``memory.services.turns._turn_append_django`` (its
+specification) in one round trip."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from memory.db import prepared_fetchone
 from memory.models import Owner, Turn
 from memory.payloads import fact_payload_from_row, turn_payload
 
-# The parameters of memory_turn_append() (migrations 0008, 0010 and 0013), in its order, typed
+# The parameters of memory_turn_append() (sql/turn_append.sql), in its order, typed
 # for a cursor that binds them on the server.
 _APPEND_CALL = (
     "SELECT * FROM memory_turn_append(%s::text, %s::text, %s::text, %s::text, %s::jsonb,"

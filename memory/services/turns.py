@@ -172,7 +172,7 @@ def _extraction_enqueue(pending_pk: int) -> None:
 def _turn_summary_count(owner: Owner, count: SummaryCount, at: Any) -> None:
     """Add the turn's tokens to the owner's (locked) ``summary_tokens``; once they reach
     ``count.after``, record the refresh due (one record per owner) and enqueue it after commit.
-    The ORM twin of what ``memory_turn_append()`` does in its ``UPDATE`` (migration 0013)."""
+    The ORM twin of what ``memory_turn_append()`` does in its ``UPDATE``."""
     if count.after is None:
         return
     owner.summary_tokens += count.tokens

@@ -4,7 +4,6 @@ table once the server has the extension; ``--stale``: embed everything again (a 
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
@@ -13,6 +12,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from memory.conf import conf
 from memory.exceptions import MemoryUnavailable
+from memory.postgres import sql
 from memory.recall import vectors
 from memory.services import embeddings
 
@@ -65,12 +65,10 @@ class Command(BaseCommand):
         self.stdout.write(f"Embedded {done:,} turn(s).")
 
     def _setup(self) -> None:
-        # NOTE: the migrations' own functions, so that the tables are the ones 0015 and 0016 make.
-        turns = importlib.import_module("memory.migrations.0015_turn_vectors")
-        facts = importlib.import_module("memory.migrations.0016_fact_vectors")
+        # NOTE: the migration's own function, so that the tables are the ones it makes.
         connection = connections[DEFAULT_DB_ALIAS]
         with transaction.atomic(), connection.schema_editor() as editor:
-            ready = turns.vectors_setup(editor) and facts.fact_vectors_setup(editor)
+            ready = sql.vectors_setup(editor)
         vectors.vectors_forget_ready()
         if not ready:
             raise CommandError(

@@ -1,29 +1,11 @@
-"""``memory_turn_append()`` again, comparing a fact's value with what the caller read as JSON
-text rather than with ``jsonb``'s ``=``, which takes ``1`` and ``1.0`` for one value (issue 21:
-JSON-typed equality, ``memory.codec.json_equal``).
-
-The function is migration 0008's with one condition changed: a fact read before the lock is
-still current when its stored ``jsonb`` prints as the ``was`` the caller sent. ``jsonb``'s
-text is canonical (keys sorted, one spacing) and keeps a number as written, ``1`` apart from
-``1.0``, as the Python side tells them apart; a value that prints otherwise is at worst taken
-for a change, and the append then takes the general path, which merges under the lock.
-Migrating back restores 0008's function.
-"""
-
-from __future__ import annotations
-
-import importlib
-
-from django.db import migrations
-
-FUNCTION = """
 CREATE OR REPLACE FUNCTION memory_turn_append(
   p_owner text, p_session text, p_role text, p_content text, p_metadata jsonb, p_key text,
   p_dirty boolean, p_at timestamptz, p_defer boolean, p_facts jsonb, p_max_facts integer,
+  p_tokens integer, p_summary_after integer,
   OUT created boolean, OUT conflict boolean, OUT turn_id bigint, OUT owner_pk bigint,
   OUT seq bigint, OUT stamp bigint, OUT prev_stamp bigint, OUT session_id text, OUT role text,
   OUT content text, OUT metadata text, OUT created_at timestamptz, OUT pending_id bigint,
-  OUT facts text, OUT skipped text[])
+  OUT facts text, OUT skipped text[], OUT summary_pending_id bigint)
 RETURNS SETOF record
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -34,13 +16,14 @@ DECLARE
   v_value jsonb;
   v_held integer;
   v_written jsonb := '[]'::jsonb;
+  v_tokens bigint;
 BEGIN
   SELECT o.id, o.stamp INTO owner_pk, prev_stamp
   FROM memory_owner AS o WHERE o.external_id = p_owner FOR UPDATE;
   IF NOT FOUND THEN
     INSERT INTO memory_owner AS o
-      (external_id, last_seq, stamp, cache_dirty, created_at, updated_at)
-    VALUES (p_owner, 0, 0, false, p_at, p_at) ON CONFLICT (external_id) DO NOTHING;
+      (external_id, last_seq, stamp, cache_dirty, summary_tokens, created_at, updated_at)
+    VALUES (p_owner, 0, 0, false, 0, p_at, p_at) ON CONFLICT (external_id) DO NOTHING;
     SELECT o.id, o.stamp INTO STRICT owner_pk, prev_stamp
     FROM memory_owner AS o WHERE o.external_id = p_owner FOR UPDATE;
   END IF;
@@ -59,7 +42,8 @@ BEGIN
   IF p_facts IS NOT NULL THEN
     FOR v_fact IN SELECT * FROM jsonb_array_elements(p_facts) LOOP
       SELECT f.value INTO v_value
-      FROM memory_fact AS f WHERE f.owner_id = owner_pk AND f.key = v_fact->>'key';
+      FROM memory_fact AS f WHERE f.owner_id = owner_pk AND f.key = v_fact->>'key'
+        AND (f.expires_at IS NULL OR f.expires_at > p_at);
       IF FOUND IS DISTINCT FROM (v_fact->'had')::boolean
          OR (FOUND AND v_value::text IS DISTINCT FROM (v_fact->'was')::text) THEN
         conflict := true;
@@ -70,8 +54,9 @@ BEGIN
     END LOOP;
   END IF;
   UPDATE memory_owner AS o SET stamp = nextval('memory_stamp_seq'), last_seq = o.last_seq + 1,
-    cache_dirty = o.cache_dirty OR p_dirty, updated_at = statement_timestamp()
-  WHERE o.id = owner_pk RETURNING o.last_seq, o.stamp INTO seq, stamp;
+    cache_dirty = o.cache_dirty OR p_dirty, updated_at = statement_timestamp(),
+    summary_tokens = o.summary_tokens + p_tokens
+  WHERE o.id = owner_pk RETURNING o.last_seq, o.stamp, o.summary_tokens INTO seq, stamp, v_tokens;
   INSERT INTO memory_session AS s (owner_id, session_id, first_seen, last_seen, turn_count)
   VALUES (owner_pk, p_session, p_at, p_at, 1)
   ON CONFLICT ON CONSTRAINT memory_session_owner_sid_uniq
@@ -89,12 +74,13 @@ BEGIN
     FOR v_fact IN SELECT * FROM jsonb_array_elements(p_facts) LOOP
       IF (v_fact->'had')::boolean THEN
         UPDATE memory_fact AS f SET value = v_fact->'value', version = f.version + 1,
-          session_id = p_session, source_turn_seq = seq, updated_at = p_at
+          session_id = p_session, source_turn_seq = seq, updated_at = p_at, expires_at = NULL
         WHERE f.owner_id = owner_pk AND f.key = v_fact->>'key'
         RETURNING f.id, f.version INTO v_fact_id, v_version;
       ELSE
         IF v_held IS NULL THEN
-          SELECT count(*) INTO v_held FROM memory_fact AS f WHERE f.owner_id = owner_pk;
+          SELECT count(*) INTO v_held FROM memory_fact AS f WHERE f.owner_id = owner_pk
+            AND (f.expires_at IS NULL OR f.expires_at > p_at);
         END IF;
         IF v_held >= p_max_facts THEN
           skipped := skipped || (v_fact->>'key');
@@ -103,38 +89,31 @@ BEGIN
         SELECT coalesce(max(h.version), 0) + 1 INTO v_version
         FROM memory_factversion AS h WHERE h.owner_id = owner_pk AND h.key = v_fact->>'key';
         INSERT INTO memory_fact AS f
-          (owner_id, key, value, version, session_id, source_turn_seq, updated_at)
-        VALUES (owner_pk, v_fact->>'key', v_fact->'value', v_version, p_session, seq, p_at)
+          (owner_id, key, value, version, session_id, source_turn_seq, updated_at, expires_at)
+        VALUES (owner_pk, v_fact->>'key', v_fact->'value', v_version, p_session, seq, p_at, NULL)
+        ON CONFLICT ON CONSTRAINT memory_fact_owner_key_uniq DO UPDATE SET
+          value = EXCLUDED.value, version = EXCLUDED.version, session_id = EXCLUDED.session_id,
+          source_turn_seq = EXCLUDED.source_turn_seq, updated_at = EXCLUDED.updated_at,
+          expires_at = NULL
         RETURNING f.id INTO v_fact_id;
         v_held := v_held + 1;
       END IF;
       INSERT INTO memory_factversion AS h
-        (owner_id, key, value, version, session_id, source_turn_seq, deleted, updated_at)
-      VALUES (owner_pk, v_fact->>'key', v_fact->'value', v_version, p_session, seq, false, p_at);
+        (owner_id, key, value, version, session_id, source_turn_seq, deleted, updated_at, actor)
+      VALUES (owner_pk, v_fact->>'key', v_fact->'value', v_version, p_session, seq, false, p_at,
+        'extractor');
       v_written := v_written || jsonb_build_object(
         'id', v_fact_id, 'key', v_fact->>'key', 'value', v_fact->'value', 'version', v_version);
     END LOOP;
     facts := v_written::text;
+  END IF;
+  IF p_summary_after IS NOT NULL AND v_tokens >= p_summary_after THEN
+    INSERT INTO memory_pendingsummary AS p (owner_id, created_at, enqueued_at)
+    VALUES (owner_pk, p_at, p_at) ON CONFLICT (owner_id) DO NOTHING
+    RETURNING p.id INTO summary_pending_id;
   END IF;
   created := true;
   conflict := false;
   RETURN NEXT;
 END
 $$
-"""
-
-def create_function(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(FUNCTION, params=None)
-
-
-def restore_function(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        previous = importlib.import_module("memory.migrations.0008_turn_append_function")
-        schema_editor.execute(previous.FUNCTION, params=None)
-
-
-class Migration(migrations.Migration):
-    dependencies = [("memory", "0009_drop_redundant_indexes")]
-
-    operations = [migrations.RunPython(create_function, restore_function, elidable=False)]

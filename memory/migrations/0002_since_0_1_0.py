@@ -1,0 +1,463 @@
+"""Everything since 0.1.0 (its migrations 0004-0016, squashed). On every database: the work
+queues of deferred extraction and summaries, owner links, summaries, facts that expire and the
+actor of each fact version, the owners' embedding mark, the vector models. On PostgreSQL:
+
+- the owners' search vocabulary (``memory_search_words()``, ``memory_searchword`` and its
+  triggers), which replaces the content's trigram index, filled from the turns already there;
+- no index of an owner foreign key alone (each table's unique constraint starts with the owner
+  and serves the same lookups) and no ``LIKE`` index of ``Owner.external_id``: dropped and
+  renamed in place, where Django's own operations would re-validate every foreign key;
+- ``memory_turn_append()``, an append in one round trip (``memory/postgres/turn_append.py``);
+- pgvector and the turns' and facts' vector tables, where the server has the extension and the
+  role may create it (else ``memory.W016`` says so, and ``manage.py memory_embed --setup``
+  creates them later).
+
+Each function's SQL is a file of ``memory/postgres/sql/``; a later change of one runs its
+``*_create`` again in a migration of its own.
+"""
+
+from __future__ import annotations
+
+import django.db.models.deletion
+import django.db.models.functions.datetime
+from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.migrations.state import StateApps
+
+import memory.models
+from memory.postgres import sql
+
+_FOREIGN_KEY_INDEXES = {
+    "memory_fact": "memory_fact_owner_id_0a661e21",
+    "memory_factversion": "memory_factversion_owner_id_9481254c",
+    "memory_session": "memory_session_owner_id_8a052684",
+    "memory_turn": "memory_turn_owner_id_97ea5acf",
+}
+_LIKE_INDEX = "memory_owner_external_id_c83473d6_like"
+
+
+def _forwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    schema_editor.execute(
+        "ALTER TABLE memory_owner RENAME CONSTRAINT memory_owner_external_id_key"
+        " TO memory_owner_external_id_uniq"
+    )
+    for name in (_LIKE_INDEX, *_FOREIGN_KEY_INDEXES.values()):
+        schema_editor.execute(f"DROP INDEX IF EXISTS {name}")
+
+
+def _backwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    for table, name in _FOREIGN_KEY_INDEXES.items():
+        schema_editor.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {table} (owner_id)")
+    schema_editor.execute(
+        f"CREATE INDEX IF NOT EXISTS {_LIKE_INDEX}"
+        " ON memory_owner (external_id varchar_pattern_ops)"
+    )
+    schema_editor.execute(
+        "ALTER TABLE memory_owner RENAME CONSTRAINT memory_owner_external_id_uniq"
+        " TO memory_owner_external_id_key"
+    )
+
+
+def _vocabulary_forwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    if not sql.search_words_create(schema_editor):
+        return
+    schema_editor.execute("DROP INDEX IF EXISTS memory_turn_trgm_idx")
+    # The words of the turns there already.
+    schema_editor.execute(
+        "INSERT INTO memory_searchword (owner_id, key, word)"
+        " SELECT n.owner_id, k.key, n.word FROM ("
+        "   SELECT DISTINCT t.owner_id, w.word FROM memory_turn AS t,"
+        "   unnest(memory_search_words(t.content)) AS w(word) WHERE char_length(w.word) <= 32"
+        " ) AS n CROSS JOIN LATERAL unnest(memory_search_keys(n.word)) AS k(key)"
+        " ON CONFLICT DO NOTHING",
+        params=None,
+    )
+    schema_editor.execute("ANALYZE memory_searchword", params=None)
+
+
+def _vocabulary_backwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    for statement in (
+        "CREATE INDEX IF NOT EXISTS memory_turn_trgm_idx ON memory_turn"
+        " USING gin (owner_id, content gin_trgm_ops)",
+        "DROP TRIGGER IF EXISTS memory_owner_searchword_delete ON memory_owner",
+        "DROP TRIGGER IF EXISTS memory_turn_searchword_update ON memory_turn",
+        "DROP TRIGGER IF EXISTS memory_turn_searchword_insert ON memory_turn",
+        "DROP FUNCTION IF EXISTS memory_searchword_forget()",
+        "DROP FUNCTION IF EXISTS memory_searchword_add()",
+        "DROP TABLE IF EXISTS memory_searchword",
+        "DROP FUNCTION IF EXISTS memory_search_keys(text)",
+        "DROP FUNCTION IF EXISTS memory_search_words(text)",
+    ):
+        schema_editor.execute(statement, params=None)
+
+
+def _indexes_forwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    schema_editor.execute(
+        "ALTER TABLE memory_owner RENAME CONSTRAINT memory_owner_external_id_key"
+        " TO memory_owner_external_id_uniq"
+    )
+    for name in (_LIKE_INDEX, *_FOREIGN_KEY_INDEXES.values()):
+        schema_editor.execute(f"DROP INDEX IF EXISTS {name}")
+
+
+def _indexes_backwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    for table, name in _FOREIGN_KEY_INDEXES.items():
+        schema_editor.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {table} (owner_id)")
+    schema_editor.execute(
+        f"CREATE INDEX IF NOT EXISTS {_LIKE_INDEX}"
+        " ON memory_owner (external_id varchar_pattern_ops)"
+    )
+    schema_editor.execute(
+        "ALTER TABLE memory_owner RENAME CONSTRAINT memory_owner_external_id_uniq"
+        " TO memory_owner_external_id_key"
+    )
+
+
+def _append_forwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    sql.turn_append_create(schema_editor)
+
+
+def _append_backwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(f"DROP FUNCTION IF EXISTS {sql.TURN_APPEND_SIGNATURE}")
+
+
+def _vectors_forwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    sql.vectors_setup(schema_editor)
+
+
+def _vectors_backwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute("DROP TABLE IF EXISTS memory_factvector")
+        schema_editor.execute("DROP TABLE IF EXISTS memory_turnvector")
+
+
+class Migration(migrations.Migration):
+    replaces = [
+        ("memory", "0004_cache_db_clock"),
+        ("memory", "0005_pending_extraction"),
+        ("memory", "0006_session_page_index"),
+        ("memory", "0007_search_words"),
+        ("memory", "0008_turn_append_function"),
+        ("memory", "0009_drop_redundant_indexes"),
+        ("memory", "0010_turn_append_json_equality"),
+        ("memory", "0011_owner_link"),
+        ("memory", "0012_summaries"),
+        ("memory", "0013_turn_append_summary_tokens"),
+        ("memory", "0014_fact_expiry_actor"),
+        ("memory", "0015_turn_vectors"),
+        ("memory", "0016_fact_vectors"),
+    ]
+
+    dependencies = [("memory", "0001_squashed_0_1_0")]
+
+    operations = [
+        migrations.AlterField(
+            model_name="cacheinvalidation",
+            name="created_at",
+            field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+        ),
+        migrations.CreateModel(
+            name="PendingExtraction",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("created_at", models.DateTimeField()),
+                ("enqueued_at", models.DateTimeField()),
+                (
+                    "turn",
+                    models.OneToOneField(
+                        db_constraint=False,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="memory.turn",
+                    ),
+                ),
+            ],
+            options={
+                "default_permissions": (),
+                "indexes": [
+                    models.Index(fields=["enqueued_at"], name="memory_pending_enqueued_idx")
+                ],
+            },
+        ),
+        migrations.RemoveIndex(
+            model_name="session",
+            name="memory_session_recent_idx",
+        ),
+        migrations.AddIndex(
+            model_name="session",
+            index=models.Index(
+                fields=["owner", "-last_seen", "session_id"], name="memory_session_page_idx"
+            ),
+        ),
+        migrations.RunPython(_vocabulary_forwards, _vocabulary_backwards, elidable=False),
+        migrations.SeparateDatabaseAndState(
+            database_operations=[migrations.RunPython(_indexes_forwards, _indexes_backwards)],
+            state_operations=[
+                migrations.AddConstraint(
+                    model_name="owner",
+                    constraint=models.UniqueConstraint(
+                        fields=("external_id",), name="memory_owner_external_id_uniq"
+                    ),
+                ),
+                migrations.AlterField(
+                    model_name="fact",
+                    name="owner",
+                    field=models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="facts",
+                        to="memory.owner",
+                    ),
+                ),
+                migrations.AlterField(
+                    model_name="factversion",
+                    name="owner",
+                    field=models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="fact_versions",
+                        to="memory.owner",
+                    ),
+                ),
+                migrations.AlterField(
+                    model_name="owner",
+                    name="external_id",
+                    field=models.CharField(max_length=128),
+                ),
+                migrations.AlterField(
+                    model_name="session",
+                    name="owner",
+                    field=models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="sessions",
+                        to="memory.owner",
+                    ),
+                ),
+                migrations.AlterField(
+                    model_name="turn",
+                    name="owner",
+                    field=models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="turns",
+                        to="memory.owner",
+                    ),
+                ),
+            ],
+        ),
+        migrations.CreateModel(
+            name="OwnerLink",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("seqs", models.JSONField(default=dict)),
+                (
+                    "started_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                (
+                    "source",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="memory.owner",
+                    ),
+                ),
+                (
+                    "target",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="memory.owner",
+                    ),
+                ),
+            ],
+            options={
+                "default_permissions": (),
+            },
+        ),
+        migrations.AddField(
+            model_name="owner",
+            name="summary_tokens",
+            field=models.BigIntegerField(db_default=0),
+        ),
+        migrations.CreateModel(
+            name="PendingSummary",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("created_at", models.DateTimeField()),
+                ("enqueued_at", models.DateTimeField()),
+                (
+                    "owner",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="memory.owner",
+                    ),
+                ),
+            ],
+            options={
+                "default_permissions": (),
+                "indexes": [
+                    models.Index(fields=["enqueued_at"], name="memory_pendsumm_enqueued_idx")
+                ],
+            },
+        ),
+        migrations.CreateModel(
+            name="Summary",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("text", models.TextField()),
+                ("through_seq", models.BigIntegerField()),
+                ("tokens", models.PositiveIntegerField(default=0)),
+                ("updated_at", models.DateTimeField()),
+                (
+                    "owner",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="summary",
+                        to="memory.owner",
+                    ),
+                ),
+            ],
+            options={
+                "verbose_name": "conversation summary",
+                "verbose_name_plural": "conversation summaries",
+                "default_permissions": ("view",),
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("through_seq__gte", 1)),
+                        name="memory_summary_through_seq_positive",
+                    )
+                ],
+            },
+        ),
+        migrations.AddField(
+            model_name="fact",
+            name="expires_at",
+            field=models.DateTimeField(blank=True, null=True),
+        ),
+        # NOTE: the default fills the versions stored before (Django drops it from the column
+        # after: every writer names its actor).
+        migrations.AddField(
+            model_name="factversion",
+            name="actor",
+            field=models.CharField(default="python", max_length=200),
+        ),
+        migrations.AddField(
+            model_name="factversion",
+            name="expires_at",
+            field=models.DateTimeField(blank=True, null=True),
+        ),
+        migrations.AddIndex(
+            model_name="fact",
+            index=models.Index(
+                condition=models.Q(("expires_at__isnull", False)),
+                fields=["expires_at", "id"],
+                name="memory_fact_expires_idx",
+            ),
+        ),
+        migrations.RunPython(_append_forwards, _append_backwards, elidable=False),
+        migrations.AddField(
+            model_name="owner",
+            name="embedded_seq",
+            field=models.BigIntegerField(db_default=0),
+        ),
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.CreateModel(
+                    name="TurnVector",
+                    fields=[
+                        (
+                            "turn",
+                            models.OneToOneField(
+                                db_constraint=False,
+                                on_delete=models.DO_NOTHING,
+                                primary_key=True,
+                                serialize=False,
+                                to="memory.turn",
+                            ),
+                        ),
+                        ("model", models.CharField(max_length=100)),
+                        ("vector", memory.models.VectorField()),
+                        (
+                            "owner",
+                            models.ForeignKey(
+                                db_constraint=False,
+                                db_index=False,
+                                on_delete=models.DO_NOTHING,
+                                related_name="+",
+                                to="memory.owner",
+                            ),
+                        ),
+                    ],
+                    options={"default_permissions": ()},
+                ),
+            ],
+        ),
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.CreateModel(
+                    name="FactVector",
+                    fields=[
+                        (
+                            "fact",
+                            models.OneToOneField(
+                                db_constraint=False,
+                                on_delete=models.DO_NOTHING,
+                                primary_key=True,
+                                serialize=False,
+                                to="memory.fact",
+                            ),
+                        ),
+                        ("model", models.CharField(max_length=100)),
+                        ("version", models.PositiveIntegerField()),
+                        ("vector", memory.models.VectorField()),
+                        (
+                            "owner",
+                            models.ForeignKey(
+                                db_constraint=False,
+                                db_index=False,
+                                on_delete=models.DO_NOTHING,
+                                related_name="+",
+                                to="memory.owner",
+                            ),
+                        ),
+                    ],
+                    options={"default_permissions": ()},
+                ),
+            ],
+        ),
+        migrations.RunPython(_vectors_forwards, _vectors_backwards, elidable=False),
+    ]
