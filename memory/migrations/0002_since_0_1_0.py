@@ -36,32 +36,6 @@ _FOREIGN_KEY_INDEXES = {
 _LIKE_INDEX = "memory_owner_external_id_c83473d6_like"
 
 
-def _forwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    schema_editor.execute(
-        "ALTER TABLE memory_owner RENAME CONSTRAINT memory_owner_external_id_key"
-        " TO memory_owner_external_id_uniq"
-    )
-    for name in (_LIKE_INDEX, *_FOREIGN_KEY_INDEXES.values()):
-        schema_editor.execute(f"DROP INDEX IF EXISTS {name}")
-
-
-def _backwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    for table, name in _FOREIGN_KEY_INDEXES.items():
-        schema_editor.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {table} (owner_id)")
-    schema_editor.execute(
-        f"CREATE INDEX IF NOT EXISTS {_LIKE_INDEX}"
-        " ON memory_owner (external_id varchar_pattern_ops)"
-    )
-    schema_editor.execute(
-        "ALTER TABLE memory_owner RENAME CONSTRAINT memory_owner_external_id_uniq"
-        " TO memory_owner_external_id_key"
-    )
-
-
 def _vocabulary_forwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     if not sql.search_words_create(schema_editor):
         return
