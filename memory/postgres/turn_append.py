@@ -4,10 +4,12 @@ specification) in one round trip."""
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
-from memory import cache, codec
+from memory import codec
 from memory.appends import (
     AppendPlan,
     SummaryCount,
@@ -19,7 +21,7 @@ from memory.appends import (
 from memory.conf import conf
 from memory.db import prepared_fetchone
 from memory.models import Owner, Turn
-from memory.payloads import fact_payload_from_row, turn_payload
+from memory.payloads import fact_payload_from_row
 
 # The parameters of memory_turn_append() (sql/turn_append.sql), in its order, typed
 # for a cursor that binds them on the server.
@@ -30,19 +32,31 @@ _APPEND_CALL = (
 )
 
 
+class Appended(NamedTuple):
+    """What one call stored: the turn; the pks of the ``PendingExtraction`` and the
+    ``PendingSummary`` it created, if any (the caller enqueues both); and for the cache's
+    update, the owner with its new stamp, the facts written and the stamp taken before (no
+    owner for a retry of an idempotency key, which stored nothing)."""
+
+    turn: Turn
+    pending_pk: int | None
+    summary_pk: int | None
+    owner: Owner | None
+    facts: list[dict[str, Any]]
+    stamp_taken: int | None
+
+
 def turn_append_call(
-    new: TurnInput, plan: AppendPlan, count: SummaryCount
-) -> tuple[Turn, int | None, int | None] | None:
+    new: TurnInput, plan: AppendPlan, count: SummaryCount, *, dirty: bool
+) -> Appended | None:
     """``turn_append`` of checked input on PostgreSQL, as ``_turn_append_django`` does it, in
     one call of ``memory_turn_append()``: one round trip, its own transaction in autocommit,
-    whatever the key and the facts; then the cache update after commit
-    (``cache.owner_changed``). ``count`` goes into the owner's ``summary_tokens`` in the same
-    ``UPDATE`` that takes the seq. Returns the turn, for a deferred extractor the pk of its
-    ``PendingExtraction``, and the pk of the ``PendingSummary`` this append created (the
-    caller enqueues both), or ``None`` when a fact of ``plan`` changed
-    between its read and the owner's lock (then nothing was written: the caller takes the
-    general path). Raises
-    ``IdempotencyKeyReused`` as ``turn_append`` does.
+    whatever the key and the facts. ``dirty`` marks the owner's copy dirty with the stamp (the
+    cache is on). ``count`` goes into the owner's ``summary_tokens`` in the same ``UPDATE``
+    that takes the seq. Returns what was stored (the caller updates the cache with it), or
+    ``None`` when a fact of ``plan`` changed between its read and the owner's lock (then
+    nothing was written: the caller takes the general path). Raises ``IdempotencyKeyReused``
+    as ``turn_append`` does.
 
     NOTE: the path of nearly every append, so it is one call of a function whose statements
     the server plans once per connection: the ORM's lock, update, insert, session update and
@@ -62,7 +76,7 @@ def turn_append_call(
             content,
             codec.dumps(metadata).decode(),
             idempotency_key,
-            cache.enabled(),
+            dirty,
             at,
             plan.defer,
             codec.dumps(plan.facts).decode() if plan.facts is not None else None,
@@ -87,7 +101,7 @@ def turn_append_call(
             idempotency_key=idempotency_key,
             created_at=stored[4],
         )
-        return retry_checked(existing, new), None, None
+        return Appended(retry_checked(existing, new), None, None, None, [], None)
     turn = turn_loaded(
         id=turn_pk,
         owner_id=owner_pk,
@@ -106,5 +120,4 @@ def turn_append_call(
         for fact in (codec.loads(written) if written else ())
     ]
     owner = Owner(pk=owner_pk, external_id=owner_id, stamp=stamp)
-    cache.owner_changed(owner, turns=[turn_payload(turn)], facts=facts, stamp_taken=prev)
-    return turn, pending_pk, summary_pk
+    return Appended(turn, pending_pk, summary_pk, owner, facts, prev)

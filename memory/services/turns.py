@@ -115,15 +115,21 @@ def _turn_append(
     count = summary_count(content)
     if fast:
         with cache.service_write(), database_guard():
-            done = turn_append_call(new, plan, count)
+            done = turn_append_call(new, plan, count, dirty=cache.enabled())
+            if done is not None and done.owner is not None:
+                cache.owner_changed(
+                    done.owner,
+                    turns=[turn_payload(done.turn)],
+                    facts=done.facts,
+                    stamp_taken=done.stamp_taken,
+                )
         if done is not None:
-            turn, pending_pk, summary_pk = done
-            if pending_pk is not None:
-                _extraction_enqueue(pending_pk)
-            if summary_pk is not None:
-                _summary_enqueue(summary_pk)
+            if done.pending_pk is not None:
+                _extraction_enqueue(done.pending_pk)
+            if done.summary_pk is not None:
+                _summary_enqueue(done.summary_pk)
             embedding_due(owner_id)
-            return turn
+            return done.turn
     turn = _turn_append_django(new, plan, count)
     embedding_due(owner_id)
     return turn
