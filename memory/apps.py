@@ -1,6 +1,10 @@
-"""The app config: registers the system checks and the cache safety-net signal receivers."""
+"""The app config: registers the system checks and the cache safety-net signal receivers, and
+holds the hook that guards a delete of turns made through the ORM."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 
 from django.apps import AppConfig
 
@@ -9,13 +13,19 @@ class MemoryConfig(AppConfig):
     name = "memory"
     verbose_name = "Conversation memory"
     default_auto_field = "django.db.models.BigAutoField"
+    # What wraps a delete of turns through the ORM (``Turn.delete``, ``TurnQuerySet.delete``):
+    # ``cache.orm_delete``, which marks their owners and drops their copies after commit, as a
+    # service write does.
+    orm_delete_guard: Callable[[Callable[[], Iterable[int]]], AbstractContextManager[None]]
 
     def ready(self) -> None:
         from django.core.signals import request_started
 
-        from memory import checks, signals  # noqa: F401  (registers checks and receivers)
+        from memory import cache, checks, signals  # noqa: F401  (registers checks and receivers)
         from memory.conf import conf
         from memory.recall import checks as recall_checks  # noqa: F401  (search by meaning's)
+
+        self.orm_delete_guard = cache.orm_delete
 
         # NOTE: memory.W011 at run time too: a site served by uvicorn need not say so.
         request_started.connect(checks.asgi_request_started, dispatch_uid=checks.ASGI_RECEIVER)

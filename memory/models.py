@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+from django.apps import apps as django_apps
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -130,14 +131,12 @@ class Role(models.TextChoices):
     TOOL = "tool"
 
 
-def _no_guard(owner_pks: Callable[[], Iterable[int]]) -> AbstractContextManager[None]:
-    return nullcontext()
-
-
-# NOTE: what wraps a delete of turns made through the ORM: ``memory.cache.orm_delete``, set by
-# ``memory.signals`` when the app loads. The models import nothing above them (the cache
-# package imports the models).
-orm_delete_guard: Callable[[Callable[[], Iterable[int]]], AbstractContextManager[None]] = _no_guard
+def orm_delete_guard(owner_pks: Callable[[], Iterable[int]]) -> AbstractContextManager[None]:
+    """What wraps a delete of turns made through the ORM: the app config's hook, which
+    ``MemoryConfig.ready()`` sets to ``memory.cache.orm_delete`` (the models import nothing
+    above them: the cache package imports the models)."""
+    guard = getattr(django_apps.get_app_config("memory"), "orm_delete_guard", None)
+    return guard(owner_pks) if guard is not None else nullcontext()
 
 
 class TurnQuerySet(models.QuerySet["Turn"]):

@@ -5,8 +5,9 @@ through the ORM directly (a shell, a data migration; an instance or a queryset) 
 same protocol (``memory.cache.orm_write``): a new stamp and a dirty mark in the write's
 transaction, the owner's copy dropped after commit; an owner deleted so leaves a pending drop
 as a forget does. Deleted turns are caught by ``Turn.delete`` and ``TurnQuerySet.delete``
-(memory.models), not here. ``QuerySet.update()``, ``bulk_create``, ``bulk_update`` and raw SQL
-send no signal: write through ``memory.services``, or call ``services.cache_drop`` after.
+(through ``MemoryConfig.orm_delete_guard``), not here. ``QuerySet.update()``, ``bulk_create``,
+``bulk_update`` and raw SQL send no signal: write through ``memory.services``, or call
+``services.cache_drop`` after.
 """
 
 from __future__ import annotations
@@ -16,12 +17,8 @@ from typing import Any
 from django.db.models.signals import post_delete, post_save, pre_delete
 from django.dispatch import Signal, receiver
 
-from memory import cache, models
+from memory import cache
 from memory.models import Fact, Owner, Turn
-
-# NOTE: a delete of turns through the ORM (``Turn.delete``, ``TurnQuerySet.delete``) marks
-# their owners and drops their copies after commit, as a service write does.
-models.orm_delete_guard = cache.orm_delete
 
 # Sent after an owner was forgotten and the transaction committed.
 # args: owner_id (str)
