@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import re
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -11,21 +9,7 @@ from django.utils import timezone
 
 from memory import selectors, services
 from memory.exceptions import MemoryUnavailable
-from memory.management.args import owner_ids
-
-AGE_RE = re.compile(r"^(\d+)([smhdw])$")
-UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_age(text: str, option: str = "--older-than") -> dt.timedelta:
-    """``30d``, ``12h``, ``90m``, ``2w``, ``45s`` as a positive ``timedelta``; a
-    ``CommandError`` naming ``option`` for anything else."""
-    match = AGE_RE.fullmatch(text.strip())
-    if match is None or int(match[1]) == 0:
-        raise CommandError(
-            f"{option} {text!r}: give a positive number and a unit s, m, h, d or w (30d)."
-        )
-    return dt.timedelta(**{UNITS[match[2]]: int(match[1])})
+from memory.management.args import owner_ids, parse_age
 
 
 class Command(BaseCommand):

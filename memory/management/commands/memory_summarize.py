@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from memory import services
 from memory.exceptions import MemoryUnavailable
-from memory.management.commands.memory_prune import parse_age
+from memory.management.args import parse_age
 
 
 class Command(BaseCommand):
