@@ -629,7 +629,7 @@ class Bench(RecallRows, MixedRows):
         row = Row(
             "cold",
             "context read, cold (rehydrate), service layer",
-            "raw psycopg: the same 3 queries (owner, last 51 turns, facts)",
+            "raw psycopg: three of its four queries (owner, last 51 turns, facts; not the summary)",
             "<= 1.5x",
         )
         return self.measured(row, self.cold_ops())
