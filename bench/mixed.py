@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bench.run import Row
+    from bench.rows import Row
 
 MIX_OWNERS = 10_000
 # Turns each mixed-load owner is seeded with.
@@ -47,7 +47,7 @@ class MixedRows:
             run_mixed,
             zipf_weights,
         )
-        from bench.run import Row
+        from bench.rows import Row
         from bench.seed import content_of
 
         server = ServerSettings(workers=1, threads=4)

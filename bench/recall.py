@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bench.run import Row
+    from bench.rows import Row
 
 RECALL_SET = Path(__file__).resolve().parent / "recall_set.json"
 RECALL_TURNS = 200
@@ -130,7 +130,7 @@ class RecallRows:
         return override_settings(MEMORY={**self.settings.MEMORY, "EMBEDDER": EMBEDDER, **overrides})
 
     def row_recall(self) -> list[Row]:
-        from bench.run import Row
+        from bench.rows import Row
         from memory import selectors, services
         from memory.services import embeddings
 
@@ -227,7 +227,7 @@ class RecallRows:
         searches against the text search of the same query."""
         import statistics
 
-        from bench.run import SEARCH_OWNER, SEARCH_TURNS, TOTAL_TURNS, Row
+        from bench.rows import SEARCH_OWNER, SEARCH_TURNS, TOTAL_TURNS, Row
         from bench.timing import timed
         from memory import selectors
 
@@ -307,7 +307,7 @@ class RecallRows:
         return timed(lambda: append(on)), timed(lambda: append(off))
 
     def row_append_embed(self) -> Row:
-        from bench.run import Row
+        from bench.rows import Row
 
         row = Row(
             "append_embed",

@@ -1,4 +1,4 @@
-"""How to install one of the package's optional extras, in the README's words, for the errors
+"""How to install one of the package's optional extras, in the docs' words, for the errors
 and check hints that name one: there is no release on an index yet."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Settings of the demo project, read from the environment (see README, "Configuration" and
-"Running it in production").
+"""Settings of the demo project, read from the environment (every variable: docs/settings.md,
+"The demo project's environment"; a deployment's values: docs/production.md).
 
 ``DATABASE_URL`` (default: SQLite in ``db.sqlite3``) and ``REDIS_URL``, ``REDIS_CLUSTER_URL`` or
 ``REDIS_SENTINELS`` (default: unset, no cache) choose the storage. Safe by default: DEBUG is
@@ -85,7 +85,7 @@ CSRF_TRUSTED_ORIGINS = _env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 # Check ids not to report (comma-separated); `make run` sets memory.W005 on its SQLite default.
 SILENCED_SYSTEM_CHECKS = _env_list("DJANGO_SILENCED_SYSTEM_CHECKS", "")
 
-# HTTPS in production (README, "Running it in production"); each off unless its variable says.
+# HTTPS in production (docs/production.md); each off unless its variable says.
 SECURE_SSL_REDIRECT = _env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
 SESSION_COOKIE_SECURE = _env_bool("DJANGO_SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE

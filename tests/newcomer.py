@@ -11,6 +11,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,13 @@ LEFT_BEHIND = {
     "site",
     "staticfiles",
 }
-FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>\w*)\n(?P<body>.*?)^(?P=indent)```$", re.M | re.S)
+# NOTE: a block's info string may give it a title (```python title="settings.py"): a file of
+# the reader's site, shown, not run.
+FENCE = re.compile(
+    r"^(?P<indent> *)```(?P<lang>\w*)(?: +title=\"(?P<title>[^\"]*)\")?\n"
+    r"(?P<body>.*?)^(?P=indent)```$",
+    re.M | re.S,
+)
 
 
 @dataclass(frozen=True)
@@ -41,10 +48,12 @@ class Block:
     section: str
     lang: str
     code: str
+    title: str = ""
 
 
 def blocks(text: str | None = None) -> list[Block]:
-    """Every fenced block of the README, dedented, with the ``##`` section it sits in."""
+    """Every fenced block of the README (or of the page ``text``), dedented, with the ``##``
+    section it sits in."""
     text = README.read_text() if text is None else text
     found = []
     for match in FENCE.finditer(text):
@@ -54,17 +63,25 @@ def blocks(text: str | None = None) -> list[Block]:
                 section=headings[-1] if headings else "",
                 lang=match["lang"],
                 code=textwrap.dedent(match["body"]),
+                title=match["title"] or "",
             )
         )
     return found
 
 
-def section_blocks(section: str, lang: str) -> list[str]:
-    """The code of the blocks in language ``lang`` under the section that starts with
-    ``section``; at least one, or the README and its tests have drifted apart."""
-    codes = [b.code for b in blocks() if b.section.startswith(section) and b.lang == lang]
-    assert codes, f"README.md has no {lang} block under {section!r}"
+def section_blocks(section: str, lang: str, page: Path = README) -> list[str]:
+    """The code of the blocks in language ``lang`` under the section of ``page`` (the README)
+    that starts with ``section``; at least one, or the page and its tests have drifted apart."""
+    found = blocks(page.read_text(encoding="utf-8"))
+    codes = [b.code for b in found if b.section.startswith(section) and b.lang == lang]
+    assert codes, f"{page.name} has no {lang} block under {section!r}"
     return codes
+
+
+def readme_python_blocks() -> list[str]:
+    """The README's Python blocks that run (in the site's ``manage.py shell``), in order: the
+    plain ones, not a titled file of the reader's site."""
+    return [b.code for b in blocks() if b.lang == "python" and not b.title]
 
 
 def left_behind(directory: str, names: list[str]) -> set[str]:
@@ -122,9 +139,10 @@ def python_blocks(page: Path) -> list[str]:
     return PYTHON_BLOCK.findall(page.read_text(encoding="utf-8"))
 
 
-def how_to_run(page: Path) -> str:
-    """The commands ``page`` gives for running a block saved as ``example.py``: its shell
-    block that says so, without its comments and the interactive ``manage.py shell``."""
+def how_to_run(page: Path, *, pasted: bool = False) -> str:
+    """The commands ``page`` gives for running a block saved as ``example.py`` (``pasted``: for
+    pasting one into the interactive ``manage.py shell``): its shell block that says so,
+    without its comments and the other way's last command."""
     (block,) = [
         code
         for code in re.findall(r"^```sh\n(.*?)^```$", page.read_text(), re.M | re.S)
@@ -136,16 +154,75 @@ def how_to_run(page: Path) -> str:
         ".venv/bin/python manage.py shell",
         f".venv/bin/python manage.py shell < {EXAMPLE}",
     ], f"{page.name} no longer says how to run its blocks as its tests do"
-    return "\n".join(c for c in commands if not c.endswith(" shell"))
+    return "\n".join(commands[:2] if pasted else [commands[0], commands[2]])
 
 
-def run_page_blocks(tree: Path, page: Path, env: Mapping[str, str]) -> list[str]:
+def shell_pasted(tree: Path, script: str, block: str, env: Mapping[str, str], *, what: str) -> str:
+    """``block`` pasted into the interactive shell that ``script`` (ending in ``manage.py
+    shell``) opens in ``tree``, then the end of input; what it printed. A plain ``manage.py
+    shell`` is Python's interactive console: it reads the paste line by line, so a blank line
+    ends a statement, and it reports an error and reads on (``File "<console>"`` on stderr).
+
+    NOTE: written once the console has said its banner: a shell that finds input waiting at
+    its start runs it whole, as a file, which is the other way a page gives. ``HOME`` is the
+    copy's own, so that the console's history file is not the user's."""
+    home = tree / ".tmp" / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    shell = subprocess.Popen(
+        ["bash", "-c", "set -euo pipefail\n" + script],
+        cwd=tree,
+        env={**env, "HOME": str(home)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert shell.stdin and shell.stdout and shell.stderr
+    errors: list[str] = []
+    ready = threading.Event()
+
+    def read_errors() -> None:
+        for line in shell.stderr:  # type: ignore[union-attr]
+            errors.append(line)
+            if "(InteractiveConsole)" in line:
+                ready.set()
+        ready.set()
+
+    reader = threading.Thread(target=read_errors, daemon=True)
+    reader.start()
+    try:
+        assert ready.wait(timeout=120), f"{what}: the shell did not start"
+        shell.stdin.write(block + "\n\n")
+        shell.stdin.close()
+        printed = shell.stdout.read()
+        shell.wait(timeout=300)
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+            shell.wait()
+    reader.join(timeout=30)
+    stderr = "".join(errors)
+    assert shell.returncode == 0 and 'File "<console>"' not in stderr, (
+        f"{what}, pasted:\n{printed[-3000:]}\n{stderr[-5000:]}"
+    )
+    return printed
+
+
+def run_page_blocks(
+    tree: Path, page: Path, env: Mapping[str, str], *, pasted: bool = False
+) -> list[str]:
     """Every Python block of ``page`` (a page of ``tree``), in order, as the page says: saved
     as ``example.py`` in the copy ``tree`` and run by the page's commands, each in a new shell
-    with the environment ``env``. Returns what each block printed."""
-    script = "set -euo pipefail\n" + how_to_run(tree / "docs" / page.name)
+    with the environment ``env`` (``pasted``: pasted into the interactive ``manage.py shell``
+    the page's commands open). Returns what each block printed (pasted: with the console's
+    prompts and the values of its expressions)."""
+    script = "set -euo pipefail\n" + how_to_run(tree / "docs" / page.name, pasted=pasted)
     printed = []
     for number, block in enumerate(python_blocks(tree / "docs" / page.name), 1):
+        what = f"{page.name}, python block {number}"
+        if pasted:
+            printed.append(shell_pasted(tree, script, block, env, what=what))
+            continue
         (tree / EXAMPLE).write_text(block, encoding="utf-8")
         shell = subprocess.run(
             ["bash", "-c", script],
@@ -155,8 +232,6 @@ def run_page_blocks(tree: Path, page: Path, env: Mapping[str, str]) -> list[str]
             text=True,
             timeout=300,
         )
-        assert shell.returncode == 0, (
-            f"{page.name}, python block {number}:\n{shell.stdout[-3000:]}\n{shell.stderr[-5000:]}"
-        )
+        assert shell.returncode == 0, f"{what}:\n{shell.stdout[-3000:]}\n{shell.stderr[-5000:]}"
         printed.append(AUTO_IMPORTS.sub("", shell.stdout, count=1))
     return printed

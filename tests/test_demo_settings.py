@@ -281,8 +281,8 @@ def test_the_project_refuses_to_start_without_a_key():
 
 
 def _production_block() -> str:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Running the demo in production", 1)[1]
+    page = (ROOT / "docs" / "production.md").read_text()
+    section = page.split("## The environment", 1)[1]
     return re.search(r"```sh\n(.*?)```", section, re.DOTALL).group(1)
 
 
@@ -290,7 +290,7 @@ def _production_block() -> str:
 def test_check_deploy_is_clean_with_the_documented_production_environment():
     block = _production_block()
     assert "export DJANGO_SECRET_KEY=" in block and "DJANGO_DEBUG" not in block
-    # NOTE: the README's block as it is, in bash, with this interpreter as its `python`.
+    # NOTE: the page's block as it is, in bash, with this interpreter as its `python`.
     python = sys.executable
     script = (
         f'python() {{ {python} "$@"; }}\n{block}\n'

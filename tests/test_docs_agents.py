@@ -1,6 +1,7 @@
-"""Tests of docs/agents.md: every Python block runs as the page says, saved as ``example.py``
-and run by ``manage.py shell`` with the demo's settings (``.tmp/demo.env``), in a fresh copy of
-the project, on the real servers, twice, so that the agent frameworks' examples cannot rot."""
+"""Tests of docs/agents.md: every Python block runs both ways the page says, pasted into a plain
+``manage.py shell`` and then saved as ``example.py``, with the demo's settings
+(``.tmp/demo.env``), in a fresh copy of the project, on the real servers, so that the agent
+frameworks' examples cannot rot."""
 
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ def test_the_agents_page_shows_the_agents_sdk_with_the_tools_and_langgraph():
 def test_every_python_block_of_the_agents_page_runs_as_it_says_and_again(tmp_path: Path) -> None:
     tree = newcomer.clone(tmp_path / "memory")
     env = instance.demo_terminal(tree)
-    # NOTE: twice: each example starts by forgetting its user, so a reader may run it again.
-    for _ in range(2):
-        newcomer.run_page_blocks(tree, AGENTS, env)
+    # NOTE: twice, pasted into the shell and then saved and run, as the page offers: each
+    # example starts by forgetting its user, so a reader may run it again.
+    for pasted in (True, False):
+        newcomer.run_page_blocks(tree, AGENTS, env, pasted=pasted)
     assert [t["session_id"] for t in selectors.context_get(owner_id="liu")["turns"]] == [
         "laptop",
         "laptop",

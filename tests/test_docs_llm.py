@@ -1,6 +1,6 @@
-"""Tests of docs/llm.md: every Python block runs as the page says, saved as ``example.py`` and
-run by ``manage.py shell`` with the demo's settings (``.tmp/demo.env``), in a fresh copy of the
-project, on the real servers; and runs again, so that the examples cannot rot."""
+"""Tests of docs/llm.md: every Python block runs both ways the page says, pasted into ``manage.py
+shell`` and then saved as ``example.py``, with the demo's settings (``.tmp/demo.env``), in a fresh
+copy of the project, on the real servers, so that the examples cannot rot."""
 
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ def test_the_llm_page_shows_sync_async_and_langchain_code():
 def test_every_python_block_of_the_llm_page_runs_as_it_says_and_again(tmp_path: Path) -> None:
     tree = newcomer.clone(tmp_path / "memory")
     env = instance.demo_terminal(tree)
-    # NOTE: twice: each example starts by forgetting its user, so a reader may run it again.
-    for _ in range(2):
-        newcomer.run_page_blocks(tree, LLM, env)
+    # NOTE: twice, pasted into the shell and then saved and run, as the page offers: each
+    # example starts by forgetting its user, so a reader may run it again.
+    for pasted in (True, False):
+        newcomer.run_page_blocks(tree, LLM, env, pasted=pasted)
     assert selectors.context_get(owner_id="zhang")["facts"]["name"] == "Zhang Wei"
     assert [t["session_id"] for t in selectors.context_get(owner_id="han")["turns"]] == [
         "laptop",

@@ -1,9 +1,9 @@
-"""Tests of docs/tools.md: every plain Python block runs as the page says, saved as
-``example.py`` and run by ``manage.py shell`` with the demo's settings (``.tmp/demo.env``), in a
-fresh copy of the project, on the real servers, twice; with scripted stand-ins for the
-``openai``, ``anthropic`` and ``langchain_openai`` packages (tests/model_apis.py: no network, no
-key), so that the page's tool loops are the ones a chat backend runs, and print what the page
-says they print."""
+"""Tests of docs/tools.md: every plain Python block runs both ways the page says, pasted into
+``manage.py shell`` and saved as ``example.py``, with the demo's settings (``.tmp/demo.env``), in
+a fresh copy of the project, on the real servers; with scripted stand-ins for the ``openai``,
+``anthropic`` and ``langchain_openai`` packages (tests/model_apis.py: no network, no key), so
+that the page's tool loops are the ones a chat backend runs, and print what the page says they
+print."""
 
 from __future__ import annotations
 
@@ -40,11 +40,12 @@ def test_every_python_block_of_the_tools_page_runs_as_it_says_and_again(tmp_path
     tree = newcomer.clone(tmp_path / "memory")
     env = stand_in_terminal(tree, tmp_path)
     blocks = newcomer.python_blocks(PAGE)
-    # NOTE: twice: the first block starts by forgetting the page's user, so a reader may run
-    # the page again (the stand-ins check that each run starts from an empty memory).
-    for _ in range(2):
-        printed = newcomer.run_page_blocks(tree, PAGE, env)
-        assert [out.splitlines() for out in printed] == [PRINTED.findall(b) for b in blocks]
+    # NOTE: twice, pasted (the console also echoes what it evaluates) and then saved: the first
+    # block starts by forgetting the page's user, so a reader may run the page again (the
+    # stand-ins check that each run starts from an empty memory).
+    newcomer.run_page_blocks(tree, PAGE, env, pasted=True)
+    printed = newcomer.run_page_blocks(tree, PAGE, env)
+    assert [out.splitlines() for out in printed] == [PRINTED.findall(b) for b in blocks]
     assert selectors.context_get(owner_id="zhou")["facts"] == {
         "location": "Shanghai",
         "name": "Zhou Jie",

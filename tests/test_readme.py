@@ -1,10 +1,11 @@
 """The README's commands, pasted as written into a fresh copy of the project, as a newcomer
-does: ``make run`` in one terminal, then every shell block of "A conversation over HTTP" and
-"Operate it" in another, in one shell, against that demo (the second terminal's commands with
-the settings the demo wrote to ``.tmp/demo.env``); then every Python block of docs/llm.md,
-docs/tools.md and docs/agents.md, in that order, as those pages say to run them, ``manage.py
-shell < example.py`` in that terminal (the tools page's model clients scripted stand-ins,
-tests/model_apis.py); then Ctrl-C.
+does: ``make run`` in one terminal, then the README's conversation in another, against that
+demo, and its Python block pasted into the demo's ``manage.py shell`` (with the settings the
+demo wrote to ``.tmp/demo.env``); then the Quickstart's walkthrough ("A conversation over
+HTTP", "The admin and the commands"), every shell block in one shell; then every Python block
+of docs/llm.md, docs/tools.md, docs/agents.md and docs/python-api.md, in that order, as those
+pages say to run them, ``manage.py shell < example.py`` in that terminal (the tools page's
+model clients scripted stand-ins, tests/model_apis.py); then Ctrl-C.
 ``make run-asgi`` is run the same way, and must start what ``make run`` starts.
 
 What is changed, and only that: the demo's address (``127.0.0.1:8000`` becomes a free port,
@@ -13,7 +14,8 @@ through a ``.pth`` file, so that nothing is downloaded. The environment has no
 ``DATABASE_URL`` or ``REDIS_URL``: the demo runs on SQLite in the copy, with the throwaway Redis
 that ``make run`` starts. ``make superuser`` gets ``DJANGO_SUPERUSER_PASSWORD`` instead of a
 terminal to ask on. Other blocks are run elsewhere: the install steps by tests/test_package.py,
-``make test`` and the development targets by CI itself.
+the production environment by tests/test_demo_settings.py, ``make test`` and the development
+targets by CI itself.
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ from tests import model_apis, newcomer
 from tests.servers import free_port
 from tests.test_docs_agents import AGENTS
 from tests.test_docs_llm import LLM
+from tests.test_docs_python_api import PAGE as PYTHON_API
 from tests.test_docs_tools import PAGE as TOOLS
 
 pytestmark = pytest.mark.slow
 
 DEMO_ADDR = "127.0.0.1:8000"
-SECTIONS = ("A conversation over HTTP", "Operate it")
+QUICKSTART = newcomer.ROOT / "docs" / "quickstart.md"
+SECTIONS = ("A conversation over HTTP", "The admin and the commands")
 KEEP_ENV = ("HOME", "LANG", "LC_ALL", "TMPDIR", "PIP_CONFIG_FILE")
 
 
@@ -215,7 +219,28 @@ def test_the_readme_commands_work_pasted_into_a_fresh_copy(demo: Any, tmp_path: 
     # NOTE: the SQLite default's warning, said once by make run rather than by every command.
     assert log.read_text().count("memory.W005") == 1
 
-    blocks = [code for section in SECTIONS for code in newcomer.section_blocks(section, "sh")]
+    # The README's conversation: wang's turn, then his context from the database.
+    (conversation,) = newcomer.section_blocks("One conversation", "sh")
+    turn, context = json_stream(
+        second_terminal(tree, tmp_path, conversation.replace(DEMO_ADDR, addr))
+    )
+    assert (turn["seq"], turn["session_id"]) == (1, "laptop")
+    assert context["facts"] == {"likes": ["basketball"], "name": "Wang Jianguo"}
+    assert context["source"] == "database"
+    # Its Python block, pasted into the demo's shell.
+    (python_block,) = newcomer.readme_python_blocks()
+    printed = newcomer.shell_pasted(
+        tree,
+        ". .tmp/demo.env\n.venv/bin/python manage.py shell",
+        python_block,
+        newcomer_env(tmp_path),
+        what="README.md's python block",
+    )
+    assert "{'location': '上海'}" in printed
+
+    blocks = [
+        code for section in SECTIONS for code in newcomer.section_blocks(section, "sh", QUICKSTART)
+    ]
     stdout = second_terminal(
         tree,
         tmp_path,
@@ -233,28 +258,28 @@ def test_the_readme_commands_work_pasted_into_a_fresh_copy(demo: Any, tmp_path: 
     (turn,) = json_stream(out["1"])
     assert (turn["seq"], turn["session_id"]) == (1, "laptop")
     first, second, phone_turn, facts, sessions = json_stream(out["2"])
-    assert first["facts"] == {"likes": ["basketball"], "name": "Wang Jianguo"}
+    assert first["facts"] == {"likes": ["tennis"], "name": "Li Mei"}
     assert (first["source"], second["source"]) == ("database", "cache")
     assert second["turns"] == first["turns"]
     assert phone_turn["seq"] == 2
     assert {f["key"]: f["value"] for f in facts["facts"]} == {
-        "likes": ["basketball"],
+        "likes": ["tennis"],
         "location": "上海",
-        "name": "Wang Jianguo",
+        "name": "Li Mei",
     }
     assert [s["session_id"] for s in sessions["results"]] == ["phone", "laptop"]
-    # Operate it: the admin account, and the commands.
+    # The admin account, and the commands.
     assert "Superuser created successfully." in out["3"]
-    assert re.search(r"owners\s+1\n", out["4"]) and "Dry run" in out["4"]
+    assert re.search(r"owners\s+3\n", out["4"]) and "Dry run" in out["4"]
     # NOTE: the commands run against the demo's Redis, not "cache disabled".
     assert re.search(r"^cache\s+ok$", out["4"], re.M), out["4"]
     assert "Warmed 1 owner(s)." in out["4"]
 
     # The pages of Python blocks: every block, as its page says, after this walkthrough (the
-    # tools page's model clients the stand-ins), each page's users its own: wang's facts stay.
+    # tools page's model clients the stand-ins), each page's users its own: limei's facts stay.
     terminal = newcomer_env(tmp_path)
     model_clients = str(model_apis.stand_ins(tmp_path / "model-apis"))
-    for page in (LLM, TOOLS, AGENTS):
+    for page in (LLM, TOOLS, AGENTS, PYTHON_API):
         env = {**terminal, "PYTHONPATH": model_clients} if page == TOOLS else terminal
         newcomer.run_page_blocks(tree, page, env)
     (facts_after,) = json_stream(
@@ -262,7 +287,7 @@ def test_the_readme_commands_work_pasted_into_a_fresh_copy(demo: Any, tmp_path: 
             tree,
             tmp_path,
             "TOKEN=$(make -s token USER=chatbackend)\n"
-            f'curl -s http://{addr}/api/memory/users/wang/facts/ -H "Authorization: Token $TOKEN"',
+            f'curl -s http://{addr}/api/memory/users/limei/facts/ -H "Authorization: Token $TOKEN"',
         )
     )
     assert facts_after == facts
