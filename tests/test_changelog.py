@@ -64,7 +64,7 @@ def test_a_misspelt_fragment_is_refused(tmp_path: Path) -> None:
 
 def test_a_release_section_goes_below_the_marker(tmp_path: Path) -> None:
     project = _project(tmp_path, {"+new-thing.added.md": "`thing_get` reads a thing.\n"})
-    done = _towncrier(project, "--yes", "--keep", "--version", "9.9.9")
+    done = _towncrier(project, "--keep", "--version", "9.9.9")
     assert done.returncode == 0, done.stderr
     text = (project / "CHANGELOG.md").read_text()
     release = text.index("## [9.9.9] - ")
