@@ -65,11 +65,12 @@ bench: $(VENV)/.installed ## Benchmarks on real PostgreSQL and Redis (BENCH_ARGS
 	@scripts/ensure-pgvector
 	$(PY) -m bench $(BENCH_ARGS)
 
-lint: $(VENV)/.installed ## ruff check and format check, migrations up to date, system checks
+lint: $(VENV)/.installed ## ruff check and format check, migrations up to date, system checks, mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) manage.py check
+	$(VENV)/bin/mypy
 
 format: $(VENV)/.installed ## Sort imports and format the code with ruff
 	$(VENV)/bin/ruff check --select I --fix .

@@ -30,7 +30,7 @@ class TokenAuthentication(authentication.TokenAuthentication):
             isinstance(permission, type) and issubclass(permission, CanReachOwner)
             for permission in getattr(view, "permission_classes", ())
         )
-        return super().authenticate(request)  # type: ignore[no-any-return]
+        return super().authenticate(request)
 
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
         # NOTE: imported here, as DRF's class does: a site without rest_framework.authtoken
@@ -45,7 +45,7 @@ class TokenAuthentication(authentication.TokenAuthentication):
             or Token.user.field.related_model is not User
             or connections[alias].vendor != "postgresql"
         ):
-            return super().authenticate_credentials(key)  # type: ignore[no-any-return]
+            return super().authenticate_credentials(key)
         if "\x00" in key:
             # NOTE: no token holds one, and PostgreSQL refuses it in a text parameter.
             raise exceptions.AuthenticationFailed(_("Invalid token."))

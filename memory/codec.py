@@ -71,7 +71,7 @@ def json_equal(a: Any, b: Any) -> bool:
     return bool(json_key(a) == json_key(b))
 
 
-class OrjsonSerializer(BaseSerializer):
+class OrjsonSerializer(BaseSerializer):  # type: ignore[misc]  # django-redis has no types
     """A django-redis ``SERIALIZER`` that writes plain JSON with orjson (faster than ``json``)."""
 
     def dumps(self, value: Any) -> bytes:

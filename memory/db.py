@@ -98,7 +98,8 @@ def _fetchone(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | Non
             )
     with server_bound_cursor(db) as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchone()  # type: ignore[no-any-return]
+        row: tuple[Any, ...] | None = cursor.fetchone()
+        return row
 
 
 def _prepared_run(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
@@ -125,7 +126,8 @@ def _prepared_run(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] |
         raw.prepare_threshold = 1 << 62
     try:
         cursor.execute(sql, params)
-        return cursor.fetchone()  # type: ignore[no-any-return]
+        row: tuple[Any, ...] | None = cursor.fetchone()
+        return row
     finally:
         if threshold is None:
             raw.prepare_threshold = None
@@ -167,8 +169,9 @@ def _cursor_classes() -> tuple[type, type] | None:
     except ImportError:
         return None
 
-    class PreparingCursor(ServerBindingCursor):  # type: ignore[misc, valid-type]
+    class PreparingCursor(ServerBindingCursor):
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            return super().execute(query, params, prepare=True, **kwargs)
+            # The stubs leave psycopg's Cursor out of ServerBindingCursor's bases.
+            return super().execute(query, params, prepare=True, **kwargs)  # type: ignore[misc]
 
     return ServerBindingCursor, PreparingCursor

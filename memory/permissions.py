@@ -58,7 +58,8 @@ def is_service_caller(user: AbstractBaseUser | AnonymousUser) -> bool:
         # groups (two queries and a set of all their names), half of an API request's time.
         held = getattr(user, HOLDS_ACCESS_ALL, None)
         return held if held is not None else permission_held(user=user, permission=ACCESS_ALL)
-    return bool(user.has_perm(ACCESS_ALL))
+    # NOTE: a custom user model without PermissionsMixin has no has_perm, as the stubs say.
+    return bool(user.has_perm(ACCESS_ALL))  # type: ignore[union-attr]
 
 
 def can_reach(user: AbstractBaseUser | AnonymousUser, owner_id: str) -> bool:

@@ -65,13 +65,14 @@ class TurnSearchDocument(Expression):
 
     output_field = SearchVectorField()
 
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    # Django 5.2's search lookup adds its own list of params to these: a list, not the stubs' tuple.
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:  # type: ignore[override]
         alias = compiler.query.get_initial_alias()
         column = connection.ops.quote_name("search")
         return f"{compiler.quote_name_unless_alias(alias)}.{column}", []
 
 
-def clean_query(q: Any) -> str:
+def clean_query(q: object) -> str:
     """``q`` stripped; ``ValidationError({"q": ...})`` unless it is 1-200 storable characters."""
     if not isinstance(q, str):
         raise ValidationError({"q": ["Enter the text to search for."]})
@@ -275,7 +276,7 @@ _STARTS_SCANNED = 50
 def _similar_words(using: str, words: str, owner_pk: int) -> dict[str, list[str]]:
     """Each word of ``words`` but stop words: itself when short, else its similar words of the
     vocabulary (none when nothing is like it). Empty when ``words`` are all stop words."""
-    params = {
+    params: dict[str, str | int] = {
         "words": words,
         "owner": owner_pk,
         "min_chars": MIN_SIMILAR_CHARS,
@@ -300,7 +301,7 @@ def _nfkc(expression: Any) -> Func:
     return Func(expression, function="normalize", template="%(function)s(%(expressions)s, NFKC)")
 
 
-def _ranked(matches: QuerySet[Turn], window: int, query: SearchQuery) -> QuerySet[Turn]:
+def _ranked(matches: QuerySet[Turn], window: int | None, query: SearchQuery) -> QuerySet[Turn]:
     """The newest ``window`` of ``matches``, ranked against ``query``, best first."""
     rank = SearchRank(
         F("document"), query, cover_density=True, normalization=Value(RANK_NORMALIZATION)

@@ -64,7 +64,7 @@ class TextField(serializers.CharField):
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             self.fail("invalid")
-        return super().to_internal_value(data)  # type: ignore[no-any-return]
+        return super().to_internal_value(data)
 
     def run_validators(self, value: Any) -> None:
         try:
@@ -191,7 +191,7 @@ class ContextTurnsField(serializers.IntegerField):
 # Input -------------------------------------------------------------------------------------
 
 
-class TurnInputSerializer(serializers.Serializer):
+class TurnInputSerializer(serializers.Serializer[dict[str, Any]]):
     """The body of ``POST users/{user_id}/turns/``."""
 
     session_id = SessionIdField()
@@ -238,7 +238,7 @@ def turn_input_accepted(data: Any) -> dict[str, Any] | None:
     return accepted
 
 
-class TurnListQuerySerializer(serializers.Serializer):
+class TurnListQuerySerializer(serializers.Serializer[dict[str, Any]]):
     """The query of ``GET users/{user_id}/turns/``: keyset pagination on ``seq``."""
 
     session_id = SessionIdField(required=False, help_text="Only the turns with this label.")
@@ -254,7 +254,7 @@ class TurnListQuerySerializer(serializers.Serializer):
     )
 
 
-class PageQuerySerializer(serializers.Serializer):
+class PageQuerySerializer(serializers.Serializer[dict[str, Any]]):
     """The query of ``GET users/{user_id}/sessions/`` and ``.../facts/{key}/history/``: keyset
     pagination with an opaque cursor."""
 
@@ -275,7 +275,7 @@ class PageQuerySerializer(serializers.Serializer):
     )
 
 
-class ContextQuerySerializer(serializers.Serializer):
+class ContextQuerySerializer(serializers.Serializer[dict[str, Any]]):
     """The query of ``GET users/{user_id}/context/``."""
 
     turns = ContextTurnsField(
@@ -284,7 +284,7 @@ class ContextQuerySerializer(serializers.Serializer):
     )
 
 
-class ContextMessagesQuerySerializer(serializers.Serializer):
+class ContextMessagesQuerySerializer(serializers.Serializer[dict[str, Any]]):
     """The query of ``GET users/{user_id}/context/messages/``."""
 
     max_tokens = serializers.IntegerField(
@@ -308,7 +308,7 @@ class ContextMessagesQuerySerializer(serializers.Serializer):
     )
 
 
-class FactPutInputSerializer(serializers.Serializer):
+class FactPutInputSerializer(serializers.Serializer[dict[str, Any]]):
     """The body of ``PUT users/{user_id}/facts/{key}/``."""
 
     value = JSONValueField(help_text=JSON_RULES)
@@ -330,7 +330,7 @@ class FactPutInputSerializer(serializers.Serializer):
         return value
 
 
-class FactsMergeInputSerializer(serializers.Serializer):
+class FactsMergeInputSerializer(serializers.Serializer[dict[str, Any]]):
     """The body of ``PATCH users/{user_id}/facts/``: keys to set, others left as they are."""
 
     facts = FactsMapField(
@@ -366,7 +366,7 @@ class FactsMergeInputSerializer(serializers.Serializer):
         return value
 
 
-class SearchQuerySerializer(serializers.Serializer):
+class SearchQuerySerializer(serializers.Serializer[dict[str, Any]]):
     """The query of ``GET users/{user_id}/search/``."""
 
     q = serializers.CharField(
@@ -386,7 +386,7 @@ class SearchQuerySerializer(serializers.Serializer):
     )
 
 
-class LinkInputSerializer(serializers.Serializer):
+class LinkInputSerializer(serializers.Serializer[dict[str, Any]]):
     """The body of ``POST users/{user_id}/link/``."""
 
     from_user_id = OwnerIdField(
@@ -398,7 +398,7 @@ class LinkInputSerializer(serializers.Serializer):
 # Output (schema only) ---------------------------------------------------------------------
 
 
-class TurnSerializer(serializers.Serializer):
+class TurnSerializer(serializers.Serializer[dict[str, Any]]):
     """A turn."""
 
     seq = serializers.IntegerField(min_value=1)
@@ -409,36 +409,38 @@ class TurnSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
-class TurnPageSerializer(serializers.Serializer):
+class TurnPageSerializer(serializers.Serializer[dict[str, Any]]):
     """A page of turns, oldest first, with the URL of the next page."""
 
     results = TurnSerializer(many=True)
     next = serializers.URLField(allow_null=True)
 
 
-class ContextSerializer(serializers.Serializer):
+class ContextSerializer(serializers.Serializer[dict[str, Any]]):
     """What a chat backend puts before the model for the next reply."""
 
     user_id = serializers.CharField()
     facts = serializers.DictField(child=serializers.JSONField(allow_null=True))
     turns = TurnSerializer(many=True)
-    source = serializers.ChoiceField(choices=["cache", "database"])
+    # A declared field (the metaclass takes it off the class), not Field.source.
+    source = serializers.ChoiceField(choices=["cache", "database"])  # type: ignore[assignment]
 
 
-class MessageSerializer(serializers.Serializer):
+class MessageSerializer(serializers.Serializer[dict[str, Any]]):
     """One message of an LLM chat API."""
 
     role = serializers.ChoiceField(choices=Role.choices)
     content = serializers.CharField(allow_blank=True)
 
 
-class ContextMessagesSerializer(serializers.Serializer):
+class ContextMessagesSerializer(serializers.Serializer[dict[str, Any]]):
     """The context as model messages: the facts as a system message, then the turns."""
 
     user_id = serializers.CharField()
     messages = MessageSerializer(many=True)
     facts = serializers.DictField(child=serializers.JSONField(allow_null=True))
-    source = serializers.ChoiceField(choices=["cache", "database"])
+    # A declared field (the metaclass takes it off the class), not Field.source.
+    source = serializers.ChoiceField(choices=["cache", "database"])  # type: ignore[assignment]
     tokens = serializers.IntegerField(min_value=0)
     summary_through_seq = serializers.IntegerField(
         allow_null=True,
@@ -453,7 +455,7 @@ class ContextMessagesSerializer(serializers.Serializer):
     )
 
 
-class SummarySerializer(serializers.Serializer):
+class SummarySerializer(serializers.Serializer[dict[str, Any]]):
     """The owner's summary of its turns 1..through_seq."""
 
     text = serializers.CharField(allow_blank=True)
@@ -462,7 +464,7 @@ class SummarySerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
 
 
-class FactSerializer(serializers.Serializer):
+class FactSerializer(serializers.Serializer[dict[str, Any]]):
     """A fact."""
 
     key = serializers.CharField()
@@ -475,13 +477,13 @@ class FactSerializer(serializers.Serializer):
     )
 
 
-class FactListSerializer(serializers.Serializer):
+class FactListSerializer(serializers.Serializer[dict[str, Any]]):
     """All facts of an owner, by key."""
 
     facts = FactSerializer(many=True)
 
 
-class FactVersionSerializer(serializers.Serializer):
+class FactVersionSerializer(serializers.Serializer[dict[str, Any]]):
     """One change of a fact; a delete leaves a last version with ``deleted: true``."""
 
     key = serializers.CharField()
@@ -501,14 +503,14 @@ class FactVersionSerializer(serializers.Serializer):
     )
 
 
-class FactHistorySerializer(serializers.Serializer):
+class FactHistorySerializer(serializers.Serializer[dict[str, Any]]):
     """A page of the versions of one fact, newest first, with the URL of the next page."""
 
     results = FactVersionSerializer(many=True)
     next = serializers.URLField(allow_null=True)
 
 
-class SessionSerializer(serializers.Serializer):
+class SessionSerializer(serializers.Serializer[dict[str, Any]]):
     """A session label with the span and number of its turns."""
 
     session_id = serializers.CharField()
@@ -517,21 +519,21 @@ class SessionSerializer(serializers.Serializer):
     turn_count = serializers.IntegerField(min_value=0)
 
 
-class SessionListSerializer(serializers.Serializer):
+class SessionListSerializer(serializers.Serializer[dict[str, Any]]):
     """A page of an owner's sessions, most recently seen first, with the URL of the next page."""
 
     results = SessionSerializer(many=True)
     next = serializers.URLField(allow_null=True)
 
 
-class HealthLatencySerializer(serializers.Serializer):
+class HealthLatencySerializer(serializers.Serializer[dict[str, Any]]):
     """Milliseconds each dependency took to answer the health probe (null: no cache)."""
 
     database = serializers.FloatField()
     cache = serializers.FloatField(allow_null=True)
 
 
-class HealthSerializer(serializers.Serializer):
+class HealthSerializer(serializers.Serializer[dict[str, Any]]):
     """Whether the database and the cache answer, and how fast."""
 
     database = serializers.ChoiceField(choices=["ok", "down"])
@@ -546,7 +548,7 @@ class HealthSerializer(serializers.Serializer):
     )
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
     """An error that concerns no one field."""
 
     detail = serializers.CharField()
@@ -562,13 +564,13 @@ class ScoredTurnSerializer(TurnSerializer):
     )
 
 
-class TurnSearchSerializer(serializers.Serializer):
+class TurnSearchSerializer(serializers.Serializer[dict[str, Any]]):
     """The turns that match a search, best match first."""
 
     results = ScoredTurnSerializer(many=True)
 
 
-class ExportSerializer(serializers.Serializer):
+class ExportSerializer(serializers.Serializer[dict[str, Any]]):
     """The owner's whole memory, streamed: facts by key, their versions by key and version,
     every turn in seq order, sessions most recently seen first, read from one snapshot."""
 
@@ -583,7 +585,7 @@ class ExportSerializer(serializers.Serializer):
     summary = SummarySerializer(allow_null=True)
 
 
-class LinkResultSerializer(serializers.Serializer):
+class LinkResultSerializer(serializers.Serializer[dict[str, Any]]):
     """What a link moved to the user."""
 
     turns_moved = serializers.IntegerField(min_value=0)

@@ -53,5 +53,6 @@ class ScopedRateThrottle(WindowThrottle, throttling.ScopedRateThrottle):
         if not self.scope:
             return True
         self.rate = self.get_rate()
-        self.num_requests, self.duration = self.parse_rate(self.rate)
+        # None with a None rate, which WindowThrottle.allow_request lets through first.
+        self.num_requests, self.duration = self.parse_rate(self.rate)  # type: ignore[assignment]
         return WindowThrottle.allow_request(self, request, view)

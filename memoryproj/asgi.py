@@ -35,4 +35,8 @@ from memory.integrations.mcp import mcp_mount  # noqa: E402
 
 # NOTE: request bodies capped before Django (or the MCP endpoint) reads them (memoryproj/bodies.py),
 # and the memory API's health/ answered on the event loop, ahead of Django (memory/asgi.py).
-application = bodies.CappedASGI(HealthFastPath(mcp_mount(django_application, path="/mcp/")))
+# NOTE: Django's stubs type the handler's scope as a dict and its messages as Mappings, the
+# ASGI aliases here as MutableMappings (asgiref's); the same objects at run time.
+application = bodies.CappedASGI(
+    HealthFastPath(mcp_mount(django_application, path="/mcp/"))  # type: ignore[arg-type]
+)

@@ -201,7 +201,8 @@ async def aexchange_close(
             **_reply(owner_id, session_id, content, context, exchange_id)
         )
     except IdempotencyKeyReused as e:
-        return e.turn
+        first: Turn = e.turn
+        return first
 
 
 def exchange_close(
@@ -214,7 +215,8 @@ def exchange_close(
     except IdempotencyKeyReused as e:
         # NOTE: a resubmitted exchange: the responder answered from a context that now holds
         # this exchange too, so its reply differs; the reply first stored stands.
-        return e.turn
+        first: Turn = e.turn
+        return first
 
 
 def _reply(
@@ -391,9 +393,9 @@ def chat(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form: PickForm = MessageForm(request.POST)
     else:
-        data = request.GET.copy()
-        data.setdefault("session_id", DEFAULT_SESSION_ID)
-        form = PickForm(data)
+        query = request.GET.copy()
+        query.setdefault("session_id", DEFAULT_SESSION_ID)
+        form = PickForm(query)
     if not form.is_valid():
         return _page(request, form, speaker=_speaker_or_none(request), status=400)
     data = form.cleaned_data
@@ -567,10 +569,10 @@ async def chat_stream(request: HttpRequest) -> HttpResponseBase:
         # NOTE: a WSGI server cannot send an async iterator as it goes (Django would gather it
         # with a warning): the same lines, gathered here, in one body.
         return HttpResponse(b"".join([event async for event in events]), content_type=content_type)
-    response = StreamingHttpResponse(events, content_type=content_type)
+    streamed = StreamingHttpResponse(events, content_type=content_type)
     # NOTE: a proxy such as nginx would otherwise buffer the whole reply.
-    response["X-Accel-Buffering"] = "no"
-    return response
+    streamed["X-Accel-Buffering"] = "no"
+    return streamed
 
 
 class LoginView(auth_views.LoginView):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -244,7 +245,7 @@ elif REDIS_SENTINELS:
 else:
     _REDIS_LOCATION = REDIS_URL
 if _REDIS_LOCATION:
-    CACHES = {
+    CACHES: dict[str, dict[str, Any]] = {
         # NOTE: nothing of the project uses Django's default cache (the throttles count through
         # the memory cache's breaker): a Redis alias here would be a use of Redis without one.
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},

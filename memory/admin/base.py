@@ -67,7 +67,7 @@ def _error_text(error: Exception) -> str:
     return str(error)
 
 
-class EstimatedCountPaginator(Paginator):
+class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]  # not subscriptable at run time
     """Counts a filtered list exactly, and the whole of a large table from Postgres's estimate.
 
     ``COUNT(*)`` of millions of turns takes seconds; the changelist only needs the page count.
@@ -158,7 +158,7 @@ class SessionFilter(admin.SimpleListFilter):
         return queryset if value is None else queryset.filter(session_id=value)
 
 
-class MemoryAdmin(admin.ModelAdmin):
+class MemoryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptable at run time
     """Shared behaviour: pages for service callers only, and service refusals become an error
     message and a redirect, not a 500."""
 
@@ -233,7 +233,7 @@ class MemoryAdmin(admin.ModelAdmin):
             return self._refused(request, e, request.get_full_path())
 
 
-class _BoundedInlineFormSet(BaseInlineFormSet):
+class _BoundedInlineFormSet(BaseInlineFormSet):  # type: ignore[type-arg]  # not subscriptable at run time
     """An inline formset over the first ``limit`` rows in ``order``, never the owner's whole set."""
 
     limit = 0
@@ -255,7 +255,7 @@ class _FirstFactsFormSet(_BoundedInlineFormSet):
     order = ("key",)
 
 
-class _ReadOnlyInline(admin.TabularInline):
+class _ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]  # not subscriptable at run time
     extra = 0
     max_num = 0
     can_delete = False

@@ -61,7 +61,7 @@ EXPIRES_HELP = (
 )
 
 
-class FactChangeForm(forms.ModelForm):
+class FactChangeForm(forms.ModelForm):  # type: ignore[type-arg]  # not subscriptable at run time
     value = PrettyJSONField(widget=forms.Textarea(attrs={"rows": 10, "cols": 80}))
     # NOTE: the version the operator saw: a change made meanwhile (by the API, say) makes the
     # save a conflict instead of being silently overwritten.
@@ -83,7 +83,7 @@ class FactChangeForm(forms.ModelForm):
         return _clean_expires_at(self.cleaned_data["expires_at"])
 
 
-class FactAddForm(forms.ModelForm):
+class FactAddForm(forms.ModelForm):  # type: ignore[type-arg]  # not subscriptable at run time
     user_id = forms.CharField(
         label="Owner id", max_length=128, validators=[validate_owner_id], help_text="The user id."
     )
@@ -201,7 +201,7 @@ class FactAdmin(MemoryAdmin):
         )
 
     def save_model(
-        self, request: HttpRequest, obj: Fact, form: forms.ModelForm, change: bool
+        self, request: HttpRequest, obj: Fact, form: forms.ModelForm[Fact], change: bool
     ) -> None:
         owner_id = obj.owner.external_id if change else form.cleaned_data["user_id"]
         expected = form.cleaned_data.get("expected_version") if change else None

@@ -213,8 +213,10 @@ class OwnerAdmin(MemoryAdmin):
         if count == 0:
             return
         noun = "memory owner" if count == 1 else "memory owners"
+        user_id = request.user.pk
+        assert user_id is not None  # the admin's pages need a signed-in user
         LogEntry.objects.create(
-            user_id=request.user.pk,
+            user_id=user_id,
             content_type=ContentType.objects.get_for_model(Owner),
             object_id=None,
             object_repr=f"{count} {noun} (ids not kept)",

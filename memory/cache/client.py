@@ -222,7 +222,7 @@ class Breaker:
             for other in self.gates.values():
                 if other.probe is None and now - other.retry_at > BREAKER_SECONDS:
                     other.down_since = None
-            since = self.down_since
+            since: float | None = self.down_since
             if any(other.down_since is not None for other in self.gates.values()):
                 since = None
             else:
@@ -564,6 +564,9 @@ def stats_key() -> str:
     return f"{prefix()}:stats"
 
 
+_FLUSH_ERRORS: tuple[type[BaseException], ...] = (*DOWN_ERRORS, redis_errors.RedisError)
+
+
 def counts_flush(*, force: bool = False) -> None:
     """Add this process's counters to the shared ones in Redis, at most once a second.
 
@@ -584,7 +587,7 @@ def counts_flush(*, force: bool = False) -> None:
         for name, n in counts.items():
             pipe.hincrby(stats_key(), name, n)
         pipe.execute()
-    except (*DOWN_ERRORS, redis_errors.RedisError) as e:
+    except _FLUSH_ERRORS as e:
         with breaker.lock:
             for name, n in counts.items():
                 breaker.counts[name] = breaker.counts.get(name, 0) + n

@@ -150,7 +150,10 @@ class MemoryRedisCluster(RedisCluster):
         return _mapped(super().execute_command, *args, **kwargs)
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
-        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
+        # redis-py leaves RedisCluster.pipeline unannotated.
+        pipe = super().pipeline(  # type: ignore[no-untyped-call]
+            transaction=transaction, shard_hint=shard_hint
+        )
         execute = pipe.execute
 
         def mapped_execute(raise_on_error: bool = True) -> Any:
@@ -160,7 +163,7 @@ class MemoryRedisCluster(RedisCluster):
         return pipe
 
 
-class ClusterConnectionFactory(ConnectionFactory):
+class ClusterConnectionFactory(ConnectionFactory):  # type: ignore[misc]  # django-redis: no types
     """Hands out one ``RedisCluster`` per ``LOCATION`` and process, built from the OPTIONS.
 
     ``SOCKET_TIMEOUT``/``SOCKET_CONNECT_TIMEOUT``/``PASSWORD`` apply to every node's
@@ -174,7 +177,7 @@ class ClusterConnectionFactory(ConnectionFactory):
     _clusters: dict[str, RedisCluster] = {}
     _clusters_lock = threading.Lock()
 
-    def connect(self, url: str) -> RedisCluster:  # type: ignore[override]
+    def connect(self, url: str) -> RedisCluster:
         with self._clusters_lock:
             cluster = self._clusters.get(url)
             if cluster is None:
@@ -216,7 +219,7 @@ class ClusterConnectionFactory(ConnectionFactory):
         connection.disconnect_connection_pools()
 
 
-class ClusterClient(DefaultClient):
+class ClusterClient(DefaultClient):  # type: ignore[misc]  # django-redis has no types
     """django-redis's ``DefaultClient`` over a Redis Cluster, seeds in ``LOCATION``.
 
     Every owner's keys share one hash tag (``memory:v4:{digest}``), so each Lua script of the

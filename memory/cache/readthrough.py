@@ -8,7 +8,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, TypeVar
 
 from django.db import DatabaseError
 from django.utils import timezone
@@ -104,7 +104,10 @@ class _Flights:
 _flights = _Flights()
 
 
-def _tail(turns: list, n: int) -> list:  # type: ignore[type-arg]
+_T = TypeVar("_T")
+
+
+def _tail(turns: list[_T], n: int) -> list[_T]:
     return turns[max(len(turns) - n, 0) :] if n else []
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypedDict
 
 from django.db import transaction
 
@@ -16,6 +17,15 @@ from memory.cache.repair import Pending, confirmed, remember, repairer_ensure
 from memory.cache.stamps import stamp_get, stamp_take, stamp_take_by_pk
 from memory.models import CacheInvalidation, Owner
 from memory.payloads import FactPayload, TurnPayload
+
+
+class Delta(TypedDict):
+    """What a write changed that the copy takes as it is."""
+
+    turns: list[TurnPayload]
+    facts: list[FactPayload]
+    deleted_keys: list[str]
+
 
 # NOTE: set while a service writes, so that the ORM safety net leaves the cache to the
 # service's own update (which knows the delta and costs no extra statement).
@@ -55,7 +65,11 @@ def write_commit(
         return
     repairer_ensure()
     owner_pk, owner_id, stamp = owner.pk, owner.external_id, owner.stamp
-    delta = {"turns": list(turns), "facts": list(facts), "deleted_keys": list(deleted_keys)}
+    delta: Delta = {
+        "turns": list(turns),
+        "facts": list(facts),
+        "deleted_keys": list(deleted_keys),
+    }
 
     def update() -> None:
         if drop:
@@ -78,7 +92,7 @@ class OwnerWrite:
     __slots__ = ("_delta", "_drop", "_outbox_pk")
 
     def __init__(self) -> None:
-        self._delta: dict[str, list[object]] | None = None
+        self._delta: Delta | None = None
         self._drop = False
         self._outbox_pk: int | None = None
 
@@ -91,7 +105,7 @@ class OwnerWrite:
     ) -> None:
         """The write appended ``turns``, wrote ``facts`` and deleted ``deleted_keys``: the copy
         takes them as a delta. Called more than once, the deltas add up."""
-        delta = self._delta or {"turns": [], "facts": [], "deleted_keys": []}
+        delta: Delta = self._delta or {"turns": [], "facts": [], "deleted_keys": []}
         delta["turns"] += turns
         delta["facts"] += facts
         delta["deleted_keys"] += deleted_keys
@@ -126,7 +140,7 @@ def owner_write(
     if write._drop or write._delta is None:
         write_commit(owner, 0, drop=True, outbox_pk=write._outbox_pk)
     else:
-        write_commit(owner, prev, **write._delta)  # type: ignore[arg-type]
+        write_commit(owner, prev, **write._delta)
 
 
 def owner_changed(

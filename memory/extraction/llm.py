@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
-from memory.extraction.base import LIST_KEYS, OPS, STRING_KEYS, ExtractedFact, logger
+from memory.extraction.base import LIST_KEYS, OPS, STRING_KEYS, ExtractedFact, Op, logger
 from memory.extraction.text import _fits
 
 LLM_PROMPT = """\
@@ -90,4 +90,4 @@ class LLMExtractor:
         op = entry.get("op") or ("add" if key in LIST_KEYS else "set")
         if (key in LIST_KEYS) != (op in ("add", "remove")) or op not in OPS:
             return None
-        return ExtractedFact(key, value, op)
+        return ExtractedFact(key, value, cast(Op, op))

@@ -173,7 +173,7 @@ def item_from_turn(turn: TurnPayload) -> dict[str, Any]:
     ``"Tool output: ..."`` (the model API refuses a tool output without its call)."""
     kept = turn["metadata"].get(METADATA_KEY)
     if isinstance(kept, dict) and isinstance(kept.get("item"), dict):
-        item = copy.deepcopy(kept["item"])
+        item: dict[str, Any] = copy.deepcopy(kept["item"])
         if kept.get("text") is None or _placed(item, kept["text"], turn["content"]):
             return item
     if turn["role"] == "tool":

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import connections
+from django.db.models import Field
 
 from memory.db import prepared_fetchone
 from memory.postgres.permission_held import holds_sql
@@ -47,6 +48,12 @@ def _attnames() -> tuple[list[str], list[str]]:
     )
 
 
+def _column(field: Field[Any, Any]) -> str:
+    """A concrete field's column (``Field.column`` is None only on a field without one)."""
+    assert field.column is not None
+    return field.column
+
+
 @functools.cache
 def _token_sql(alias: str) -> str:
     """The statement of ``token_lookup``: every column of the token and of its user (as
@@ -55,12 +62,12 @@ def _token_sql(alias: str) -> str:
     from rest_framework.authtoken.models import Token
 
     q = connections[alias].ops.quote_name
-    columns = [f"t.{q(f.column)}" for f in Token._meta.concrete_fields]
-    columns += [f"u.{q(f.column)}" for f in User._meta.concrete_fields]
-    user_id = f"u.{q(User._meta.pk.column)}"
+    columns = [f"t.{q(_column(f))}" for f in Token._meta.concrete_fields]
+    columns += [f"u.{q(_column(f))}" for f in User._meta.concrete_fields]
+    user_id = f"u.{q(_column(User._meta.pk))}"
     return (
         f"SELECT {', '.join(columns)}, {holds_sql(user_id)}"
         f" FROM {q(Token._meta.db_table)} t JOIN {q(User._meta.db_table)} u"
         f" ON {user_id} = t.{q(Token.user.field.column)}"
-        f" WHERE t.{q(Token._meta.pk.column)} = %s"
+        f" WHERE t.{q(_column(Token._meta.pk))} = %s"
     )

@@ -85,6 +85,7 @@ def turn_append_call(
             count.after,
         ],
     )
+    assert row is not None  # the SELECT of one function call: one row
     created, conflict, turn_pk, owner_pk, seq, stamp, prev, *stored = row[:12]
     pending_pk, written, skipped, summary_pk = row[12:16]
     if conflict:

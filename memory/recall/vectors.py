@@ -272,7 +272,8 @@ def vectors_write(
         cursor.execute(
             _WRITE_SQL, [model, list(turn_ids), [vector_text(vector) for vector in vectors]]
         )
-        return cursor.rowcount
+        written: int = cursor.rowcount
+        return written
 
 
 def vectors_nearest(
@@ -334,7 +335,8 @@ def facts_write(
                 [vector_text(vector) for vector in vectors],
             ],
         )
-        return cursor.rowcount
+        written: int = cursor.rowcount
+        return written
 
 
 def facts_nearest(

@@ -271,10 +271,8 @@ class _Plan:
             chosen = sorted(chosen, key=lambda turn: found.index(turn))[:-1]
 
     def payload(self, context: ContextPayload) -> ContextMessagesPayload:
-        messages: list[MessagePayload] = [
-            *self.head,
-            *({"role": turn["role"], "content": turn["content"]} for turn in self.kept),
-        ]
+        messages = list(self.head)
+        messages.extend([{"role": turn["role"], "content": turn["content"]} for turn in self.kept])
         return {
             "user_id": context["user_id"],
             "messages": messages,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any
 
 import orjson
@@ -176,7 +176,7 @@ def _sessions(pk: int) -> Callable[[tuple[Any, ...] | None], QuerySet[Any]]:
     return page
 
 
-def _document(snapshot: _Snapshot, owner_id: str) -> Iterator[bytes]:
+def _document(snapshot: _Snapshot, owner_id: str) -> Generator[bytes, None, None]:
     """The document's chunks; the first (the head) reads the owner, the rest page its rows."""
     found = snapshot.rows(Owner.objects.filter(external_id=owner_id).values_list("pk"))
     pk = found[0][0] if found else None

@@ -79,7 +79,7 @@ def cursor_decode(cursor: str, scope: tuple[str, ...], shape: tuple[type, ...]) 
                 raise ValueError(cursor)
             if kind is str and not isinstance(value, str):
                 raise ValueError(cursor)
-        return key  # type: ignore[no-any-return]
+        return key
     except (ValueError, TypeError, binascii.Error) as e:
         raise ValidationError({"cursor": ["Invalid cursor."]}) from e
 

@@ -40,7 +40,7 @@ def facts_expire(*, batch_size: int = EXPIRE_BATCH, limit: int | None = None) ->
             raise ValidationError({name: ["Ensure this value is an integer of at least 1."]})
     now = timezone.now()
     deleted = 0
-    after: tuple[dt.datetime, int] | None = None
+    after: tuple[dt.datetime | None, int] | None = None
     while True:
         expired = Fact.objects.filter(expires_at__lte=now)
         if after is not None:

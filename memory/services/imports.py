@@ -257,10 +257,11 @@ def _history_check(
         if key in current:
             errors.add(f"facts[{i}].key", f"The fact {key!r} is given twice.")
         current.add(key)
-        _, version = last.get(key, (None, None))
-        if version is None:
+        found = last.get(key)
+        if found is None:
             errors.add(f"facts[{i}]", f"The fact {key!r} has no version in fact_history.")
             continue
+        version = found[1]
         same = (
             not version["deleted"]
             and version["version"] == fact["version"]
@@ -342,7 +343,7 @@ def _document_check(document: Any, owner_id: str | None) -> _Checked:
             if session["session_id"] in session_ids:
                 errors.add(f"sessions[{i}].session_id", "This session is given twice.")
             session_ids.add(session["session_id"])
-            if _parse_time(session["first_seen"]) > _parse_time(session["last_seen"]):  # type: ignore[operator]
+            if _checked_time(session["first_seen"]) > _checked_time(session["last_seen"]):
                 errors.add(f"sessions[{i}].first_seen", "Must not be after last_seen.")
         _turns_check(errors, turns, session_ids)
         _history_check(errors, facts, versions, _parse_time(document.get("exported_at")))
@@ -409,9 +410,16 @@ def memory_import(*, document: Mapping[str, Any], owner_id: str | None = None) -
     )
 
 
+def _checked_time(value: Any) -> dt.datetime:
+    """A time the check took (``_parse_time`` is None only for one it refused)."""
+    at = _parse_time(value)
+    assert at is not None
+    return at
+
+
 def _store(owner: Owner, checked: _Checked) -> None:
     """Insert the checked items for ``owner`` (locked, with no memory), in batches."""
-    time = _parse_time
+    time = _checked_time
     Session.objects.bulk_create(
         (
             Session(
@@ -452,7 +460,7 @@ def _store(owner: Owner, checked: _Checked) -> None:
                 deleted=v["deleted"],
                 updated_at=time(v["updated_at"]),
                 actor=v.get("actor", "import"),
-                expires_at=time(v.get("expires_at")),
+                expires_at=_parse_time(v.get("expires_at")),
             )
             for v in checked.versions
         ),
@@ -470,7 +478,7 @@ def _store(owner: Owner, checked: _Checked) -> None:
             session_id=f["session_id"],
             source_turn_seq=sources[(f["key"], f["version"])],
             updated_at=time(f["updated_at"]),
-            expires_at=time(f.get("expires_at")),
+            expires_at=_parse_time(f.get("expires_at")),
         ).save()
 
     if checked.summary is not None:

@@ -186,6 +186,7 @@ def _referenced_seqs(owner: Owner) -> set[int]:
         for seq in model.objects.filter(owner=owner, source_turn_seq__isnull=False)
         .values_list("source_turn_seq", flat=True)
         .distinct()
+        if seq is not None
     }
 
 

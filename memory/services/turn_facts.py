@@ -163,11 +163,11 @@ def _pending_extract(pending: PendingExtraction) -> list[Fact]:
         # NOTE: re-read under the lock: another run may have done it, a forget or prune
         # removed its turn, or a link moved the turn to another owner (the caller's next
         # round finds it there).
-        pending = PendingExtraction.objects.filter(pk=pending.pk).select_related("turn").first()
-        if owner is None or pending is None or pending.turn.owner_id != owner.pk:
+        held = PendingExtraction.objects.filter(pk=pending.pk).select_related("turn").first()
+        if owner is None or held is None or held.turn.owner_id != owner.pk:
             return []
-        turn = pending.turn
-        pending.delete()
+        turn = held.turn
+        held.delete()
         if not found:
             return []
         rows = list(

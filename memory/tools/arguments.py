@@ -7,7 +7,7 @@ list (``additionalProperties: false``: an owner, above all) is an error, never c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
@@ -38,14 +38,14 @@ class StrictIntegerField(serializers.IntegerField):
     def to_internal_value(self, data: Any) -> int:
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             self.fail("invalid")
-        return super().to_internal_value(data)  # type: ignore[no-any-return]
+        return super().to_internal_value(data)
 
 
 def _limit(value: Any, *, most: int) -> bool:
     return type(value) is int and 1 <= value <= most
 
 
-def _text(value: Any, *, most: int) -> bool:
+def _text(value: Any, *, most: int) -> TypeGuard[str]:
     return (
         type(value) is str
         and 1 <= len(value) <= most
@@ -58,7 +58,7 @@ def _fact_key(value: Any) -> bool:
     return type(value) is str and FACT_KEY_RE.fullmatch(value) is not None
 
 
-class ToolArguments(serializers.Serializer):
+class ToolArguments(serializers.Serializer[dict[str, Any]]):
     """The arguments of one tool: exactly its fields, each as its schema says; any other
     argument is an error (``additionalProperties: false``)."""
 

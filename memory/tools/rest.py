@@ -40,7 +40,7 @@ TOOL_NAME = OpenApiParameter(
 )
 
 
-class ToolCallInputSerializer(serializers.Serializer):
+class ToolCallInputSerializer(serializers.Serializer[dict[str, Any]]):
     """The body of ``POST users/{user_id}/tools/{name}/``."""
 
     arguments = serializers.DictField(
@@ -50,13 +50,13 @@ class ToolCallInputSerializer(serializers.Serializer):
     )
 
 
-class ToolCallResultSerializer(serializers.Serializer):
+class ToolCallResultSerializer(serializers.Serializer[dict[str, Any]]):
     """What the tool answered: see each tool's description (GET tools/)."""
 
     result = serializers.DictField()
 
 
-class ToolDefinitionSerializer(serializers.Serializer):
+class ToolDefinitionSerializer(serializers.Serializer[dict[str, Any]]):
     """A tool: its name, what it does (written for a model to read), and the JSON Schema
     (2020-12) of its arguments."""
 
@@ -65,7 +65,7 @@ class ToolDefinitionSerializer(serializers.Serializer):
     parameters = serializers.DictField()
 
 
-class ToolListSerializer(serializers.Serializer):
+class ToolListSerializer(serializers.Serializer[dict[str, Any]]):
     """Every tool a model may be given."""
 
     tools = ToolDefinitionSerializer(many=True)

@@ -67,7 +67,7 @@ class HealthView(MemoryView):
     # NOTE: no authentication (a bad token must not fail a probe), no throttle (probes are
     # frequent), and nothing in the answer but two words.
     authentication_classes = ()
-    permission_classes = (AllowAny,)
+    permission_classes = [AllowAny]
     throttle_classes = ()
 
     @extend_schema(
