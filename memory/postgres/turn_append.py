@@ -4,7 +4,7 @@ specification) in one round trip."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
@@ -21,7 +21,7 @@ from memory.appends import (
 from memory.conf import conf
 from memory.db import prepared_fetchone
 from memory.models import Owner, Turn
-from memory.payloads import fact_payload_from_row
+from memory.payloads import FactPayload, fact_payload_from_row
 
 # The parameters of memory_turn_append() (sql/turn_append.sql), in its order, typed
 # for a cursor that binds them on the server.
@@ -42,7 +42,7 @@ class Appended(NamedTuple):
     pending_pk: int | None
     summary_pk: int | None
     owner: Owner | None
-    facts: list[dict[str, Any]]
+    facts: list[FactPayload]
     stamp_taken: int | None
 
 

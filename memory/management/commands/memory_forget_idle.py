@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from memory import selectors, services
 from memory.exceptions import MemoryUnavailable
-from memory.management.commands.memory_prune import parse_age
+from memory.management.args import parse_age
 
 
 class Command(BaseCommand):
