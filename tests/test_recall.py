@@ -367,6 +367,26 @@ def test_without_pgvector_search_stays_textual_and_the_check_says_so(
             selectors.turn_search(owner_id="wang", q="corgi", mode="hybrid")
 
 
+def test_the_check_waits_for_the_migrations_that_create_the_vectors(
+    no_vector_table, memory_settings
+):
+    """``migrate`` runs the database checks before it migrates: no W016 while the app's
+    migrations (which create the extension and the table where they can) are not applied."""
+    from django.core.checks import run_checks
+    from django.db.migrations.executor import MigrationExecutor
+
+    leaves = MigrationExecutor(connection).loader.graph.leaf_nodes()
+    last = next(name for app, name in leaves if app == "memory")
+    with memory_settings(EMBEDDER=E5):
+        assert "memory.W016" in {message.id for message in run_checks(databases=["default"])}
+        with connection.cursor() as cursor:
+            # NOTE: in the test's transaction, rolled back after it.
+            cursor.execute(
+                "DELETE FROM django_migrations WHERE app = 'memory' AND name = %s", [last]
+            )
+        assert "memory.W016" not in {message.id for message in run_checks(databases=["default"])}
+
+
 def test_with_pgvector_the_check_is_quiet(e5):
     from django.core.checks import run_checks
 
