@@ -122,6 +122,13 @@ def test_demo_runs_on_sqlite_without_cache(demo_env):
         assert [t["content"] for t in context["turns"]] == ["我叫王建国"]
         # NOTE: SQLite takes the general path of an append: the extractor ran before it.
         assert context["facts"] == {"name": "王建国"}
+        # NOTE: search by meaning needs PostgreSQL: the 400 says how to get it.
+        status, refused = _request(f"{base}/users/wang/search/?q=name&mode=semantic", token=token)
+        assert status == 400
+        assert "this database is SQLite; run on PostgreSQL (the demo: DATABASE_URL=" in (
+            refused["mode"][0]
+        )
+        assert "with pgvector installed, then manage.py migrate" in refused["mode"][0]
 
 
 class _Browser:
