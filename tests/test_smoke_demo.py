@@ -122,6 +122,10 @@ def test_demo_runs_on_sqlite_without_cache(demo_env):
         assert [t["content"] for t in context["turns"]] == ["我叫王建国"]
         # NOTE: SQLite takes the general path of an append: the extractor ran before it.
         assert context["facts"] == {"name": "王建国"}
+        # NOTE: the icon every browser asks for, served from the repository.
+        with urllib.request.urlopen(f"{root}/favicon.ico", timeout=10) as response:
+            assert response.headers["Content-Type"] == "image/x-icon"
+            assert response.read() == (ROOT / "memoryproj/static/memoryproj/favicon.ico").read_bytes()
         # NOTE: search by meaning needs PostgreSQL: the 400 says how to get it.
         status, refused = _request(f"{base}/users/wang/search/?q=name&mode=semantic", token=token)
         assert status == 400
