@@ -6,35 +6,14 @@ icon (``/favicon.ico``, which browsers ask for on every page)."""
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
-
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
-from django.views.decorators.http import require_safe
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from memory.metrics import metrics_view
-from memoryproj import chat
-
-FAVICON = Path(__file__).resolve().parent / "static" / "memoryproj" / "favicon.ico"
-
-
-@cache
-def _favicon_bytes() -> bytes:
-    return FAVICON.read_bytes()
-
-
-@require_safe
-def favicon(request: HttpRequest) -> HttpResponse:
-    """The demo's icon, from this repository (nothing from another host), cached for a day."""
-    response = HttpResponse(_favicon_bytes(), content_type="image/x-icon")
-    response["Cache-Control"] = "public, max-age=86400"
-    return response
-
+from memoryproj import assets, chat
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -44,11 +23,12 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
+    path("api/redoc/redoc.standalone.js", assets.redoc_bundle, name="redoc-bundle"),
     path("chat/", chat.chat, name="chat"),
     path("chat/stream/", chat.chat_stream, name="chat-stream"),
     path("accounts/login/", chat.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("favicon.ico", favicon, name="favicon"),
+    path("favicon.ico", assets.favicon, name="favicon"),
     path("", RedirectView.as_view(pattern_name="chat"), name="home"),
 ]
 
