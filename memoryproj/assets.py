@@ -17,7 +17,9 @@ REDOC_BUNDLE = "drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js"
 # NOTE: Redoc's sidebar footer shows an image from its CDN, whatever its options say; an empty
 # transparent image in its place, so that the page asks no other host for anything.
 REDOC_LOGO = b'src:"https://cdn.redoc.ly/redoc/logo-mini.svg"'
-BLANK_IMAGE = b'src:"data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7"'
+BLANK_IMAGE = (
+    b'src:"data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7"'
+)
 # How long a browser may keep these (they change only with a new release of the demo).
 MAX_AGE = 86400
 

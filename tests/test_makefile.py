@@ -68,8 +68,9 @@ class FakeRoot:
 
 SCRIPTS = {
     "ensure-chromium": lambda: Path("/usr/bin/chromium").exists(),
-    "ensure-pgbouncer": lambda: bool(shutil.which("pgbouncer"))
-    or Path("/usr/sbin/pgbouncer").exists(),
+    "ensure-pgbouncer": lambda: (
+        bool(shutil.which("pgbouncer")) or Path("/usr/sbin/pgbouncer").exists()
+    ),
 }
 
 

@@ -487,7 +487,11 @@ def test_the_owner_is_the_tokens_never_a_strangers(owner_user, service_user):
     refused = resolve(f"Bearer {service}", None, auth)
     assert refused.status == 400
     assert "name the one this request is for in the header X-Memory-User" in refused.detail
-    assert resolve(f"Bearer {service}", "svc", auth) == ("svc", "user:" + str(service_user.pk), "api:svc")
+    assert resolve(f"Bearer {service}", "svc", auth) == (
+        "svc",
+        "user:" + str(service_user.pk),
+        "api:svc",
+    )
     assert resolve("Bearer nope", None, auth).status == 401
     owner_user.is_active = False
     owner_user.save()
@@ -535,6 +539,8 @@ def test_the_command_without_the_mcp_sdk_names_the_extra_to_install():
         timeout=60,
     )
     assert done.returncode == 1
-    assert done.stderr.startswith("CommandError: manage.py memory_mcp needs the MCP SDK, the extra mcp")
+    assert done.stderr.startswith(
+        "CommandError: manage.py memory_mcp needs the MCP SDK, the extra mcp"
+    )
     assert 'pip install "$(echo dist/django_memory-*.whl)[mcp]" after make dist' in done.stderr
     assert "anyio" not in done.stderr

@@ -367,8 +367,9 @@ def test_without_pgvector_search_stays_textual_and_the_check_says_so(
         assert selectors.turn_search(owner_id="wang", q="corgi")[0]["content"] == CORGI
         with pytest.raises(ValidationError) as e:
             selectors.turn_search(owner_id="wang", q="corgi", mode="hybrid")
-        assert "install pgvector on the server, then run manage.py memory_embed --setup" in (
-            e.value.message_dict["mode"][0]
+        assert (
+            "install pgvector on the server, then run manage.py memory_embed --setup"
+            in e.value.message_dict["mode"][0]
         )
 
 

@@ -125,12 +125,15 @@ def test_demo_runs_on_sqlite_without_cache(demo_env):
         # NOTE: the icon every browser asks for, served from the repository.
         with urllib.request.urlopen(f"{root}/favicon.ico", timeout=10) as response:
             assert response.headers["Content-Type"] == "image/x-icon"
-            assert response.read() == (ROOT / "memoryproj/static/memoryproj/favicon.ico").read_bytes()
+            assert (
+                response.read() == (ROOT / "memoryproj/static/memoryproj/favicon.ico").read_bytes()
+            )
         # NOTE: search by meaning needs PostgreSQL: the 400 says how to get it.
         status, refused = _request(f"{base}/users/wang/search/?q=name&mode=semantic", token=token)
         assert status == 400
-        assert "this database is SQLite; run on PostgreSQL (the demo: DATABASE_URL=" in (
-            refused["mode"][0]
+        assert (
+            "this database is SQLite; run on PostgreSQL (the demo: DATABASE_URL="
+            in refused["mode"][0]
         )
         assert "with pgvector installed, then manage.py migrate" in refused["mode"][0]
 

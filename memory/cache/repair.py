@@ -10,6 +10,7 @@ that died between commit and cache update. A repair is always a drop to a floor,
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -134,10 +135,9 @@ def _confirmed_flush_at_exit() -> None:
     with _state.lock:
         batch, _state.confirmed = _state.confirmed, set()
     if batch:
-        try:
+        # NOTE: the interpreter is going away: whatever fails, the marks stay for a sweep.
+        with contextlib.suppress(Exception):
             dirty_clear(batch, quiet=True)
-        except Exception:  # noqa: BLE001 - the interpreter is going away; the sweep stays
-            pass
 
 
 atexit.register(_confirmed_flush_at_exit)

@@ -12,8 +12,8 @@ the same five tools as ``memory.tools``, on the same path (``tool_answer``). Nee
   token (``Authorization: Bearer <key>``, the REST API's tokens): the owner is the caller's own
   (``MEMORY["OWNER_RESOLVER"]``), or for a service caller (``memory.access_all_memories``) the
   one the header ``X-Memory-User`` names, which it must send (else 400). No token: 401;
-  another's memory named by anyone else: 403. It runs the SDK's session manager in the ASGI lifespan (or, where a server sends none,
-  from its first request).
+  another's memory named by anyone else: 403. It runs the SDK's session manager in the ASGI
+  lifespan (or, where a server sends none, from its first request).
 - ``mcp_mount(application)``: ``application`` (a host's Django ASGI app) with ``mcp_app()`` at
   ``/mcp/``, as ``memoryproj/asgi.py`` serves it.
 

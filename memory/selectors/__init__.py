@@ -2,8 +2,9 @@
 
 One module per entity (``context``, ``facts``, ``turns``, ``sessions``, ``search``, ``owners``,
 ``health``, ``summaries``, ``export``; ``pages`` holds what every listing shares), everything public
-re-exported here. ``context_get``, ``fact_list``, ``fact_get`` and ``summary_get`` read through the Redis
-copy and rehydrate it from the database on any miss; the other selectors read the database.
+re-exported here. ``context_get``, ``fact_list``, ``fact_get`` and ``summary_get`` read through
+the Redis copy and rehydrate it from the database on any miss; the other selectors read the
+database.
 A lost database raises ``MemoryUnavailable``; Redis failures are never seen by callers.
 """
 

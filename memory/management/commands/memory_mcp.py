@@ -15,7 +15,6 @@ from memory.extras import extra_install
 from memory.permissions import can_reach, owner_id_for
 from memory.validators import actor_of, validate_owner_id
 
-
 COMMAND = "manage.py memory_mcp"
 
 
