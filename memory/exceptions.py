@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
+import time
 from typing import Any
 
 from django.db import InterfaceError, OperationalError
+
+logger = logging.getLogger("memory.db")
+
+# The same cause of an unavailable database is logged at most this often, with a count.
+UNAVAILABLE_LOG_SECONDS = 10.0
+# The longest message of a cause that is logged (its first line only).
+UNAVAILABLE_LOG_CHARS = 200
 
 
 class MemoryException(Exception):
@@ -80,8 +90,46 @@ class ReadsInFlight(MemoryException):
         self.retry_after = retry_after
 
 
+class _UnavailableLog:
+    """When each cause of an unavailable database was last logged, and how often since."""
+
+    lock = threading.Lock()
+    # (error type, message) -> (monotonic time logged, recurrences since); bounded: cleared
+    # when it holds this many causes.
+    logged: dict[tuple[str, str], tuple[float, int]] = {}
+    most = 64
+
+
+def unavailable_log(exc: BaseException) -> None:
+    """Log (``memory.db``, a warning) why the database counts as unavailable: ``exc``'s type,
+    its driver error's, and the first line of its message, which names no query, parameter,
+    owner or content. The same cause at most once per ``UNAVAILABLE_LOG_SECONDS`` per process,
+    then with how often it recurred meanwhile. Never raises."""
+    kind = type(exc).__name__
+    driver = exc.__cause__
+    if driver is not None and type(driver) is not type(exc):
+        kind = f"{kind} ({type(driver).__module__}.{type(driver).__qualname__})"
+    lines = str(exc).strip().splitlines()
+    message = lines[0][:UNAVAILABLE_LOG_CHARS] if lines else ""
+    key, now, repeats = (kind, message), time.monotonic(), 0
+    with _UnavailableLog.lock:
+        logged = _UnavailableLog.logged
+        if len(logged) >= _UnavailableLog.most:
+            logged.clear()
+        entry = logged.get(key)
+        if entry is not None and now - entry[0] < UNAVAILABLE_LOG_SECONDS:
+            logged[key] = (entry[0], entry[1] + 1)
+            return
+        if entry is not None:
+            repeats = entry[1]
+        logged[key] = (now, 0)
+    again = f" ({repeats} more since the last report)" if repeats else ""
+    logger.warning("The memory database is unavailable: %s: %s%s", kind, message, again)
+
+
 class database_guard(contextlib.ContextDecorator):
-    """Turn a lost database connection into ``MemoryUnavailable`` (a decorator or a ``with``)."""
+    """Turn a lost database connection into ``MemoryUnavailable`` (a decorator or a ``with``),
+    its cause logged by ``unavailable_log``."""
 
     def __enter__(self) -> database_guard:
         return self
@@ -90,4 +138,5 @@ class database_guard(contextlib.ContextDecorator):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
     ) -> None:
         if exc is not None and isinstance(exc, (OperationalError, InterfaceError)):
+            unavailable_log(exc)
             raise MemoryUnavailable(f"The database is unavailable: {exc}") from exc

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.template.loader import render_to_string
 from django.views import defaults
 
-from memory.exceptions import MemoryUnavailable
+from memory.exceptions import MemoryUnavailable, unavailable_log
 from memoryproj.chat import UNAVAILABLE
 
 # The errors of a database that cannot be reached, as the memory API maps them to 503.
@@ -45,13 +45,20 @@ class DatabaseUnavailableMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        return unavailable(request) if isinstance(exception, DATABASE_ERRORS) else None
+        if not isinstance(exception, DATABASE_ERRORS):
+            return None
+        if not isinstance(exception, MemoryUnavailable):
+            unavailable_log(exception)
+        return unavailable(request)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
     """The project's ``handler500``: a lost database outside any view (the session saved after
     it, by the session middleware) is a 503 too; anything else Django's 500 page."""
     # NOTE: Django calls it inside the except block of the error it answers.
-    if isinstance(sys.exc_info()[1], DATABASE_ERRORS):
+    error = sys.exc_info()[1]
+    if isinstance(error, DATABASE_ERRORS):
+        if not isinstance(error, MemoryUnavailable):
+            unavailable_log(error)
         return unavailable(request)
     return defaults.server_error(request)

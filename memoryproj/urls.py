@@ -1,7 +1,8 @@
 """URLs of the demo project: the admin, the memory API under ``/api/memory/``, its
 OpenAPI 3 schema (``/api/schema/``) with Swagger UI (``/api/docs/``) and Redoc (``/api/redoc/``),
 the app's Prometheus metrics (``/metrics``), the demo chat page (``/chat/``, where ``/`` leads;
-``/chat/stream/`` streams a reply) and its login and logout pages (``/accounts/``)."""
+``/chat/stream/`` streams a reply), its login and logout pages (``/accounts/``) and the site's
+icon (``/favicon.ico``, which browsers ask for on every page)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from memory.metrics import metrics_view
-from memoryproj import chat
+from memoryproj import assets, chat
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -22,10 +23,12 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
+    path("api/redoc/redoc.standalone.js", assets.redoc_bundle, name="redoc-bundle"),
     path("chat/", chat.chat, name="chat"),
     path("chat/stream/", chat.chat_stream, name="chat-stream"),
     path("accounts/login/", chat.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("favicon.ico", assets.favicon, name="favicon"),
     path("", RedirectView.as_view(pattern_name="chat"), name="home"),
 ]
 

@@ -124,6 +124,7 @@ def clone(dest: Path) -> Path:
     (site,) = (venv / "lib").glob("python3*/site-packages")
     (site / "suite-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     (venv / ".installed").touch()
+    (venv / ".runtime").touch()
     return tree
 
 

@@ -120,6 +120,24 @@ def test_owner_page_shows_latest_turns_and_facts_inline(admin_client, chat):
     assert f"{url('fact', 'changelist')}?owner={chat.pk}" in page
 
 
+def test_owner_page_says_what_is_not_summarised_yet(admin_client, chat, write):
+    """Beside "none yet", the tokens counted towards the first summary, said as such."""
+    page = admin_client.get(url("owner", "change", chat.pk)).content.decode()
+    assert "none yet" in page
+    tokens = Owner.objects.get(pk=chat.pk).summary_tokens
+    assert tokens > 0
+    assert "Summary tokens" not in page
+    assert (
+        f"{tokens} tokens of turns; the first summary is written once they pass 2,000 "
+        "(MEMORY[&#x27;SUMMARY_AFTER_TOKENS&#x27;])."
+    ) in page
+    with write():
+        services.summary_refresh(owner_id="wang")
+    page = admin_client.get(url("owner", "change", chat.pk)).content.decode()
+    assert "none yet" not in page
+    assert "0 tokens of turns; a refresh is written once they pass 2,000" in page
+
+
 def test_owner_page_inlines_are_bounded(admin_client, write):
     owner = seed_history("wang", 300, write)
     response = admin_client.get(url("owner", "change", owner.pk))

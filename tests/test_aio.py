@@ -92,6 +92,7 @@ def test_async_code_reads_and_writes_as_the_sync_api_does():
             "messages": await selectors.acontext_messages(owner_id="wang", max_tokens=100),
             "turn_list": await selectors.aturn_list(owner_id="wang", limit=1),
             "fact_list": await selectors.afact_list(owner_id="wang"),
+            "fact_get": await selectors.afact_get(owner_id="wang", key="location"),
             "fact_history": await selectors.afact_history(owner_id="wang", key="location"),
             "session_list": await selectors.asession_list(owner_id="wang"),
             "turn_search": await selectors.aturn_search(owner_id="wang", q="王建国"),
@@ -122,6 +123,7 @@ def test_async_code_reads_and_writes_as_the_sync_api_does():
     assert got["messages"]["messages"][-1] == {"role": "assistant", "content": "你好，王建国！"}
     assert got["turn_list"] == selectors.turn_list(owner_id="wang", limit=1)
     assert got["fact_list"] == selectors.fact_list(owner_id="wang")
+    assert got["fact_get"] == selectors.fact_get(owner_id="wang", key="location")
     assert got["fact_history"] == selectors.fact_history(owner_id="wang", key="location")
     assert got["session_list"] == selectors.session_list(owner_id="wang")
     assert got["turn_search"] == selectors.turn_search(owner_id="wang", q="王建国")
@@ -213,6 +215,8 @@ def _error(call: Callable[[], Any]) -> BaseException:
         ("context_messages", selectors, {"owner_id": "wang", "max_tokens": 0}, ValidationError),
         ("context_messages", selectors, {"owner_id": "wang", "max_tokens": 1}, ValidationError),
         ("fact_history", selectors, {"owner_id": "wang", "key": "Bad Key"}, ValidationError),
+        ("fact_get", selectors, {"owner_id": "wang", "key": "Bad Key"}, ValidationError),
+        ("fact_get", selectors, {"owner_id": "wang", "key": "nothing"}, FactNotFound),
         ("turn_search", selectors, {"owner_id": "wang", "q": ""}, ValidationError),
     ],
 )

@@ -152,6 +152,34 @@ def test_delete_with_stale_if_match_is_412(owner_client, write):
     assert write(owner_client, "delete", NAME, HTTP_IF_MATCH="2").status_code == 204
 
 
+def test_get_one_fact_answers_it_or_404(owner_client, other_client, write):
+    assert owner_client.get(NAME).status_code == 404
+    put = write(owner_client, "put", NAME, {"value": "Wang Jianguo", "session_id": "tab"}).json()
+    write(owner_client, "put", "/api/memory/users/wang/facts/likes/", {"value": ["golf"]})
+    response = owner_client.get(NAME)
+    assert response.status_code == 200
+    assert response.json() == put
+    assert response.json() == owner_client.get(FACTS).json()["facts"][1]
+    assert owner_client.get("/api/memory/users/wang/facts/location/").status_code == 404
+    # NOTE: another user's fact is a 404, as their whole memory is.
+    assert other_client.get(NAME).status_code == 404
+    write(owner_client, "delete", NAME)
+    assert owner_client.get(NAME).status_code == 404
+
+
+def test_get_one_fact_reads_through_the_cached_copy_as_the_list_does(owner_client, write):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memory import selectors
+
+    write(owner_client, "put", NAME, {"value": "Wang"})
+    assert selectors.fact_list(owner_id="wang")[0]["value"] == "Wang"
+    with CaptureQueriesContext(connection) as queries:
+        assert selectors.fact_get(owner_id="wang", key="name")["value"] == "Wang"
+    assert len(queries) == 0
+
+
 def test_list_facts_by_key(owner_client, write):
     write(owner_client, "put", "/api/memory/users/wang/facts/name/", {"value": "Wang"})
     write(owner_client, "put", "/api/memory/users/wang/facts/likes/", {"value": ["golf"]})

@@ -30,6 +30,7 @@ OPERATIONS = [
     "context_messages",
     "fact_list",
     "facts_merge",
+    "fact_get",
     "fact_put",
     "fact_delete",
     "fact_history",

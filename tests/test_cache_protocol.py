@@ -471,3 +471,40 @@ def test_an_update_no_replica_acknowledged_has_not_landed(write, memory_settings
     with memory_settings(CACHE_REPLICAS=0):
         assert cache.run_once() == 1
     assert not Owner.objects.get(external_id="wang").cache_dirty
+
+
+# 8. A writer that exits normally leaves no mark for another process's sweep.
+
+EXIT_SCRIPT = """
+import django
+django.setup()
+from django.conf import settings
+settings.MEMORY = {**settings.MEMORY, "REPAIR_THREAD": True, "RECONCILE_INTERVAL": 3600}
+from memory import selectors, services
+from memory.cache import repair
+selectors.context_get(owner_id="wang")
+services.turn_append(owner_id="wang", session_id="s", role="user", content="hello")
+# NOTE: confirmed, its mark left for the repairer's batched clear, which sleeps meanwhile.
+assert repair._state.confirmed, "the mark was cleared before the exit"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_writer_clears_the_marks_it_confirmed_before_it_exits(redis_client):
+    from tests.instance import environment
+
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT],
+        cwd=ROOT,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    owner = Owner.objects.get(external_id="wang")
+    assert (owner.last_seq, owner.cache_dirty) == (1, False)
+    # NOTE: so the next process's sweep finds nothing to drop: the copy stays.
+    assert cache.repair.sweep(grace=0) == 0
+    assert selectors.context_get(owner_id="wang")["source"] == "cache"

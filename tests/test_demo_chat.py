@@ -242,6 +242,26 @@ def test_a_link_refused_past_max_facts_lets_the_user_go_on_as_themselves(client,
     assert len(selectors.turn_list(owner_id=owner_id)[0]) == 2
 
 
+SPEAKER_RE = re.compile(r'<h2 id="speaker">([^<]*) <small>')
+
+
+@commits
+def test_the_conversation_heading_names_the_visitor_the_same_way_before_and_after_a_reload(
+    client,
+):
+    """An anonymous visitor is "You" before their first message, after it and after a reload
+    (their anonymous id is shown beside "chatting anonymously"); a user is their id."""
+    headings = [SPEAKER_RE.search(client.get("/chat/").content.decode()).group(1)]
+    headings.append(SPEAKER_RE.search(say(client, "web", INTRO).content.decode()).group(1))
+    page = client.get("/chat/").content.decode()
+    headings.append(SPEAKER_RE.search(page).group(1))
+    assert headings == ["You", "You", "You"]
+    assert re.search(r'id="anon-id">anon-[0-9a-f]{32}<', page)
+    User.objects.create_user("wang", password="pw")
+    client.login(username="wang", password="pw")
+    assert SPEAKER_RE.search(client.get("/chat/").content.decode()).group(1) == "wang"
+
+
 @commits
 def test_logging_out_starts_a_new_anonymous_memory(client):
     User.objects.create_user("wang", password="pw")

@@ -320,13 +320,31 @@ def test_the_api_docs_load_nothing_from_another_host(client: Client, url: str):
     response = client.get(url)
     assert response.status_code == 200
     html = response.content.decode()
-    assert "/static/drf_spectacular_sidecar/" in html
+    scripts = re.findall(r'<script src="([^"]+)"', html)
+    assert scripts and all(src.startswith("/") and not src.startswith("//") for src in scripts)
     # NOTE: every address in the page, attribute or script, is on this host.
     assert re.findall(r"(?:https?:)?//[A-Za-z0-9.-]+\.[A-Za-z]{2,}", html) == []
     assert "cdn" not in html.lower()
     if url == "/api/docs/":
+        assert "/static/drf_spectacular_sidecar/" in html
         # NOTE: Swagger UI's default validator badge would send the schema's address out.
         assert '"validatorUrl": null' in html
+
+
+def test_redoc_s_bundle_asks_no_other_host_for_its_logo(client: Client):
+    """Redoc draws an image from its CDN in its sidebar, whatever its options: the demo serves
+    the sidecar's bundle with an empty image of the page's own in its place."""
+    html = client.get("/api/redoc/").content.decode()
+    (src,) = re.findall(r'<script src="([^"]+)"', html)
+    response = client.get(src)
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/javascript")
+    bundle = response.content.decode()
+    assert "Redoc" in bundle and "API docs by Redocly" in bundle
+    assert "cdn.redoc.ly" not in bundle
+    # NOTE: nor its source map, which a browser's developer tools would ask for.
+    assert "sourceMappingURL" not in bundle.rstrip().rsplit("\n", 1)[-1]
+    assert 'src:"data:image/gif;base64,' in bundle
 
 
 @pytest.mark.urls("tests.test_demo_settings")

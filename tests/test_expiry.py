@@ -190,6 +190,8 @@ def test_a_cold_read_leaves_an_expired_fact_out_of_the_database_read_and_the_fil
 def test_every_door_leaves_an_expired_fact_out_before_any_sweep(expiring, owner_client):
     wait_past(expiring)
     assert [f["key"] for f in owner_client.get(FACTS).json()["facts"]] == ["name"]
+    assert owner_client.get(f"{FACTS}trip/").status_code == 404
+    assert owner_client.get(f"{FACTS}name/").json()["value"] == "王建国"
     assert owner_client.get("/api/memory/users/wang/context/").json()["facts"] == {"name": "王建国"}
     messages = owner_client.get("/api/memory/users/wang/context/messages/").json()
     assert messages["facts"] == {"name": "王建国"}

@@ -233,7 +233,23 @@ def test_http_a_service_caller_names_the_owner_in_a_header(demo):
 
     named = over_http(demo, token, profile, headers={"X-Memory-User": "wang"})
     assert named == {"facts": {"name": "Wang"}}
-    assert over_http(demo, token, profile) == {"facts": {}}
+    # NOTE: without the header, a clear refusal; its own account's memory is not written.
+    response = httpx2.post(
+        f"{demo}/mcp/",
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "remember_fact", "arguments": {"key": "city", "value": "上海"}},
+        },
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json, text/event-stream",
+        },
+    )
+    assert response.status_code == 400
+    assert "X-Memory-User: <user id>" in response.json()["detail"]
+    assert selectors.fact_list(owner_id="svc") == []
 
 
 @pytest.mark.slow
@@ -467,9 +483,13 @@ def test_the_owner_is_the_tokens_never_a_strangers(owner_user, service_user):
     assert resolve(f"Bearer {owner}", "li", auth).status == 403
     assert resolve(f"Bearer {service}", "li", auth) == ("li", "owner:li", "api:svc")
     assert resolve(f"Bearer {service}", "not valid!", auth).status == 400
-    assert resolve(f"Bearer {service}", None, auth) == (
+    # NOTE: a service caller names the owner, its own account's too; never silently its own.
+    refused = resolve(f"Bearer {service}", None, auth)
+    assert refused.status == 400
+    assert "name the one this request is for in the header X-Memory-User" in refused.detail
+    assert resolve(f"Bearer {service}", "svc", auth) == (
         "svc",
-        f"user:{service_user.pk}",
+        "user:" + str(service_user.pk),
         "api:svc",
     )
     assert resolve("Bearer nope", None, auth).status == 401
@@ -500,3 +520,27 @@ def test_without_the_mcp_sdk_the_import_error_names_the_extra():
     out = import_error_without("mcp", "memory.integrations.mcp")
     assert out.startswith("memory.integrations.mcp needs the MCP SDK, the extra mcp")
     assert 'pip install "$(echo dist/django_memory-*.whl)[mcp]" after make dist' in out
+
+
+def test_the_command_without_the_mcp_sdk_names_the_extra_to_install():
+    """Without the extra neither the SDK nor its anyio is there: the command says what to
+    install, not which of its modules is missing."""
+    code = (
+        "import sys; sys.modules['mcp'] = None; sys.modules['anyio'] = None\n"
+        "from django.core.management import execute_from_command_line\n"
+        "execute_from_command_line(['manage.py', 'memory_mcp', '--user', 'nobody'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith(
+        "CommandError: manage.py memory_mcp needs the MCP SDK, the extra mcp"
+    )
+    assert 'pip install "$(echo dist/django_memory-*.whl)[mcp]" after make dist' in done.stderr
+    assert "anyio" not in done.stderr

@@ -266,6 +266,8 @@ def test_modes_are_checked(e5, memory_settings):
         with pytest.raises(ValidationError) as e:
             selectors.turn_search(owner_id="wang", q="x", mode="semantic")
         assert "mode=text works" in e.value.message_dict["mode"][0]
+        # NOTE: and how to turn it on.
+        assert "MEMORY['EMBEDDER'] is None; set it" in e.value.message_dict["mode"][0]
         assert selectors.turn_search(owner_id="wang", q="x") == []
 
 
@@ -363,8 +365,32 @@ def test_without_pgvector_search_stays_textual_and_the_check_says_so(
         assert DBTaskResult.objects.count() == before
         assert embeddings.turns_embed(owner_id="wang") == 0
         assert selectors.turn_search(owner_id="wang", q="corgi")[0]["content"] == CORGI
-        with pytest.raises(ValidationError):
+        with pytest.raises(ValidationError) as e:
             selectors.turn_search(owner_id="wang", q="corgi", mode="hybrid")
+        assert (
+            "install pgvector on the server, then run manage.py memory_embed --setup"
+            in e.value.message_dict["mode"][0]
+        )
+
+
+def test_the_check_waits_for_the_migrations_that_create_the_vectors(
+    no_vector_table, memory_settings
+):
+    """``migrate`` runs the database checks before it migrates: no W016 while the app's
+    migrations (which create the extension and the table where they can) are not applied."""
+    from django.core.checks import run_checks
+    from django.db.migrations.executor import MigrationExecutor
+
+    leaves = MigrationExecutor(connection).loader.graph.leaf_nodes()
+    last = next(name for app, name in leaves if app == "memory")
+    with memory_settings(EMBEDDER=E5):
+        assert "memory.W016" in {message.id for message in run_checks(databases=["default"])}
+        with connection.cursor() as cursor:
+            # NOTE: in the test's transaction, rolled back after it.
+            cursor.execute(
+                "DELETE FROM django_migrations WHERE app = 'memory' AND name = %s", [last]
+            )
+        assert "memory.W016" not in {message.id for message in run_checks(databases=["default"])}
 
 
 def test_with_pgvector_the_check_is_quiet(e5):

@@ -4,13 +4,20 @@ storage tests use Postgres."""
 
 from __future__ import annotations
 
+import contextlib
+import html
+import http.cookiejar
 import json
 import os
+import re
+import secrets
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,6 +69,35 @@ def _manage(env: dict[str, str], *args: str) -> str:
     return result.stdout + result.stderr
 
 
+@contextlib.contextmanager
+def _demo_server(env: dict[str, str]) -> Iterator[str]:
+    """``runserver`` on the demo's settings, on a free port, until the block ends: its root URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    root = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{root}/api/memory/health/", timeout=10).close()
+                break
+            except urllib.error.HTTPError:
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the demo server did not start"
+                time.sleep(0.2)
+        yield root
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
 def test_demo_runs_on_sqlite_without_cache(demo_env):
     _manage(demo_env, "migrate", "--noinput")
     assert "no issues" in _manage(demo_env, "check")
@@ -69,24 +105,9 @@ def test_demo_runs_on_sqlite_without_cache(demo_env):
         demo_env, "createsuperuser", "--noinput", "--username", "wang", "--email", "w@example.com"
     )
     token = _manage(demo_env, "drf_create_token", "wang").split()[2]
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=demo_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}/api/memory"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                status, health = _request(f"{base}/health/")
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the demo server did not start"
-                time.sleep(0.2)
+    with _demo_server(demo_env) as root:
+        base = f"{root}/api/memory"
+        status, health = _request(f"{base}/health/")
         assert (status, health["database"], health["cache"]) == (200, "ok", "disabled")
         assert health["latency_ms"]["cache"] is None
         status, turn = _request(
@@ -101,9 +122,100 @@ def test_demo_runs_on_sqlite_without_cache(demo_env):
         assert [t["content"] for t in context["turns"]] == ["我叫王建国"]
         # NOTE: SQLite takes the general path of an append: the extractor ran before it.
         assert context["facts"] == {"name": "王建国"}
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+        # NOTE: the icon every browser asks for, served from the repository.
+        with urllib.request.urlopen(f"{root}/favicon.ico", timeout=10) as response:
+            assert response.headers["Content-Type"] == "image/x-icon"
+            assert (
+                response.read() == (ROOT / "memoryproj/static/memoryproj/favicon.ico").read_bytes()
+            )
+        # NOTE: search by meaning needs PostgreSQL: the 400 says how to get it.
+        status, refused = _request(f"{base}/users/wang/search/?q=name&mode=semantic", token=token)
+        assert status == 400
+        assert (
+            "this database is SQLite; run on PostgreSQL (the demo: DATABASE_URL="
+            in refused["mode"][0]
+        )
+        assert "with pgvector installed, then manage.py migrate" in refused["mode"][0]
+
+
+class _Browser:
+    """A browser of its own (cookies, the CSRF token of the last page) over urllib."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.cookies = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
+
+    def open(self, path: str, form: dict[str, str] | None = None) -> tuple[int, str]:
+        data = None
+        if form is not None:
+            token = next(c.value for c in self.cookies if c.name == "csrftoken")
+            data = urllib.parse.urlencode({"csrfmiddlewaretoken": token, **form}).encode()
+        request = urllib.request.Request(
+            f"{self.root}{path}", data=data, headers={"Referer": f"{self.root}{path}"}
+        )
+        try:
+            with self.opener.open(request, timeout=20) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def say(self, message: str) -> tuple[int, str]:
+        return self.open(
+            "/chat/",
+            {"session_id": "web", "message": message, "exchange_id": secrets.token_hex(8)},
+        )
+
+    def log_in(self, username: str, password: str) -> tuple[int, str]:
+        self.open("/accounts/login/")
+        return self.open(
+            "/accounts/login/", {"username": username, "password": password, "next": "/chat/"}
+        )
+
+
+def _turn_texts(page: str) -> list[str]:
+    return [html.unescape(t) for t in re.findall(r"<p>(.*?)</p>\s*</li>", page, re.S)]
+
+
+def test_on_sqlite_a_visitor_chats_anonymously_logs_in_and_finds_it_in_another_browser(
+    demo_env,
+):
+    """The demo's own flow on its default database: what a visitor said before logging in joins
+    their memory, and another browser where they log in sees it."""
+    _manage(demo_env, "migrate", "--noinput", "-v", "0")
+    _manage(
+        demo_env, "createsuperuser", "--noinput", "--username", "wang", "--email", "w@example.com"
+    )
+    password = demo_env["DJANGO_SUPERUSER_PASSWORD"]
+    with _demo_server(demo_env) as root:
+        laptop = _Browser(root)
+        assert laptop.open("/chat/")[0] == 200
+        status, page = laptop.say("My name is Wang Jianguo")
+        assert status == 200
+        anon_id = re.search(r'id="anon-id">(anon-[0-9a-f]{32})<', page).group(1)
+        assert laptop.say("I like basketball")[0] == 200
+        status, page = laptop.log_in("wang", password)
+        assert status == 200, page
+        assert 'id="username">wang<' in page
+        said = ["My name is Wang Jianguo", "I like basketball"]
+        assert [t for t in _turn_texts(page) if t in said] == said
+        status, page = laptop.say("I live in Shanghai")
+        assert status == 200
+
+        phone = _Browser(root)
+        assert phone.open("/chat/")[0] == 200
+        status, page = phone.log_in("wang", password)
+        assert status == 200, page
+        said.append("I live in Shanghai")
+        assert [t for t in _turn_texts(page) if t in said] == said
+        assert 'data-key="name">Wang Jianguo<' in page
+        assert 'data-key="likes">basketball<' in page
+        assert 'data-key="location">Shanghai<' in page
+        # NOTE: wang is a superuser, who may open any memory: the anonymous one is forgotten.
+        status, page = phone.open(f"/chat/?user_id={anon_id}")
+        assert status == 200
+        assert _turn_texts(page) == []
+        assert "No turns yet." in page
 
 
 def test_demo_searches_on_sqlite_by_substring(demo_env):

@@ -57,7 +57,7 @@ class OwnerAdmin(MemoryAdmin):
     search_help_text = "Owner id (the chat product's user id), or part of it."
     fieldsets = (
         (None, {"fields": ("external_id", "created_at", "updated_at", "browse")}),
-        ("Summary", {"fields": ("summary_shown", "summary_tokens")}),
+        ("Summary", {"fields": ("summary_shown", "summary_due")}),
         ("Cache", {"fields": ("stamp", "cache_dirty")}),
     )
     readonly_fields = (
@@ -66,7 +66,7 @@ class OwnerAdmin(MemoryAdmin):
         "updated_at",
         "browse",
         "summary_shown",
-        "summary_tokens",
+        "summary_due",
         "stamp",
         "cache_dirty",
     )
@@ -157,10 +157,17 @@ class OwnerAdmin(MemoryAdmin):
         ]
         return format_html_join(" · ", '<a href="{}">{}</a>', links)
 
+    @staticmethod
+    def _summary(owner: Owner) -> Summary | None:
+        """The owner's summary, read once for the page's two fields."""
+        if not hasattr(owner, "_admin_summary"):
+            owner._admin_summary = Summary.objects.filter(owner=owner).first()  # type: ignore[attr-defined]
+        return owner._admin_summary  # type: ignore[attr-defined,no-any-return]
+
     @admin.display(description="summary")
     def summary_shown(self, owner: Owner) -> SafeString:
         # NOTE: read-only: a summary is written only by its refresh (services.summary_refresh).
-        summary = Summary.objects.filter(owner=owner).first()
+        summary = self._summary(owner)
         if summary is None:
             return format_html("<em>{}</em>", "none yet")
         return format_html(
@@ -169,6 +176,21 @@ class OwnerAdmin(MemoryAdmin):
             summary.tokens,
             summary.updated_at.isoformat(timespec="seconds"),
             summary.text,
+        )
+
+    @admin.display(description="not summarised yet")
+    def summary_due(self, owner: Owner) -> str:
+        # NOTE: summary_tokens counts the turns after the summary (every turn before the first
+        # one), against the threshold that makes the next refresh due.
+        if conf.SUMMARIZER is None:
+            return "Summaries are off (MEMORY['SUMMARIZER'] is None)."
+        which = "the first summary" if self._summary(owner) is None else "a refresh"
+        tokens, after = owner.summary_tokens, conf.SUMMARY_AFTER_TOKENS
+        if tokens > after:
+            return f"{tokens:,} tokens of turns; {which} is due (the task worker writes it)."
+        return (
+            f"{tokens:,} tokens of turns; {which} is written once they pass {after:,} "
+            "(MEMORY['SUMMARY_AFTER_TOKENS'])."
         )
 
     def get_deleted_objects(

@@ -9,6 +9,8 @@ that died between commit and cache update. A repair is always a drop to a floor,
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -125,6 +127,22 @@ def _confirmed_flush() -> None:
     dirty_clear(batch)
 
 
+def _confirmed_flush_at_exit() -> None:
+    """At the process's normal exit, clear the marks it confirmed and had not cleared yet: else
+    the next process's sweep drops copies that were right, as if their writer had failed."""
+    if _state.pid != os.getpid():
+        return
+    with _state.lock:
+        batch, _state.confirmed = _state.confirmed, set()
+    if batch:
+        # NOTE: the interpreter is going away: whatever fails, the marks stay for a sweep.
+        with contextlib.suppress(Exception):
+            dirty_clear(batch, quiet=True)
+
+
+atexit.register(_confirmed_flush_at_exit)
+
+
 def repair_pending() -> int:
     """Drop the copy of every owner whose update this process could not land; return how many.
 
@@ -183,8 +201,11 @@ def sweep(*, grace: float | None = None) -> int:
     dirty_clear(cleared)
     if dropped:
         breaker.count("reconcile_drops", dropped)
+        # NOTE: a writer that confirmed its updates clears its marks before it exits: what is
+        # left is a writer that died, or an update Redis never took (logged there).
         logger.info(
-            "Dropped %d cached cop%s whose update had not landed.",
+            "Reconciled %d cached cop%s: a writer ended before confirming its update, so the"
+            " copy was dropped and is read from the database again.",
             dropped,
             "y" if dropped == 1 else "ies",
         )

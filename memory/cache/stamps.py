@@ -94,9 +94,10 @@ def stamp_get(owner_id: str) -> int:
     return row[0] if row else 0
 
 
-def dirty_clear(confirmed: Iterable[tuple[int, int]]) -> None:
+def dirty_clear(confirmed: Iterable[tuple[int, int]], *, quiet: bool = False) -> None:
     """Clear the dirty mark of each ``(owner pk, stamp)`` whose update Redis confirmed, unless
-    a later write marked it again. One statement for them all; never raises.
+    a later write marked it again. One statement for them all; never raises (a database error
+    is logged, unless ``quiet``: the marks then stay, for a sweep).
     """
     pairs = sorted(set(confirmed))
     if not pairs:
@@ -120,7 +121,8 @@ def dirty_clear(confirmed: Iterable[tuple[int, int]]) -> None:
             for owner_pk, stamp in pairs:
                 Owner.objects.filter(pk=owner_pk, stamp=stamp).update(cache_dirty=False)
     except DatabaseError as e:
-        logger.warning("Could not clear the cache marks of %d owners: %s", len(pairs), e)
+        if not quiet:
+            logger.warning("Could not clear the cache marks of %d owners: %s", len(pairs), e)
 
 
 def outbox_done(pk: int) -> None:

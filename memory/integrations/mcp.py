@@ -11,9 +11,9 @@ the same five tools as ``memory.tools``, on the same path (``tool_answer``). Nee
   SDK's DNS-rebinding protection does), then authenticated with a DRF API token as a bearer
   token (``Authorization: Bearer <key>``, the REST API's tokens): the owner is the caller's own
   (``MEMORY["OWNER_RESOLVER"]``), or for a service caller (``memory.access_all_memories``) the
-  one the header ``X-Memory-User`` names. No token: 401; another's memory named by anyone else:
-  403. It runs the SDK's session manager in the ASGI lifespan (or, where a server sends none,
-  from its first request).
+  one the header ``X-Memory-User`` names, which it must send (else 400). No token: 401;
+  another's memory named by anyone else: 403. It runs the SDK's session manager in the ASGI
+  lifespan (or, where a server sends none, from its first request).
 - ``mcp_mount(application)``: ``application`` (a host's Django ASGI app) with ``mcp_app()`` at
   ``/mcp/``, as ``memoryproj/asgi.py`` serves it.
 
@@ -57,7 +57,7 @@ import memory
 from memory import codec
 from memory.authentication import TokenAuthentication
 from memory.exceptions import MemoryUnavailable
-from memory.permissions import can_reach, owner_id_for
+from memory.permissions import can_reach, is_service_caller, owner_id_for
 from memory.tools.calls import tool_answer
 from memory.tools.definitions import TOOLS
 from memory.validators import actor_of, validate_owner_id
@@ -75,6 +75,11 @@ CALLER_KEY = "memory.caller"
 # ... and the actor its fact versions record (``api:<username>``, as the REST API's).
 ACTOR_KEY = "memory.actor"
 OWNER_HEADER = "x-memory-user"
+SERVICE_NAMES_NO_USER = (
+    "This token is a service caller's (memory.access_all_memories), which reaches every "
+    "user's memory: name the one this request is for in the header X-Memory-User: <user id> "
+    "(its own account's too). Nothing was read or written."
+)
 # NOTE: a fixed text: the driver's message would tell the caller the database's address.
 UNAVAILABLE = "The memory database is unavailable; try again later."
 INSTRUCTIONS = (
@@ -268,6 +273,10 @@ def _caller_resolve(
         return Refusal(401, str(e.detail))
     own = owner_id_for(user)
     if named is None:
+        # NOTE: the owner is never silent: a service caller reaches every memory, and its own
+        # account's is not the one it means by default.
+        if is_service_caller(user):
+            return Refusal(400, SERVICE_NAMES_NO_USER)
         if own is None:
             return Refusal(403, "This account reaches no user's memory.")
         owner_id = own

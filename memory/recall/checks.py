@@ -3,7 +3,9 @@
 E027 EMBEDDER cannot be imported or is not callable
 W014 embeddings on, but django-tasks is not installed (no turn is embedded by itself)
 W015 embeddings on, but TASKS runs tasks immediately, inside the request
-W016 embeddings on, but the database has no pgvector (a database check: search stays textual)
+W016 embeddings on, but the database has no pgvector (a database check: search stays textual);
+     quiet while the app's migrations are not all applied (``migrate``, which creates the
+     extension where it can, runs the checks before it migrates)
 """
 
 from __future__ import annotations
@@ -71,6 +73,15 @@ def check_memory_embedder(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     return []
 
 
+def _migrations_pending(connection: Any) -> bool:
+    """Whether a migration of the app is not applied on ``connection`` yet."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    leaves = [key for key in executor.loader.graph.leaf_nodes() if key[0] == "memory"]
+    return bool(executor.migration_plan(leaves))
+
+
 @register(Tags.database)
 def check_memory_vectors(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
@@ -90,10 +101,9 @@ def check_memory_vectors(
         return []
     try:
         vectors.vectors_forget_ready()
-        ready = vectors.vectors_ready(alias)
+        if vectors.vectors_ready(alias) or _migrations_pending(connections[alias]):
+            return []
     except DatabaseError:
-        return []
-    if ready:
         return []
     return [
         Warning(

@@ -2,8 +2,9 @@
 
 One module per entity (``context``, ``facts``, ``turns``, ``sessions``, ``search``, ``owners``,
 ``health``, ``summaries``, ``export``; ``pages`` holds what every listing shares), everything public
-re-exported here. ``context_get``, ``fact_list`` and ``summary_get`` read through the Redis
-copy and rehydrate it from the database on any miss; the other selectors read the database.
+re-exported here. ``context_get``, ``fact_list``, ``fact_get`` and ``summary_get`` read through
+the Redis copy and rehydrate it from the database on any miss; the other selectors read the
+database.
 A lost database raises ``MemoryUnavailable``; Redis failures are never seen by callers.
 """
 
@@ -20,9 +21,11 @@ from memory.selectors.export import (
 )
 from memory.selectors.facts import (
     afact_dot_key_list,
+    afact_get,
     afact_history,
     afact_list,
     fact_dot_key_list,
+    fact_get,
     fact_history,
     fact_list,
 )
@@ -79,6 +82,7 @@ __all__ = [
     "acontext_get",
     "acontext_messages",
     "afact_dot_key_list",
+    "afact_get",
     "afact_history",
     "afact_list",
     "afacts_similar",
@@ -101,6 +105,7 @@ __all__ = [
     "context_get",
     "context_messages",
     "fact_dot_key_list",
+    "fact_get",
     "fact_history",
     "fact_list",
     "facts_similar",

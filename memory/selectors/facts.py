@@ -1,4 +1,5 @@
-"""Facts: the current ones (through the Redis copy), a fact's history, keys to repair."""
+"""Facts: the current ones and one of them (through the Redis copy), a fact's history, keys to
+repair."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import functools
 from django.core.exceptions import ValidationError
 
 from memory import aio, cache
-from memory.exceptions import database_guard
+from memory.exceptions import FactNotFound, database_guard
 from memory.models import Fact, FactVersion
 from memory.payloads import (
     FactPayload,
@@ -51,6 +52,39 @@ async def afact_list(*, owner_id: str) -> list[FactPayload]:
     return memory.facts
 
 
+def _fact_key_check(key: str) -> None:
+    try:
+        validate_held_fact_key(key)
+    except ValidationError as e:
+        raise ValidationError({"key": e.messages}) from e
+
+
+def _fact_pick(facts: list[FactPayload], key: str) -> FactPayload:
+    for fact in facts:
+        if fact["key"] == key:
+            return fact
+    raise FactNotFound(key)
+
+
+def fact_get(*, owner_id: str, key: str) -> FactPayload:
+    """The owner's current fact ``key``, read through the cached copy as ``fact_list`` reads.
+
+    Raises ``FactNotFound`` when the owner has no such fact (or it expired), ``ValidationError``
+    ({"user_id" | "key": messages}) for a bad id or key, and ``MemoryUnavailable`` when the
+    database is needed and cannot be reached.
+    """
+    check_owner(owner_id)
+    _fact_key_check(key)
+    return _fact_pick(fact_list(owner_id=owner_id), key)
+
+
+@aio.twin_of(fact_get)
+async def afact_get(*, owner_id: str, key: str) -> FactPayload:
+    check_owner(owner_id)
+    _fact_key_check(key)
+    return _fact_pick(await afact_list(owner_id=owner_id), key)
+
+
 @database_guard()
 def fact_history(
     *, owner_id: str, key: str, limit: int = DEFAULT_PAGE_SIZE, cursor: str | None = None
@@ -64,10 +98,7 @@ def fact_history(
     bad input and ``MemoryUnavailable`` when the database cannot be reached.
     """
     check_owner(owner_id)
-    try:
-        validate_held_fact_key(key)
-    except ValidationError as e:
-        raise ValidationError({"key": e.messages}) from e
+    _fact_key_check(key)
     check_limit(limit)
     versions = FactVersion.objects.filter(owner_id=owner_pk(owner_id), key=key)
     if cursor is not None:

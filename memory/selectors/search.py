@@ -7,6 +7,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import (
     BigIntegerField,
@@ -50,6 +51,36 @@ def semantic_on() -> bool:
     return vectors.embeddings_on(Turn.objects.db)
 
 
+def semantic_off_reason() -> str:
+    """Why search by meaning is off, and how to turn it on, in a sentence or two."""
+    from django.db import connections
+
+    from memory.extras import extra_install
+
+    if conf.EMBEDDER is None:
+        user = getattr(settings, "MEMORY", None) or {}
+        if isinstance(user, dict) and "EMBEDDER" in user:
+            return (
+                "MEMORY['EMBEDDER'] is None; set it to an embedder's dotted path "
+                "(docs/recall.md), the built-in one is 'memory.recall.embedders.multilingual_e5'."
+            )
+        return (
+            f"no embedder is installed; install the built-in one with {extra_install('semantic')}."
+        )
+    connection = connections[Turn.objects.db]
+    if connection.vendor != "postgresql":
+        return (
+            f"the vectors live in PostgreSQL with pgvector, and this database is "
+            f"{connection.display_name}; run on PostgreSQL (the demo: DATABASE_URL=postgres://...) "
+            "with pgvector installed, then manage.py migrate (docs/recall.md)."
+        )
+    return (
+        "this PostgreSQL has no pgvector, or not the vector table; install pgvector on the "
+        "server, then run manage.py memory_embed --setup and manage.py memory_embed "
+        "(docs/recall.md)."
+    )
+
+
 def search_mode(mode: str | None) -> str:
     """``mode`` checked: the default is ``hybrid`` where search by meaning is on, else ``text``.
     Raises ``ValidationError`` ({"mode": ...}) for an unknown mode, and for ``semantic`` or
@@ -64,8 +95,8 @@ def search_mode(mode: str | None) -> str:
         raise ValidationError(
             {
                 "mode": [
-                    f"Search by meaning is off here (no MEMORY['EMBEDDER'], or no pgvector in "
-                    f"the database): mode={mode} is unavailable, mode=text works."
+                    f"Search by meaning is off here: {semantic_off_reason()} "
+                    f"Until then mode={mode} is unavailable; mode=text works."
                 ]
             }
         )

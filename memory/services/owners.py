@@ -241,6 +241,36 @@ def _facts_link(source: Owner, target: Owner) -> int:
     return taken
 
 
+def _turns_renumber(ids: list[int], target: Owner) -> list[tuple[int, int]]:
+    """Give the turns ``ids`` to ``target`` as seqs after its last, in their order; return each
+    one's (old seq, new seq). The caller holds both owners' row locks."""
+    table = connection.ops.quote_name(Turn._meta.db_table)
+    if connection.vendor == "postgresql":
+        # NOTE: one statement renumbers and moves the batch, so a turn appended to either owner
+        # meanwhile cannot slip in between (it waits for the row locks this batch holds).
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET owner_id = %s, seq = %s + ranked.rn"
+                f" FROM (SELECT id, seq, ROW_NUMBER() OVER (ORDER BY seq) AS rn FROM {table}"
+                f" WHERE id IN ({', '.join(['%s'] * len(ids))})) AS ranked"
+                f" WHERE {table}.id = ranked.id RETURNING ranked.seq, {table}.seq",
+                [target.pk, target.last_seq, *ids],
+            )
+            return [(int(old), int(new)) for old, new in cursor.fetchall()]
+    # NOTE: SQLite (the demo's default) cannot name the FROM clause's table in RETURNING: the
+    # old seqs are read first, in this transaction, which holds SQLite's one write lock.
+    olds = list(Turn.objects.filter(pk__in=ids).order_by("seq").values_list("pk", "seq"))
+    news = {pk: target.last_seq + rank for rank, (pk, _) in enumerate(olds, start=1)}
+    Turn.objects.filter(pk__in=ids).update(
+        owner=target,
+        seq=Case(
+            *[When(pk=pk, then=Value(new)) for pk, new in news.items()],
+            output_field=BigIntegerField(),
+        ),
+    )
+    return [(old, news[pk]) for pk, old in olds]
+
+
 def _turns_link(source: Owner, target: Owner, limit: int) -> list[tuple[int, int]]:
     """Move the ``limit`` oldest turns of ``source`` to ``target`` as seqs after the target's
     last, in order, with their sessions' counts; return each moved turn's (old seq, new seq).
@@ -262,18 +292,7 @@ def _turns_link(source: Owner, target: Owner, limit: int) -> list[tuple[int, int
         .annotate(turns=Count("pk"), first=Min("created_at"), last=Max("created_at"))
         .values_list("session_id", "turns", "first", "last")
     )
-    table = connection.ops.quote_name(Turn._meta.db_table)
-    # NOTE: one statement renumbers and moves the batch, so a turn appended to either owner
-    # meanwhile cannot slip in between (it waits for the row locks this batch holds).
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET owner_id = %s, seq = %s + ranked.rn"
-            f" FROM (SELECT id, seq, ROW_NUMBER() OVER (ORDER BY seq) AS rn FROM {table}"
-            f" WHERE id IN ({', '.join(['%s'] * len(ids))})) AS ranked"
-            f" WHERE {table}.id = ranked.id RETURNING ranked.seq, {table}.seq",
-            [target.pk, target.last_seq, *ids],
-        )
-        moved = [(int(old), int(new)) for old, new in cursor.fetchall()]
+    moved = _turns_renumber(ids, target)
     for session_id, turns, first, last in sessions:
         updated = Session.objects.filter(owner=target, session_id=session_id).update(
             turn_count=F("turn_count") + turns,

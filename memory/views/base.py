@@ -36,6 +36,7 @@ from memory.exceptions import (
     ReadsInFlight,
     SearchTimeout,
     SearchUnavailable,
+    unavailable_log,
 )
 from memory.permissions import CanReachOwner, owner_id_for
 from memory.serializers import (
@@ -83,7 +84,11 @@ def api_exception(exc: Exception) -> Exception:
         return ServiceUnavailable(str(exc))
     if isinstance(exc, ReadsInFlight):
         return exceptions.Throttled(wait=exc.retry_after, detail=str(exc))
-    if isinstance(exc, (MemoryUnavailable, OperationalError, InterfaceError)):
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        # NOTE: one that no service's guard met (a ``MemoryUnavailable`` was logged there).
+        unavailable_log(exc)
+        return ServiceUnavailable()
+    if isinstance(exc, MemoryUnavailable):
         return ServiceUnavailable()
     if isinstance(exc, DjangoValidationError):
         return exceptions.ValidationError(as_serializer_error(exc))

@@ -66,7 +66,18 @@ class FactsView(MemoryView):
 
 
 class FactView(MemoryView):
-    """``users/{user_id}/facts/{key}/``: set or delete one fact, optionally with If-Match."""
+    """``users/{user_id}/facts/{key}/``: read, set or delete one fact, the writes optionally with
+    If-Match."""
+
+    @extend_schema(
+        tags=["facts"],
+        parameters=[USER_ID, FACT_KEY],
+        responses=schema_responses({200: FactSerializer}, READ_ERRORS),
+        summary="One fact (404 if there is none)",
+        operation_id="fact_get",
+    )
+    def get(self, request: Request, user_id: str, key: str) -> Response:
+        return Response(selectors.fact_get(owner_id=user_id, key=key))
 
     @extend_schema(
         tags=["facts"],

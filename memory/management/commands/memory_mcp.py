@@ -11,8 +11,11 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
+from memory.extras import extra_install
 from memory.permissions import can_reach, owner_id_for
 from memory.validators import actor_of, validate_owner_id
+
+COMMAND = "manage.py memory_mcp"
 
 
 class Command(BaseCommand):
@@ -36,12 +39,16 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # NOTE: the SDK first: without the extra, its dependencies (anyio) are missing too,
+        # and the error names the extra to install, not a module of it.
         try:
-            import anyio
-
             from memory.integrations.mcp import MemoryMCPServer
         except ImportError as e:
-            raise CommandError(str(e)) from e
+            raise CommandError(str(e).replace("memory.integrations.mcp", COMMAND, 1)) from e
+        try:
+            import anyio
+        except ImportError as e:
+            raise CommandError(f"{COMMAND} needs the extra mcp: {extra_install('mcp')}") from e
         owner_id, caller = self._owner(options["user"], options["owner"])
         server = MemoryMCPServer(
             owner_id=owner_id, caller=caller, actor=actor_of("api", options["user"])
