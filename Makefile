@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 SUPERUSER ?= admin
 DIST_VENV = .tmp/dist-venv
 .PHONY: help install run run-asgi superuser token test test-faults bench lint format docs \
-	screenshots dist services-up services-down clean docs-serve
+	screenshots dist services-up services-down clean docs-serve bench-quality
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -64,6 +64,10 @@ test-faults: $(VENV)/.installed ## Run only the tests that kill, pause or restar
 bench: $(VENV)/.installed ## Benchmarks on real PostgreSQL and Redis (BENCH_ARGS="--only warm,cold"); see docs/performance.md
 	@scripts/ensure-pgvector
 	$(PY) -m bench $(BENCH_ARGS)
+
+bench-quality: $(VENV)/.installed ## Recall of the quality set (bench/quality_set.json) per category and language, each search mode
+	@scripts/ensure-pgvector
+	$(PY) -m bench.quality $(BENCH_ARGS)
 
 lint: $(VENV)/.installed ## ruff check and format check, migrations up to date, system checks
 	$(VENV)/bin/ruff check .
