@@ -12,7 +12,8 @@ dates. A block is evidence (``ev``: what must be found), a statement a newer one
 - ``multi``: evidence in 2-3 sessions, all of which must be found (recall_all);
 - ``changed``: a fact that changed: the newest statement must be found, and ranked above the
   one it replaced (``newest above old``);
-- ``temporal``: a question that names a time or an order ("in April", "which came first");
+- ``temporal``: a question that names a time or an order ("in April", "which came first"),
+  among near misses of the same kind at other dates (``right date above the near misses``);
 - ``absent``: the answer was never said (near misses are): for the abstention AUC, how well
   the top result's score tells answerable questions from these.
 
@@ -124,16 +125,21 @@ class Haystack:
     evidence: list[set[int]]
     old: list[set[int]]
     asked_at: dt.datetime
+    decoys: list[set[int]] = field(default_factory=list)
 
     @property
     def turns(self) -> int:
         return len(self.document["turns"])
 
 
-def _block_turns(lang: str, block: list[str], rnd: random.Random) -> list[tuple[str, str, bool]]:
+def _block_turns(
+    lang: str, block: list[str], rnd: random.Random, *, whole: bool = False
+) -> list[tuple[str, str, bool]]:
+    """The block's turns (role, text, marked): its starred ones marked, or all of its own where
+    ``whole`` (a near miss is all it says); a user turn last gets a filler reply."""
     turns = []
     for line in block:
-        starred = line.startswith("*")
+        starred = whole or line.startswith("*")
         role, _, text = line.lstrip("*").partition(": ")
         turns.append(({"U": "user", "A": "assistant"}[role], text, starred))
     if turns[-1][0] == "user":
@@ -168,7 +174,7 @@ def haystack_build(item: dict[str, Any], *, prefix: str = OWNER_PREFIX) -> Hayst
         filler = [(role, text, False) for role, text in rnd.choice(pool)]
         if i in placed:
             kind, lines = placed[i]
-            block = _block_turns(lang, lines, rnd)
+            block = _block_turns(lang, lines, rnd, whole=kind == "decoy")
             keep = max(0, min(len(filler), 12 - len(block)) // 2 * 2)
             filler = filler[:keep]
             at = rnd.randrange(0, len(filler) + 1, 2)
@@ -205,6 +211,7 @@ def haystack_build(item: dict[str, Any], *, prefix: str = OWNER_PREFIX) -> Hayst
         )
     evidence = [seqs for kind, seqs in found.values() if kind == "ev" and seqs]
     old = [seqs for kind, seqs in found.values() if kind == "old" and seqs]
+    decoys = [seqs for kind, seqs in found.values() if kind == "decoy" and seqs]
     owner_id = prefix + item["id"]
     from memory.selectors import EXPORT_FORMAT, EXPORT_VERSION
 
@@ -219,7 +226,7 @@ def haystack_build(item: dict[str, Any], *, prefix: str = OWNER_PREFIX) -> Hayst
         "sessions": sessions,
         "summary": None,
     }
-    return Haystack(item, owner_id, document, evidence, old, asked_at)
+    return Haystack(item, owner_id, document, evidence, old, asked_at, decoys)
 
 
 # --- the embedder, by text ----------------------------------------------------------------------
@@ -307,6 +314,7 @@ class Result:
     seconds: float
     evidence: list[set[int]]
     old: list[set[int]]
+    decoys: list[set[int]] = field(default_factory=list)
 
     def rank(self, seqs: set[int]) -> int | None:
         """The 1-based rank of the best of ``seqs`` among the results, else ``None``."""
@@ -322,11 +330,17 @@ class Result:
 
     def newest_first(self) -> bool:
         """The newest statement is among the results and above every one it replaced."""
-        new = self.rank(set().union(*self.evidence))
-        if new is None:
+        return self._above(self.old)
+
+    def right_time_first(self) -> bool:
+        """The evidence is among the results and above every near miss of another time."""
+        return self._above(self.decoys)
+
+    def _above(self, others: list[set[int]]) -> bool:
+        best = self.rank(set().union(*self.evidence))
+        if best is None:
             return False
-        olds = [self.rank(block) for block in self.old]
-        return all(r is None or new < r for r in olds)
+        return all(r is None or best < r for r in (self.rank(block) for block in others))
 
 
 @dataclass
@@ -360,6 +374,10 @@ class Report:
     def newest_first(self, mode: str, lang: str | None = None) -> float | None:
         chosen = self.of(mode, lang, "changed")
         return sum(r.newest_first() for r in chosen) / len(chosen) if chosen else None
+
+    def right_time_first(self, mode: str, lang: str | None = None) -> float | None:
+        chosen = [r for r in self.of(mode, lang, "temporal") if r.decoys]
+        return sum(r.right_time_first() for r in chosen) / len(chosen) if chosen else None
 
     def auc(self, mode: str, lang: str | None = None) -> float | None:
         """How often an answerable question's top score is above an unanswerable one's (ties
@@ -462,6 +480,7 @@ def quality_run(
                         seconds,
                         stack.evidence,
                         stack.old,
+                        stack.decoys,
                     )
                 )
         if not keep:
@@ -519,6 +538,14 @@ def quality_table(
         if lang is None and len(langs) == 1:
             continue
         lines.append(
+            f"| time: right date above the near misses | {lang or 'all'} | "
+            + " | ".join(_cell(report.right_time_first(m, lang)) for m in modes)
+            + " |"
+        )
+    for lang in (*langs, None):
+        if lang is None and len(langs) == 1:
+            continue
+        lines.append(
             f"| abstention AUC (top score) | {lang or 'all'} | "
             + " | ".join(_cell(report.auc(m, lang)) for m in modes)
             + " |"
@@ -548,6 +575,7 @@ def quality_summary(report: Report) -> list[dict[str, Any]]:
                 "by_lang": {lang: report.recall(mode, 5, lang) for lang in LANGS},
                 "by_category": {cat: report.recall(mode, 5, None, cat) for cat in ANSWERABLE},
                 "newest_first": report.newest_first(mode),
+                "right_time_first": report.right_time_first(mode),
                 "auc": report.auc(mode),
                 "p50": p50,
                 "p95": p95,
@@ -555,6 +583,22 @@ def quality_summary(report: Report) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def quality_note(figures: dict[str, Any]) -> str:
+    """One mode's figures of ``quality_summary`` in a line."""
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    by_lang = ", ".join(f"{k} {share(v)}" for k, v in figures["by_lang"].items())
+    by_cat = ", ".join(f"{k} {share(v)}" for k, v in figures["by_category"].items())
+    return (
+        f"{figures['mode']}: R@5 {share(figures['recall5'])} (R@10 {share(figures['recall10'])};"
+        f" {by_lang}; {by_cat}); newest above old {share(figures['newest_first'])}; right date"
+        f" first {share(figures['right_time_first'])}; abstention AUC {share(figures['auc'])};"
+        f" p50 {figures['p50'] * 1000:.1f} ms, p95 {figures['p95'] * 1000:.1f} ms"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
