@@ -123,6 +123,7 @@ def locomo_file(tmp_path: Path) -> Path:
             "category": 1,
         },
         {"question": "What did Ines bake?", "evidence": ["D9:9"], "category": 5},
+        {"question": "What vase did Tomas break?", "evidence": ["D2:2"], "category": 5},
     ]
     path = tmp_path / "locomo_small.json"
     path.write_text(json.dumps([{"sample_id": "conv-x", "conversation": conversation, "qa": qa}]))
@@ -173,12 +174,14 @@ def test_a_locomo_file_is_measured_in_every_mode_beside_the_baselines(
     request.getfixturevalue("pgvector_required")
     with memory_settings(EMBEDDER=E5):
         output = run(str(locomo_file(tmp_path)), "--baselines", "--limit", "3", "--ndcg")
-    assert "2 questions with evidence over 1 conversations (0 without, 1 skipped" in output
+    # The adversarial question (category 5) is shown by category only.
+    assert "2 questions with evidence over 1 conversations (0 without, 1 skipped, 1 of " in output
     header = next(x for x in output.splitlines() if x.startswith("| system |"))
     assert "evidence@10" in header and "turn ndcg@5" in header
     for system in ("text", "semantic", "hybrid", "bm25", "dense", "bm25+dense"):
         assert len(row(output, system)) == header.count("|") - 2
     assert "evidence recall@10 by category:" in output
+    assert [x.split("|")[1].strip() for x in output.splitlines() if x.startswith("| 5 |")] == ["5"]
     # Everything of a two-session conversation is within the top 10: all evidence found.
     assert row(output, "dense")[-1] == "1.000"
     assert not Owner.objects.filter(external_id__startswith="eval-").exists()

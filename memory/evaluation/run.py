@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import ValidationError
+
 from memory.evaluation.files import LOCOMO, EvalSet
 from memory.evaluation.metrics import (
     Bm25,
@@ -31,6 +33,7 @@ from memory.evaluation.metrics import (
 )
 
 DEPTH = 100
+ADVERSARIAL = "5"
 BASELINES = ("bm25", "dense", "bm25+dense")
 _OWNER_CHARS = re.compile(r"[^A-Za-z0-9_\-.@:]")
 
@@ -50,6 +53,7 @@ class EvalRun:
     ranked: list[Ranked] = field(default_factory=list)
     owners: dict[str, str] = field(default_factory=dict)
     cut: int = 0
+    refused: int = 0
     load_seconds: float = 0.0
     embed_seconds: float = 0.0
 
@@ -189,9 +193,14 @@ def eval_run(
                 extra = {"now": question.asked_at} if takes_now and question.asked_at else {}
                 for mode in modes:
                     started = time.perf_counter()
-                    found = selectors.turn_search(
-                        owner_id=owner_id, q=q, mode=mode, limit=DEPTH, **extra
-                    )
+                    try:
+                        found = selectors.turn_search(
+                            owner_id=owner_id, q=q, mode=mode, limit=DEPTH, **extra
+                        )
+                    except ValidationError:
+                        # NOTE: a question the search refuses (no words in it) finds nothing.
+                        found = []
+                        run.refused += 1
                     seconds = time.perf_counter() - started
                     ranking = [keys[t["seq"]] for t in found if t["seq"] in keys]
                     run.ranked.append(Ranked(i, mode, ranking, seconds))
@@ -231,13 +240,20 @@ def eval_tables(*, run: EvalRun, ks: Sequence[int], ndcg: bool = False) -> str:
         key: {t.key: s.key for s in sessions for t in s.turns}
         for key, sessions in evalset.conversations.items()
     }
-    answerable = {i for i, q in enumerate(evalset.questions) if q.turns}
+    locomo = evalset.format == LOCOMO
+    # NOTE: LoCoMo's category 5 asks about what was said of the other speaker (adversarial):
+    # shown by category, not in the overall figures, as LoCoMo's own tables do.
+    answerable = {
+        i
+        for i, q in enumerate(evalset.questions)
+        if q.turns and not (locomo and q.kind == ADVERSARIAL)
+    }
+    kinds_of = {i for i, q in enumerate(evalset.questions) if q.turns}
     scores: dict[tuple[str, str, int], list[float]] = {}
     kinds: dict[tuple[str, str], list[float]] = {}
     last = ks[-1]
-    locomo = evalset.format == LOCOMO
     for r in run.ranked:
-        if r.question not in answerable:
+        if r.question not in kinds_of:
             continue
         q = evalset.questions[r.question]
         for k in ks:
@@ -262,7 +278,8 @@ def eval_tables(*, run: EvalRun, ks: Sequence[int], ndcg: bool = False) -> str:
             if locomo:
                 figures["evidence"] = evidence_recall(ranking=r.ranking, evidence=q.turns, k=k)
             for name, value in figures.items():
-                scores.setdefault((r.system, name, k), []).append(value)
+                if r.question in answerable:
+                    scores.setdefault((r.system, name, k), []).append(value)
             if k == last:
                 main = figures["evidence"] if locomo else t_any
                 kinds.setdefault((r.system, q.kind), []).append(main)
@@ -270,8 +287,10 @@ def eval_tables(*, run: EvalRun, ks: Sequence[int], ndcg: bool = False) -> str:
     columns = [(name, k) for k in ks for name in names]
     lines = [
         f"{len(answerable)} questions with evidence over {len(evalset.conversations)} "
-        f"conversations ({len(evalset.questions) - len(answerable)} without, "
-        f"{evalset.skipped} skipped; {run.cut} turns cut to MAX_TURN_CHARS)",
+        f"conversations ({len(evalset.questions) - len(kinds_of)} without, "
+        f"{evalset.skipped} skipped"
+        + (f", {len(kinds_of) - len(answerable)} of category {ADVERSARIAL}" if locomo else "")
+        + f"; {run.cut} turns cut to MAX_TURN_CHARS; {run.refused} searches refused)",
         "",
         "| system | " + " | ".join(f"{name}@{k}" for name, k in columns) + " |",
         "| --- |" + " ---: |" * len(columns),
