@@ -168,6 +168,16 @@ def test_keep_keeps_the_owners_under_the_prefix(tmp_path):
     assert turns[4][1].isoformat().startswith("2023-05-22T10:05")
 
 
+def test_reuse_searches_the_kept_owners_without_loading_them_again(tmp_path):
+    path = str(longmemeval_file(tmp_path))
+    first = run(path, "--mode", "text", "--keep")
+    before = dict(Owner.objects.values_list("external_id", "stamp"))
+    again = run(path, "--mode", "text", "--reuse")
+    assert row(again, "text") == row(first, "text")
+    # Nothing was written to the kept owners (their stamps did not move), and they stay.
+    assert dict(Owner.objects.values_list("external_id", "stamp")) == before
+
+
 def test_a_locomo_file_is_measured_in_every_mode_beside_the_baselines(
     tmp_path, memory_settings, request
 ):

@@ -147,17 +147,30 @@ def _dense(owner_id: str, query: str, keys: dict[int, str]) -> list[str]:
         return [keys[seq] for (seq,) in cursor.fetchall() if seq in keys]
 
 
+def _holds(owner_id: str, document: dict[str, Any]) -> bool:
+    """Whether the owner holds exactly the document's turns (by seq and content)."""
+    from memory.models import Turn
+
+    held = Turn.objects.filter(owner__external_id=owner_id).order_by("seq")
+    return list(held.values_list("seq", "content")) == [
+        (t["seq"], t["content"]) for t in document["turns"]
+    ]
+
+
 def eval_run(
     *,
     evalset: EvalSet,
     modes: Sequence[str],
     prefix: str,
     keep: bool = False,
+    reuse: bool = False,
     baselines: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> EvalRun:
     """Load ``evalset`` into owners of ``prefix`` (each forgotten first), search each question
-    in ``modes`` (and the baselines), and forget the owners unless ``keep``."""
+    in ``modes`` (and the baselines), and forget the owners unless ``keep``. With ``reuse``, an
+    owner that holds the conversation's turns already (a run kept it) is searched as it is:
+    only its turns not embedded yet are embedded."""
     from memory import selectors, services
     from memory.selectors.search import semantic_on
 
@@ -176,8 +189,9 @@ def eval_run(
             run.owners[key] = owner_id
             document, keys = _document(run, owner_id, key)
             started = time.perf_counter()
-            services.memory_forget(owner_id=owner_id)
-            services.memory_import(document=document)
+            if not (reuse and _holds(owner_id, document)):
+                services.memory_forget(owner_id=owner_id)
+                services.memory_import(document=document)
             run.load_seconds += time.perf_counter() - started
             if semantic:
                 started = time.perf_counter()

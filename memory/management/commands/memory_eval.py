@@ -50,6 +50,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--keep", action="store_true", help="Keep the owners afterwards.")
         parser.add_argument(
+            "--reuse",
+            action="store_true",
+            help="Search owners a --keep run left as they are, when they hold the same turns "
+            "(no new import; only what is not embedded yet is embedded). Implies --keep.",
+        )
+        parser.add_argument(
             "--baselines",
             action="store_true",
             help="Also rank by BM25, by the embedder's vectors alone (dense), and by their "
@@ -87,7 +93,8 @@ class Command(BaseCommand):
                 evalset=evalset,
                 modes=modes,
                 prefix=options["prefix"],
-                keep=options["keep"],
+                keep=options["keep"] or options["reuse"],
+                reuse=options["reuse"],
                 baselines=options["baselines"],
                 progress=lambda line: self.stderr.write(line) if options["verbosity"] > 1 else None,
             )
