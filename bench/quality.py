@@ -25,7 +25,7 @@ in each mode (``now`` the question's date, where the search takes one).
 ``make bench-quality`` (``python -m bench.quality``) prints the table; ``python -m bench
 --only quality`` gives its summary rows. Filler repeats across items, as LongMemEval's
 haystacks share their sessions, so the bench keeps the embedder's vectors by text
-(``.tmp/quality-vectors-<model>.npz``): the vectors are the embedder's own, computed once.
+(``.tmp/quality-vectors-<hash of its name>.json``): the embedder's own vectors, computed once.
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def haystack_build(item: dict[str, Any], *, prefix: str = OWNER_PREFIX) -> Hayst
 
 class CachedEmbedder:
     """An embedder (``EMBEDDER``'s) whose vectors are kept by text, in memory and in
-    ``.tmp/quality-vectors-<name>.npz``: the same vectors, each text embedded once."""
+    ``.tmp/quality-vectors-<hash of its name>.json``: the same vectors, each text embedded once."""
 
     def __init__(self, path: str) -> None:
         from django.utils.module_loading import import_string
