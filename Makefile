@@ -13,8 +13,8 @@ BENCH_ARGS ?=
 .DEFAULT_GOAL := help
 SUPERUSER ?= admin
 DIST_VENV = .tmp/dist-venv
-.PHONY: help install run run-asgi superuser token test test-faults bench lint format docs \
-	screenshots dist services-up services-down clean docs-serve
+.PHONY: help install run run-asgi superuser token test test-faults bench bench-quality lint format docs \
+	screenshots dist services-up services-down clean docs-serve bench-quality
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -74,6 +74,10 @@ test-faults: $(VENV)/.installed ## Run only the tests that kill, pause or restar
 bench: $(VENV)/.installed ## Benchmarks on real PostgreSQL and Redis (BENCH_ARGS="--only warm,cold"); see docs/performance.md
 	@scripts/ensure-pgvector
 	$(PY) -m bench $(BENCH_ARGS)
+
+bench-quality: $(VENV)/.installed ## Recall of the quality set (bench/quality_set.json) per category and language, each search mode
+	@scripts/ensure-pgvector
+	$(PY) -m bench.quality $(BENCH_ARGS)
 
 lint: $(VENV)/.installed ## ruff check and format check, migrations up to date, system checks, mypy
 	$(VENV)/bin/ruff check .

@@ -47,6 +47,7 @@ ROWS = (
     "search",
     "semantic_search",
     "recall",
+    "quality",
     "append_embed",
     "search_health",
     "cluster",
@@ -783,6 +784,32 @@ class Bench(RecallRows, MixedRows):
             "<= 1.2x",
         )
         return self.measured(row, self.async_warm_ops(), per_round=self.args.per_round * 5)
+
+    def row_quality(self) -> list[Row]:
+        """Recall@5 of each search mode on the quality set (bench/quality.py; ``make
+        bench-quality`` prints its whole table)."""
+        from bench.quality import quality_note, quality_run, quality_summary
+
+        summary = quality_summary(quality_run())
+        text = next(figures for figures in summary if figures["mode"] == "text")
+        rows = []
+        for figures in summary:
+            row = Row(
+                f"quality_{figures['mode']}",
+                f"quality set recall@5, {figures['mode']} search: 128 questions in "
+                "LongMemEval's shape over 30-38 dated sessions, English and Chinese",
+                "text search",
+                ">= 0.9x" if figures["mode"] == "hybrid" else "",
+                project=figures["recall5"] * 100,
+                baseline=text["recall5"] * 100,
+                unit="%",
+                ratio=figures["recall5"],
+                note=quality_note(figures),
+                extra={k: v for k, v in figures.items() if k != "mode"},
+            )
+            row.judge()
+            rows.append(row)
+        return rows
 
     def row_blob(self) -> Row:
         row = Row(

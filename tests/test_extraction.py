@@ -282,6 +282,84 @@ def stated(text: str) -> list[tuple[str, Any]]:
     ]
 
 
+# What changes: a thing sold and another bought, a move, a new job or workplace.
+CHANGES = [
+    ("I sold my Golf and bought a Kia e-Niro.", [("car", "Kia e-Niro")]),
+    (
+        "I finally let the old Passat go to a dealer and picked up a used Skoda Octavia.",
+        [("car", "Skoda Octavia")],
+    ),
+    ("Sold the Pixel and bought an iPhone 15, and now I'm lost", [("phone", "iPhone 15")]),
+    ("I traded in my Civic for a Tesla Model 3", [("car", "Tesla Model 3")]),
+    ("We got rid of our old car and bought a Volvo XC40", [("car", "Volvo XC40")]),
+    ("I replaced my Galaxy with a Pixel 8", [("phone", "Pixel 8")]),
+    ("I sold my sailing dinghy and bought a kayak", [("owns", "kayak")]),
+    ("I replaced my old laptop with a ThinkPad X1", [("owns", "ThinkPad X1")]),
+    ("We moved to Bristol last month and the hills are killing me", [("location", "Bristol")]),
+    ("We've relocated to Lisbon in May", [("location", "Lisbon")]),
+    ("I moved from Leeds to Cardiff in the spring", [("location", "Cardiff")]),
+    ("We're now living in Tromsø", [("location", "Tromsø")]),
+    (
+        "I started a new job as a data analyst at an insurance firm",
+        [("occupation", "data analyst")],
+    ),
+    ("I've just started working at Ørsted", [("workplace", "Ørsted")]),
+    ("I work for Fernhill Labs as an engineer", [("workplace", "Fernhill Labs")]),
+    ("I'm now working as a paramedic", [("occupation", "paramedic")]),
+    ("我换了一部iPhone 15，微信聊天记录怎么迁移过来？", [("phone", "iPhone 15")]),
+    ("我把旧卡罗拉卖了，买了一辆比亚迪海豚", [("car", "比亚迪海豚")]),
+    ("我刚买了一辆特斯拉Model Y", [("car", "特斯拉Model Y")]),
+    ("我们上个月搬到了苏州，通勤比以前远多了", [("location", "苏州")]),
+    ("我搬到了厦门", [("location", "厦门")]),
+    ("我现在在小米工作，入职第一周还在熟悉流程", [("workplace", "小米")]),
+    ("我跳槽到了网易", [("workplace", "网易")]),
+    ("我在深圳上班", [("workplace", "深圳")]),
+]
+NO_CHANGE = [
+    "He sold his car and bought a bike",
+    "My brother traded his Civic for a Tesla",
+    "If I sold my car and bought a bike, would I save money?",
+    "Should I sell my Golf and buy a Kia?",
+    "I got a new phone",
+    "I work at home",
+    "I work for myself",
+    "They moved to Bristol",
+    "他换了一辆特斯拉",
+    "我想换一辆特斯拉",
+    "我换了新手机",
+    "我在家工作",
+    "我哥哥在腾讯工作",
+    "我要不要换一部iPhone？",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CHANGES)
+def test_rule_based_extractor_reads_what_changed(text, expected):
+    assert stated(text) == expected
+
+
+@pytest.mark.parametrize("text", NO_CHANGE)
+def test_rule_based_extractor_reads_no_change_from(text):
+    assert stated(text) == []
+
+
+@pytest.mark.django_db
+def test_a_thing_replaced_is_a_new_version_of_the_fact(django_capture_on_commit_callbacks):
+    """The newest statement is the fact, and its versions keep the history."""
+    with django_capture_on_commit_callbacks(execute=True):
+        append("I sold my Golf and bought a Kia e-Niro")
+        append("I traded in my Kia for a Tesla Model 3")
+        append("We moved to Bristol")
+        append("我们搬到了苏州")
+    facts = selectors.context_get(owner_id="wang")["facts"]
+    assert (facts["car"], facts["location"]) == ("Tesla Model 3", "苏州")
+    history = FactVersion.objects.filter(owner__external_id="wang", key="car").order_by("version")
+    assert [(v.version, v.value, v.source_turn_seq) for v in history] == [
+        (1, "Kia e-Niro", 1),
+        (2, "Tesla Model 3", 2),
+    ]
+
+
 @pytest.mark.parametrize(("text", "expected"), STATES)
 def test_rule_based_extractor_finds_stated_facts(text, expected):
     assert stated(text) == expected
@@ -299,7 +377,7 @@ def test_the_english_anchor_skips_only_text_that_states_nothing(monkeypatch):
 
     from memory.extraction import rules
 
-    texts = [text for text, _ in STATES] + list(NOTHING)
+    texts = [text for text, _ in STATES + CHANGES] + list(NOTHING) + list(NO_CHANGE)
     with_exit = {text: RuleBasedExtractor().extract(text, facts={}) for text in texts}
     skipped = [t for t in texts if t.isascii() and not rules._EN_ANCHOR.search(t)]
     monkeypatch.setattr(rules, "_EN_ANCHOR", re.compile(""))

@@ -10,6 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from memory.extraction.base import LIST_KEYS, STRING_KEYS, ExtractedFact
+from memory.extraction.changes import (
+    _EN_CHANGE_RULES,
+    _ZH_CHANGE_CARRY,
+    _ZH_CHANGE_RULES,
+    CHANGE_LIST_KEYS,
+)
 from memory.extraction.chinese import (
     _ZH_CALL_ME_REQUEST,
     _ZH_CARRY,
@@ -50,7 +56,12 @@ _QUOTE_LINE = re.compile(r"^\s*>.*$", re.M)
 # subject carried over, a list, "it's ..."). So ASCII text with none of these words states
 # nothing ("can you tell me ...", "a good name for a cat?" included), and many requests to an
 # assistant are answered without running a rule.
-_EN_ANCHOR = re.compile(r"\b(?:i|im|my)\b|\bname(?:'s|\s+is)\b|\bcalls?\s+me\b", re.I)
+_EN_ANCHOR = re.compile(r"\b(?:i|im|my|we|our|sold)\b|\bname(?:'s|\s+is)\b|\bcalls?\s+me\b", re.I)
+
+# NOTE: the rules of what changed first: they are specific, and an older rule would read "I
+# sold my car and bought ..." or "我在小米工作" otherwise.
+_EN_ALL = (*_EN_CHANGE_RULES, *_EN_RULES)
+_ZH_ALL = (*_ZH_CHANGE_RULES, *_ZH_RULES)
 
 
 @dataclass
@@ -184,6 +195,8 @@ class _State:
         self._close_list()
         if hit.negated:
             return []
+        if hit.key in CHANGE_LIST_KEYS:
+            return [ExtractedFact(hit.key, value, "add") for value in hit.values]
         if hit.key in LIST_KEYS:
             self.open_list = (hit.key, list(hit.values))
             return _list_facts(hit.key, hit.values)
@@ -191,7 +204,7 @@ class _State:
 
     def _match(self, orig: str, norm: str) -> _Found | None:
         han = _is_han(norm[:1])
-        for rule in _ZH_RULES if han else _EN_RULES:
+        for rule in _ZH_ALL if han else _EN_ALL:
             m = rule.pattern.match(norm)
             if m is None:
                 continue
@@ -214,6 +227,8 @@ class _State:
         """A clause that leaves out its subject after a first-person one ("我叫王建国，喜欢打篮球",
         "I like tea but hate coffee", "I'm Ana, a nurse")."""
         if _ZH_CARRY.match(norm) and not norm.startswith("我"):
+            return self._match("我" + orig, "我" + norm)
+        if _ZH_CHANGE_CARRY.match(norm) and not norm.startswith("我"):
             return self._match("我" + orig, "我" + norm)
         if _EN_CARRY.match(norm):
             prefix = "I " if not norm.startswith(("am ", "'m ")) else "I"
