@@ -135,8 +135,8 @@ class Bm25:
 
 def rrf(rankings: Sequence[Sequence[str]], limit: int, k: int = 60) -> list[str]:
     """Reciprocal rank fusion of ``rankings``: each id's sum of 1 / (k + rank)."""
-    score: Counter[str] = Counter()
+    score: dict[str, float] = {}
     for ranking in rankings:
         for rank, doc in enumerate(ranking, 1):
-            score[doc] += 1.0 / (k + rank)
+            score[doc] = score.get(doc, 0.0) + 1.0 / (k + rank)
     return [doc for doc, _ in sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]]

@@ -69,7 +69,9 @@ def _document(run: EvalRun, owner_id: str, key: str) -> tuple[dict[str, Any], di
     from memory.selectors import EXPORT_FORMAT, EXPORT_VERSION
 
     limit = conf.MAX_TURN_CHARS
-    turns, sessions, keys = [], [], {}
+    turns: list[dict[str, Any]] = []
+    sessions: list[dict[str, Any]] = []
+    keys: dict[int, str] = {}
     base = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
     for s in run.evalset.conversations[key]:
         start = s.at or base
@@ -103,14 +105,14 @@ def _document(run: EvalRun, owner_id: str, key: str) -> tuple[dict[str, Any], di
             )
     # NOTE: a session id said twice (a file's duplicate) is one session of the owner.
     merged: dict[str, dict[str, Any]] = {}
-    for s in sessions:
-        if s["session_id"] in merged:
-            kept = merged[s["session_id"]]
-            kept["turn_count"] += s["turn_count"]
-            kept["first_seen"] = min(kept["first_seen"], s["first_seen"])
-            kept["last_seen"] = max(kept["last_seen"], s["last_seen"])
+    for session in sessions:
+        if session["session_id"] in merged:
+            kept = merged[session["session_id"]]
+            kept["turn_count"] += session["turn_count"]
+            kept["first_seen"] = min(kept["first_seen"], session["first_seen"])
+            kept["last_seen"] = max(kept["last_seen"], session["last_seen"])
         else:
-            merged[s["session_id"]] = dict(s)
+            merged[session["session_id"]] = dict(session)
     document = {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
@@ -312,19 +314,19 @@ def eval_tables(*, run: EvalRun, ks: Sequence[int], ndcg: bool = False) -> str:
     for system in run.systems:
         cells = [_mean(scores.get((system, name, k), [])) for name, k in columns]
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
-    main = f"evidence recall@{last}" if locomo else f"turn recall_any@{last}"
+    heading = f"evidence recall@{last}" if locomo else f"turn recall_any@{last}"
     kind_names = sorted({kind for _, kind in kinds})
     lines += [
         "",
-        f"{main} by {'category' if locomo else 'question type'}:",
+        f"{heading} by {'category' if locomo else 'question type'}:",
         "",
         "| kind | n | " + " | ".join(run.systems) + " |",
         "| --- | ---: |" + " ---: |" * len(run.systems),
     ]
     for kind in kind_names:
         n = len(kinds.get((run.systems[0], kind), []))
-        cells = [_mean(kinds.get((system, kind), [])) for system in run.systems]
-        lines.append(f"| {kind} | {n} | " + " | ".join(cells) + " |")
+        kind_cells = [_mean(kinds.get((system, kind), [])) for system in run.systems]
+        lines.append(f"| {kind} | {n} | " + " | ".join(kind_cells) + " |")
     timed = [s for s in run.systems if s not in BASELINES]
     if timed:
         lines += ["", "| mode | search p50 ms | search p95 ms |", "| --- | ---: | ---: |"]

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import re
 
-from memory.extraction.text import _I, _edges, _fold, _is_han, _one, _r, _Rule, _words
+from memory.extraction.text import _I, _cut, _edges, _fold, _is_han, _one, _r, _Rule, _words
 from memory.extraction.values import (
     _EN_VALUE_STOP,
-    _cut,
     _en_plain,
     _job_en,
     _place_en,
@@ -74,7 +73,7 @@ _ZH_THING_STOP = re.compile(r"[，,。！!？?；;]|之后|以后|后来|了$|�
 def _make(text: str, *, han: bool) -> str | None:
     """``car`` or ``phone`` where ``text`` names one, else ``None``."""
     for key, pattern in (_ZH_MAKES if han else _EN_MAKES).items():
-        if han:
+        if isinstance(pattern, re.Pattern):
             if pattern.search(text):
                 return key
         elif re.search(rf"(?<![\w-]){pattern}(?![\w-])", text, _I):
