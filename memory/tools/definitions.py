@@ -114,6 +114,24 @@ def _search_memory_schema() -> dict[str, Any]:
                 "default": 5,
                 "description": "Most turns to return.",
             },
+            "after": {
+                "type": "string",
+                "maxLength": 64,
+                "description": "Only turns said at or after this ISO-8601 date or date-time "
+                "(2026-05-01).",
+            },
+            "before": {
+                "type": "string",
+                "maxLength": 64,
+                "description": "Only turns said before this ISO-8601 date or date-time.",
+            },
+            "min_score": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": 1,
+                "description": "Only turns at least this relevant (each result's score, 0-1); "
+                "0.5 drops what is likely unrelated, so that no result means it was never said.",
+            },
         },
         ["query"],
     )
@@ -161,7 +179,14 @@ def _recent_turns_schema() -> dict[str, Any]:
 
 
 def _search_memory(owner_id: str, arguments: Mapping[str, Any], actor: str) -> dict[str, Any]:
-    turns = selectors.turn_search(owner_id=owner_id, q=arguments["query"], limit=arguments["limit"])
+    turns = selectors.turn_search(
+        owner_id=owner_id,
+        q=arguments["query"],
+        limit=arguments["limit"],
+        after=arguments.get("after"),
+        before=arguments.get("before"),
+        min_score=arguments.get("min_score"),
+    )
     return {"results": turns}
 
 
