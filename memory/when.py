@@ -276,9 +276,14 @@ def when_in_query(q: str, now: dt.datetime) -> tuple[Range | None, str]:
         match = re.search(pattern, lower)
         if match is None:
             continue
-        start, end = build(match, now.astimezone(dt.UTC))
-        if start >= now:
+        try:
+            start, end = build(match, now.astimezone(dt.UTC))
+            if start >= now:
+                continue
+            found = (start - MARGIN, min(end + MARGIN, now + dt.timedelta(seconds=1)))
+        except (OverflowError, ValueError):
+            # NOTE: a ``now`` at the calendar's ends (year 1 or 9999) names no time around it.
             continue
         rest = (q[: match.start()] + " " + q[match.end() :]).strip()
-        return (start - MARGIN, min(end + MARGIN, now + dt.timedelta(seconds=1))), rest or q
+        return found, rest or q
     return None, q

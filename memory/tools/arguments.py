@@ -6,6 +6,7 @@ list (``additionalProperties: false``: an owner, above all) is an error, never c
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +33,15 @@ def validate_query_text(value: str) -> None:
 
 
 def validate_when(value: str) -> None:
-    """An ISO-8601 date or date-time (``memory.when.when_parse``)."""
+    """An ISO-8601 date or date-time (``memory.when.when_parse``) of the tools' shape
+    (``memory.tools.definitions.ISO_DATE_PATTERN``)."""
+    from memory.tools.definitions import ISO_DATE_PATTERN
+
+    if not re.match(ISO_DATE_PATTERN, value):
+        raise DjangoValidationError(
+            "Enter an ISO-8601 date (2026-05-01) or date-time (2026-05-01T12:00:00Z).",
+            code="invalid",
+        )
     try:
         when.when_parse(value, field="value")
     except DjangoValidationError as e:
@@ -125,8 +134,8 @@ class SearchMemoryArguments(ToolArguments):
         help_text="1-200 characters of free text, not only spaces.",
     )
     limit = StrictIntegerField(required=False, default=5, min_value=1, max_value=MAX_SEARCH_RESULTS)
-    after = TextField(required=False, max_length=64, validators=[validate_when])
-    before = TextField(required=False, max_length=64, validators=[validate_when])
+    after = TextField(required=False, validators=[validate_when])
+    before = TextField(required=False, validators=[validate_when])
     min_score = StrictNumberField(required=False, min_value=0.0, max_value=1.0)
 
     @classmethod

@@ -92,6 +92,14 @@ def _json_rules() -> str:
 # Schemas -----------------------------------------------------------------------------------
 
 
+# An ISO-8601 date or date-time as the tools take it (a date that is not in the calendar, such
+# as February 30, matches and is refused).
+ISO_DATE_PATTERN = (
+    r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
+    r"(T([01]\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d{1,6})?)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)?)?$"
+)
+
+
 def _search_memory_schema() -> dict[str, Any]:
     return _object(
         {
@@ -116,13 +124,13 @@ def _search_memory_schema() -> dict[str, Any]:
             },
             "after": {
                 "type": "string",
-                "maxLength": 64,
+                "pattern": ISO_DATE_PATTERN,
                 "description": "Only turns said at or after this ISO-8601 date or date-time "
                 "(2026-05-01).",
             },
             "before": {
                 "type": "string",
-                "maxLength": 64,
+                "pattern": ISO_DATE_PATTERN,
                 "description": "Only turns said before this ISO-8601 date or date-time.",
             },
             "min_score": {
