@@ -316,28 +316,32 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 
 # NOTE: ``q``'s terms are data: its English words through to_tsvector (stemmed, stop words
-# dropped) and its CJK pairs, each made a one-word query by plainto_tsquery; the query is their
-# disjunction (a turn need not hold every word). The candidates are the newest ``window`` turns
-# that hold any term; every turn of the owner between the oldest candidate and ``top_seq``
-# that holds a term is then a candidate, so a term's document frequency over that span is
-# exact, and BM25 ranks against it (N the span's length in turns).
+# dropped) and its CJK pairs, each made a one-word query by plainto_tsquery; the candidates
+# match their disjunction (a turn need not hold every word), written as websearch_to_tsquery
+# reads "a or b" from words of letters and digits only (no operator can form), so that the
+# planner sees the query and walks the owner's turns backwards when a word is common. The
+# candidates are the newest ``window`` turns that hold any term; every turn of the owner
+# between the oldest candidate and ``top_seq`` that holds a term is then a candidate, so a
+# term's document frequency over that span is exact, and BM25 ranks against it (N the span's
+# length in turns).
 _WORDS_SQL = """
-WITH terms AS (
+WITH usable AS MATERIALIZED (
   SELECT DISTINCT term, plainto_tsquery('pg_catalog.simple', term) AS tq
   FROM unnest(tsvector_to_array(to_tsvector('pg_catalog.english', %(words)s))
               || %(grams)s::text[]) AS term
+  WHERE numnode(plainto_tsquery('pg_catalog.simple', term)) > 0
 ),
-usable AS (SELECT term, tq FROM terms WHERE numnode(tq) > 0),
-query AS (SELECT string_agg(tq::text, ' | ')::tsquery AS q FROM usable),
 cand AS MATERIALIZED (
   SELECT t.id, t.seq, length(t.search) AS dl, t.search
-  FROM memory_turn AS t, query
-  WHERE t.owner_id = %(owner)s::bigint AND t.search @@ query.q {filters}
+  FROM memory_turn AS t
+  WHERE t.owner_id = %(owner)s::bigint
+    AND t.search @@ (websearch_to_tsquery('pg_catalog.english', %(any_word)s)
+                     || websearch_to_tsquery('pg_catalog.simple', %(any_gram)s)) {filters}
   ORDER BY t.seq DESC
   LIMIT %(window)s
 ),
 hits AS MATERIALIZED (
-  SELECT c.id, u.term FROM cand AS c JOIN usable AS u ON c.search @@ u.tq
+  SELECT c.id, c.dl, u.term FROM cand AS c JOIN usable AS u ON c.search @@ u.tq
 ),
 df AS (SELECT term, count(*) AS df FROM hits GROUP BY term),
 span AS (
@@ -346,16 +350,16 @@ span AS (
          greatest(coalesce(avg(dl), 1), 1)::float8 AS avgdl
   FROM cand
 ),
-idf AS (
+idf AS MATERIALIZED (
   SELECT u.term, ln(1 + (s.n - coalesce(d.df, 0) + 0.5) / (coalesce(d.df, 0) + 0.5)) AS idf
   FROM usable AS u CROSS JOIN span AS s LEFT JOIN df AS d USING (term)
 ),
 scored AS (
-  SELECT c.id, c.dl, array_agg(h.term ORDER BY h.term) AS terms,
+  SELECT h.id, h.dl, array_agg(h.term ORDER BY h.term) AS terms,
          sum(i.idf) * (%(k1)s + 1)
-           / (1 + %(k1)s * (1 - %(b)s + %(b)s * c.dl / s.avgdl)) AS score
-  FROM hits AS h JOIN cand AS c USING (id) JOIN idf AS i USING (term) CROSS JOIN span AS s
-  GROUP BY c.id, c.dl, s.avgdl
+           / (1 + %(k1)s * (1 - %(b)s + %(b)s * h.dl / s.avgdl)) AS score
+  FROM hits AS h JOIN idf AS i USING (term) CROSS JOIN span AS s
+  GROUP BY h.id, h.dl, s.avgdl
 )
 SELECT (SELECT coalesce(json_object_agg(term, idf), '{{}}') FROM idf),
        (SELECT avgdl FROM span),
@@ -441,6 +445,7 @@ def words_ranked(
     """
     window = RANK_WINDOW if window is None else window
     words, grams = query_terms(q)
+    any_word = " or ".join(w for w in _WORD_RE.findall(words) if w.lower() != "or")
     clauses, params = (filters or TurnFilters()).sql("t")
     statement = _WORDS_SQL.format(filters=clauses)
     with connections[using].cursor() as cursor:
@@ -449,6 +454,8 @@ def words_ranked(
             {
                 "words": words,
                 "grams": grams,
+                "any_word": any_word,
+                "any_gram": " or ".join(grams),
                 "owner": owner_pk,
                 "window": window,
                 "top_seq": top_seq,

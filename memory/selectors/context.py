@@ -306,7 +306,7 @@ def _recall_check(now: Any, min_score: Any) -> None:
 
 # Most turns a context's recall searches for when it has a token budget: the budget then
 # says how many of them it sends.
-RECALL_CANDIDATES = 40
+RECALL_CANDIDATES = 20
 
 
 def _recall_args(
