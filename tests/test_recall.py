@@ -646,9 +646,7 @@ def test_context_messages_recall_as_many_as_fit_the_budget(db, memory_settings):
     say("wang", *said, *(FILLER * 2))
     with memory_settings(EMBEDDER=None):
         small = selectors.context_messages(owner_id="wang", turns=4, query="cello")
-        large = selectors.context_messages(
-            owner_id="wang", max_tokens=2000, turns=4, query="cello"
-        )
+        large = selectors.context_messages(owner_id="wang", max_tokens=2000, turns=4, query="cello")
     # Without a budget, MEMORY["RECALL_TURNS"]; with one, as many as fit a third of it.
     assert len(small["recalled"]) == 3
     assert sorted(large["recalled"]) == list(range(1, 9))
