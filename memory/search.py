@@ -583,6 +583,8 @@ _STOP_WORDS_TEXT = (
 )
 _STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 _WORD_RE = re.compile(r"\w+")
+# Off PostgreSQL, a turn that holds ``q`` as written but none of its terms counts as this share.
+SUBSTRING_COVERAGE = 0.5
 
 
 def text_terms(text: str) -> list[str]:
@@ -625,5 +627,9 @@ def words_ranked_python(
         for row, terms, length in held
         if terms
     ]
+    if not scored:
+        # NOTE: no term matched (the start of a word, say): the substring match this path had.
+        needle = q.casefold()
+        scored = [(row, SUBSTRING_COVERAGE) for row, *_ in held if needle in row[4].casefold()]
     scored.sort(key=lambda item: (-item[1], -item[0][1]))
     return scored[:depth]

@@ -107,7 +107,8 @@ def test_demo_runs_on_sqlite_without_cache(demo_env):
 
 
 def test_demo_searches_on_sqlite_by_substring(demo_env):
-    """Search falls back to a substring match where there is no Postgres index."""
+    """Search ranks words in Python where there is no Postgres index, and falls back to a
+    substring match."""
     _manage(demo_env, "migrate", "--noinput", "-v", "0")
     script = (
         "from memory import selectors, services\n"
