@@ -89,7 +89,8 @@ DEFAULTS: dict[str, Any] = {
     # Turns one embedder call is given: the task and ``memory_embed`` embed in batches of this
     # many, each written in its own transaction.
     "EMBED_BATCH_TURNS": 64,
-    # Older turns, at most, that ``context/messages/?query=`` recalls into its third message.
+    # Older turns, at most, that ``context/messages/?query=`` recalls into its third message
+    # when it has no ``max_tokens`` (with one, as many as fit a third of the tokens left).
     "RECALL_TURNS": 3,
     # Tokens of the turns after an owner's summary that make an append enqueue its refresh.
     "SUMMARY_AFTER_TOKENS": 2000,

@@ -303,8 +303,20 @@ class ContextMessagesQuerySerializer(serializers.Serializer[dict[str, Any]]):
         required=False,
         max_length=MAX_QUERY_CHARS,
         help_text="1-200 characters: recall the older turns most relevant to it (by meaning and "
-        "words where embeddings are on, else by words) into a third system message; their seqs "
-        "are in recalled.",
+        "words where embeddings are on, else by words), as many as fit a third of the tokens "
+        "left, into a third system message; their seqs are in recalled.",
+    )
+    now = serializers.CharField(
+        required=False,
+        max_length=64,
+        help_text="ISO-8601: when the question is asked (default: the server's clock); a time "
+        "named in query is read against it.",
+    )
+    min_score = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="Recall only turns whose search score is at least this.",
     )
 
 
@@ -383,6 +395,29 @@ class SearchQuerySerializer(serializers.Serializer[dict[str, Any]]):
         help_text="text: by the words; semantic: by meaning (embeddings); hybrid: both rankings "
         "fused. Default: hybrid where search by meaning is on, else text; semantic or hybrid "
         "where it is off is a 400.",
+    )
+    after = serializers.CharField(
+        required=False,
+        max_length=64,
+        help_text="ISO-8601 date or date-time: only turns created at or after it. 400 if bad.",
+    )
+    before = serializers.CharField(
+        required=False,
+        max_length=64,
+        help_text="ISO-8601 date or date-time: only turns created before it (a date: before "
+        "that day starts). 400 if bad.",
+    )
+    now = serializers.CharField(
+        required=False,
+        max_length=64,
+        help_text="ISO-8601: when the question is asked (default: the server's clock); a time "
+        "named in q (last month, 上个月) is read against it.",
+    )
+    min_score = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="Only results whose score (a calibrated relevance in [0, 1]) is at least this.",
     )
 
 
@@ -555,12 +590,17 @@ class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class ScoredTurnSerializer(TurnSerializer):
-    """A turn found by a search, with its score where it was ranked by meaning."""
+    """A turn found by a search, with its score and its neighbouring turns."""
 
     score = serializers.FloatField(
+        help_text="A calibrated relevance in [0, 1], on the same scale for every query of a mode "
+        "(docs/recall.md): about the chance that the turn bears on the question.",
+    )
+    context = TurnSerializer(
+        many=True,
         required=False,
-        help_text="semantic: the cosine similarity of the turn to the query; hybrid: the fused "
-        "rank score. Higher is better; absent for mode=text.",
+        help_text="The turns just before and after it in its session, but those among the "
+        "results, oldest first.",
     )
 
 

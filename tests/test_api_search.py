@@ -41,7 +41,17 @@ def test_search_answers_turns_best_match_first(owner_client, turns):
         "basketball, basketball, basketball",
         "I like playing basketball",
     ]
-    assert set(results[0]) == {"seq", "session_id", "role", "content", "metadata", "created_at"}
+    assert set(results[0]) == {
+        "seq",
+        "session_id",
+        "role",
+        "content",
+        "metadata",
+        "created_at",
+        "score",
+        "context",
+    }
+    assert 0 <= results[1]["score"] <= results[0]["score"] <= 1
     assert response["Cache-Control"] == "no-store, private"
 
 
@@ -224,3 +234,99 @@ def test_health_answers_while_searches_wait(owner_user, committed_turns, memory_
             thread.join(timeout=60)
     assert not errors
     assert results == [(200, ["basketball again", "I like playing basketball"])] * searches
+
+
+def _dated(owner_id: str, *turns: tuple[str, str, str]) -> None:
+    """Append ``(session, created_at, content)`` turns, then date them (the append stamps now)."""
+    for session_id, created_at, content in turns:
+        turn = services.turn_append(
+            owner_id=owner_id, session_id=session_id, role="user", content=content
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE memory_turn SET created_at = %s WHERE id = %s", [created_at, turn.pk]
+            )
+
+
+@pytest.fixture
+def dated():
+    _dated(
+        "wang",
+        ("s1", "2026-01-10T10:00:00Z", "we went skiing in the alps"),
+        ("s2", "2026-03-05T10:00:00Z", "we went hiking in the hills"),
+        ("s3", "2026-04-20T10:00:00Z", "we went sailing on the lake"),
+    )
+
+
+def _contents(response) -> list[str]:
+    assert response.status_code == 200, response.json()
+    return [t["content"] for t in response.json()["results"]]
+
+
+def test_search_after_and_before_keep_that_range(owner_client, dated):
+    q = {"q": "where we went", "mode": "text"}
+    assert len(_contents(owner_client.get(SEARCH, q))) == 3
+    assert _contents(owner_client.get(SEARCH, {**q, "after": "2026-03-01"})) == [
+        "we went sailing on the lake",
+        "we went hiking in the hills",
+    ]
+    assert _contents(
+        owner_client.get(SEARCH, {**q, "after": "2026-02-01", "before": "2026-04-01T00:00:00Z"})
+    ) == ["we went hiking in the hills"]
+    assert _contents(owner_client.get(SEARCH, {**q, "before": "2026-01-10"})) == []
+
+
+def test_search_reads_a_time_named_in_the_question_against_now(owner_client, dated):
+    got = _contents(
+        owner_client.get(SEARCH, {"q": "where we went last month", "now": "2026-04-15"})
+    )
+    assert got == ["we went hiking in the hills"]
+    got = _contents(owner_client.get(SEARCH, {"q": "我们上个月去了哪里 went", "now": "2026-05-10"}))
+    assert got == ["we went sailing on the lake"]
+    # An explicit range that excludes the named time wins.
+    got = _contents(
+        owner_client.get(
+            SEARCH, {"q": "went last month", "now": "2026-04-15", "before": "2026-02-01"}
+        )
+    )
+    assert got == ["we went skiing in the alps"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"after": "yesterday"},
+        {"before": "2026-13-01"},
+        {"now": "soon"},
+        {"after": "2026-05-01", "before": "2026-04-01"},
+        {"min_score": "1.5"},
+        {"min_score": "-0.1"},
+        {"min_score": "high"},
+        {"after": "2" * 65},
+    ],
+)
+def test_bad_dates_and_scores_are_400(owner_client, dated, query):
+    response = owner_client.get(SEARCH, {"q": "went", **query})
+    assert response.status_code == 400
+    assert set(response.json()) <= {"after", "before", "now", "min_score"}
+
+
+def test_min_score_answers_nothing_when_nothing_is_relevant(owner_client, dated):
+    results = owner_client.get(SEARCH, {"q": "skiing alps", "mode": "text"}).json()["results"]
+    best = results[0]["score"]
+    assert results[0]["content"] == "we went skiing in the alps"
+    kept = _contents(owner_client.get(SEARCH, {"q": "skiing alps", "min_score": best}))
+    assert kept == ["we went skiing in the alps"]
+    assert _contents(owner_client.get(SEARCH, {"q": "skiing alps", "min_score": 1})) == []
+
+
+def test_a_hit_brings_its_neighbours_of_the_same_session(owner_client):
+    for session_id, role, content in [
+        ("a", "user", "what should I cook tonight?"),
+        ("a", "assistant", "try a mushroom risotto"),
+        ("b", "user", "unrelated chat about trains"),
+    ]:
+        services.turn_append(owner_id="wang", session_id=session_id, role=role, content=content)
+    (hit, *_) = owner_client.get(SEARCH, {"q": "risotto", "mode": "text"}).json()["results"]
+    assert hit["content"] == "try a mushroom risotto"
+    assert [t["content"] for t in hit["context"]] == ["what should I cook tonight?"]

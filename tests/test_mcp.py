@@ -19,6 +19,7 @@ import httpx2
 import jsonschema
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.core.exceptions import ValidationError
 from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from mcp import Client
@@ -27,7 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from rest_framework.authtoken.models import Token
 
-from memory import selectors, services, tools
+from memory import selectors, services, tools, when
 from memory.exceptions import MemoryUnavailable
 from memory.integrations import mcp as memory_mcp
 from tests.instance import environment, import_error_without
@@ -299,6 +300,18 @@ def test_http_every_tool_refuses_bad_arguments_readably_storing_nothing(demo):
     assert stored("alice") == (0, 0, 0, 0)
 
 
+def _outside_calendar(arguments: dict[str, Any]) -> bool:
+    """Whether search_memory's dates, of the schema's shape, name no range: a day the calendar
+    does not have (February 30), or ``after`` not before ``before`` (no schema can say)."""
+    times = []
+    for name in ("after", "before"):
+        try:
+            times.append(when.when_parse(arguments.get(name), field=name))
+        except ValidationError:
+            return True
+    return None not in times and times[0] >= times[1]
+
+
 @pytest.mark.slow
 @real_db
 @pytest.mark.parametrize("definition", tools.definitions(), ids=lambda d: d["name"])
@@ -317,8 +330,10 @@ def test_http_fuzzed_arguments_are_answered_never_failed(demo, definition):
             return answer(await client.call_tool(definition["name"], arguments))
 
         result = over_http(demo, token, one)
-        refused = not validator.is_valid(arguments) or (
-            definition["name"] == "remember_fact" and _breaks_value_rules(arguments["value"])
+        refused = (
+            not validator.is_valid(arguments)
+            or (definition["name"] == "remember_fact" and _breaks_value_rules(arguments["value"]))
+            or (definition["name"] == "search_memory" and _outside_calendar(arguments))
         )
         assert ("error" in result) == refused, (arguments, result)
         if definition["name"] == "remember_fact" and not refused:

@@ -291,6 +291,10 @@ def test_the_api_searches_by_mode_and_refuses_semantic_where_it_is_off(
 # The context's recall --------------------------------------------------------------------------
 
 
+def answer_date() -> str:
+    return selectors.turn_list(owner_id="wang")[0][0]["created_at"][:10]
+
+
 def test_context_messages_recall_an_old_turn_out_of_the_window(e5):
     say("wang", CORGI, "Corgis are lovely dogs.", *(FILLER * 4))
     embeddings.turns_embed(owner_id="wang")
@@ -300,7 +304,10 @@ def test_context_messages_recall_an_old_turn_out_of_the_window(e5):
     assert 1 in answer["recalled"]
     assert answer["tokens"] <= 120
     system = [m["content"] for m in answer["messages"] if m["role"] == "system"]
-    assert len(system) == 2 and "turn 1, user: " + CORGI in system[1]
+    assert len(system) == 2
+    # Each recalled turn with its seq, date and session.
+    today = answer_date()
+    assert f"- turn 1 ({today}, session tab-1), user: {CORGI}" in system[1]
     window = [m["content"] for m in answer["messages"] if m["role"] != "system"]
     assert CORGI not in window and window
     # Without a query, nothing is recalled; the recalled turns are never among the window's.
@@ -312,7 +319,7 @@ def test_context_messages_api_takes_a_query(e5, service_client):
     say("wang", CORGI, *(FILLER * 4))
     embeddings.turns_embed(owner_id="wang")
     url = "/api/memory/users/wang/context/messages/"
-    answer = service_client.get(url, {"max_tokens": 100, "query": "my pet's name"})
+    answer = service_client.get(url, {"max_tokens": 160, "query": "my pet's name"})
     assert answer.status_code == 200 and answer.json()["recalled"] == [1]
     assert service_client.get(url, {"query": ""}).status_code == 400
     assert service_client.get(url, {"query": "x" * 201}).status_code == 400
@@ -658,3 +665,38 @@ def test_an_imported_memory_is_embedded_by_the_run_the_import_makes_due(
         )
         assert best["content"] == CORGI
         assert "pet" in selectors.facts_similar(owner_id="wang-again", query="my dog", limit=5)
+
+
+def test_context_messages_recall_as_many_as_fit_the_budget(db, memory_settings):
+    said = [f"my cousin number {i} plays the cello in an orchestra" for i in range(8)]
+    say("wang", *said, *(FILLER * 2))
+    with memory_settings(EMBEDDER=None):
+        small = selectors.context_messages(owner_id="wang", turns=4, query="cello")
+        large = selectors.context_messages(owner_id="wang", max_tokens=2000, turns=4, query="cello")
+    # Without a budget, MEMORY["RECALL_TURNS"]; with one, as many as fit a third of it.
+    assert len(small["recalled"]) == 3
+    assert sorted(large["recalled"]) == list(range(1, 9))
+    assert large["tokens"] <= 2000
+    text = next(m["content"] for m in large["messages"] if "Earlier turns" in m["content"])
+    # Oldest first, each with its seq, date and session.
+    assert text.index("- turn 1 (") < text.index("- turn 8 (")
+    assert ", session tab-1), user: my cousin number 0" in text
+
+
+@pytest.mark.parametrize(
+    "query", [{"now": "tomorrow"}, {"min_score": "2"}, {"min_score": "x"}, {"now": "2026-02-30"}]
+)
+def test_context_messages_bad_now_or_min_score_is_400(service_client, query):
+    url = "/api/memory/users/wang/context/messages/"
+    response = service_client.get(url, {"query": "cello", **query})
+    assert response.status_code == 400
+    assert set(response.json()) <= {"now", "min_score"}
+
+
+def test_context_messages_min_score_recalls_nothing_irrelevant(db, memory_settings):
+    say("wang", "my cousin plays the cello", *(FILLER * 2))
+    with memory_settings(EMBEDDER=None):
+        kept = selectors.context_messages(owner_id="wang", turns=2, query="cello", min_score=0.0)
+        none = selectors.context_messages(owner_id="wang", turns=2, query="cello", min_score=1.0)
+    assert kept["recalled"] == [1]
+    assert none["recalled"] == []

@@ -219,7 +219,8 @@ def test_on_sqlite_a_visitor_chats_anonymously_logs_in_and_finds_it_in_another_b
 
 
 def test_demo_searches_on_sqlite_by_substring(demo_env):
-    """Search falls back to a substring match where there is no Postgres index."""
+    """Search ranks words in Python where there is no Postgres index, and falls back to a
+    substring match."""
     _manage(demo_env, "migrate", "--noinput", "-v", "0")
     script = (
         "from memory import selectors, services\n"

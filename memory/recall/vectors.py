@@ -62,12 +62,14 @@ SET owner_id = EXCLUDED.owner_id, model = EXCLUDED.model, vector = EXCLUDED.vect
 # NOTE: the turn is joined on its owner too: a vector row is never trusted alone for whose
 # turn it is.
 _NEAREST_SQL = """
-SELECT v.turn_id, v.vector <=> %s::halfvec AS distance
-FROM memory_turnvector AS v
-WHERE v.owner_id = %s::bigint AND v.model = %s
+SELECT v.turn_id, v.vector <=> %(vector)s::halfvec AS distance
+FROM memory_turnvector AS v {join}
+WHERE v.owner_id = %(owner)s::bigint AND v.model = %(model)s {filters}
 ORDER BY distance, v.turn_id DESC
-LIMIT %s
+LIMIT %(limit)s
 """
+# NOTE: a search narrowed by seq or date reads the turn beside its vector.
+_FILTER_JOIN = "JOIN memory_turn AS t ON t.id = v.turn_id AND t.owner_id = v.owner_id"
 
 
 # NOTE: a fact's vector is written only for the version it was computed from: a fact changed
@@ -122,11 +124,12 @@ FROM pg_index AS i WHERE i.indexrelid = to_regclass(%s)
 # the owner's turns are found.
 _NEAREST_INDEXED_SQL = """
 SELECT turn_id, distance FROM (
-  SELECT v.turn_id, v.vector::halfvec({dimensions}) <=> %s::halfvec({dimensions}) AS distance
-  FROM memory_turnvector AS v
-  WHERE v.owner_id = %s::bigint AND v.model = {model}
+  SELECT v.turn_id,
+         v.vector::halfvec({dimensions}) <=> %(vector)s::halfvec({dimensions}) AS distance
+  FROM memory_turnvector AS v {join}
+  WHERE v.owner_id = %(owner)s::bigint AND v.model = {model} {filters}
   ORDER BY distance
-  LIMIT %s
+  LIMIT %(limit)s
 ) AS near
 ORDER BY distance, turn_id DESC
 """
@@ -284,12 +287,17 @@ def vectors_nearest(
     limit: int,
     *,
     embedded: int = 0,
+    filters: Any = None,
 ) -> list[tuple[int, float]]:
     """The ``limit`` turns of owner ``owner_pk`` whose vectors (of ``model``) are nearest to
     ``query``: ``(turn pk, cosine distance)``, nearest first. ``embedded``: how many of the
     owner's turns have been embedded (their ``embedded_seq``); past ``INDEX_FROM``, the
-    model's HNSW index serves where it exists."""
+    model's HNSW index serves where it exists. ``filters`` (``memory.search.TurnFilters``)
+    keeps only the turns it allows."""
     text = vector_text(query)
+    clauses, params = filters.sql("t") if filters else ("", {})
+    join = _FILTER_JOIN if clauses else ""
+    params = {**params, "vector": text, "owner": owner_pk, "model": model, "limit": limit}
     with connections[using].cursor() as cursor:
         if embedded > INDEX_FROM and vectors_indexed(using, model, len(query)):
             cursor.execute(
@@ -298,11 +306,14 @@ def vectors_nearest(
                 [str(max(INDEX_EF_SEARCH, min(limit, 1000)))],
             )
             statement = sql.SQL(_NEAREST_INDEXED_SQL).format(
-                dimensions=sql.Literal(len(query)), model=sql.Literal(model)
+                dimensions=sql.Literal(len(query)),
+                model=sql.Literal(model),
+                join=sql.SQL(join),
+                filters=sql.SQL(clauses),
             )
-            cursor.execute(statement.as_string(cursor.connection), [text, owner_pk, limit])
+            cursor.execute(statement.as_string(cursor.connection), params)
         else:
-            cursor.execute(_NEAREST_SQL, [text, owner_pk, model, limit])
+            cursor.execute(_NEAREST_SQL.format(join=join, filters=clauses), params)
         return [(turn_id, float(distance)) for turn_id, distance in cursor.fetchall()]
 
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from memory import aio, cache, codec, tokens
+from memory import aio, cache, codec, tokens, when
 from memory.conf import conf
 from memory.exceptions import database_guard
 from memory.models import Fact, Owner, Summary, Turn, fact_live
@@ -29,7 +29,7 @@ from memory.payloads import (
 )
 from memory.postgres import context_read
 from memory.selectors.pages import check_owner
-from memory.selectors.search import aturns_recalled, turns_recalled
+from memory.selectors.search import aturns_recalled, clean_min_score, turns_recalled
 
 
 def _context(
@@ -194,10 +194,22 @@ def _newest_fitting(
     return kept, used
 
 
+def recalled_line(turn: TurnPayload) -> str:
+    """One recalled turn as a line of the context's third system message: its seq, date,
+    session and role, then its content."""
+    return (
+        f"- turn {turn['seq']} ({turn['created_at'][:10]}, session {turn['session_id']}), "
+        f"{turn['role']}: {turn['content']}"
+    )
+
+
 def recalled_text(turns: list[TurnPayload]) -> str:
-    """Recalled older turns as the text of the context's third system message, by seq."""
-    lines = ["Earlier turns of the conversation that bear on the question:"]
-    lines.extend(f"- turn {turn['seq']}, {turn['role']}: {turn['content']}" for turn in turns)
+    """Recalled older turns as the text of the context's third system message, oldest first."""
+    lines = [
+        "Earlier turns of the conversation that bear on the question, oldest first (where "
+        "they disagree, the later one is current):"
+    ]
+    lines.extend(recalled_line(turn) for turn in turns)
     return "\n".join(lines)
 
 
@@ -250,14 +262,15 @@ class _Plan:
 
     def recall(self, found: list[TurnPayload]) -> None:
         """Add the best of ``found`` (best first, all older than the window) as the third
-        message, within a third of the budget left, at most ``MEMORY["RECALL_TURNS"]``."""
+        message: as many as fit in a third of the budget left, or without a budget at most
+        ``MEMORY["RECALL_TURNS"]``."""
         share = None if self.budget is None else self.budget // 3
         chosen: list[TurnPayload] = []
         spent = 0
         for turn in found:
-            if len(chosen) == conf.RECALL_TURNS:
+            if share is None and len(chosen) == conf.RECALL_TURNS:
                 break
-            cost = self.count(f"- turn {turn['seq']}, {turn['role']}: {turn['content']}")
+            cost = self.count(recalled_line(turn))
             if share is not None and spent + cost > share:
                 continue
             chosen.append(turn)
@@ -284,14 +297,26 @@ class _Plan:
         }
 
 
-def _recall_args(plan: _Plan, owner_id: str, query: str) -> dict[str, Any]:
-    before = plan.before_seq()
+def _recall_check(now: Any, min_score: Any) -> None:
+    when.when_parse(now, field="now")
+    clean_min_score(min_score)
+
+
+# Most turns a context's recall searches for when it has a token budget: the budget then
+# says how many of them it sends.
+RECALL_CANDIDATES = 20
+
+
+def _recall_args(
+    plan: _Plan, owner_id: str, query: str, now: Any, min_score: float | None
+) -> dict[str, Any]:
     return {
         "owner_id": owner_id,
         "query": query,
-        "before_seq": before,
-        "skip": plan.window,
-        "limit": conf.RECALL_TURNS * 3,
+        "before_seq": plan.before_seq(),
+        "limit": conf.RECALL_TURNS if plan.budget is None else RECALL_CANDIDATES,
+        "now": now,
+        "min_score": min_score,
     }
 
 
@@ -301,6 +326,8 @@ def context_messages(
     max_tokens: int | None = None,
     turns: int | None = None,
     query: str | None = None,
+    now: Any = None,
+    min_score: float | None = None,
 ) -> ContextMessagesPayload:
     """The owner's context as the messages an LLM chat API takes, oldest first.
 
@@ -310,10 +337,12 @@ def context_messages(
     none is sent), a second system message with the summary (``summary_text``), if it fits
     beside the facts, and ``summary_through_seq`` names it (else ``None``); then, with a
     ``query``, a system message of the older turns most relevant to it that are not among the
-    turns sent (``recalled_text``: each with its seq, in seq order; found as ``turn_search``
-    finds, in its default mode: by meaning and words where embeddings are on), at most
-    ``MEMORY["RECALL_TURNS"]`` of them within a third of the tokens left, and ``recalled`` lists
-    their seqs (else ``[]``); then one ``{"role", "content"}`` per turn, content kept exactly.
+    turns sent (``recalled_text``: each with its seq, date and session, oldest first; found as
+    ``turn_search`` finds, in its default mode: by meaning and words where embeddings are on, a
+    time the query names read against ``now``, none scored below ``min_score``), as many as fit
+    in a third of the tokens left (without ``max_tokens``, at most ``MEMORY["RECALL_TURNS"]``),
+    and ``recalled`` lists their seqs (else ``[]``); then one ``{"role", "content"}`` per
+    turn, content kept exactly.
     Without ``max_tokens``, the turns are the last ``turns`` (as for ``context_get``). With
     ``max_tokens`` (1..``tokens.MAX_TOKENS``), they are the newest of the last ``turns``
     (default: ``MEMORY["MAX_CONTEXT_TURNS"]``) that fit in ``max_tokens`` together with the
@@ -325,17 +354,19 @@ def context_messages(
 
     Read through ``context_get`` (cache first, the same facts and turns when Redis fails).
     Raises ``ValidationError`` for a bad owner id, turn count, ``max_tokens`` or ``query`` (1-200
-    characters, as a search's ``q``), and (``{"max_tokens": ...}``) when the facts' message alone
+    characters, as a search's ``q``), ``now`` (ISO-8601) or ``min_score`` (0-1), and
+    (``{"max_tokens": ...}``) when the facts' message alone
     exceeds ``max_tokens``: facts are never cut. Raises ``MemoryUnavailable`` when the database
     cannot be reached, ``SearchTimeout`` when the recall's search ran past its limit, and
     ``ImproperlyConfigured`` for a bad ``MEMORY["TOKEN_COUNTER"]``.
     """
     _max_tokens_check(max_tokens)
+    _recall_check(now, min_score)
     memory, source = _read(owner_id, _messages_turns(max_tokens, turns))
     context = _context(owner_id, memory, source)
     plan = _Plan(memory, context, max_tokens)
     if query is not None:
-        plan.recall(turns_recalled(**_recall_args(plan, owner_id, query)))
+        plan.recall(turns_recalled(**_recall_args(plan, owner_id, query, now, min_score)))
     return plan.payload(context)
 
 
@@ -346,11 +377,14 @@ async def acontext_messages(
     max_tokens: int | None = None,
     turns: int | None = None,
     query: str | None = None,
+    now: Any = None,
+    min_score: float | None = None,
 ) -> ContextMessagesPayload:
     _max_tokens_check(max_tokens)
+    _recall_check(now, min_score)
     memory, source = await _aread(owner_id, _messages_turns(max_tokens, turns))
     context = _context(owner_id, memory, source)
     plan = _Plan(memory, context, max_tokens)
     if query is not None:
-        plan.recall(await aturns_recalled(**_recall_args(plan, owner_id, query)))
+        plan.recall(await aturns_recalled(**_recall_args(plan, owner_id, query, now, min_score)))
     return plan.payload(context)

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import logging
+import math
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db import connections
 from django.db.models import (
     BigIntegerField,
     QuerySet,
     Value,
 )
 from django.db.models.functions import Cast
+from django.utils import timezone
 
-from memory import aio, search
+from memory import aio, search, when
 from memory.conf import conf
 from memory.exceptions import SearchUnavailable, database_guard
 from memory.models import Owner, Turn
@@ -109,6 +112,8 @@ _EMBED_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memory-qu
 
 # A query's vector, or its embedding under way (a hybrid search's).
 QueryVector = list[float] | Future[list[float]] | None
+# An owner as a search reads it: (pk, embedded_seq, last_seq).
+OwnerRow = tuple[int, int, int]
 
 
 def _query_vector(q: str, mode: str) -> tuple[str, QueryVector]:
@@ -140,136 +145,321 @@ def _resolved(query: QueryVector) -> list[float] | None:
         return None
 
 
-def _text_rows(turns: QuerySet[Turn], q: str, owner_pk: int, limit: int) -> list[tuple[Any, ...]]:
-    window = search.RANK_WINDOW
-    matches = search.turns_matching(turns, q, window=window)
-    rows = list(matches.values_list("pk", *TURN_FIELDS)[:limit])
-    if not rows:
-        similar = search.turns_similar(turns, q, owner_pk=owner_pk, window=window)
-        if similar is not None:
-            rows = list(similar.values_list("pk", *TURN_FIELDS)[:limit])
-    return rows
+# NOTE: the calibration of ``score``: a logistic model of "this turn holds evidence for the
+# question", fitted on labelled searches (docs/recall.md, "The score"): per mode, the bias and
+# the weights of the cosine similarity to the query (by meaning) and of the share of the
+# query's BM25 weight the turn matches (by words).
+CALIBRATION = {
+    "hybrid": (-26.82, 26.01, 4.0),
+    "semantic": (-37.13, 39.71, 0.0),
+    "text": (-5.63, 0.0, 9.65),
+}
+# Added to a candidate's logit in proportion to how late it was said among the candidates
+# (0 the oldest, 1 the newest): of two turns that answer alike, the newer ranks first.
+RECENCY_WEIGHT = 0.1
+# Taken off a candidate's logit for each better turn of its session already chosen, so that
+# evidence spread over sessions is found together (the ``score`` shown is without it).
+SESSION_PENALTY = 0.1
+# A candidate gains this share of what its best neighbour in the session (the turn just before
+# or after) scores above it: the reply to a question that matches, the question of a reply.
+NEIGHBOUR_SHARE = 0.5
+# A match of the typo fallback counts as this share of the query's words.
+SIMILAR_COVERAGE = 0.5
 
 
-def _semantic_rows(
-    turns: QuerySet[Turn], owner: tuple[int, int], query: list[float], limit: int
-) -> list[tuple[tuple[Any, ...], float]]:
-    embedder = embedders.embedder_get()
-    assert embedder is not None
-    owner_pk, embedded = owner
-    nearest = vectors.vectors_nearest(
-        turns.db, owner_pk, embedders.embedder_name(embedder), query, limit, embedded=embedded
+class Candidate:
+    """A turn a search found, with what ranks it."""
+
+    __slots__ = ("cosine", "coverage", "logit", "pk", "row")
+
+    def __init__(self, pk: int, row: tuple[Any, ...], cosine: float | None, coverage: float):
+        self.pk = pk
+        self.row = row
+        self.cosine = cosine
+        self.coverage = coverage
+        self.logit = 0.0
+
+    @property
+    def seq(self) -> int:
+        return int(self.row[0])
+
+    @property
+    def session_id(self) -> str:
+        return str(self.row[1])
+
+
+def _logit(mode: str, cosine: float | None, coverage: float) -> float:
+    bias, by_meaning, by_words = CALIBRATION[mode]
+    if cosine is None:
+        # NOTE: a turn not embedded yet (or a search by words only) is judged by its words.
+        bias, by_meaning, by_words = CALIBRATION["text"]
+        cosine = 0.0
+    return bias + by_meaning * cosine + by_words * coverage
+
+
+def score_of(logit: float) -> float:
+    """A logit as the ``score`` a result carries: in [0, 1]."""
+    if logit < -30:
+        return 0.0
+    return 1.0 / (1.0 + math.exp(-logit))
+
+
+def _candidates(
+    owner: OwnerRow,
+    q: str,
+    mode: str,
+    query: QueryVector,
+    depth: int,
+    filters: search.TurnFilters,
+) -> tuple[list[Candidate], str]:
+    """The turns either ranking finds among its best ``depth``, with their features; and the
+    mode that ranked them (``text`` where the query's embedding failed)."""
+    owner_pk, embedded, last_seq = owner
+    using = Turn.objects.db
+    turns = filters.queryset(owner_turns(owner_pk))
+    if connections[using].vendor != "postgresql":
+        found = search.words_ranked_python(turns, q, depth=depth)
+        return [Candidate(row[0], row[1:], None, coverage) for row, coverage in found], "text"
+    top_seq = last_seq if filters.before_seq is None else min(last_seq, filters.before_seq - 1)
+    ranking = None
+    terms: list[str] = []
+    pks: list[int] = []
+    if mode != "semantic":
+        ranking = search.words_ranked(
+            using=using, owner_pk=owner_pk, q=q, top_seq=top_seq, depth=depth, filters=filters
+        )
+        terms = sorted(ranking.idf)
+        pks = [pk for pk, *_ in ranking.hits]
+    vector = _resolved(query)
+    model = None
+    if vector is not None:
+        embedder = embedders.embedder_get()
+        assert embedder is not None
+        model = embedders.embedder_name(embedder)
+        nearest = vectors.vectors_nearest(
+            using, owner_pk, model, vector, depth, embedded=embedded, filters=filters
+        )
+        pks += [pk for pk, _ in nearest if pk not in set(pks)]
+    elif mode == "hybrid":
+        mode = "text"
+    similar = False
+    if not pks and mode == "text":
+        fallback = search.turns_similar(turns, q, owner_pk=owner_pk, window=search.RANK_WINDOW)
+        if fallback is not None:
+            pks = list(fallback.values_list("pk", flat=True)[:depth])
+            similar = True
+    if not pks:
+        return [], mode
+    rows = search.turns_features(
+        using=using,
+        owner_pk=owner_pk,
+        pks=pks,
+        terms=terms,
+        model=model,
+        vector=None if vector is None else vectors.vector_text(vector),
     )
-    rows = {
-        row[0]: row
-        for row in turns.filter(pk__in=[pk for pk, _ in nearest]).values_list("pk", *TURN_FIELDS)
-    }
-    # NOTE: cosine similarity, 1 - distance: 1 the same direction, 0 unrelated.
-    return [(rows[pk], 1.0 - distance) for pk, distance in nearest if pk in rows]
+    found = []
+    for pk, *fields, length, held, distance in rows:
+        cosine = None if distance is None else 1.0 - float(distance)
+        if similar:
+            coverage = SIMILAR_COVERAGE
+        elif ranking is not None:
+            coverage = ranking.coverage(length or 0, held) * search.as_written(q, fields[3])
+        else:
+            coverage = 0.0
+        found.append(Candidate(pk, tuple(fields), cosine, coverage))
+    return found, mode
 
 
-def _fused(
-    text: list[tuple[Any, ...]], semantic: list[tuple[tuple[Any, ...], float]], limit: int
-) -> list[tuple[tuple[Any, ...], float]]:
-    """Reciprocal rank fusion of the two rankings: best first, the newest among equals."""
-    scores: dict[int, float] = {}
-    found: dict[int, tuple[Any, ...]] = {}
-    for rank, row in enumerate(text):
-        scores[row[0]] = scores.get(row[0], 0.0) + 1.0 / (FUSION_K + rank + 1)
-        found[row[0]] = row
-    for rank, (row, _) in enumerate(semantic):
-        scores[row[0]] = scores.get(row[0], 0.0) + 1.0 / (FUSION_K + rank + 1)
-        found[row[0]] = row
-    best = sorted(scores, key=lambda pk: (-scores[pk], -found[pk][1]))[:limit]
-    return [(found[pk], scores[pk]) for pk in best]
+def _ranked(candidates: list[Candidate], mode: str, limit: int) -> list[Candidate]:
+    """The best ``limit`` of ``candidates``: by calibrated logit, lifted towards a better
+    neighbour's (``NEIGHBOUR_SHARE``) and with the newer favoured (``RECENCY_WEIGHT``), then
+    chosen one by one with each session's later picks held back (``SESSION_PENALTY``)."""
+    if not candidates:
+        return []
+    seqs = [c.seq for c in candidates]
+    low, high = min(seqs), max(seqs)
+    own = {c.seq: (_logit(mode, c.cosine, c.coverage), c.session_id) for c in candidates}
+    for c in candidates:
+        late = 0.0 if high == low else (c.seq - low) / (high - low)
+        logit = own[c.seq][0]
+        around = [own.get(c.seq - 1), own.get(c.seq + 1)]
+        near = [n[0] for n in around if n is not None and n[1] == c.session_id]
+        if near and max(near) > logit:
+            logit += NEIGHBOUR_SHARE * (max(near) - logit)
+        c.logit = logit + RECENCY_WEIGHT * late
+    pool = sorted(candidates, key=lambda c: (-c.logit, -c.seq))
+    chosen: list[Candidate] = []
+    taken: dict[str, int] = {}
+    while pool and len(chosen) < limit:
+        best = max(
+            pool, key=lambda c: (c.logit - SESSION_PENALTY * taken.get(c.session_id, 0), c.seq)
+        )
+        pool.remove(best)
+        chosen.append(best)
+        taken[best.session_id] = taken.get(best.session_id, 0) + 1
+    return chosen
 
 
-def _scored(row: tuple[Any, ...], score: float | None) -> TurnPayload:
-    payload = turn_payload_from_row(row[1:])
-    if score is not None:
-        payload["score"] = round(score, 6)  # type: ignore[typeddict-unknown-key]
-    return payload
+def _with_context(owner_pk: int, results: list[TurnPayload]) -> None:
+    """Give each result ``context``: the turns just before and after it in its session (the
+    question a reply answers, the reply to a question), but those among the results."""
+    if not results:
+        return
+    shown = {turn["seq"] for turn in results}
+    wanted = {turn["seq"] + step for turn in results for step in (-1, 1)} - shown
+    rows = owner_turns(owner_pk).filter(seq__in=wanted).values_list(*TURN_FIELDS)
+    near = {row[0]: turn_payload_from_row(row) for row in rows}
+    for turn in results:
+        around = [near.get(turn["seq"] - 1), near.get(turn["seq"] + 1)]
+        turn["context"] = [  # type: ignore[typeddict-unknown-key]
+            other
+            for other in around
+            if other is not None and other["session_id"] == turn["session_id"]
+        ]
 
 
 def ranked_turns(
-    owner: tuple[int, int],
+    owner: OwnerRow,
     q: str,
     mode: str,
     query: QueryVector,
     limit: int,
     *,
-    before_seq: int | None = None,
-    skip: int = 0,
+    filters: search.TurnFilters | None = None,
+    min_score: float | None = None,
+    context: bool = True,
 ) -> list[TurnPayload]:
     """The owner's best ``limit`` turns for ``q`` by ``mode``, in the caller's search
-    transaction; ``owner`` is their ``(pk, embedded_seq)`` (``_owner_read``). With
-    ``before_seq``, only turns before it (the ``skip`` turns from it on are passed over by the
-    vector scan's extra depth)."""
-    owner_pk = owner[0]
-    turns = owner_turns(owner_pk)
-    if before_seq is not None:
-        turns = turns.filter(seq__lt=before_seq)
-    if mode == "text" or query is None:
-        return [_scored(row, None) for row in _text_rows(turns, q, owner_pk, limit)]
-    if mode == "semantic":
-        vector = _resolved(query)
-        assert vector is not None
-        found = _semantic_rows(turns, owner, vector, limit + skip)[:limit]
-        return [_scored(row, score) for row, score in found]
-    depth = max(limit, FUSION_CANDIDATES)
-    text = _text_rows(turns, q, owner_pk, depth)
-    vector = _resolved(query)
-    if vector is None:
-        return [_scored(row, None) for row in text[:limit]]
-    semantic = _semantic_rows(turns, owner, vector, depth + skip)[:depth]
-    return [_scored(row, score) for row, score in _fused(text, semantic, limit)]
+    transaction; ``owner`` is their ``(pk, embedded_seq, last_seq)`` (``_owner_read``).
+    ``filters`` narrows the turns searched; ``min_score`` drops results scored below it;
+    ``context`` gives each result its neighbouring turns (``_with_context``)."""
+    filters = filters or search.TurnFilters()
+    depth = max(limit * 3, FUSION_CANDIDATES)
+    candidates, mode = _candidates(owner, q, mode, query, depth, filters)
+    results = []
+    for c in _ranked(candidates, mode, limit):
+        score = score_of(c.logit)
+        if min_score is not None and score < min_score:
+            continue
+        payload = turn_payload_from_row(c.row)
+        payload["score"] = round(score, 6)  # type: ignore[typeddict-unknown-key]
+        results.append(payload)
+    if context:
+        _with_context(owner[0], results)
+    return results
 
 
-def _owner_read(owner_id: str) -> tuple[int, int] | None:
-    """The owner's ``(pk, embedded_seq)``, or None for an unknown owner."""
-    return Owner.objects.filter(external_id=owner_id).values_list("pk", "embedded_seq").first()
+def _owner_read(owner_id: str) -> OwnerRow | None:
+    """The owner's ``(pk, embedded_seq, last_seq)``, or None for an unknown owner."""
+    return (
+        Owner.objects.filter(external_id=owner_id)
+        .values_list("pk", "embedded_seq", "last_seq")
+        .first()
+    )
+
+
+def search_filters(
+    q: str,
+    *,
+    after: Any = None,
+    before: Any = None,
+    now: Any = None,
+    before_seq: int | None = None,
+) -> tuple[search.TurnFilters, str]:
+    """The turns a search of ``q`` keeps and the text it matches: ``after``/``before`` (ISO-8601
+    dates or date-times; ``after`` inclusive, ``before`` exclusive), narrowed further by a
+    time ``q`` names against ``now`` (default: this server's clock; ``when.when_in_query``),
+    whose expression then leaves the text matched. Raises ``ValidationError`` ({"after" |
+    "before" | "now": ...}) for a bad date, and for ``after`` not before ``before``."""
+    after_at = when.when_parse(after, field="after")
+    before_at = when.when_parse(before, field="before")
+    now_at = when.when_parse(now, field="now") or timezone.now()
+    if after_at is not None and before_at is not None and after_at >= before_at:
+        raise ValidationError({"before": ["Enter a time later than after."]})
+    named, text = when.when_in_query(q, now_at)
+    if named is not None:
+        start = named[0] if after_at is None else max(after_at, named[0])
+        end = named[1] if before_at is None else min(before_at, named[1])
+        # NOTE: a time named in words that the explicit range excludes yields to the range.
+        if start < end:
+            after_at, before_at = start, end
+        else:
+            text = q
+    filters = search.TurnFilters(before_seq=before_seq, after=after_at, before=before_at)
+    return filters, text
+
+
+def clean_min_score(min_score: Any) -> float | None:
+    """``min_score`` itself (``None`` for none); ``ValidationError({"min_score": ...})``
+    unless a number in [0, 1]."""
+    if min_score is None:
+        return None
+    if isinstance(min_score, bool) or not isinstance(min_score, (int, float)):
+        raise ValidationError({"min_score": ["Enter a number between 0 and 1."]})
+    if not 0.0 <= float(min_score) <= 1.0 or math.isnan(min_score):
+        raise ValidationError({"min_score": ["Enter a number between 0 and 1."]})
+    return float(min_score)
 
 
 @database_guard()
 def turn_search(
-    *, owner_id: str, q: str, limit: int = 20, mode: str | None = None
+    *,
+    owner_id: str,
+    q: str,
+    limit: int = 20,
+    mode: str | None = None,
+    after: Any = None,
+    before: Any = None,
+    now: Any = None,
+    min_score: float | None = None,
 ) -> list[TurnPayload]:
-    """The owner's turns that match ``q``: best match first, newest first among equals.
+    """The owner's turns most relevant to ``q``, best first, each with its ``score`` and its
+    ``context`` (the turns just before and after it in its session).
 
-    ``mode`` says how they are ranked (``MODES``): ``text`` by the words (always available);
+    ``mode`` says how they are found (``MODES``): ``text`` by the words, ranked by BM25 over
+    the owner's turns (a turn need not hold every word; English words match any form, Chinese,
+    Japanese and Korean text by its character pairs, with no spaces needed; a query whose words
+    match no turn falls back to turns with similar words, a typo or the start of a word);
     ``semantic`` by meaning, the cosine similarity of the turns' vectors
-    (``MEMORY["EMBEDDER"]``) to the query's, each result with its ``score``; ``hybrid`` fuses
-    both rankings (reciprocal rank fusion, ``score`` the fused one). The default is ``hybrid``
+    (``MEMORY["EMBEDDER"]``) to the query's; ``hybrid`` by both. The default is ``hybrid``
     where search by meaning is on (``semantic_on()``), else ``text``; ``semantic`` or
-    ``hybrid`` where it is off is a ``ValidationError`` ({"mode": ...}). The query is embedded
-    in this process (about 25 ms for the built-in embedder): before the search's transaction
-    opens for ``semantic``, and for ``hybrid`` on a thread of its own while the text search
-    runs; a turn appended since the owner's last embedding run is found by its words only.
+    ``hybrid`` where it is off is a ``ValidationError`` ({"mode": ...}). ``score`` is a
+    calibrated relevance in [0, 1] (``CALIBRATION``, docs/recall.md), the same scale for every
+    query of a mode; ``min_score`` (0-1) drops results below it, so that a question nothing
+    answers gets none. Of two turns that answer alike the newer ranks first, and a session's
+    later turns yield to other sessions' (the order, not the score).
 
-    ``q`` is 1-200 characters of free text, stripped, and never query syntax. By words, every
-    English word of it must match, in any case and form ("Played" finds "play"); Chinese,
-    Japanese and Korean text matches where the content holds it, with no spaces needed ("篮球"
-    finds "我喜欢打篮球"). When the words match no turn, turns with similar words are returned
-    (a typo, or the start of a word). ``limit`` is 1-100. Only the owner's own turns are
-    searched; an unknown owner has none. Bounded work: the best of the newest 1,000 matches
-    (``search.RANK_WINDOW``) are ranked by words, a typo is looked up in the owner's
-    vocabulary, and by meaning one scan of the owner's vectors keeps the nearest; each statement
-    is served by an index that leads with the owner, in one transaction whose statements each
-    run under ``MEMORY["SEARCH_TIMEOUT_MS"]``. Raises ``ValidationError`` ({"q" | "limit" |
-    "mode" | "user_id": messages}) for bad input, ``SearchTimeout`` when a statement ran past
-    that limit (Postgres stopped it; nothing is held, the connection stays usable),
-    ``SearchUnavailable`` when ``semantic`` was asked and the embedder failed, and
-    ``MemoryUnavailable`` when the database cannot be reached.
+    ``after`` and ``before`` (ISO-8601 date or date-time) keep the turns created in that range;
+    a time ``q`` names ("last month", "上个月") narrows it against ``now`` (ISO-8601, default the
+    server's clock) (``search_filters``). The query is embedded in this process (about 25 ms
+    for the built-in embedder): before the search's transaction opens for ``semantic``, and
+    for ``hybrid`` on a thread of its own while the words are ranked; a turn appended since the
+    owner's last embedding run is found by its words only.
+
+    ``q`` is 1-200 characters of free text, stripped, and never query syntax; ``limit`` is
+    1-100. Only the owner's own turns are searched; an unknown owner has none. Bounded work:
+    the newest 1,000 turns that hold a word of ``q`` are ranked by words
+    (``search.RANK_WINDOW``), by meaning one scan (or index walk) of the owner's vectors keeps
+    the nearest, and one statement reads the candidates; each statement is served by an index
+    that leads with the owner, in one transaction whose statements each run under
+    ``MEMORY["SEARCH_TIMEOUT_MS"]``. Raises ``ValidationError`` ({"q" | "limit" | "mode" |
+    "after" | "before" | "now" | "min_score" | "user_id": messages}) for bad input,
+    ``SearchTimeout`` when a statement ran past that limit (Postgres stopped it; nothing is
+    held, the connection stays usable), ``SearchUnavailable`` when ``semantic`` was asked and
+    the embedder failed, and ``MemoryUnavailable`` when the database cannot be reached.
     """
     check_owner(owner_id)
     q = search.clean_query(q)
     limit = search.clean_limit(limit)
-    mode, query = _query_vector(q, search_mode(mode))
+    min_score = clean_min_score(min_score)
+    filters, text = search_filters(q, after=after, before=before, now=now)
+    mode, query = _query_vector(text, search_mode(mode))
     with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
         owner = _owner_read(owner_id)
         if owner is None:
             return []
-        return ranked_turns(owner, q, mode, query, limit)
+        return ranked_turns(owner, text, mode, query, limit, filters=filters, min_score=min_score)
 
 
 aturn_search = aio.twin(turn_search)
@@ -277,22 +467,32 @@ aturn_search = aio.twin(turn_search)
 
 @database_guard()
 def turns_recalled(
-    *, owner_id: str, query: str, before_seq: int | None, skip: int, limit: int
+    *,
+    owner_id: str,
+    query: str,
+    before_seq: int | None,
+    limit: int,
+    now: Any = None,
+    min_score: float | None = None,
 ) -> list[TurnPayload]:
     """The owner's turns before ``before_seq`` (all, when ``None``) most relevant to ``query``,
-    best first, at most ``limit``: ``turn_search`` in its default mode, bounded as it is.
-    ``skip`` is how many turns there are from ``before_seq`` on (the context's window). Raises
+    best first, at most ``limit``, without their ``context``: ``turn_search`` in its default
+    mode, bounded as it is (a time the query names counts against ``now``). Raises
     ``ValidationError`` ({"query": ...}) for a query ``turn_search`` would refuse."""
     try:
         q = search.clean_query(query)
     except ValidationError as e:
         raise ValidationError({"query": e.message_dict["q"]}) from e
-    mode, vector = _query_vector(q, search_mode(None))
+    min_score = clean_min_score(min_score)
+    filters, text = search_filters(q, now=now, before_seq=before_seq)
+    mode, vector = _query_vector(text, search_mode(None))
     with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
         owner = _owner_read(owner_id)
         if owner is None:
             return []
-        return ranked_turns(owner, q, mode, vector, limit, before_seq=before_seq, skip=skip)
+        return ranked_turns(
+            owner, text, mode, vector, limit, filters=filters, min_score=min_score, context=False
+        )
 
 
 aturns_recalled = aio.twin(turns_recalled)

@@ -6,12 +6,14 @@ list (``additionalProperties: false``: an owner, above all) is an error, never c
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
+from memory import when
 from memory.search import MAX_QUERY_CHARS
 from memory.serializers import JSON_RULES, JSONValueField, TextField
 from memory.validators import FACT_KEY_RE, SURROGATE_RE, validate_fact_key, validate_json_value
@@ -28,6 +30,32 @@ def validate_query_text(value: str) -> None:
     stripped, as ``memory.search.clean_query`` strips it)."""
     if not value.strip():
         raise DjangoValidationError("Give words to search for, not only spaces.", code="blank")
+
+
+def validate_when(value: str) -> None:
+    """An ISO-8601 date or date-time (``memory.when.when_parse``) of the tools' shape
+    (``memory.tools.definitions.ISO_DATE_PATTERN``)."""
+    from memory.tools.definitions import ISO_DATE_PATTERN
+
+    if not re.match(ISO_DATE_PATTERN, value):
+        raise DjangoValidationError(
+            "Enter an ISO-8601 date (2026-05-01) or date-time (2026-05-01T12:00:00Z).",
+            code="invalid",
+        )
+    try:
+        when.when_parse(value, field="value")
+    except DjangoValidationError as e:
+        raise DjangoValidationError(e.message_dict["value"][0], code="invalid") from e
+
+
+class StrictNumberField(serializers.FloatField):
+    """A JSON number: not ``"0.5"`` nor ``true``, which the JSON Schema ``"type": "number"``
+    refuses."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            self.fail("invalid")
+        return super().to_internal_value(data)  # type: ignore[no-any-return]
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -106,6 +134,9 @@ class SearchMemoryArguments(ToolArguments):
         help_text="1-200 characters of free text, not only spaces.",
     )
     limit = StrictIntegerField(required=False, default=5, min_value=1, max_value=MAX_SEARCH_RESULTS)
+    after = TextField(required=False, validators=[validate_when])
+    before = TextField(required=False, validators=[validate_when])
+    min_score = StrictNumberField(required=False, min_value=0.0, max_value=1.0)
 
     @classmethod
     def accepted(cls, data: Mapping[str, Any]) -> dict[str, Any] | None:

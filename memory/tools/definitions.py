@@ -92,6 +92,14 @@ def _json_rules() -> str:
 # Schemas -----------------------------------------------------------------------------------
 
 
+# An ISO-8601 date or date-time as the tools take it (a date that is not in the calendar, such
+# as February 30, matches and is refused).
+ISO_DATE_PATTERN = (
+    r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
+    r"(T([01]\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d{1,6})?)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)?)?$"
+)
+
+
 def _search_memory_schema() -> dict[str, Any]:
     return _object(
         {
@@ -113,6 +121,24 @@ def _search_memory_schema() -> dict[str, Any]:
                 "maximum": MAX_SEARCH_RESULTS,
                 "default": 5,
                 "description": "Most turns to return.",
+            },
+            "after": {
+                "type": "string",
+                "pattern": ISO_DATE_PATTERN,
+                "description": "Only turns said at or after this ISO-8601 date or date-time "
+                "(2026-05-01).",
+            },
+            "before": {
+                "type": "string",
+                "pattern": ISO_DATE_PATTERN,
+                "description": "Only turns said before this ISO-8601 date or date-time.",
+            },
+            "min_score": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": 1,
+                "description": "Only turns at least this relevant (each result's score, 0-1); "
+                "0.5 drops what is likely unrelated, so that no result means it was never said.",
             },
         },
         ["query"],
@@ -161,7 +187,14 @@ def _recent_turns_schema() -> dict[str, Any]:
 
 
 def _search_memory(owner_id: str, arguments: Mapping[str, Any], actor: str) -> dict[str, Any]:
-    turns = selectors.turn_search(owner_id=owner_id, q=arguments["query"], limit=arguments["limit"])
+    turns = selectors.turn_search(
+        owner_id=owner_id,
+        q=arguments["query"],
+        limit=arguments["limit"],
+        after=arguments.get("after"),
+        before=arguments.get("before"),
+        min_score=arguments.get("min_score"),
+    )
     return {"results": turns}
 
 

@@ -1,0 +1,289 @@
+"""Times a search names: ``after``/``before``/``now`` checked, and the date expressions of a
+question in English and Chinese ("last month", "上个月") read as a range of dates against ``now``.
+
+Only expressions that name a range by the calendar are read (a day, week, weekend, month,
+season or year, relative to ``now``, or a month by name); anything else ("the week before my
+trip", which needs to know when the trip was) is left to the search by words and meaning.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+# A time named in a question is a little wider than the calendar says: a "last month" said on
+# the 2nd may mean the days just before it, a season's edges are loose.
+MARGIN = dt.timedelta(days=3)
+
+_MONTHS = {
+    name: i + 1
+    for i, names in enumerate(
+        [
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ]
+    )
+    for name in names
+}
+_NUMBERS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "couple of": 2,
+    "few": 3,
+}
+_ZH_NUMBERS = {
+    "一": 1,
+    "两": 2,
+    "二": 2,
+    "三": 3,
+    "四": 4,
+    "五": 5,
+    "六": 6,
+    "七": 7,
+    "八": 8,
+    "九": 9,
+    "十": 10,
+}
+_ZH_MONTHS = {
+    "一": 1, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10,
+    "十一": 11, "十二": 12,
+}  # fmt: skip
+# Northern-hemisphere meteorological seasons: (first month, months).
+_SEASONS = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12}
+_ZH_SEASONS = {"春": 3, "夏": 6, "秋": 9, "冬": 12}
+
+Range = tuple[dt.datetime, dt.datetime]
+
+
+def when_parse(value: Any, *, field: str) -> dt.datetime | None:
+    """An ISO-8601 date or date-time as an aware datetime (a date is its midnight: so
+    ``before=2026-05-01`` keeps turns of April, ``after=2026-05-01`` those from May 1 on);
+    ``None`` for ``None`` or ``""``. A date-time without an offset is in the current time
+    zone. Raises ``ValidationError({field: ...})`` for anything else."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, dt.datetime):
+        parsed: dt.datetime | None = value
+    elif isinstance(value, dt.date):
+        parsed = dt.datetime.combine(value, dt.time())
+    elif isinstance(value, str):
+        try:
+            parsed = parse_datetime(value.strip())
+            if parsed is None:
+                day = parse_date(value.strip())
+                parsed = None if day is None else dt.datetime.combine(day, dt.time())
+        except ValueError:
+            parsed = None
+    else:
+        parsed = None
+    if parsed is None:
+        raise ValidationError(
+            {field: ["Enter an ISO-8601 date (2026-05-01) or date-time (2026-05-01T12:00:00Z)."]}
+        )
+    if timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed)
+    return parsed
+
+
+def _month_start(year: int, month: int) -> dt.datetime:
+    year += (month - 1) // 12
+    month = (month - 1) % 12 + 1
+    return dt.datetime(year, month, 1, tzinfo=dt.UTC)
+
+
+def _months(year: int, month: int, count: int) -> Range:
+    return _month_start(year, month), _month_start(year, month + count)
+
+
+def _day(now: dt.datetime, back: int) -> Range:
+    start = dt.datetime(now.year, now.month, now.day, tzinfo=dt.UTC) - dt.timedelta(days=back)
+    return start, start + dt.timedelta(days=1)
+
+
+def _week(now: dt.datetime, back: int) -> Range:
+    monday = dt.datetime(now.year, now.month, now.day, tzinfo=dt.UTC) - dt.timedelta(
+        days=now.weekday() + 7 * back
+    )
+    return monday, monday + dt.timedelta(days=7)
+
+
+def _weekend(now: dt.datetime) -> Range:
+    monday, _ = _week(now, 0 if now.weekday() >= 5 else 1)
+    return monday + dt.timedelta(days=5), monday + dt.timedelta(days=7)
+
+
+def _season(now: dt.datetime, first: int, last: bool) -> Range:
+    """The season starting in month ``first``: the latest one begun before now (``last``: the
+    latest one over before now)."""
+    year = now.year if now.month >= first else now.year - 1
+    if first == 12 and now.month < 3:
+        year = now.year - 1
+    start, end = _months(year, first, 3)
+    if last and end > now:
+        start, end = _months(year - 1, first, 3)
+    return start, end
+
+
+def _before(now: dt.datetime, month: int) -> int:
+    """The year of the latest month ``month`` that started before ``now``."""
+    return now.year if month <= now.month else now.year - 1
+
+
+_EN = [
+    (r"\bday before yesterday\b", lambda m, now: _day(now, 2)),
+    (r"\byesterday\b", lambda m, now: _day(now, 1)),
+    (r"\btoday\b|\bthis morning\b|\btonight\b", lambda m, now: _day(now, 0)),
+    (r"\blast weekend\b|\bthis weekend\b|\bover the weekend\b", lambda m, now: _weekend(now)),
+    (r"\blast week\b", lambda m, now: _week(now, 1)),
+    (r"\bthis week\b", lambda m, now: _week(now, 0)),
+    (r"\blast month\b", lambda m, now: _months(now.year, now.month - 1, 1)),
+    (r"\bthis month\b", lambda m, now: _months(now.year, now.month, 1)),
+    (r"\blast year\b", lambda m, now: _months(now.year - 1, 1, 12)),
+    (r"\bthis year\b", lambda m, now: _months(now.year, 1, 12)),
+    (
+        r"\b(last|this|past) (spring|summer|autumn|fall|winter)\b",
+        lambda m, now: _season(now, _SEASONS[m.group(2)], m.group(1) != "this"),
+    ),
+    (
+        r"\b(\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|couple of|few)"
+        r" (day|week|month|year)s? ago\b",
+        lambda m, now: _ago(now, m.group(1), m.group(2)),
+    ),
+    (
+        r"\b(?:in|during|on|back in) (" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")"
+        r"(?: (\d{4}))?\b",
+        lambda m, now: _months(
+            int(m.group(2)) if m.group(2) else _before(now, _MONTHS[m.group(1)]),
+            _MONTHS[m.group(1)],
+            1,
+        ),
+    ),
+    (r"\bin (\d{4})\b", lambda m, now: _months(int(m.group(1)), 1, 12)),
+]
+
+
+def _ago(now: dt.datetime, count: str, unit: str) -> Range:
+    n = int(count) if count.isdigit() else _NUMBERS[count]
+    if unit == "day":
+        return _day(now, n)
+    if unit == "week":
+        return _week(now, n)
+    if unit == "month":
+        return _months(now.year, now.month - n, 1)
+    return _months(now.year - n, 1, 12)
+
+
+_ZH_NUM = "[一两二三四五六七八九十\\d]+"
+_ZH = [
+    (r"前天", lambda m, now: _day(now, 2)),
+    (r"昨天|昨晚", lambda m, now: _day(now, 1)),
+    (r"今天|今晚", lambda m, now: _day(now, 0)),
+    (r"上个?周末|上个?星期六|这个?周末", lambda m, now: _weekend(now)),
+    (r"上个?(?:周|星期|礼拜)", lambda m, now: _week(now, 1)),
+    (r"(?:这|本)个?(?:周|星期|礼拜)", lambda m, now: _week(now, 0)),
+    (r"上上个?月", lambda m, now: _months(now.year, now.month - 2, 1)),
+    (r"上个?月", lambda m, now: _months(now.year, now.month - 1, 1)),
+    (r"(?:这|本)个?月", lambda m, now: _months(now.year, now.month, 1)),
+    (
+        r"(去年|今年)?(春|夏|秋|冬)(?:天|季)",
+        lambda m, now: _zh_season(now, m.group(1), _ZH_SEASONS[m.group(2)]),
+    ),
+    (r"前年", lambda m, now: _months(now.year - 2, 1, 12)),
+    (
+        r"(去年|今年)?(十[一二]|[一二三四五六七八九十]|1[0-2]|[1-9])月(?!份?以)",
+        lambda m, now: _zh_month(now, m.group(1), m.group(2)),
+    ),
+    (r"去年", lambda m, now: _months(now.year - 1, 1, 12)),
+    (r"今年", lambda m, now: _months(now.year, 1, 12)),
+    (
+        "(" + _ZH_NUM + ")(天|周|个?星期|个?月|年)(?:以)?前",
+        lambda m, now: _zh_ago(now, m.group(1), m.group(2)),
+    ),
+]
+
+
+def _zh_count(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    if text.startswith("十"):
+        return 10 + _ZH_NUMBERS.get(text[1:], 0)
+    if "十" in text:
+        tens, _, ones = text.partition("十")
+        return _ZH_NUMBERS.get(tens, 1) * 10 + _ZH_NUMBERS.get(ones, 0)
+    return _ZH_NUMBERS.get(text, 1)
+
+
+def _zh_ago(now: dt.datetime, count: str, unit: str) -> Range:
+    n = _zh_count(count)
+    if unit == "天":
+        return _day(now, n)
+    if unit.endswith("周") or unit.endswith("星期"):
+        return _week(now, n)
+    if unit.endswith("月"):
+        return _months(now.year, now.month - n, 1)
+    return _months(now.year - n, 1, 12)
+
+
+def _zh_season(now: dt.datetime, year: str | None, first: int) -> Range:
+    if year == "去年":
+        return _months(now.year - 1, first, 3)
+    if year == "今年":
+        return _months(now.year, first, 3)
+    return _season(now, first, last=False)
+
+
+def _zh_month(now: dt.datetime, year: str | None, month: str) -> Range:
+    number = int(month) if month.isdigit() else _ZH_MONTHS[month]
+    if year == "去年":
+        return _months(now.year - 1, number, 1)
+    if year == "今年":
+        return _months(now.year, number, 1)
+    return _months(_before(now, number), number, 1)
+
+
+def when_in_query(q: str, now: dt.datetime) -> tuple[Range | None, str]:
+    """The range of dates a time named in ``q`` covers, against ``now`` (widened by
+    ``MARGIN`` on each side and never past ``now``), and ``q`` without that expression; or
+    ``(None, q)`` when ``q`` names no time this module reads. The first expression found
+    counts."""
+    lower = q.lower()
+    for pattern, build in (*_EN, *_ZH):
+        match = re.search(pattern, lower)
+        if match is None:
+            continue
+        try:
+            start, end = build(match, now.astimezone(dt.UTC))
+            if start >= now:
+                continue
+            found = (start - MARGIN, min(end + MARGIN, now + dt.timedelta(seconds=1)))
+        except (OverflowError, ValueError):
+            # NOTE: a ``now`` at the calendar's ends (year 1 or 9999) names no time around it.
+            continue
+        rest = (q[: match.start()] + " " + q[match.end() :]).strip()
+        return found, rest or q
+    return None, q

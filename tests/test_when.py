@@ -1,0 +1,68 @@
+"""memory.when: the dates a search takes, and the times a question names."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from memory import when
+
+# A Wednesday.
+NOW = dt.datetime(2026, 5, 20, 15, 0, tzinfo=dt.UTC)
+
+
+def test_dates_and_date_times_parse():
+    assert when.when_parse("2026-05-01", field="after") == dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
+    assert when.when_parse("2026-05-01T12:30:00+02:00", field="after") == dt.datetime(
+        2026, 5, 1, 10, 30, tzinfo=dt.UTC
+    )
+    assert when.when_parse(None, field="after") is None
+    assert when.when_parse("", field="after") is None
+
+
+@pytest.mark.parametrize("bad", ["yesterday", "2026-13-01", "2026-02-30", "05/01/2026", 5, "2026"])
+def test_bad_dates_are_refused(bad):
+    with pytest.raises(ValidationError) as e:
+        when.when_parse(bad, field="after")
+    assert list(e.value.message_dict) == ["after"]
+
+
+@pytest.mark.parametrize(
+    ("q", "days"),
+    [
+        ("what did I cook yesterday?", ("2026-05-19", "2026-05-20")),
+        ("where did I go last week", ("2026-05-11", "2026-05-18")),
+        ("what did I buy last month", ("2026-04-01", "2026-05-01")),
+        ("which books did I read last year?", ("2025-01-01", "2026-01-01")),
+        ("what did I plant last spring", ("2025-03-01", "2025-06-01")),
+        ("what did we do 2 weeks ago", ("2026-05-04", "2026-05-11")),
+        ("what happened in March", ("2026-03-01", "2026-04-01")),
+        ("what happened in June", ("2025-06-01", "2025-07-01")),
+        ("我上个月去了哪里", ("2026-04-01", "2026-05-01")),
+        ("我去年养了什么宠物", ("2025-01-01", "2026-01-01")),
+        ("上周我们聊了什么", ("2026-05-11", "2026-05-18")),
+        ("我昨天吃了什么", ("2026-05-19", "2026-05-20")),
+        ("三天前我说了什么", ("2026-05-17", "2026-05-18")),
+        ("去年春天我去了哪里", ("2025-03-01", "2025-06-01")),
+        ("我三月份做了什么", ("2026-03-01", "2026-04-01")),
+    ],
+)
+def test_times_named_in_english_and_chinese(q, days):
+    found, rest = when.when_in_query(q, NOW)
+    assert found is not None
+    start, end = found
+    assert start == dt.datetime.fromisoformat(days[0]).replace(tzinfo=dt.UTC) - when.MARGIN
+    assert end == min(
+        dt.datetime.fromisoformat(days[1]).replace(tzinfo=dt.UTC) + when.MARGIN,
+        NOW + dt.timedelta(seconds=1),
+    )
+    assert len(rest) < len(q)
+
+
+@pytest.mark.parametrize(
+    "q", ["what is my dog's name", "the week before my trip", "我喜欢什么运动", "may I ask"]
+)
+def test_questions_without_a_calendar_time_name_none(q):
+    assert when.when_in_query(q, NOW) == (None, q)
