@@ -596,7 +596,7 @@ class ScoredTurnSerializer(TurnSerializer):
         help_text="A calibrated relevance in [0, 1], on the same scale for every query of a mode "
         "(docs/recall.md): about the chance that the turn bears on the question.",
     )
-    context = TurnSerializer(
+    context = TurnSerializer(  # type: ignore[assignment]
         many=True,
         required=False,
         help_text="The turns just before and after it in its session, but those among the "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -154,7 +155,9 @@ def _before(now: dt.datetime, month: int) -> int:
     return now.year if month <= now.month else now.year - 1
 
 
-_EN = [
+_Build = Callable[[re.Match[str], dt.datetime], tuple[dt.datetime, dt.datetime]]
+
+_EN: list[tuple[str, _Build]] = [
     (r"\bday before yesterday\b", lambda m, now: _day(now, 2)),
     (r"\byesterday\b", lambda m, now: _day(now, 1)),
     (r"\btoday\b|\bthis morning\b|\btonight\b", lambda m, now: _day(now, 0)),
@@ -199,7 +202,7 @@ def _ago(now: dt.datetime, count: str, unit: str) -> Range:
 
 
 _ZH_NUM = "[一两二三四五六七八九十\\d]+"
-_ZH = [
+_ZH: list[tuple[str, _Build]] = [
     (r"前天", lambda m, now: _day(now, 2)),
     (r"昨天|昨晚", lambda m, now: _day(now, 1)),
     (r"今天|今晚", lambda m, now: _day(now, 0)),

@@ -13,7 +13,6 @@ stored vectors) and ``bm25+dense`` (their reciprocal rank fusion).
 from __future__ import annotations
 
 import datetime as dt
-import inspect
 import re
 import statistics
 import time
@@ -181,7 +180,6 @@ def eval_run(
     if baselines:
         systems += list(BASELINES) if semantic else ["bm25"]
     run = EvalRun(evalset, systems)
-    takes_now = "now" in inspect.signature(selectors.turn_search).parameters
     by_corpus: dict[str, list[int]] = {}
     for i, question in enumerate(evalset.questions):
         by_corpus.setdefault(question.corpus, []).append(i)
@@ -206,12 +204,11 @@ def eval_run(
             for i in asked:
                 question = evalset.questions[i]
                 q = question.question.strip()[:200] or "?"
-                extra = {"now": question.asked_at} if takes_now and question.asked_at else {}
                 for mode in modes:
                     started = time.perf_counter()
                     try:
                         found = selectors.turn_search(
-                            owner_id=owner_id, q=q, mode=mode, limit=DEPTH, **extra
+                            owner_id=owner_id, q=q, mode=mode, limit=DEPTH, now=question.asked_at
                         )
                     except ValidationError:
                         # NOTE: a question the search refuses (no words in it) finds nothing.

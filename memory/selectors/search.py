@@ -218,8 +218,8 @@ def _candidates(
     using = Turn.objects.db
     turns = filters.queryset(owner_turns(owner_pk))
     if connections[using].vendor != "postgresql":
-        found = search.words_ranked_python(turns, q, depth=depth)
-        return [Candidate(row[0], row[1:], None, coverage) for row, coverage in found], "text"
+        ranked = search.words_ranked_python(turns, q, depth=depth)
+        return [Candidate(row[0], row[1:], None, coverage) for row, coverage in ranked], "text"
     top_seq = last_seq if filters.before_seq is None else min(last_seq, filters.before_seq - 1)
     ranking = None
     terms: list[str] = []
@@ -258,7 +258,7 @@ def _candidates(
         model=model,
         vector=None if vector is None else vectors.vector_text(vector),
     )
-    found = []
+    found: list[Candidate] = []
     for pk, *fields, length, held, distance in rows:
         cosine = None if distance is None else 1.0 - float(distance)
         if similar:

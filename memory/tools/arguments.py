@@ -55,7 +55,7 @@ class StrictNumberField(serializers.FloatField):
     def to_internal_value(self, data: Any) -> float:
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             self.fail("invalid")
-        return super().to_internal_value(data)  # type: ignore[no-any-return]
+        return super().to_internal_value(data)
 
 
 class StrictIntegerField(serializers.IntegerField):
