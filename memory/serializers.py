@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import RegexValidator
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -24,7 +25,11 @@ from memory.selectors import DEFAULT_PAGE_SIZE, MAX_CURSOR_CHARS, MAX_PAGE_SIZE
 from memory.tokens import MAX_TOKENS
 from memory.validators import (
     FACT_KEY_RE,
+    INTEGRAL_FLOAT,
     MAX_JSON_DEPTH,
+    MAX_JSON_INT,
+    MIN_JSON_INT,
+    NUMBER_RULE,
     OWNER_ID_RE,
     SESSION_ID_RE,
     validate_content,
@@ -45,10 +50,35 @@ NO_NUL = RegexValidator(
 )
 CURSOR = RegexValidator(r"^[A-Za-z0-9_\-]+$", message="Invalid cursor.", code="invalid_cursor")
 JSON_RULES = (
-    f"Any JSON value; no string in it (keys included) may hold a NUL character, and it is at "
-    f'most {MAX_JSON_DEPTH} levels deep and MEMORY["MAX_JSON_BYTES"] (16384 by default) bytes '
-    "of JSON: otherwise a 400 (rules JSON Schema cannot state)."
+    f"Any JSON value; no string in it (keys included) may hold a NUL character, it is at most "
+    f'{MAX_JSON_DEPTH} levels deep and MEMORY["MAX_JSON_BYTES"] (16384 by default) bytes of '
+    f"JSON, and {NUMBER_RULE[0].lower()}{NUMBER_RULE[1:-1]}: otherwise a 400 naming the field."
 )
+# NOTE: the JSON value the server stores, as JSON Schema 2020-12 (OpenAPI 3.1) can say it,
+# recursively. Depth and size are left to the description; floats from 1e16 on, which the
+# server takes only when jsonb gives them back exact, are left out (a client may send them
+# as integers).
+_NO_NUL = {"not": {"pattern": "\\u0000"}}
+JSON_VALUE_SCHEMA: dict[str, Any] = {
+    "description": JSON_RULES,
+    "anyOf": [
+        {"type": "null"},
+        {"type": "boolean"},
+        {"type": "string", **_NO_NUL},
+        {"type": "integer", "minimum": MIN_JSON_INT, "maximum": MAX_JSON_INT},
+        {
+            "type": "number",
+            "exclusiveMinimum": -INTEGRAL_FLOAT,
+            "exclusiveMaximum": INTEGRAL_FLOAT,
+        },
+        {"type": "array", "items": {"$ref": "#/components/schemas/JsonValue"}},
+        {
+            "type": "object",
+            "propertyNames": _NO_NUL,
+            "additionalProperties": {"$ref": "#/components/schemas/JsonValue"},
+        },
+    ],
+}
 # Largest ``after`` accepted: the range of the database's bigint ``seq``.
 MAX_SEQ = 2**63 - 1
 
@@ -132,6 +162,79 @@ class OwnerIdField(TextField):
         super().__init__(min_length=1, max_length=128, validators=[validate_owner_id], **kwargs)
 
 
+class AnyJSONField(serializers.JSONField):
+    """Any JSON value, null included, in an answer (output serializers only)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+
+class MetadataField(serializers.DictField):
+    """Turn metadata: a JSON object of JSON values (``validate_metadata``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(validators=[validate_metadata], **kwargs)
+
+
+def _openapi_31() -> bool:
+    return not spectacular_settings.OAS_VERSION.startswith("3.0")
+
+
+def json_value_ref(auto_schema: Any) -> dict[str, Any]:
+    """A reference to the ``JsonValue`` component (``JSON_VALUE_SCHEMA``), registered once."""
+    component = ResolvedComponent(
+        name="JsonValue",
+        type=ResolvedComponent.SCHEMA,
+        object="JsonValue",
+        schema=JSON_VALUE_SCHEMA,
+    )
+    auto_schema.registry.register_on_missing(component)
+    return component.ref  # type: ignore[no-any-return]
+
+
+class JSONValueFieldSchema(OpenApiSerializerFieldExtension):
+    """The schema of ``JSONValueField``: ``JsonValue`` in OpenAPI 3.1; in 3.0, which can say
+    neither the keys' rule nor null beside other types, any value with the rules described."""
+
+    target_class = JSONValueField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        # NOTE: an ``anyOf`` of one, so that drf-spectacular adds null to it (the field takes
+        # null) as one more ``anyOf`` branch, where a bare reference would become ``oneOf``
+        # the reference and null, which null, a JsonValue itself, would match twice.
+        if _openapi_31():
+            return {"anyOf": [json_value_ref(auto_schema)], "description": JSON_RULES}
+        return {"nullable": True, "description": JSON_RULES}
+
+
+class AnyJSONFieldSchema(OpenApiSerializerFieldExtension):
+    """The schema of ``AnyJSONField``: any value, null included (drf-spectacular's own
+    ``oneOf`` of any value and null is matched twice by null, which ``oneOf`` refuses)."""
+
+    target_class = AnyJSONField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        return {"anyOf": [{}]} if _openapi_31() else {"nullable": True}
+
+
+class MetadataFieldSchema(OpenApiSerializerFieldExtension):
+    """The schema of ``MetadataField``: an object of ``JsonValue`` in OpenAPI 3.1."""
+
+    target_class = MetadataField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        description = f"A JSON object, {{}} by default. {JSON_RULES}"
+        if _openapi_31():
+            return {
+                "type": "object",
+                "propertyNames": _NO_NUL,
+                "additionalProperties": json_value_ref(auto_schema),
+                "description": description,
+            }
+        return {"type": "object", "additionalProperties": {}, "description": description}
+
+
 class FactsMapField(serializers.DictField):
     """Fact key -> new value; the keys are checked by ``FactsMergeInputSerializer``."""
 
@@ -177,8 +280,44 @@ class FactsMapFieldSchema(OpenApiSerializerFieldExtension):
                 "maxLength": 64,
                 "pattern": FACT_KEY_RE.pattern,
             }
-            schema["additionalProperties"] = {"description": JSON_RULES}
+            schema["additionalProperties"] = json_value_ref(auto_schema)
         return schema
+
+
+# NOTE: Python's whitespace (``str.isspace``, what the server strips), spelled out so that
+# every regex engine reads the pattern alike.
+_SPACE = "\\t-\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+QUERY_PATTERN = f"^[^\\x00]*[^\\x00{_SPACE}][^\\x00]*$"
+
+
+@extend_schema_field(
+    {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS, "pattern": QUERY_PATTERN}
+)
+class QueryTextField(serializers.CharField):
+    """A search text: 1-200 characters once stripped, not blank, no NUL."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=MAX_QUERY_CHARS, **kwargs)
+
+
+class SearchModeField(serializers.ChoiceField):
+    """A search mode; ``semantic`` and ``hybrid`` only where search by meaning is on."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=["text", "semantic", "hybrid"], **kwargs)
+
+
+class SearchModeFieldSchema(OpenApiSerializerFieldExtension):
+    """The schema of ``SearchModeField``: the modes this site answers, read when the schema
+    is built (``text`` alone where search by meaning is off)."""
+
+    target_class = SearchModeField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        from memory.selectors.search import semantic_on
+
+        modes = ["text", "semantic", "hybrid"] if semantic_on() else ["text"]
+        return {"type": "string", "enum": modes}
 
 
 class ContextTurnsField(serializers.IntegerField):
@@ -197,11 +336,7 @@ class TurnInputSerializer(serializers.Serializer):
     session_id = SessionIdField()
     role = serializers.ChoiceField(choices=Role.choices)
     content = ContentField()
-    metadata = serializers.DictField(
-        required=False,
-        validators=[validate_metadata],
-        help_text=f"A JSON object, {{}} by default. {JSON_RULES}",
-    )
+    metadata = MetadataField(required=False)
 
 
 def turn_input_accepted(data: Any) -> dict[str, Any] | None:
@@ -299,9 +434,8 @@ class ContextMessagesQuerySerializer(serializers.Serializer):
         help_text='Most turns; default MEMORY["CONTEXT_TURNS"], or with max_tokens '
         'MEMORY["MAX_CONTEXT_TURNS"].',
     )
-    query = serializers.CharField(
+    query = QueryTextField(
         required=False,
-        max_length=MAX_QUERY_CHARS,
         help_text="1-200 characters: recall the older turns most relevant to it (by meaning and "
         "words where embeddings are on, else by words) into a third system message; their seqs "
         "are in recalled.",
@@ -369,16 +503,14 @@ class FactsMergeInputSerializer(serializers.Serializer):
 class SearchQuerySerializer(serializers.Serializer):
     """The query of ``GET users/{user_id}/search/``."""
 
-    q = serializers.CharField(
-        max_length=MAX_QUERY_CHARS,
+    q = QueryTextField(
         help_text="1-200 characters of free text: English words in any case and form, Chinese "
         "text with no spaces needed. Never query syntax.",
     )
     limit = serializers.IntegerField(
         required=False, default=20, min_value=1, max_value=MAX_RESULTS, help_text="Most turns."
     )
-    mode = serializers.ChoiceField(
-        choices=["text", "semantic", "hybrid"],
+    mode = SearchModeField(
         required=False,
         help_text="text: by the words; semantic: by meaning (embeddings); hybrid: both rankings "
         "fused. Default: hybrid where search by meaning is on, else text; semantic or hybrid "
@@ -420,7 +552,7 @@ class ContextSerializer(serializers.Serializer):
     """What a chat backend puts before the model for the next reply."""
 
     user_id = serializers.CharField()
-    facts = serializers.DictField(child=serializers.JSONField(allow_null=True))
+    facts = serializers.DictField(child=AnyJSONField())
     turns = TurnSerializer(many=True)
     source = serializers.ChoiceField(choices=["cache", "database"])
 
@@ -437,7 +569,7 @@ class ContextMessagesSerializer(serializers.Serializer):
 
     user_id = serializers.CharField()
     messages = MessageSerializer(many=True)
-    facts = serializers.DictField(child=serializers.JSONField(allow_null=True))
+    facts = serializers.DictField(child=AnyJSONField())
     source = serializers.ChoiceField(choices=["cache", "database"])
     tokens = serializers.IntegerField(min_value=0)
     summary_through_seq = serializers.IntegerField(
@@ -466,7 +598,7 @@ class FactSerializer(serializers.Serializer):
     """A fact."""
 
     key = serializers.CharField()
-    value = serializers.JSONField(allow_null=True)
+    value = AnyJSONField()
     session_id = serializers.CharField(allow_null=True)
     updated_at = serializers.DateTimeField()
     version = serializers.IntegerField(min_value=1)
@@ -485,7 +617,7 @@ class FactVersionSerializer(serializers.Serializer):
     """One change of a fact; a delete leaves a last version with ``deleted: true``."""
 
     key = serializers.CharField()
-    value = serializers.JSONField(allow_null=True)
+    value = AnyJSONField()
     version = serializers.IntegerField(min_value=1)
     session_id = serializers.CharField(allow_null=True)
     updated_at = serializers.DateTimeField()

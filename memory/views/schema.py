@@ -67,6 +67,11 @@ ERRORS: dict[int, OpenApiResponse] = {
         description="The Idempotency-Key was already used with a different body; nothing stored.",
     ),
     413: OpenApiResponse(ErrorSerializer, description="The body is over the configured size."),
+    414: OpenApiResponse(
+        description="The request line (path and query) is past the server's limit (gunicorn's "
+        "is 4094 bytes), answered by the server in front of the app. Every request line this "
+        "schema allows is shorter (at most about 2,700 bytes, every character percent-encoded)."
+    ),
     415: OpenApiResponse(ErrorSerializer, description="The body is not JSON."),
     429: OpenApiResponse(
         ErrorSerializer,
@@ -76,11 +81,15 @@ ERRORS: dict[int, OpenApiResponse] = {
     ),
     503: OpenApiResponse(ErrorSerializer, description="The database is unreachable."),
 }
-READ_ERRORS = (400, 401, 403, 404, 429, 503)
-WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 429, 503)
-MAX_FACTS_400 = (
-    'Invalid input, as {"field": ["message"]}; also a query parameter given twice, or a new key '
-    'past MEMORY["MAX_FACTS"].'
+READ_ERRORS = (400, 401, 403, 404, 414, 429, 503)
+WRITE_ERRORS = (400, 401, 403, 404, 413, 414, 415, 429, 503)
+BAD_INPUT = 'Invalid input, as {"field": ["message"]}; also a query parameter given twice'
+MAX_FACTS_400 = f'{BAD_INPUT}, or a new key past MEMORY["MAX_FACTS"].'
+EXPIRED_400 = f"{MAX_FACTS_400[:-1]}, or an expires_at that is not in the future."
+CURSOR_400 = f"{BAD_INPUT}, or a cursor that no page of this list gave (cursors are opaque)."
+BUDGET_400 = (
+    f"{BAD_INPUT}, or a max_tokens under what the user's facts alone take (their system "
+    "message is always sent whole)."
 )
 
 
