@@ -83,6 +83,22 @@ JSON_VALUE_SCHEMA: dict[str, Any] = {
 MAX_SEQ = 2**63 - 1
 
 
+# NOTE: RFC 3339 date-times the server parses, as a pattern (JSON Schema's ``format`` is only
+# an annotation): real calendar days, years 1000-9998 so that no offset moves one out of
+# Python's range, at most microseconds, upper-case T and Z.
+_LEAP_YEAR = "(?:[1-9][0-9](?:0[48]|[2468][048]|[13579][26])|(?:[13579][26]|[2468][048])00)"
+_MONTH_DAY = (
+    "(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+    "|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+    "|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+)
+DATE_TIME_PATTERN = (
+    f"^(?:(?!9999)[1-9][0-9]{{3}}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
+    "T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?"
+    "(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+
+
 class TextField(serializers.CharField):
     """A JSON string (DRF's ``CharField`` would take ``12`` as ``"12"``), kept exactly as sent
     and checked by DRF's own rules plus those of ``memory.validators``; each error code once."""
@@ -320,6 +336,12 @@ class SearchModeFieldSchema(OpenApiSerializerFieldExtension):
         return {"type": "string", "enum": modes}
 
 
+@extend_schema_field({"type": "string", "format": "date-time", "pattern": DATE_TIME_PATTERN})
+class ExpiresAtField(serializers.DateTimeField):
+    """When a fact expires: a date and time with its offset (the server also takes other ISO
+    8601 forms, such as one without seconds)."""
+
+
 class ContextTurnsField(serializers.IntegerField):
     """How many turns a context holds: 0..``MEMORY["MAX_CONTEXT_TURNS"]`` (read per request)."""
 
@@ -447,10 +469,10 @@ class FactPutInputSerializer(serializers.Serializer):
 
     value = JSONValueField(help_text=JSON_RULES)
     session_id = SessionIdField(required=False, allow_null=True)
-    expires_at = serializers.DateTimeField(
+    expires_at = ExpiresAtField(
         required=False,
         allow_null=True,
-        help_text="When the fact expires (ISO-8601, a time in the future, else a 400): from then "
+        help_text="When the fact expires (RFC 3339, a time in the future, else a 400): from then "
         "on it is absent from every read, and a sweep deletes it. Absent or null: never; a PUT "
         "without it clears an earlier expiry.",
     )

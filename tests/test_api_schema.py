@@ -8,8 +8,10 @@ import pytest
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.settings import patched_settings
 from drf_spectacular.validation import validate_schema
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from memory.serializers import MAX_FACTS_PER_MERGE
+from memory.serializers import DATE_TIME_PATTERN, MAX_FACTS_PER_MERGE, ExpiresAtField
 from memory.validators import FACT_KEY_RE, OWNER_ID_RE, SESSION_ID_RE
 
 pytestmark = pytest.mark.django_db
@@ -253,9 +255,7 @@ def test_a_repeated_parameter_on_another_users_memory_is_still_404(other_client)
 @pytest.mark.parametrize(
     "text", ["a", "  a  ", " ", "\u3000\t", "\x1f", "a\x00", "\x85b", "x" * 200, "x" * 201]
 )
-def test_search_texts_the_schema_allows_are_the_ones_the_server_takes(
-    schema, service_client, text
-):
+def test_search_texts_the_schema_allows_are_the_ones_the_server_takes(schema, service_client, text):
     import jsonschema
 
     for operation_id, name in (("turn_search", "q"), ("context_messages", "query")):
@@ -286,3 +286,9 @@ def test_the_answers_refused_for_state_are_documented(schema):
     assert "expires_at" in ops["fact_put"]["responses"]["400"]["description"]
     for op in ops.values():
         assert "414" in op["responses"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(text=st.from_regex(DATE_TIME_PATTERN, fullmatch=True))
+def test_every_expiry_the_schema_allows_the_server_parses(text):
+    ExpiresAtField().to_internal_value(text)
