@@ -12,9 +12,6 @@ from typing import Any
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import RegexValidator
 from django.utils import timezone
-from drf_spectacular.extensions import OpenApiSerializerFieldExtension
-from drf_spectacular.plumbing import ResolvedComponent
-from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -24,11 +21,7 @@ from memory.search import MAX_QUERY_CHARS, MAX_RESULTS
 from memory.selectors import DEFAULT_PAGE_SIZE, MAX_CURSOR_CHARS, MAX_PAGE_SIZE
 from memory.tokens import MAX_TOKENS
 from memory.validators import (
-    FACT_KEY_RE,
-    INTEGRAL_FLOAT,
     MAX_JSON_DEPTH,
-    MAX_JSON_INT,
-    MIN_JSON_INT,
     NUMBER_RULE,
     OWNER_ID_RE,
     SESSION_ID_RE,
@@ -54,31 +47,6 @@ JSON_RULES = (
     f'{MAX_JSON_DEPTH} levels deep and MEMORY["MAX_JSON_BYTES"] (16384 by default) bytes of '
     f"JSON, and {NUMBER_RULE[0].lower()}{NUMBER_RULE[1:-1]}: otherwise a 400 naming the field."
 )
-# NOTE: the JSON value the server stores, as JSON Schema 2020-12 (OpenAPI 3.1) can say it,
-# recursively. Depth and size are left to the description; floats from 1e16 on, which the
-# server takes only when jsonb gives them back exact, are left out (a client may send them
-# as integers).
-_NO_NUL = {"not": {"pattern": "\\u0000"}}
-JSON_VALUE_SCHEMA: dict[str, Any] = {
-    "description": JSON_RULES,
-    "anyOf": [
-        {"type": "null"},
-        {"type": "boolean"},
-        {"type": "string", **_NO_NUL},
-        {"type": "integer", "minimum": MIN_JSON_INT, "maximum": MAX_JSON_INT},
-        {
-            "type": "number",
-            "exclusiveMinimum": -INTEGRAL_FLOAT,
-            "exclusiveMaximum": INTEGRAL_FLOAT,
-        },
-        {"type": "array", "items": {"$ref": "#/components/schemas/JsonValue"}},
-        {
-            "type": "object",
-            "propertyNames": _NO_NUL,
-            "additionalProperties": {"$ref": "#/components/schemas/JsonValue"},
-        },
-    ],
-}
 # Largest ``after`` accepted: the range of the database's bigint ``seq``.
 MAX_SEQ = 2**63 - 1
 
@@ -193,111 +161,11 @@ class MetadataField(serializers.DictField):
         super().__init__(validators=[validate_metadata], **kwargs)
 
 
-def _openapi_31() -> bool:
-    return not spectacular_settings.OAS_VERSION.startswith("3.0")
-
-
-def json_value_ref(auto_schema: Any) -> dict[str, Any]:
-    """A reference to the ``JsonValue`` component (``JSON_VALUE_SCHEMA``), registered once."""
-    component = ResolvedComponent(
-        name="JsonValue",
-        type=ResolvedComponent.SCHEMA,
-        object="JsonValue",
-        schema=JSON_VALUE_SCHEMA,
-    )
-    auto_schema.registry.register_on_missing(component)
-    return component.ref  # type: ignore[no-any-return]
-
-
-class JSONValueFieldSchema(OpenApiSerializerFieldExtension):
-    """The schema of ``JSONValueField``: ``JsonValue`` in OpenAPI 3.1; in 3.0, which can say
-    neither the keys' rule nor null beside other types, any value with the rules described."""
-
-    target_class = JSONValueField
-
-    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        # NOTE: an ``anyOf`` of one, so that drf-spectacular adds null to it (the field takes
-        # null) as one more ``anyOf`` branch, where a bare reference would become ``oneOf``
-        # the reference and null, which null, a JsonValue itself, would match twice.
-        if _openapi_31():
-            return {"anyOf": [json_value_ref(auto_schema)], "description": JSON_RULES}
-        return {"nullable": True, "description": JSON_RULES}
-
-
-class AnyJSONFieldSchema(OpenApiSerializerFieldExtension):
-    """The schema of ``AnyJSONField``: any value, null included (drf-spectacular's own
-    ``oneOf`` of any value and null is matched twice by null, which ``oneOf`` refuses)."""
-
-    target_class = AnyJSONField
-
-    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        return {"anyOf": [{}]} if _openapi_31() else {"nullable": True}
-
-
-class MetadataFieldSchema(OpenApiSerializerFieldExtension):
-    """The schema of ``MetadataField``: an object of ``JsonValue`` in OpenAPI 3.1."""
-
-    target_class = MetadataField
-
-    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        description = f"A JSON object, {{}} by default. {JSON_RULES}"
-        if _openapi_31():
-            return {
-                "type": "object",
-                "propertyNames": _NO_NUL,
-                "additionalProperties": json_value_ref(auto_schema),
-                "description": description,
-            }
-        return {"type": "object", "additionalProperties": {}, "description": description}
-
-
 class FactsMapField(serializers.DictField):
     """Fact key -> new value; the keys are checked by ``FactsMergeInputSerializer``."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(child=JSONValueField(), **kwargs)
-
-
-class ContentFieldSchema(OpenApiSerializerFieldExtension):
-    """The schema of ``ContentField``: one string with its pattern, the empty one included.
-
-    NOTE: drf-spectacular would publish a blank-allowed field with a pattern as ``oneOf`` the
-    pattern and an empty string; the empty string matches both, which ``oneOf`` makes invalid,
-    so the schema refused a turn the server stores (a schemathesis negative-data case)."""
-
-    target_class = ContentField
-
-    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        # NOTE: "no NUL" as ``not`` a pattern that finds one: a ``pattern`` on a blank-allowed
-        # field is what drf-spectacular turns into that ``oneOf``.
-        return {
-            "type": "string",
-            "maxLength": conf.MAX_TURN_CHARS,
-            "not": {"pattern": "\\u0000"},
-            "description": ContentField.DESCRIPTION,
-        }
-
-
-class FactsMapFieldSchema(OpenApiSerializerFieldExtension):
-    """The schema of ``FactsMapField``: its keys' rule as ``propertyNames`` where the OpenAPI
-    version has it (3.1, JSON Schema 2020-12); OpenAPI 3.0 has no keyword for it, so there
-    only the field's description states the rule."""
-
-    target_class = FactsMapField
-
-    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        schema: dict[str, Any] = {"type": "object", "maxProperties": MAX_FACTS_PER_MERGE}
-        if spectacular_settings.OAS_VERSION.startswith("3.0"):
-            schema["additionalProperties"] = {"nullable": True, "description": JSON_RULES}
-        else:
-            schema["propertyNames"] = {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 64,
-                "pattern": FACT_KEY_RE.pattern,
-            }
-            schema["additionalProperties"] = json_value_ref(auto_schema)
-        return schema
 
 
 # NOTE: Python's whitespace (``str.isspace``, what the server strips), spelled out so that
@@ -321,19 +189,6 @@ class SearchModeField(serializers.ChoiceField):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(choices=["text", "semantic", "hybrid"], **kwargs)
-
-
-class SearchModeFieldSchema(OpenApiSerializerFieldExtension):
-    """The schema of ``SearchModeField``: the modes this site answers, read when the schema
-    is built (``text`` alone where search by meaning is off)."""
-
-    target_class = SearchModeField
-
-    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        from memory.selectors.search import semantic_on
-
-        modes = ["text", "semantic", "hybrid"] if semantic_on() else ["text"]
-        return {"type": "string", "enum": modes}
 
 
 @extend_schema_field({"type": "string", "format": "date-time", "pattern": DATE_TIME_PATTERN})

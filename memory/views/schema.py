@@ -1,17 +1,182 @@
-"""The OpenAPI schema of the API as drf-spectacular builds it: the shared parameters (path ids,
-headers), the error responses each operation lists, and the links between operations."""
+"""The OpenAPI schema of the API as drf-spectacular builds it: the schemas of the app's own
+serializer fields (``JsonValue`` and the rest), the shared parameters (path ids, headers),
+the error responses each operation lists, and the links between operations."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import ResolvedComponent
+from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 
-from memory.serializers import ErrorSerializer
-from memory.validators import FACT_KEY_RE, OWNER_ID_RE
+from memory.conf import conf
+from memory.serializers import (
+    JSON_RULES,
+    MAX_FACTS_PER_MERGE,
+    AnyJSONField,
+    ContentField,
+    ErrorSerializer,
+    FactsMapField,
+    JSONValueField,
+    MetadataField,
+    SearchModeField,
+)
+from memory.validators import (
+    FACT_KEY_RE,
+    INTEGRAL_FLOAT,
+    MAX_JSON_INT,
+    MIN_JSON_INT,
+    OWNER_ID_RE,
+)
+
+# Fields ------------------------------------------------------------------------------------
+
+# NOTE: the JSON value the server stores, as JSON Schema 2020-12 (OpenAPI 3.1) can say it,
+# recursively. Depth and size are left to the description; floats from 1e16 on, which the
+# server takes only when jsonb gives them back exact, are left out (a client may send them
+# as integers).
+_NO_NUL = {"not": {"pattern": "\\u0000"}}
+JSON_VALUE_SCHEMA: dict[str, Any] = {
+    "description": JSON_RULES,
+    "anyOf": [
+        {"type": "null"},
+        {"type": "boolean"},
+        {"type": "string", **_NO_NUL},
+        {"type": "integer", "minimum": MIN_JSON_INT, "maximum": MAX_JSON_INT},
+        {
+            "type": "number",
+            "exclusiveMinimum": -INTEGRAL_FLOAT,
+            "exclusiveMaximum": INTEGRAL_FLOAT,
+        },
+        {"type": "array", "items": {"$ref": "#/components/schemas/JsonValue"}},
+        {
+            "type": "object",
+            "propertyNames": _NO_NUL,
+            "additionalProperties": {"$ref": "#/components/schemas/JsonValue"},
+        },
+    ],
+}
+
+
+def _openapi_31() -> bool:
+    return not spectacular_settings.OAS_VERSION.startswith("3.0")
+
+
+def json_value_ref(auto_schema: Any) -> dict[str, Any]:
+    """A reference to the ``JsonValue`` component (``JSON_VALUE_SCHEMA``), registered once."""
+    component = ResolvedComponent(
+        name="JsonValue",
+        type=ResolvedComponent.SCHEMA,
+        object="JsonValue",
+        schema=JSON_VALUE_SCHEMA,
+    )
+    auto_schema.registry.register_on_missing(component)
+    return component.ref  # type: ignore[no-any-return]
+
+
+class JSONValueFieldSchema(OpenApiSerializerFieldExtension):
+    """The schema of ``JSONValueField``: ``JsonValue`` in OpenAPI 3.1; in 3.0, which can say
+    neither the keys' rule nor null beside other types, any value with the rules described."""
+
+    target_class = JSONValueField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        # NOTE: an ``anyOf`` of one, so that drf-spectacular adds null to it (the field takes
+        # null) as one more ``anyOf`` branch, where a bare reference would become ``oneOf``
+        # the reference and null, which null, a JsonValue itself, would match twice.
+        if _openapi_31():
+            return {"anyOf": [json_value_ref(auto_schema)], "description": JSON_RULES}
+        return {"nullable": True, "description": JSON_RULES}
+
+
+class AnyJSONFieldSchema(OpenApiSerializerFieldExtension):
+    """The schema of ``AnyJSONField``: any value, null included (drf-spectacular's own
+    ``oneOf`` of any value and null is matched twice by null, which ``oneOf`` refuses)."""
+
+    target_class = AnyJSONField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        return {"anyOf": [{}]} if _openapi_31() else {"nullable": True}
+
+
+class MetadataFieldSchema(OpenApiSerializerFieldExtension):
+    """The schema of ``MetadataField``: an object of ``JsonValue`` in OpenAPI 3.1."""
+
+    target_class = MetadataField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        description = f"A JSON object, {{}} by default. {JSON_RULES}"
+        if _openapi_31():
+            return {
+                "type": "object",
+                "propertyNames": _NO_NUL,
+                "additionalProperties": json_value_ref(auto_schema),
+                "description": description,
+            }
+        return {"type": "object", "additionalProperties": {}, "description": description}
+
+
+class ContentFieldSchema(OpenApiSerializerFieldExtension):
+    """The schema of ``ContentField``: one string with its pattern, the empty one included.
+
+    NOTE: drf-spectacular would publish a blank-allowed field with a pattern as ``oneOf`` the
+    pattern and an empty string; the empty string matches both, which ``oneOf`` makes invalid,
+    so the schema refused a turn the server stores (a schemathesis negative-data case)."""
+
+    target_class = ContentField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        # NOTE: "no NUL" as ``not`` a pattern that finds one: a ``pattern`` on a blank-allowed
+        # field is what drf-spectacular turns into that ``oneOf``.
+        return {
+            "type": "string",
+            "maxLength": conf.MAX_TURN_CHARS,
+            "not": {"pattern": "\\u0000"},
+            "description": ContentField.DESCRIPTION,
+        }
+
+
+class FactsMapFieldSchema(OpenApiSerializerFieldExtension):
+    """The schema of ``FactsMapField``: its keys' rule as ``propertyNames`` where the OpenAPI
+    version has it (3.1, JSON Schema 2020-12); OpenAPI 3.0 has no keyword for it, so there
+    only the field's description states the rule."""
+
+    target_class = FactsMapField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "object", "maxProperties": MAX_FACTS_PER_MERGE}
+        if spectacular_settings.OAS_VERSION.startswith("3.0"):
+            schema["additionalProperties"] = {"nullable": True, "description": JSON_RULES}
+        else:
+            schema["propertyNames"] = {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 64,
+                "pattern": FACT_KEY_RE.pattern,
+            }
+            schema["additionalProperties"] = json_value_ref(auto_schema)
+        return schema
+
+
+class SearchModeFieldSchema(OpenApiSerializerFieldExtension):
+    """The schema of ``SearchModeField``: the modes this site answers, read when the schema
+    is built (``text`` alone where search by meaning is off)."""
+
+    target_class = SearchModeField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        from memory.selectors.search import semantic_on
+
+        modes = ["text", "semantic", "hybrid"] if semantic_on() else ["text"]
+        return {"type": "string", "enum": modes}
+
+
+# Parameters and responses --------------------------------------------------------------------
 
 
 def _path_parameter(name: str, pattern: re.Pattern[str], description: str) -> OpenApiParameter:
@@ -117,11 +282,27 @@ def _fact_link(operation_id: str, description: str) -> dict[str, Any]:
     }
 
 
-# NOTE: OpenAPI links from a fact's writes to its history, which say what the history does
-# after a delete: it stays (a 200), so a client (or a schema-driven tester) expects no 404.
+# NOTE: OpenAPI links from a write to the reads that show it (for a schema-driven tester's
+# stateful runs); those of a delete say that the history stays (a 200), not a 404.
+def _owner_link(operation_id: str, description: str) -> dict[str, Any]:
+    return {
+        "operationId": operation_id,
+        "parameters": {"user_id": "$request.path.user_id"},
+        "description": description,
+    }
+
+
 LINKS: dict[str, dict[str, dict[str, Any]]] = {
     "fact_put": {
-        "FactHistory": _fact_link("fact_history", "Every version of the fact, this one first.")
+        "FactHistory": _fact_link("fact_history", "Every version of the fact, this one first."),
+        "FactList": _owner_link("fact_list", "Every fact of the owner, this one among them."),
+    },
+    "facts_merge": {
+        "FactList": _owner_link("fact_list", "Every fact of the owner, the ones set among them."),
+    },
+    "turn_append": {
+        "TurnList": _owner_link("turn_list", "The owner's turns, this one last."),
+        "Context": _owner_link("context_get", "The context, with this turn as its newest."),
     },
     "fact_delete": {
         "FactHistory": _fact_link(
