@@ -64,6 +64,10 @@ urlpatterns: list[URLPattern] = [
     path("users/<owner:user_id>/link/", views.LinkView.as_view(), name="link"),
     path("users/<owner:user_id>/summary/", views.SummaryView.as_view(), name="summary"),
     path("users/<owner:user_id>/export/", views.ExportView.as_view(), name="export"),
+    *(
+        path(f"users/<owner:user_id>/tools/{name}/", tool_views.tool_view(name))
+        for name in tool_views.TOOLS
+    ),
     path(
         "users/<owner:user_id>/tools/<str:name>/",
         tool_views.ToolCallView.as_view(),

@@ -59,7 +59,10 @@ EXPECTED_STATUSES = {
     "memory_forget": {204, 400, 401, 403, 404, 429, 503},
     "owner_export": {200, 400, 401, 403, 404, 429, 503},
     "tool_list": {200, 400, 401, 403, 429, 503},
-    "tool_call": {200, 400, 401, 403, 404, 413, 415, 429, 503},
+    **{
+        f"tool_{name}": {200, 400, 401, 403, 404, 413, 414, 415, 429, 503}
+        for name in ("search_memory", "get_profile", "remember_fact", "forget_fact", "recent_turns")
+    },
     "health_get": {200, 400, 503},
 }
 

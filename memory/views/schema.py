@@ -63,7 +63,7 @@ JSON_VALUE_SCHEMA: dict[str, Any] = {
 }
 
 
-def _openapi_31() -> bool:
+def openapi_31() -> bool:
     return not spectacular_settings.OAS_VERSION.startswith("3.0")
 
 
@@ -89,7 +89,7 @@ class JSONValueFieldSchema(OpenApiSerializerFieldExtension):
         # NOTE: an ``anyOf`` of one, so that drf-spectacular adds null to it (the field takes
         # null) as one more ``anyOf`` branch, where a bare reference would become ``oneOf``
         # the reference and null, which null, a JsonValue itself, would match twice.
-        if _openapi_31():
+        if openapi_31():
             return {"anyOf": [json_value_ref(auto_schema)], "description": JSON_RULES}
         return {"nullable": True, "description": JSON_RULES}
 
@@ -101,7 +101,7 @@ class AnyJSONFieldSchema(OpenApiSerializerFieldExtension):
     target_class = AnyJSONField
 
     def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        return {"anyOf": [{}]} if _openapi_31() else {"nullable": True}
+        return {"anyOf": [{}]} if openapi_31() else {"nullable": True}
 
 
 class MetadataFieldSchema(OpenApiSerializerFieldExtension):
@@ -111,7 +111,7 @@ class MetadataFieldSchema(OpenApiSerializerFieldExtension):
 
     def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
         description = f"A JSON object, {{}} by default. {JSON_RULES}"
-        if _openapi_31():
+        if openapi_31():
             return {
                 "type": "object",
                 "propertyNames": _NO_NUL,
@@ -315,10 +315,14 @@ LINKS: dict[str, dict[str, dict[str, Any]]] = {
 
 
 class MemorySchema(AutoSchema):
-    """drf-spectacular's schema, plus the OpenAPI links of ``LINKS`` on success responses."""
+    """drf-spectacular's schema, plus the OpenAPI links of ``LINKS`` on success responses, and
+    the body a view's ``body_schema()`` gives, where it has one, in place of its serializer's."""
 
     def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         operation = super().get_operation(*args, **kwargs)
+        body_schema = getattr(self.view, "body_schema", None)
+        if operation is not None and body_schema is not None and "requestBody" in operation:
+            operation["requestBody"]["content"] = {"application/json": {"schema": body_schema()}}
         if operation is not None:
             for code, response in operation["responses"].items():
                 if code.startswith("2") and operation["operationId"] in LINKS:
