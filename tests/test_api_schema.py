@@ -295,3 +295,22 @@ def test_the_answers_refused_for_state_are_documented(schema):
 @given(text=st.from_regex(DATE_TIME_PATTERN, fullmatch=True))
 def test_every_expiry_the_schema_allows_the_server_parses(text):
     ExpiresAtField().to_internal_value(text)
+
+
+def test_an_expiry_is_an_rfc_3339_date_time_in_the_schema(schema):
+    """``format: date-time`` alone is an annotation: Schemathesis sent ``""`` as a valid
+    ``expires_at`` and met a 400; the pattern says what the server parses."""
+    import jsonschema
+
+    rule = body_schema(schema, "fact_put")["properties"]["expires_at"]
+    validator = jsonschema.Draft202012Validator(rule)
+    for text in ("2030-01-31T00:00:00Z", "2028-02-29T23:59:59.5+08:00", None):
+        assert validator.is_valid(text), text
+    for text in (
+        "",
+        "2030-02-29T00:00:00Z",
+        "2030-01-01",
+        "2030-01-01T00:00:00",
+        "9999-12-31T23:59:59-01:00",
+    ):
+        assert not validator.is_valid(text), text
