@@ -19,12 +19,17 @@ from typing import Any
 
 import pytest
 import schemathesis
+from django.conf import settings as django_settings
 from django.contrib.auth.models import User
+from django.core.cache import caches
+from django.db import transaction
 from django.test.client import ClientHandler
 from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 from schemathesis import Case
 from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+from memory import cache
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -222,8 +227,26 @@ def test_every_operation_conforms_as_an_ordinary_user(
     _call_and_validate(case, owner_user.get_username(), django_capture_on_commit_callbacks)
 
 
+def _clean_cache() -> None:
+    """Drop this test process's cache keys and the cache layer's state of the process."""
+    client = caches["memory"].client.get_client(write=True)
+    keys = list(client.scan_iter(match=f"{django_settings.TEST_KEY_PREFIX}*", count=1000))
+    if keys:
+        client.delete(*keys)
+    cache.reset()
+
+
 def _stateful_run(api_schema: Any, capture: Any) -> None:
     class Machine(api_schema.as_state_machine()):  # type: ignore[misc]
+        # NOTE: each scenario starts from the same empty memory (a savepoint rolled back, the
+        # cache emptied), so that Hypothesis can replay and shrink it.
+        def setup(self) -> None:
+            self.savepoint = transaction.savepoint()
+
+        def teardown(self) -> None:
+            transaction.savepoint_rollback(self.savepoint)
+            _clean_cache()
+
         def validate_response(self, response: Any, case: Case, **kwargs: Any) -> None:
             case.validate_response(
                 response,
