@@ -78,7 +78,7 @@ __all__ = [
 IF_MATCH_RE = re.compile(r'\s*(?:([0-9]{1,18})|"([0-9]{1,18})")\s*')
 
 
-def _validated(serializer_class: type[Serializer], data: Any) -> dict[str, Any]:
+def _validated(serializer_class: type[Serializer[Any]], data: Any) -> dict[str, Any]:
     # NOTE: callers pass a query as a plain dict, not a QueryDict, so that DRF does not take an
     # empty value ("?limit=") as an absent one, the way it reads HTML forms: it is a 400.
     serializer = serializer_class(data=data)
@@ -100,7 +100,7 @@ def _next_url(request: Request, cursor: str | None) -> str | None:
     """The absolute URL of the next page: this one with ``cursor`` replaced; none at the end."""
     if cursor is None:
         return None
-    return replace_query_param(request.build_absolute_uri(), "cursor", cursor)  # type: ignore[no-any-return]
+    return replace_query_param(request.build_absolute_uri(), "cursor", cursor)
 
 
 def request_actor(request: Request) -> str:
@@ -144,7 +144,8 @@ class MemoryView(APIView):
             if self._heavy:
                 # NOTE: rendered while the slot is held: the JSON of a long page or context is
                 # much of its work (Django renders again only what is not rendered yet).
-                response.render()
+                # APIView.dispatch's response is finalize_response's, a Response here.
+                response.render()  # type: ignore[attr-defined]
         match = request.resolver_match
         counters.request_observed(
             view=match.view_name if match is not None else type(self).__name__,
@@ -194,7 +195,7 @@ class MemoryView(APIView):
         response = super().finalize_response(request, response, *args, **kwargs)
         # NOTE: a user's memory is personal: no shared or browser cache may keep a copy.
         patch_cache_control(response, no_store=True, private=True)
-        return response  # type: ignore[no-any-return]
+        return response
 
 
 @csrf_exempt

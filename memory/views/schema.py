@@ -76,7 +76,7 @@ def json_value_ref(auto_schema: Any) -> dict[str, Any]:
         schema=JSON_VALUE_SCHEMA,
     )
     auto_schema.registry.register_on_missing(component)
-    return component.ref  # type: ignore[no-any-return]
+    return component.ref
 
 
 class JSONValueFieldSchema(OpenApiSerializerFieldExtension):
@@ -327,4 +327,4 @@ class MemorySchema(AutoSchema):
             for code, response in operation["responses"].items():
                 if code.startswith("2") and operation["operationId"] in LINKS:
                     response["links"] = LINKS[operation["operationId"]]
-        return operation  # type: ignore[no-any-return]
+        return operation
