@@ -13,8 +13,8 @@ BENCH_ARGS ?=
 .DEFAULT_GOAL := help
 SUPERUSER ?= admin
 DIST_VENV = .tmp/dist-venv
-.PHONY: help install run run-asgi superuser token test test-faults bench bench-quality lint format docs \
-	screenshots dist services-up services-down clean docs-serve bench-quality
+.PHONY: help install run run-asgi superuser token test fuzz test-faults bench bench-quality lint \
+	format docs screenshots dist services-up services-down clean docs-serve
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -66,6 +66,12 @@ test: $(VENV)/.installed ## Run the suite on real PostgreSQL and Redis (PYTEST_A
 	@scripts/ensure-pgbouncer
 	@scripts/ensure-pgvector
 	$(PY) -m pytest -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+
+FUZZ_EXAMPLES ?= 100
+FUZZ_STEPS ?= 20
+fuzz: $(VENV)/.installed ## Schemathesis over the API, longer: FUZZ_EXAMPLES=100 a phase and operation, FUZZ_STEPS=20
+	MEMORY_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MEMORY_FUZZ_STEPS=$(FUZZ_STEPS) \
+		$(PY) -m pytest tests/test_api_fuzz.py -p no:cacheprovider $(PYTEST_ARGS)
 
 test-faults: $(VENV)/.installed ## Run only the tests that kill, pause or restart servers
 	@scripts/ensure-pgbouncer

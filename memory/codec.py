@@ -18,8 +18,29 @@ _INTEGRAL_FLOAT = 1e16
 
 
 def dumps(value: Any) -> bytes:
-    """Encode a payload; non-ASCII stays as UTF-8, as the API writes it."""
-    return orjson.dumps(value)
+    """Encode a payload; non-ASCII stays as UTF-8, as the API writes it. Never fails on a value
+    read from the database: an integer past 64 bits (stored before the validators refused the
+    floats jsonb turns into one) is written as its exact digits (``wide_ints_as_fragments``)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError as e:
+        if "64-bit" not in str(e):
+            raise
+        return orjson.dumps(wide_ints_as_fragments(value))
+
+
+def wide_ints_as_fragments(value: Any) -> Any:
+    """``value`` with each integer past 64 bits as an ``orjson.Fragment`` of its digits, which
+    orjson writes as they are (and with everything else as it is)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not -(2**63) <= value < 2**64:
+            return orjson.Fragment(str(value).encode())
+        return value
+    if isinstance(value, dict):
+        return {key: wide_ints_as_fragments(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [wide_ints_as_fragments(item) for item in value]
+    return value
 
 
 def loads(value: bytes | str) -> Any:
@@ -75,7 +96,7 @@ class OrjsonSerializer(BaseSerializer):  # type: ignore[misc]  # django-redis ha
     """A django-redis ``SERIALIZER`` that writes plain JSON with orjson (faster than ``json``)."""
 
     def dumps(self, value: Any) -> bytes:
-        return orjson.dumps(value)
+        return dumps(value)
 
     def loads(self, value: bytes) -> Any:
         return orjson.loads(value)

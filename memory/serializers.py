@@ -12,8 +12,6 @@ from typing import Any
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import RegexValidator
 from django.utils import timezone
-from drf_spectacular.extensions import OpenApiSerializerFieldExtension
-from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -23,8 +21,8 @@ from memory.search import MAX_QUERY_CHARS, MAX_RESULTS
 from memory.selectors import DEFAULT_PAGE_SIZE, MAX_CURSOR_CHARS, MAX_PAGE_SIZE
 from memory.tokens import MAX_TOKENS
 from memory.validators import (
-    FACT_KEY_RE,
     MAX_JSON_DEPTH,
+    NUMBER_RULE,
     OWNER_ID_RE,
     SESSION_ID_RE,
     validate_content,
@@ -45,12 +43,28 @@ NO_NUL = RegexValidator(
 )
 CURSOR = RegexValidator(r"^[A-Za-z0-9_\-]+$", message="Invalid cursor.", code="invalid_cursor")
 JSON_RULES = (
-    f"Any JSON value; no string in it (keys included) may hold a NUL character, and it is at "
-    f'most {MAX_JSON_DEPTH} levels deep and MEMORY["MAX_JSON_BYTES"] (16384 by default) bytes '
-    "of JSON: otherwise a 400 (rules JSON Schema cannot state)."
+    f"Any JSON value; no string in it (keys included) may hold a NUL character, it is at most "
+    f'{MAX_JSON_DEPTH} levels deep and MEMORY["MAX_JSON_BYTES"] (16384 by default) bytes of '
+    f"JSON, and {NUMBER_RULE[0].lower()}{NUMBER_RULE[1:-1]}: otherwise a 400 naming the field."
 )
 # Largest ``after`` accepted: the range of the database's bigint ``seq``.
 MAX_SEQ = 2**63 - 1
+
+
+# NOTE: RFC 3339 date-times the server parses, as a pattern (JSON Schema's ``format`` is only
+# an annotation): real calendar days, years 1000-9998 so that no offset moves one out of
+# Python's range, at most microseconds, upper-case T and Z.
+_LEAP_YEAR = "(?:[1-9][0-9](?:0[48]|[2468][048]|[13579][26])|(?:[13579][26]|[2468][048])00)"
+_MONTH_DAY = (
+    "(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+    "|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+    "|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+)
+DATE_TIME_PATTERN = (
+    f"^(?:(?!9999)[1-9][0-9]{{3}}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
+    "T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?"
+    "(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"
+)
 
 
 class TextField(serializers.CharField):
@@ -132,6 +146,21 @@ class OwnerIdField(TextField):
         super().__init__(min_length=1, max_length=128, validators=[validate_owner_id], **kwargs)
 
 
+class AnyJSONField(serializers.JSONField):
+    """Any JSON value, null included, in an answer (output serializers only)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+
+class MetadataField(serializers.DictField):
+    """Turn metadata: a JSON object of JSON values (``validate_metadata``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(validators=[validate_metadata], **kwargs)
+
+
 class FactsMapField(serializers.DictField):
     """Fact key -> new value; the keys are checked by ``FactsMergeInputSerializer``."""
 
@@ -139,46 +168,33 @@ class FactsMapField(serializers.DictField):
         super().__init__(child=JSONValueField(), **kwargs)
 
 
-class ContentFieldSchema(OpenApiSerializerFieldExtension):
-    """The schema of ``ContentField``: one string with its pattern, the empty one included.
-
-    NOTE: drf-spectacular would publish a blank-allowed field with a pattern as ``oneOf`` the
-    pattern and an empty string; the empty string matches both, which ``oneOf`` makes invalid,
-    so the schema refused a turn the server stores (a schemathesis negative-data case)."""
-
-    target_class = ContentField
-
-    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        # NOTE: "no NUL" as ``not`` a pattern that finds one: a ``pattern`` on a blank-allowed
-        # field is what drf-spectacular turns into that ``oneOf``.
-        return {
-            "type": "string",
-            "maxLength": conf.MAX_TURN_CHARS,
-            "not": {"pattern": "\\u0000"},
-            "description": ContentField.DESCRIPTION,
-        }
+# NOTE: Python's whitespace (``str.isspace``, what the server strips), spelled out so that
+# every regex engine reads the pattern alike.
+_SPACE = "\\t-\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+QUERY_PATTERN = f"^[^\\x00]*[^\\x00{_SPACE}][^\\x00]*$"
 
 
-class FactsMapFieldSchema(OpenApiSerializerFieldExtension):
-    """The schema of ``FactsMapField``: its keys' rule as ``propertyNames`` where the OpenAPI
-    version has it (3.1, JSON Schema 2020-12); OpenAPI 3.0 has no keyword for it, so there
-    only the field's description states the rule."""
+@extend_schema_field(
+    {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS, "pattern": QUERY_PATTERN}
+)
+class QueryTextField(serializers.CharField):
+    """A search text: 1-200 characters once stripped, not blank, no NUL."""
 
-    target_class = FactsMapField
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=MAX_QUERY_CHARS, **kwargs)
 
-    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        schema: dict[str, Any] = {"type": "object", "maxProperties": MAX_FACTS_PER_MERGE}
-        if spectacular_settings.OAS_VERSION.startswith("3.0"):
-            schema["additionalProperties"] = {"nullable": True, "description": JSON_RULES}
-        else:
-            schema["propertyNames"] = {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 64,
-                "pattern": FACT_KEY_RE.pattern,
-            }
-            schema["additionalProperties"] = {"description": JSON_RULES}
-        return schema
+
+class SearchModeField(serializers.ChoiceField):
+    """A search mode; ``semantic`` and ``hybrid`` only where search by meaning is on."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=["text", "semantic", "hybrid"], **kwargs)
+
+
+@extend_schema_field({"type": "string", "format": "date-time", "pattern": DATE_TIME_PATTERN})
+class ExpiresAtField(serializers.DateTimeField):
+    """When a fact expires: a date and time with its offset (the server also takes other ISO
+    8601 forms, such as one without seconds)."""
 
 
 class ContextTurnsField(serializers.IntegerField):
@@ -197,11 +213,7 @@ class TurnInputSerializer(serializers.Serializer[dict[str, Any]]):
     session_id = SessionIdField()
     role = serializers.ChoiceField(choices=Role.choices)
     content = ContentField()
-    metadata = serializers.DictField(
-        required=False,
-        validators=[validate_metadata],
-        help_text=f"A JSON object, {{}} by default. {JSON_RULES}",
-    )
+    metadata = MetadataField(required=False)
 
 
 def turn_input_accepted(data: Any) -> dict[str, Any] | None:
@@ -299,9 +311,8 @@ class ContextMessagesQuerySerializer(serializers.Serializer[dict[str, Any]]):
         help_text='Most turns; default MEMORY["CONTEXT_TURNS"], or with max_tokens '
         'MEMORY["MAX_CONTEXT_TURNS"].',
     )
-    query = serializers.CharField(
+    query = QueryTextField(
         required=False,
-        max_length=MAX_QUERY_CHARS,
         help_text="1-200 characters: recall the older turns most relevant to it (by meaning and "
         "words where embeddings are on, else by words), as many as fit a third of the tokens "
         "left, into a third system message; their seqs are in recalled.",
@@ -325,10 +336,10 @@ class FactPutInputSerializer(serializers.Serializer[dict[str, Any]]):
 
     value = JSONValueField(help_text=JSON_RULES)
     session_id = SessionIdField(required=False, allow_null=True)
-    expires_at = serializers.DateTimeField(
+    expires_at = ExpiresAtField(
         required=False,
         allow_null=True,
-        help_text="When the fact expires (ISO-8601, a time in the future, else a 400): from then "
+        help_text="When the fact expires (RFC 3339, a time in the future, else a 400): from then "
         "on it is absent from every read, and a sweep deletes it. Absent or null: never; a PUT "
         "without it clears an earlier expiry.",
     )
@@ -381,16 +392,14 @@ class FactsMergeInputSerializer(serializers.Serializer[dict[str, Any]]):
 class SearchQuerySerializer(serializers.Serializer[dict[str, Any]]):
     """The query of ``GET users/{user_id}/search/``."""
 
-    q = serializers.CharField(
-        max_length=MAX_QUERY_CHARS,
+    q = QueryTextField(
         help_text="1-200 characters of free text: English words in any case and form, Chinese "
         "text with no spaces needed. Never query syntax.",
     )
     limit = serializers.IntegerField(
         required=False, default=20, min_value=1, max_value=MAX_RESULTS, help_text="Most turns."
     )
-    mode = serializers.ChoiceField(
-        choices=["text", "semantic", "hybrid"],
+    mode = SearchModeField(
         required=False,
         help_text="text: by the words; semantic: by meaning (embeddings); hybrid: both rankings "
         "fused. Default: hybrid where search by meaning is on, else text; semantic or hybrid "
@@ -455,7 +464,7 @@ class ContextSerializer(serializers.Serializer[dict[str, Any]]):
     """What a chat backend puts before the model for the next reply."""
 
     user_id = serializers.CharField()
-    facts = serializers.DictField(child=serializers.JSONField(allow_null=True))
+    facts = serializers.DictField(child=AnyJSONField())
     turns = TurnSerializer(many=True)
     # A declared field (the metaclass takes it off the class), not Field.source.
     source = serializers.ChoiceField(choices=["cache", "database"])  # type: ignore[assignment]
@@ -473,7 +482,7 @@ class ContextMessagesSerializer(serializers.Serializer[dict[str, Any]]):
 
     user_id = serializers.CharField()
     messages = MessageSerializer(many=True)
-    facts = serializers.DictField(child=serializers.JSONField(allow_null=True))
+    facts = serializers.DictField(child=AnyJSONField())
     # A declared field (the metaclass takes it off the class), not Field.source.
     source = serializers.ChoiceField(choices=["cache", "database"])  # type: ignore[assignment]
     tokens = serializers.IntegerField(min_value=0)
@@ -503,7 +512,7 @@ class FactSerializer(serializers.Serializer[dict[str, Any]]):
     """A fact."""
 
     key = serializers.CharField()
-    value = serializers.JSONField(allow_null=True)
+    value = AnyJSONField()
     session_id = serializers.CharField(allow_null=True)
     updated_at = serializers.DateTimeField()
     version = serializers.IntegerField(min_value=1)
@@ -522,7 +531,7 @@ class FactVersionSerializer(serializers.Serializer[dict[str, Any]]):
     """One change of a fact; a delete leaves a last version with ``deleted: true``."""
 
     key = serializers.CharField()
-    value = serializers.JSONField(allow_null=True)
+    value = AnyJSONField()
     version = serializers.IntegerField(min_value=1)
     session_id = serializers.CharField(allow_null=True)
     updated_at = serializers.DateTimeField()

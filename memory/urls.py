@@ -10,6 +10,7 @@ from django.urls import URLPattern, path, re_path, register_converter
 
 from memory import views
 from memory.tools import rest as tool_views
+from memory.tools.definitions import TOOLS
 from memory.validators import OWNER_ID_RE
 
 
@@ -64,6 +65,7 @@ urlpatterns: list[URLPattern] = [
     path("users/<owner:user_id>/link/", views.LinkView.as_view(), name="link"),
     path("users/<owner:user_id>/summary/", views.SummaryView.as_view(), name="summary"),
     path("users/<owner:user_id>/export/", views.ExportView.as_view(), name="export"),
+    *(path(f"users/<owner:user_id>/tools/{name}/", tool_views.tool_view(name)) for name in TOOLS),
     path(
         "users/<owner:user_id>/tools/<str:name>/",
         tool_views.ToolCallView.as_view(),

@@ -4,7 +4,9 @@ shared by the services (the Python API) and the DRF serializers (the HTTP API)."
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -26,6 +28,17 @@ SESSION_ID_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
 # stores it. Kept out of the patterns above, which the OpenAPI schema publishes as they are.
 SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
 MAX_JSON_DEPTH = 32
+# Integers a JSON value may hold: signed 64 bits, which orjson (the cache's codec) writes.
+MIN_JSON_INT = -(2**63)
+MAX_JSON_INT = 2**63 - 1
+# NOTE: from this magnitude Python's and orjson's encoders write a float with no fraction digit
+# ("1e+16"), and Postgres jsonb keeps it as the integer that text denotes ("10000000000000000").
+INTEGRAL_FLOAT = 1e16
+NUMBER_RULE = (
+    "Numbers must read back unchanged: integers within -9223372036854775808..9223372036854775807, "
+    "and finite floats below 1e16 in magnitude, or at or above it only when the integer they "
+    "denote is exactly theirs and within that range."
+)
 
 
 def validate_owner_id(value: str) -> None:
@@ -122,14 +135,36 @@ def _json_walk(value: Any, depth: int) -> None:
         for item in value:
             _json_walk(item, depth + 1)
     elif isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             raise ValidationError("NaN and infinity are not JSON.", code="invalid")
-    elif value is not None and not isinstance(value, (bool, int)):
+        if not number_round_trips(value):
+            raise ValidationError(NUMBER_RULE, code="number_out_of_range")
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if not number_round_trips(value):
+            raise ValidationError(NUMBER_RULE, code="number_out_of_range")
+    elif value is not None and not isinstance(value, bool):
         raise ValidationError("Not a JSON value.", code="invalid")
 
 
+def number_round_trips(value: int | float) -> bool:
+    """Whether the JSON number ``value`` reads back as the same number (``==``) from Postgres
+    ``jsonb`` and the cache's codec: an integer within signed 64 bits; a finite float below
+    ``INTEGRAL_FLOAT`` in magnitude (jsonb keeps its digits and fraction); a larger one only
+    if the integer jsonb turns it into, the one its shortest text denotes, is exactly it and
+    within signed 64 bits (``1e20`` and ``1.2345678901234567e18`` are not)."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return False
+        if abs(value) < INTEGRAL_FLOAT:
+            return True
+        stored = int(Decimal(repr(value)))
+        return stored == value and MIN_JSON_INT <= stored <= MAX_JSON_INT
+    return MIN_JSON_INT <= value <= MAX_JSON_INT
+
+
 def validate_json_value(value: Any) -> None:
-    """Any JSON value that Postgres ``jsonb`` stores: no NUL in strings, bounded depth and size."""
+    """Any JSON value that Postgres ``jsonb`` stores and gives back unchanged: no NUL in
+    strings, numbers that round-trip (``number_round_trips``), bounded depth and size."""
     _json_walk(value, 0)
     try:
         size = len(orjson.dumps(value))

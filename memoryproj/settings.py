@@ -386,6 +386,7 @@ SPECTACULAR_SETTINGS = {
     "context for the next model call.",
     "VERSION": memory.__version__,
     "SERVE_INCLUDE_SCHEMA": False,
+    "OAS_VERSION": "3.1.0",
     # NOTE: Swagger UI and Redoc from drf-spectacular-sidecar's static files: nothing from a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -79,6 +79,12 @@ def _type(schema: dict[str, Any]) -> str:
             parts = [_type(s) for s in schema[combiner]]
             return (" or " if combiner != "allOf" else ", ").join(parts)
     kind = schema.get("type", "any JSON")
+    # NOTE: OpenAPI 3.1 says "or null" as a list of types, 3.0 as nullable.
+    nullable = bool(schema.get("nullable"))
+    if isinstance(kind, list):
+        nullable = nullable or "null" in kind
+        kinds = [k for k in kind if k != "null"]
+        kind = kinds[0] if len(kinds) == 1 else " or ".join(kinds) or "null"
     if kind == "array":
         kind = f"array of {_type(schema.get('items', {}))}"
     elif kind == "object" and "additionalProperties" in schema and not schema.get("properties"):
@@ -92,6 +98,8 @@ def _type(schema: dict[str, Any]) -> str:
         ("maxLength", "length ≤"),
         ("minimum", "≥"),
         ("maximum", "≤"),
+        ("exclusiveMinimum", ">"),
+        ("exclusiveMaximum", "<"),
         ("minItems", "items ≥"),
         ("maxItems", "items ≤"),
     ):
@@ -101,7 +109,9 @@ def _type(schema: dict[str, Any]) -> str:
         limits.append(f"pattern {_code(schema['pattern'])}")
     if "format" in schema:
         limits.append(schema["format"])
-    if schema.get("nullable"):
+    if "not" in schema and schema["not"] == {"pattern": "\\u0000"}:
+        limits.append("no NUL")
+    if nullable:
         limits.append("or null")
     return f"{kind} ({', '.join(limits)})" if limits else str(kind)
 

@@ -314,6 +314,21 @@ def _outside_calendar(arguments: dict[str, Any]) -> bool:
 
 @pytest.mark.slow
 @real_db
+def test_http_a_number_that_would_not_read_back_is_refused_storing_nothing(demo):
+    """``remember_fact`` with ``1e20``: jsonb would keep an integer past 64 bits, which made
+    every later context read of the owner a 500."""
+    token = _token("alice")
+
+    async def one(client: Client) -> Any:
+        return answer(await client.call_tool("remember_fact", {"key": "n", "value": 1e20}))
+
+    result = over_http(demo, token, one)
+    assert "Numbers must read back unchanged" in result["error"], result
+    assert stored("alice") == (0, 0, 0, 0)
+
+
+@pytest.mark.slow
+@real_db
 @pytest.mark.parametrize("definition", tools.definitions(), ids=lambda d: d["name"])
 def test_http_fuzzed_arguments_are_answered_never_failed(demo, definition):
     token = _token("alice")

@@ -20,7 +20,7 @@ from memory import selectors, services, tools, when
 from memory.conf import conf
 from memory.exceptions import MemoryUnavailable
 from memory.models import Fact, FactVersion, Owner, Turn
-from memory.validators import MAX_JSON_DEPTH
+from memory.validators import MAX_JSON_DEPTH, number_round_trips
 from tests.jsonschema_strategies import from_schema
 from tests.loop import run
 
@@ -350,15 +350,16 @@ def _in_calendar(value: str | None) -> Any:
 
 def _breaks_value_rules(value: Any, depth: int = 0) -> bool:
     """Whether a JSON value breaks the rules its schema can only describe: a NUL in a string
-    or key, more than 32 levels, more than MAX_JSON_BYTES of JSON, an integer past 64 bits."""
+    or key, more than 32 levels, more than MAX_JSON_BYTES of JSON, a number that would not read
+    back unchanged (``number_round_trips``)."""
     if depth > MAX_JSON_DEPTH:
         return True
     if isinstance(value, str):
         return "\x00" in value
-    if isinstance(value, bool) or value is None or isinstance(value, float):
+    if isinstance(value, bool) or value is None:
         return False
-    if isinstance(value, int):
-        return not -(2**63) <= value < 2**64
+    if isinstance(value, (int, float)):
+        return not number_round_trips(value)
     if isinstance(value, list):
         return any(_breaks_value_rules(item, depth + 1) for item in value)
     if any("\x00" in key or _breaks_value_rules(item, depth + 1) for key, item in value.items()):

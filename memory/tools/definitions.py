@@ -85,7 +85,8 @@ def _json_rules() -> str:
     return (
         "Any JSON value: a string, number, boolean, null, list or object. No string in it may "
         f"hold a NUL character, it is at most 32 levels deep and {conf.MAX_JSON_BYTES} bytes "
-        "of JSON, and integers fit in 64 bits."
+        "of JSON; integers fit in signed 64 bits, and a float of 1e16 or more in magnitude is "
+        "taken only when it is exactly an integer within them (send such numbers as integers)."
     )
 
 

@@ -6,10 +6,10 @@ other user endpoint. A call runs ``memory.tools.tool_run``, the path of every do
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -30,14 +30,7 @@ from memory.views.base import (
     request_actor,
     schema_responses,
 )
-
-TOOL_NAME = OpenApiParameter(
-    "name",
-    OpenApiTypes.STR,
-    OpenApiParameter.PATH,
-    enum=list(TOOLS),
-    description="The tool: one of GET tools/. Any other name is a 404.",
-)
+from memory.views.schema import openapi_31
 
 
 class ToolCallInputSerializer(serializers.Serializer[dict[str, Any]]):
@@ -101,20 +94,9 @@ class ToolsView(MemoryView):
 class ToolCallView(MemoryView):
     """``users/{user_id}/tools/{name}/``: run one tool call on the owner's memory."""
 
-    @extend_schema(
-        tags=["tools"],
-        parameters=[USER_ID, TOOL_NAME],
-        request=ToolCallInputSerializer,
-        responses=schema_responses(
-            {200: ToolCallResultSerializer},
-            WRITE_ERRORS,
-            bad_input='Invalid arguments, as {"arguments": {"argument": ["message"]}}: what the '
-            "tool's JSON Schema refuses, an unknown argument, a fact key of dots alone, or a "
-            'remember_fact past MEMORY["MAX_FACTS"]. Nothing is stored.',
-        ),
-        summary="Run a tool on the user's memory (404 for an unknown tool)",
-        operation_id="tool_call",
-    )
+    # NOTE: in the schema, each tool is a path of its own (``tool_view``), whose body states
+    # that tool's arguments; this route answers the same, and a 404 for an unknown tool.
+    @extend_schema(exclude=True)
     def post(self, request: Request, user_id: str, name: str) -> Response:
         try:
             tool = tool_get(name)
@@ -130,3 +112,61 @@ class ToolCallView(MemoryView):
         except ToolArgumentsInvalid as e:
             raise exceptions.ValidationError({"arguments": e.detail}) from e
         return Response({"result": result})
+
+
+TOOL_CALL_400 = (
+    'Invalid arguments, as {"arguments": {"argument": ["message"]}}: what the tool\'s JSON '
+    'Schema refuses, an unknown argument, or a remember_fact past MEMORY["MAX_FACTS"]. '
+    "Nothing is stored."
+)
+
+
+def _tool_body(name: str) -> dict[str, Any]:
+    """The body of a call of the tool ``name``: its arguments' JSON Schema, with a fact's
+    value as the schema's ``JsonValue`` (the rules its definition, written for a model,
+    only describes)."""
+    arguments = copy.deepcopy(TOOLS[name].schema())
+    if not arguments.get("required"):
+        # NOTE: OpenAPI 3.0 takes no empty list of required properties.
+        arguments.pop("required", None)
+    value = arguments.get("properties", {}).get("value")
+    if value is not None:
+        description = value.get("description", "")
+        arguments["properties"]["value"] = (
+            {"anyOf": [{"$ref": "#/components/schemas/JsonValue"}], "description": description}
+            if openapi_31()
+            else {"nullable": True, "description": description}
+        )
+    return {
+        "type": "object",
+        "properties": {"arguments": arguments},
+        "required": ["arguments"],
+    }
+
+
+def tool_view(name: str) -> Any:
+    """The view of ``users/{user_id}/tools/<name>/``: ``ToolCallView`` for one tool, with its
+    own operation (``tool_<name>``) and body (``body_schema``, built with the schema) in it."""
+
+    @extend_schema(
+        tags=["tools"],
+        parameters=[USER_ID],
+        request=ToolCallInputSerializer,
+        responses=schema_responses(
+            {200: ToolCallResultSerializer}, WRITE_ERRORS, bad_input=TOOL_CALL_400
+        ),
+        summary=f"Run the tool {name} on the user's memory",
+        description=TOOLS[name].description,
+        operation_id=f"tool_{name}",
+    )
+    def post(self: ToolCallView, request: Request, user_id: str) -> Response:
+        return ToolCallView.post(self, request, user_id, name)
+
+    doc = f"``users/{{user_id}}/tools/{name}/``: run {name} on the owner's memory."
+    attributes = {
+        "post": post,
+        "__doc__": doc,
+        "body_schema": staticmethod(lambda: _tool_body(name)),
+    }
+    view: type[ToolCallView] = type(f"ToolCallView_{name}", (ToolCallView,), attributes)
+    return view.as_view()

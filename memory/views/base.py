@@ -1,6 +1,9 @@
-"""What every view of the app shares: the base ``MemoryView``, the JSON parser and renderer,
-the mapping of domain and database errors to statuses (412, 404, 413, 422, 503), the schema's
-parameters and the JSON 404 of unknown paths."""
+"""The base view of the API (``MemoryView``: JSON bodies, the owner check, the error mapping,
+the heavy-read slots), the request helpers its views share and the JSON 404 of unknown paths.
+
+The error mapping, the parser, the renderer and the schema's parts live in ``exceptions``,
+``parsers``, ``renderers`` and ``schema`` beside it; their names are also importable from here.
+"""
 
 from __future__ import annotations
 
@@ -10,150 +13,69 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
-import orjson
-from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, JsonResponse
 from django.utils.cache import patch_cache_control
 from django.views.decorators.csrf import csrf_exempt
-from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
-from rest_framework import exceptions, parsers, renderers, status
+from rest_framework import exceptions, renderers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.serializers import Serializer, as_serializer_error
+from rest_framework.serializers import Serializer
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from memory import counters, limits
-from memory.exceptions import (
-    FactNotFound,
-    FactVersionConflict,
-    IdempotencyKeyReused,
-    MemoryUnavailable,
-    ReadsInFlight,
-    SearchTimeout,
-    SearchUnavailable,
-    unavailable_log,
-)
 from memory.permissions import CanReachOwner, owner_id_for
-from memory.serializers import (
-    ErrorSerializer,
+from memory.validators import actor_of, validate_idempotency_key
+from memory.views.exceptions import (
+    PayloadTooLarge,
+    PreconditionFailed,
+    ServiceUnavailable,
+    UnprocessableEntity,
+    api_exception,
 )
-from memory.validators import FACT_KEY_RE, OWNER_ID_RE, actor_of, validate_idempotency_key
+from memory.views.parsers import JSONParser
+from memory.views.renderers import JSONRenderer
+from memory.views.schema import (
+    ERRORS,
+    FACT_KEY,
+    IDEMPOTENCY_KEY,
+    IF_MATCH,
+    LINKS,
+    MAX_FACTS_400,
+    READ_ERRORS,
+    USER_ID,
+    WRITE_ERRORS,
+    MemorySchema,
+    schema_responses,
+)
+
+__all__ = [
+    "ERRORS",
+    "FACT_KEY",
+    "IDEMPOTENCY_KEY",
+    "IF_MATCH",
+    "IF_MATCH_RE",
+    "LINKS",
+    "MAX_FACTS_400",
+    "READ_ERRORS",
+    "USER_ID",
+    "WRITE_ERRORS",
+    "JSONParser",
+    "JSONRenderer",
+    "MemorySchema",
+    "MemoryView",
+    "PayloadTooLarge",
+    "PreconditionFailed",
+    "ServiceUnavailable",
+    "UnprocessableEntity",
+    "api_exception",
+    "not_found",
+    "request_actor",
+    "schema_responses",
+]
 
 IF_MATCH_RE = re.compile(r'\s*(?:([0-9]{1,18})|"([0-9]{1,18})")\s*')
-
-
-class PreconditionFailed(exceptions.APIException):
-    status_code = status.HTTP_412_PRECONDITION_FAILED
-    default_detail = "The fact is not at the version given in If-Match."
-    default_code = "precondition_failed"
-
-
-class UnprocessableEntity(exceptions.APIException):
-    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
-    default_detail = "The Idempotency-Key was already used for a different request."
-    default_code = "idempotency_key_reused"
-
-
-class PayloadTooLarge(exceptions.APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_detail = "The request body is larger than this server accepts."
-    default_code = "payload_too_large"
-
-
-class ServiceUnavailable(exceptions.APIException):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    # NOTE: a fixed text: the driver's message would tell the caller the database's address.
-    default_detail = "The memory database is unavailable; try again later."
-    default_code = "service_unavailable"
-
-
-def api_exception(exc: Exception) -> Exception:
-    """The DRF exception an app or Django error stands for; any other error as it is."""
-    if isinstance(exc, FactVersionConflict):
-        return PreconditionFailed(str(exc))
-    if isinstance(exc, IdempotencyKeyReused):
-        return UnprocessableEntity(str(exc))
-    if isinstance(exc, FactNotFound):
-        return exceptions.NotFound(str(exc))
-    if isinstance(exc, (SearchTimeout, SearchUnavailable)):
-        return ServiceUnavailable(str(exc))
-    if isinstance(exc, ReadsInFlight):
-        return exceptions.Throttled(wait=exc.retry_after, detail=str(exc))
-    if isinstance(exc, (OperationalError, InterfaceError)):
-        # NOTE: one that no service's guard met (a ``MemoryUnavailable`` was logged there).
-        unavailable_log(exc)
-        return ServiceUnavailable()
-    if isinstance(exc, MemoryUnavailable):
-        return ServiceUnavailable()
-    if isinstance(exc, DjangoValidationError):
-        return exceptions.ValidationError(as_serializer_error(exc))
-    if isinstance(exc, RequestDataTooBig):
-        return PayloadTooLarge()
-    return exc
-
-
-class JSONParser(parsers.JSONParser):
-    """DRF's JSON parser; a body nested too deep for Python's parser is a 400 as well."""
-
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        try:
-            return super().parse(stream, media_type, parser_context)
-        except RecursionError as e:
-            raise exceptions.ParseError("JSON parse error - nested too deep.") from e
-
-
-def _drf_only(value: Any) -> Any:
-    raise TypeError(f"{type(value).__name__} is DRF's to write")
-
-
-# NOTE: what orjson does not write as DRF's encoder does goes to ``default``, which hands it
-# back to DRF: a datetime (DRF cuts microseconds to milliseconds and writes "Z"), a dataclass,
-# and subclasses of str, int, dict and list (DRF's ErrorDetail, lazy strings).
-_ORJSON_OPTIONS = (
-    orjson.OPT_PASSTHROUGH_DATETIME
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-    | orjson.OPT_PASSTHROUGH_SUBCLASS
-)
-
-
-class JSONRenderer(renderers.JSONRenderer):
-    """DRF's JSON renderer, written by orjson where that writes the same JSON: compact, UTF-8,
-    U+2028 and U+2029 escaped as DRF escapes them. Anything else (an ``indent`` asked for,
-    DRF's ASCII or spaced settings, a value orjson would write otherwise, an integer past 64
-    bits) is rendered by DRF itself.
-
-    NOTE: a turn page or a long context is megabytes of JSON: DRF's encoder took about 35 ms
-    for 6 MB, holding the interpreter's lock against every other request of the process
-    (``health/`` included), orjson takes 5-8 ms (issue 23, finding 3). A float may be written
-    in another exponent form (``1e16`` for ``1e+16``), the same JSON number.
-    """
-
-    def render(
-        self,
-        data: Any,
-        accepted_media_type: str | None = None,
-        renderer_context: Any = None,
-    ) -> bytes:
-        if data is None:
-            return b""
-        # DRF's get_indent takes None, which its own render passes; the stubs say str.
-        indent = self.get_indent(accepted_media_type, renderer_context or {})  # type: ignore[arg-type]
-        if self.ensure_ascii or not self.compact or indent is not None:
-            return super().render(data, accepted_media_type, renderer_context)
-        try:
-            body = orjson.dumps(data, default=_drf_only, option=_ORJSON_OPTIONS)
-        except TypeError:
-            return super().render(data, accepted_media_type, renderer_context)
-        # NOTE: their lead byte first, which memchr finds: for 6 MB with none of it that is 0.06
-        # ms, where the two searches alone take 7 ms with the interpreter's lock held (issue 23).
-        if b"\xe2" in body and (b"\xe2\x80\xa8" in body or b"\xe2\x80\xa9" in body):
-            body = body.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
-        return body
 
 
 def _validated(serializer_class: type[Serializer[Any]], data: Any) -> dict[str, Any]:
@@ -196,134 +118,6 @@ def _if_match(request: Request) -> int | None:
             {"If-Match": ['Send the version the fact is expected at: 3 or "3".']}
         )
     return int(match.group(1) or match.group(2))
-
-
-# Schema ------------------------------------------------------------------------------------
-
-
-def _path_parameter(name: str, pattern: re.Pattern[str], description: str) -> OpenApiParameter:
-    return OpenApiParameter(
-        name,
-        OpenApiTypes.STR,
-        OpenApiParameter.PATH,
-        pattern=pattern.pattern,
-        description=description,
-    )
-
-
-USER_ID = _path_parameter(
-    "user_id", OWNER_ID_RE, "The memory owner's external id: 1-128 letters, digits and _ - . @ :"
-)
-FACT_KEY = _path_parameter(
-    "key", FACT_KEY_RE, "A fact key: 1-64 lower-case letters, digits and _ - ., not only dots."
-)
-IDEMPOTENCY_KEY = OpenApiParameter(
-    "Idempotency-Key",
-    OpenApiTypes.STR,
-    OpenApiParameter.HEADER,
-    required=False,
-    pattern=r"^[\x20-\x7e]{1,128}$",
-    description="1-128 printable ASCII characters. A retry with the same key and body for the "
-    "same owner stores nothing new and answers with the turn first stored; the same key with "
-    "a different body is a 422 and stores nothing.",
-)
-IF_MATCH = OpenApiParameter(
-    "If-Match",
-    OpenApiTypes.STR,
-    OpenApiParameter.HEADER,
-    required=False,
-    pattern=r'^([0-9]{1,18}|"[0-9]{1,18}")$',
-    description='The version the fact must be at (3 or "3"); otherwise 412 and nothing changes.',
-)
-
-ERRORS: dict[int, OpenApiResponse] = {
-    400: OpenApiResponse(
-        OpenApiTypes.OBJECT,
-        description='Invalid input, as {"field": ["message"]}; also a query parameter given twice.',
-    ),
-    401: OpenApiResponse(ErrorSerializer, description="Not authenticated."),
-    403: OpenApiResponse(
-        ErrorSerializer, description="Not authenticated (session authentication) or not allowed."
-    ),
-    404: OpenApiResponse(
-        ErrorSerializer, description="Not found, or another user's memory (never revealed)."
-    ),
-    412: OpenApiResponse(ErrorSerializer, description="If-Match names a stale version."),
-    422: OpenApiResponse(
-        ErrorSerializer,
-        description="The Idempotency-Key was already used with a different body; nothing stored.",
-    ),
-    413: OpenApiResponse(ErrorSerializer, description="The body is over the configured size."),
-    415: OpenApiResponse(ErrorSerializer, description="The body is not JSON."),
-    429: OpenApiResponse(
-        ErrorSerializer,
-        description="Throttled: too many requests, or (search, export, long contexts and turn "
-        "pages) "
-        'too many heavy reads in flight (MEMORY["HEAVY_READS_PER_CALLER"]); see Retry-After.',
-    ),
-    503: OpenApiResponse(ErrorSerializer, description="The database is unreachable."),
-}
-READ_ERRORS = (400, 401, 403, 404, 429, 503)
-WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 429, 503)
-MAX_FACTS_400 = (
-    'Invalid input, as {"field": ["message"]}; also a query parameter given twice, or a new key '
-    'past MEMORY["MAX_FACTS"].'
-)
-
-
-def schema_responses(
-    success: dict[int, Any], errors: tuple[int, ...], bad_input: str | None = None
-) -> dict[int, Any]:
-    # NOTE: a serializer alone would leave its response's description empty; its docstring says it.
-    responses: dict[int, Any] = {
-        code: response
-        if isinstance(response, OpenApiResponse)
-        else OpenApiResponse(response, description=(response.__doc__ or "").strip())
-        for code, response in success.items()
-    }
-    responses.update({code: ERRORS[code] for code in sorted(errors)})
-    if bad_input is not None:
-        responses[400] = OpenApiResponse(OpenApiTypes.OBJECT, description=bad_input)
-    return responses
-
-
-def _fact_link(operation_id: str, description: str) -> dict[str, Any]:
-    return {
-        "operationId": operation_id,
-        "parameters": {"user_id": "$request.path.user_id", "key": "$request.path.key"},
-        "description": description,
-    }
-
-
-# NOTE: OpenAPI links from a fact's writes to its history, which say what the history does
-# after a delete: it stays (a 200), so a client (or a schema-driven tester) expects no 404.
-LINKS: dict[str, dict[str, dict[str, Any]]] = {
-    "fact_put": {
-        "FactHistory": _fact_link("fact_history", "Every version of the fact, this one first.")
-    },
-    "fact_delete": {
-        "FactHistory": _fact_link(
-            "fact_history",
-            "The history outlives the fact: a 200 whose newest version has deleted: true.",
-        ),
-        "FactPut": _fact_link("fact_put", "Setting the key again continues its version count."),
-    },
-}
-
-
-class MemorySchema(AutoSchema):
-    """drf-spectacular's schema, plus the OpenAPI links of ``LINKS`` on success responses."""
-
-    def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
-        operation = super().get_operation(*args, **kwargs)
-        if operation is not None:
-            for code, response in operation["responses"].items():
-                if code.startswith("2") and operation["operationId"] in LINKS:
-                    response["links"] = LINKS[operation["operationId"]]
-        return operation
-
-
-# Views -------------------------------------------------------------------------------------
 
 
 class MemoryView(APIView):

@@ -16,6 +16,7 @@ from memory.serializers import (
     SummarySerializer,
 )
 from memory.views.base import READ_ERRORS, USER_ID, MemoryView, _validated, schema_responses
+from memory.views.schema import BUDGET_400
 
 
 class ContextView(MemoryView):
@@ -43,7 +44,9 @@ class ContextMessagesView(MemoryView):
     @extend_schema(
         tags=["context"],
         parameters=[USER_ID, ContextMessagesQuerySerializer],
-        responses=schema_responses({200: ContextMessagesSerializer}, READ_ERRORS),
+        responses=schema_responses(
+            {200: ContextMessagesSerializer}, READ_ERRORS, bad_input=BUDGET_400
+        ),
         summary="The context as model messages, within a token budget",
         operation_id="context_messages",
     )

@@ -34,6 +34,7 @@ from memory.views.base import (
     request_actor,
     schema_responses,
 )
+from memory.views.schema import CURSOR_400, EXPIRED_400
 
 
 class FactsView(MemoryView):
@@ -89,7 +90,7 @@ class FactView(MemoryView):
                 201: OpenApiResponse(FactSerializer, description="The fact, created."),
             },
             (*WRITE_ERRORS, 412),
-            bad_input=MAX_FACTS_400,
+            bad_input=EXPIRED_400,
         ),
         summary="Set one fact (201 when created)",
         operation_id="fact_put",
@@ -133,7 +134,7 @@ class FactHistoryView(MemoryView):
     @extend_schema(
         tags=["facts"],
         parameters=[USER_ID, FACT_KEY, PageQuerySerializer],
-        responses=schema_responses({200: FactHistorySerializer}, READ_ERRORS),
+        responses=schema_responses({200: FactHistorySerializer}, READ_ERRORS, bad_input=CURSOR_400),
         summary="Versions of one fact, newest first (404 if the key never existed)",
         operation_id="fact_history",
     )

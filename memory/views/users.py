@@ -28,6 +28,7 @@ from memory.views.base import (
     _validated,
     schema_responses,
 )
+from memory.views.schema import CURSOR_400, ERRORS
 
 
 class SessionsView(MemoryView):
@@ -36,7 +37,7 @@ class SessionsView(MemoryView):
     @extend_schema(
         tags=["sessions"],
         parameters=[USER_ID, PageQuerySerializer],
-        responses=schema_responses({200: SessionListSerializer}, READ_ERRORS),
+        responses=schema_responses({200: SessionListSerializer}, READ_ERRORS, bad_input=CURSOR_400),
         summary="List sessions, most recently seen first",
         operation_id="session_list",
     )
@@ -77,6 +78,7 @@ class HealthView(MemoryView):
             400: OpenApiResponse(
                 OpenApiTypes.OBJECT, description="A query parameter given more than once."
             ),
+            414: ERRORS[414],
             503: OpenApiResponse(HealthSerializer, description="The database is down."),
         },
         summary="Health of the database and the cache",
