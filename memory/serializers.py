@@ -65,6 +65,9 @@ DATE_TIME_PATTERN = (
     "T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?"
     "(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"
 )
+# A date alone, or a date-time as above: what ``after``, ``before`` and ``now`` take.
+_DATE = f"(?:(?!9999)[1-9][0-9]{{3}}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
+DATE_OR_DATE_TIME_PATTERN = f"^{_DATE}$|{DATE_TIME_PATTERN}"
 
 
 class TextField(serializers.CharField):
@@ -189,6 +192,15 @@ class SearchModeField(serializers.ChoiceField):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(choices=["text", "semantic", "hybrid"], **kwargs)
+
+
+@extend_schema_field({"type": "string", "pattern": DATE_OR_DATE_TIME_PATTERN, "maxLength": 64})
+class MomentField(serializers.CharField):
+    """An ISO-8601 date (``2026-05-01``) or date-time with its offset; the server also takes
+    other ISO 8601 forms (``memory.when.when_parse``), and answers 400 for anything else."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=64, **kwargs)
 
 
 @extend_schema_field({"type": "string", "format": "date-time", "pattern": DATE_TIME_PATTERN})
@@ -317,9 +329,8 @@ class ContextMessagesQuerySerializer(serializers.Serializer[dict[str, Any]]):
         "words where embeddings are on, else by words), as many as fit a third of the tokens "
         "left, into a third system message; their seqs are in recalled.",
     )
-    now = serializers.CharField(
+    now = MomentField(
         required=False,
-        max_length=64,
         help_text="ISO-8601: when the question is asked (default: the server's clock); a time "
         "named in query is read against it.",
     )
@@ -405,20 +416,17 @@ class SearchQuerySerializer(serializers.Serializer[dict[str, Any]]):
         "fused. Default: hybrid where search by meaning is on, else text; semantic or hybrid "
         "where it is off is a 400.",
     )
-    after = serializers.CharField(
+    after = MomentField(
         required=False,
-        max_length=64,
         help_text="ISO-8601 date or date-time: only turns created at or after it. 400 if bad.",
     )
-    before = serializers.CharField(
+    before = MomentField(
         required=False,
-        max_length=64,
         help_text="ISO-8601 date or date-time: only turns created before it (a date: before "
         "that day starts). 400 if bad.",
     )
-    now = serializers.CharField(
+    now = MomentField(
         required=False,
-        max_length=64,
         help_text="ISO-8601: when the question is asked (default: the server's clock); a time "
         "named in q (last month, 上个月) is read against it.",
     )

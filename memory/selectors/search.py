@@ -371,12 +371,11 @@ def search_filters(
     dates or date-times; ``after`` inclusive, ``before`` exclusive), narrowed further by a
     time ``q`` names against ``now`` (default: this server's clock; ``when.when_in_query``),
     whose expression then leaves the text matched. Raises ``ValidationError`` ({"after" |
-    "before" | "now": ...}) for a bad date, and for ``after`` not before ``before``."""
+    "before" | "now": ...}) for a bad date; a range with ``after`` not before ``before`` keeps
+    nothing (an empty answer, as for any range in which nothing was said)."""
     after_at = when.when_parse(after, field="after")
     before_at = when.when_parse(before, field="before")
     now_at = when.when_parse(now, field="now") or timezone.now()
-    if after_at is not None and before_at is not None and after_at >= before_at:
-        raise ValidationError({"before": ["Enter a time later than after."]})
     named, text = when.when_in_query(q, now_at)
     if named is not None:
         start = named[0] if after_at is None else max(after_at, named[0])

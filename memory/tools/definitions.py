@@ -17,6 +17,7 @@ from memory.conf import conf
 from memory.exceptions import FactNotFound
 from memory.payloads import fact_payload
 from memory.search import MAX_QUERY_CHARS
+from memory.serializers import DATE_OR_DATE_TIME_PATTERN
 from memory.tools.arguments import (
     MAX_RECENT_TURNS,
     MAX_SEARCH_RESULTS,
@@ -93,12 +94,9 @@ def _json_rules() -> str:
 # Schemas -----------------------------------------------------------------------------------
 
 
-# An ISO-8601 date or date-time as the tools take it (a date that is not in the calendar, such
-# as February 30, matches and is refused).
-ISO_DATE_PATTERN = (
-    r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
-    r"(T([01]\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d{1,6})?)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)?)?$"
-)
+# An ISO-8601 date, or a date-time with its offset, as the tools take it: the API's own pattern,
+# calendar days only, so that whatever it matches the server parses.
+ISO_DATE_PATTERN = DATE_OR_DATE_TIME_PATTERN
 
 
 def _search_memory_schema() -> dict[str, Any]:
