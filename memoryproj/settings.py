@@ -274,11 +274,11 @@ if REDIS_URL:
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
                 # NOTE: a receive blocks on Redis up to 5 s (channels_redis's BZPOPMIN): the
-                # socket's own timeout must be longer; connecting stays as short as the cache's.
+                # socket's own timeout must be longer.
                 "hosts": [
                     {
                         "address": REDIS_URL,
-                        "socket_connect_timeout": _REDIS_TIMEOUT,
+                        "socket_connect_timeout": 1.0,
                         "socket_timeout": 10,
                     }
                 ],

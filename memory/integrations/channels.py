@@ -53,10 +53,16 @@ LOCK_NAMESPACE = 0x6D656D  # "mem"
 # and the seq the reply will have (what a client that reconnects is sent first).
 _exchanges: set[asyncio.Task[None]] = set()
 _exchanges_by_owner: dict[str, int] = {}
+# The exchange of each (owner, message id) running here: a resend joins it instead of another.
+_running: dict[tuple[str, str], Exchange] = {}
 _replies: dict[str, dict[int, list[str]]] = {}
 # The sockets of this process, by owner.
 _sockets: dict[str, weakref.WeakSet[MemoryChatMixin]] = {}
 _owner_locks: dict[str, asyncio.Lock] = {}
+# Connections this process holds for exchange locks at most (each a Postgres connection: an owner
+# with a reply in production); an exchange past it waits for one.
+MAX_LOCK_CONNECTIONS = 24
+_lock_slots: asyncio.Semaphore | None = None
 
 
 def group_name(owner_id: str) -> str:
@@ -105,27 +111,48 @@ async def owner_exchange_lock(owner_id: str, *, timeout: float) -> AsyncIterator
             return
         import psycopg
 
+        global _lock_slots
+        if _lock_slots is None:
+            _lock_slots = asyncio.Semaphore(MAX_LOCK_CONNECTIONS)
+        slots = _lock_slots
         try:
             async with asyncio.timeout(timeout):
-                conn = await psycopg.AsyncConnection.connect(**_lock_connection_params())
-        except (psycopg.Error, OSError, TimeoutError) as e:
-            raise MemoryUnavailable("The database cannot be reached.") from e
+                await slots.acquire()
+        except TimeoutError as e:
+            raise MemoryUnavailable("No connection for the exchange lock in time.") from e
         try:
             try:
-                await conn.execute(f"SET lock_timeout = {int(timeout * 1000)}")
-                await conn.execute(
-                    "SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_NAMESPACE, _lock_key(owner_id))
-                )
-            except psycopg.Error as e:
-                raise MemoryUnavailable("The owner's exchange lock was not had.") from e
-            yield
+                async with asyncio.timeout(timeout):
+                    conn = await psycopg.AsyncConnection.connect(**_lock_connection_params())
+            except (psycopg.Error, OSError, TimeoutError) as e:
+                raise MemoryUnavailable("The database cannot be reached.") from e
+            async with _holding(conn, owner_id, timeout):
+                yield
         finally:
-            with contextlib.suppress(Exception):
-                await conn.close()
+            slots.release()
     finally:
         local.release()
         if not local.locked() and not getattr(local, "_waiters", None):
             _owner_locks.pop(owner_id, None)
+
+
+@contextlib.asynccontextmanager
+async def _holding(conn: Any, owner_id: str, timeout: float) -> AsyncIterator[None]:
+    """The owner's advisory lock taken on ``conn``, closed at the end (the lock goes with it)."""
+    import psycopg
+
+    try:
+        try:
+            await conn.execute(f"SET lock_timeout = {int(timeout * 1000)}")
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_NAMESPACE, _lock_key(owner_id))
+            )
+        except psycopg.Error as e:
+            raise MemoryUnavailable("The owner's exchange lock was not had.") from e
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            await conn.close()
 
 
 def _lock_connection_params() -> dict[str, Any]:
@@ -143,7 +170,7 @@ class _LayerOut:
     the layer does not answer (a send past ``timeout``), sends are dropped for ``pause``
     seconds: the other instances' sockets catch up from the database instead."""
 
-    timeout = 0.5
+    timeout = 1.0
     pause = 2.0
     size = 10_000
 
@@ -287,15 +314,23 @@ class Exchange:
         self.reply_timeout = reply_timeout
         self.lock_timeout = lock_timeout
 
-    def start(self) -> asyncio.Task[None]:
+    def start(self) -> None:
+        """Run it, unless the same message of the same owner runs here already: then that one
+        answers to this exchange's socket from now on."""
+        key = (self.owner_id, self.message_id)
+        running = _running.get(key)
+        if running is not None:
+            running.origin = self.origin
+            return
+        _running[key] = self
         task = asyncio.get_running_loop().create_task(self._run())
         _exchanges.add(task)
         _exchanges_by_owner[self.owner_id] = _exchanges_by_owner.get(self.owner_id, 0) + 1
         task.add_done_callback(self._done)
-        return task
 
     def _done(self, task: asyncio.Task[None]) -> None:
         _exchanges.discard(task)
+        _running.pop((self.owner_id, self.message_id), None)
         left = _exchanges_by_owner.get(self.owner_id, 1) - 1
         if left > 0:
             _exchanges_by_owner[self.owner_id] = left
@@ -376,7 +411,12 @@ class Exchange:
         if reply["seq"] != seq:
             # NOTE: a writer outside the exchange lock (the REST API, the HTTP chat page) took
             # the seq meanwhile; the reply's turn frame still closes the deltas (its reply_to).
-            logger.warning("A websocket reply was stored at another seq than its deltas named.")
+            logger.warning(
+                "A websocket reply was stored at %s, its deltas named %s (reply to %s).",
+                reply["seq"],
+                seq,
+                sent["seq"],
+            )
         _publish(owner_id, {"type": "turn", "turn": reply})
 
     async def _store(self, content: str, *, reply_to: int, source: str) -> TurnPayload:
@@ -450,6 +490,8 @@ class MemoryChatMixin:
     reply_timeout: ClassVar[float] = 120.0
     lock_timeout: ClassVar[float] = 150.0
     default_session_id: ClassVar[str] = "ws"
+    # Seconds a socket waits for the client's first frame before it sends what is published.
+    start_grace: ClassVar[float] = 2.0
     # The channel layer this consumer uses (read by itself, so that a layer that does not
     # answer never stops the socket); ``None``: this process's sockets only.
     memory_layer_alias: ClassVar[str | None] = "default"
@@ -488,6 +530,11 @@ class MemoryChatMixin:
         self._stale = False
         self._synced_at: dict[int, float] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        # NOTE: nothing goes out before the client's first frame (or start_grace s): a resume
+        # sets the cursor first, so that no turn published meanwhile goes out ahead of the ones
+        # it missed.
+        self._started = asyncio.Event()
+        self._first_resume: tuple[int, tuple[int, int] | None] | None = None
         self._layer: Any = None
         self._layer_name: str | None = None
         self._layer_ok = False
@@ -545,9 +592,12 @@ class MemoryChatMixin:
         if not isinstance(data, dict):
             return await self._reply_error("bad_json", "A frame must be a JSON object.")
         kind = data.get("type")
+        if kind not in ("message", "resume"):
+            return await self._reply_error("bad_type", 'type must be "message" or "resume".')
         if kind == "message":
+            self._started.set()
             await self._message(data)
-        elif kind == "resume":
+        else:
             after = data.get("after_seq")
             if not _is_seq(after):
                 return await self._reply_error("invalid", "after_seq must be an integer >= 0.")
@@ -559,9 +609,11 @@ class MemoryChatMixin:
                 and _is_seq(partial.get("chars"))
             ):
                 have = (partial["seq"], partial["chars"])
-            self._put(("resume", (after, have)))
-        else:
-            await self._reply_error("bad_type", 'type must be "message" or "resume".')
+            if not self._started.is_set():
+                self._first_resume = (after, have)
+                self._started.set()
+            else:
+                self._put(("resume", (after, have)))
 
     def _frame_cap(self) -> int:
         if self.max_frame_bytes is not None:
@@ -654,6 +706,15 @@ class MemoryChatMixin:
         """Every frame goes out from here, one at a time: turns in seq order with none twice
         (a gap is filled from the database first), deltas only where they extend what this
         socket has of their reply."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.start_grace):
+                await self._started.wait()
+        self._started.set()
+        if self._first_resume is not None:
+            try:
+                await self._resume(*self._first_resume)
+            except MemoryUnavailable:
+                self._stale = True
         while True:
             kind, value = await self._queue.get()
             try:
