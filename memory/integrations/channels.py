@@ -3,8 +3,8 @@ site's own consumer) stores each message and its reply in the socket owner's mem
 reply as it is produced, and gives a client that reconnects, to any instance, every turn it
 missed exactly once and in order. docs/websocket.md states the protocol and its bounds.
 
-Installed with the extra ``django-memory[channels]`` (``channels``; ``channels-redis`` for a
-channel layer shared by several instances).
+Installed with the extra ``channels`` (Django Channels, and ``channels-redis`` for a channel
+layer shared by several instances).
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, ClassVar, TypeVar
 
 from asgiref.sync import sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
-from channels.layers import get_channel_layer
 from django.core.exceptions import ValidationError
 from django.db import connections
 from rest_framework.settings import api_settings
@@ -31,7 +29,17 @@ from memory import permissions, selectors, services
 from memory.exceptions import IdempotencyKeyReused, MemoryUnavailable
 from memory.models import Role
 from memory.payloads import ContextPayload, TurnPayload, turn_payload
+from memory.extras import extra_install
 from memory.validators import validate_content, validate_session_id
+
+try:
+    from channels.generic.websocket import AsyncWebsocketConsumer
+    from channels.layers import get_channel_layer
+except ImportError as e:
+    raise ImportError(
+        "memory.integrations.channels needs Django Channels, the extra channels: "
+        + extra_install("channels")
+    ) from e
 
 logger = logging.getLogger(__name__)
 
