@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 # Rounds of each round trip, after WARMUP rounds not counted.
-ROUNDS = 30
-WARMUP = 5
+ROUNDS = 15
+WARMUP = 3
 CATCHUP_TURNS = 50
 SOCKETS = 400
 HOST = "127.0.0.1"

@@ -27,9 +27,9 @@ from rest_framework.settings import api_settings
 
 from memory import permissions, selectors, services
 from memory.exceptions import IdempotencyKeyReused, MemoryUnavailable
+from memory.extras import extra_install
 from memory.models import Role
 from memory.payloads import ContextPayload, TurnPayload, turn_payload
-from memory.extras import extra_install
 from memory.validators import validate_content, validate_session_id
 
 try:
@@ -67,10 +67,10 @@ _replies: dict[str, dict[int, list[str]]] = {}
 # The sockets of this process, by owner.
 _sockets: dict[str, weakref.WeakSet[MemoryChatMixin]] = {}
 _owner_locks: dict[str, asyncio.Lock] = {}
-# Connections this process holds for exchange locks at most (each a Postgres connection: an owner
-# with a reply in production); an exchange past it waits for one.
+# Connections this process holds for exchange locks at most (a pool: each an owner with a reply in
+# production); an exchange past it waits for one.
 MAX_LOCK_CONNECTIONS = 24
-_lock_slots: asyncio.Semaphore | None = None
+_lock_pool_open: Any = None
 
 
 def group_name(owner_id: str) -> str:
@@ -102,10 +102,10 @@ async def _db(fn: Callable[..., T], /, **kwargs: Any) -> T:
 async def owner_exchange_lock(owner_id: str, *, timeout: float) -> AsyncIterator[None]:
     """Hold the owner's exchange lock: one exchange of an owner at a time, across every instance.
 
-    On PostgreSQL, a transaction-level advisory lock on a connection of its own (released by the
-    commit, or by Postgres when the process dies); elsewhere (SQLite: one instance) a lock of
-    this process. Raises ``MemoryUnavailable`` when the database cannot be reached or the lock
-    is not had within ``timeout`` seconds.
+    On PostgreSQL, a transaction-level advisory lock on a connection of a pool of its own
+    (released by the rollback at the end, or by Postgres when the process dies); elsewhere
+    (SQLite: one instance) a lock of this process. Raises ``MemoryUnavailable`` when the
+    database cannot be reached or the lock is not had within ``timeout`` seconds.
     """
     local = _owner_locks.setdefault(owner_id, asyncio.Lock())
     try:
@@ -119,48 +119,49 @@ async def owner_exchange_lock(owner_id: str, *, timeout: float) -> AsyncIterator
             return
         import psycopg
 
-        global _lock_slots
-        if _lock_slots is None:
-            _lock_slots = asyncio.Semaphore(MAX_LOCK_CONNECTIONS)
-        slots = _lock_slots
+        pool = await _lock_pool()
         try:
-            async with asyncio.timeout(timeout):
-                await slots.acquire()
+            async with pool.connection(timeout=timeout) as conn:
+                try:
+                    await conn.execute(f"SET LOCAL lock_timeout = {int(timeout * 1000)}")
+                    await conn.execute(
+                        "SELECT pg_advisory_xact_lock(%s, %s)",
+                        (LOCK_NAMESPACE, _lock_key(owner_id)),
+                    )
+                    yield
+                finally:
+                    # NOTE: the lock goes with the transaction; the connection back to the pool.
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.rollback()
+        except (psycopg.Error, OSError) as e:
+            raise MemoryUnavailable("The owner's exchange lock was not had.") from e
         except TimeoutError as e:
-            raise MemoryUnavailable("No connection for the exchange lock in time.") from e
-        try:
-            try:
-                async with asyncio.timeout(timeout):
-                    conn = await psycopg.AsyncConnection.connect(**_lock_connection_params())
-            except (psycopg.Error, OSError, TimeoutError) as e:
-                raise MemoryUnavailable("The database cannot be reached.") from e
-            async with _holding(conn, owner_id, timeout):
-                yield
-        finally:
-            slots.release()
+            # NOTE: psycopg_pool's PoolTimeout is a psycopg.OperationalError, caught above.
+            raise MemoryUnavailable("The owner's exchange lock was not had in time.") from e
     finally:
         local.release()
         if not local.locked() and not getattr(local, "_waiters", None):
             _owner_locks.pop(owner_id, None)
 
 
-@contextlib.asynccontextmanager
-async def _holding(conn: Any, owner_id: str, timeout: float) -> AsyncIterator[None]:
-    """The owner's advisory lock taken on ``conn``, closed at the end (the lock goes with it)."""
-    import psycopg
+async def _lock_pool() -> Any:
+    """This process's pool of connections for exchange locks (``MAX_LOCK_CONNECTIONS`` at most,
+    each checked before use: a connection a restarted Postgres dropped is replaced)."""
+    global _lock_pool_open
+    if _lock_pool_open is None:
+        from psycopg_pool import AsyncConnectionPool
 
-    try:
-        try:
-            await conn.execute(f"SET lock_timeout = {int(timeout * 1000)}")
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_NAMESPACE, _lock_key(owner_id))
-            )
-        except psycopg.Error as e:
-            raise MemoryUnavailable("The owner's exchange lock was not had.") from e
-        yield
-    finally:
-        with contextlib.suppress(Exception):
-            await conn.close()
+        pool = AsyncConnectionPool(
+            kwargs=_lock_connection_params(),
+            min_size=0,
+            max_size=MAX_LOCK_CONNECTIONS,
+            open=False,
+            check=AsyncConnectionPool.check_connection,
+            name="memory-chat-locks",
+        )
+        await pool.open()
+        _lock_pool_open = pool
+    return _lock_pool_open
 
 
 def _lock_connection_params() -> dict[str, Any]:
@@ -297,6 +298,26 @@ def _reply_append(
     return turn_payload(turn)
 
 
+def _exchange_open(
+    *, owner_id: str, session_id: str, content: str, message_id: str
+) -> tuple[TurnPayload, TurnPayload | None, int, ContextPayload | None]:
+    """Under the owner's exchange lock, in one thread hop: the user's turn stored (once per
+    message id); then the reply already made for it, if any; else the seq the reply will have
+    and the context to produce it from.
+
+    NOTE: the exchange lock is held, so no exchange of this owner appends before the reply: the
+    reply will be turn last_seq + 1, and the deltas say so (docs/websocket.md).
+    """
+    sent = _user_append(
+        owner_id=owner_id, session_id=session_id, content=content, message_id=message_id
+    )
+    done = selectors.turn_by_key_get(owner_id=owner_id, idempotency_key=f"ws:{message_id}:reply")
+    if done is not None:
+        return sent, done, 0, None
+    seq = selectors.owner_last_seq(owner_id=owner_id) + 1
+    return sent, None, seq, selectors.context_get(owner_id=owner_id)
+
+
 class Exchange:
     """One message of a socket and its reply, run as a task of its own: it goes on, stores the
     reply and publishes it when the socket that sent the message has gone."""
@@ -369,27 +390,19 @@ class Exchange:
 
     async def _locked(self) -> None:
         owner_id = self.owner_id
-        sent = await _db(
-            _user_append,
+        sent, done, seq, context = await _db(
+            _exchange_open,
             owner_id=owner_id,
             session_id=self.session_id,
             content=self.content,
             message_id=self.message_id,
         )
         _publish(owner_id, {"type": "turn", "turn": sent})
-        done = await _db(
-            selectors.turn_by_key_get,
-            owner_id=owner_id,
-            idempotency_key=f"ws:{self.message_id}:reply",
-        )
         if done is not None:
             # NOTE: a resend of a message already answered: the reply first made, never another.
             _publish(owner_id, {"type": "turn", "turn": done})
             return
-        # NOTE: the exchange lock is held, so no exchange of this owner appends before the reply:
-        # the reply will be turn last_seq + 1, and the deltas say so (docs/websocket.md).
-        seq = await _db(selectors.owner_last_seq, owner_id=owner_id) + 1
-        context = await _db(selectors.context_get, owner_id=owner_id)
+        assert context is not None
         pieces = _replies.setdefault(owner_id, {}).setdefault(seq, [])
         try:
             offset = 0
