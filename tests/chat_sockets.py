@@ -308,6 +308,11 @@ def check_stored(owner_id: str, client: ChatClient, message_ids: list[str]) -> N
     required = {m for m in message_ids if m not in refused}
     assert len(users) == len(set(users)) and required <= set(users) <= set(message_ids)
     assert sorted(replies) == sorted(users), (replies, users)
-    assert [t["seq"] for t in client.turns] == [t["seq"] for t in turns]
+    assert [t["seq"] for t in client.turns] == [t["seq"] for t in turns], (
+        [t["seq"] for t in client.turns],
+        len(turns),
+        client.problems,
+        client.errors,
+    )
     assert [t["content"] for t in client.turns] == [t["content"] for t in turns]
     assert client.problems == []

@@ -239,3 +239,73 @@ def test_a_soak_of_fifty_clients_reconnecting_at_random_loses_and_doubles_nothin
     for before, after in zip(rss["before"], rss["after"], strict=True):
         # NOTE: flat: what a leak of the 50 clients' hundreds of sockets and replies would pass.
         assert after - before < 20_000, rss
+
+
+def test_bad_frames_are_refused_and_store_nothing(running: list[Instance]) -> None:
+    """Bad input gets an error frame (or, past the size cap, the socket closed with 1009);
+    nothing is stored, and a message's fields never choose its owner."""
+    import json
+
+    import websockets
+
+    from tests.chat_sockets import ORIGIN, stored_turns
+
+    owner, cookie = _owner()
+    other, _ = _owner()
+
+    async def frames(ws: object, count: int) -> list[dict[str, object]]:
+        return [json.loads(await asyncio.wait_for(ws.recv(), 10)) for _ in range(count)]  # type: ignore[attr-defined]
+
+    async def scenario() -> tuple[list[dict[str, object]], int | None, list[int | None]]:
+        headers = {"Cookie": cookie}
+        async with websockets.connect(
+            running[0].url, origin=ORIGIN, additional_headers=headers
+        ) as ws:
+            await ws.send("not json")
+            await ws.send(json.dumps({"type": "shout"}))
+            await ws.send(json.dumps({"type": "message", "id": "", "content": "hi"}))
+            await ws.send(json.dumps({"type": "message", "id": "a", "content": "x\x00y"}))
+            await ws.send(json.dumps({"type": "resume", "after_seq": -1}))
+            got = await frames(ws, 5)
+            # NOTE: more messages in flight than a socket may hold: the fifth is refused.
+            for n in range(5):
+                await ws.send(json.dumps({"type": "message", "id": f"m{n}", "content": "hi",
+                                          "user_id": other, "owner_id": other}))  # fmt: skip
+            while not any(f.get("code") == "too_many_in_flight" for f in got):
+                got += await frames(ws, 1)
+            # NOTE: one frame over the cap closes the socket, and nothing of it is stored.
+            await ws.send(json.dumps({"type": "message", "id": "big", "content": "x" * 300_000}))
+            with contextlib.suppress(websockets.ConnectionClosed):
+                while True:
+                    await asyncio.wait_for(ws.recv(), 10)
+            big_close = ws.close_code
+        closes = []
+        # NOTE: no user (no session) and a page of another site: refused before any frame.
+        for origin, extra in ((ORIGIN, {}), ("http://evil.example", headers)):
+            try:
+                async with websockets.connect(
+                    running[0].url, origin=origin, additional_headers=extra
+                ) as ws:
+                    await asyncio.wait_for(ws.recv(), 10)
+            except websockets.ConnectionClosed as e:
+                closes.append(e.rcvd.code if e.rcvd else None)
+            except websockets.InvalidStatus as e:
+                closes.append(e.response.status_code)
+        return got, big_close, closes
+
+    import contextlib
+
+    got, big_close, closes = asyncio.run(scenario())
+    codes = [f.get("code") for f in got if f.get("type") == "error"]
+    assert codes[:5] == ["bad_json", "bad_type", "invalid", "invalid", "invalid"]
+    assert "too_many_in_flight" in codes
+    assert big_close == 1009
+    assert closes == [4401, 403]
+    deadline = time.monotonic() + 15
+    while len(stored_turns(owner)) < 8 and time.monotonic() < deadline:
+        time.sleep(0.1)  # the four messages taken are answered, one after the other
+    turns = stored_turns(owner)
+    assert sorted(t["metadata"]["message_id"] for t in turns if t["role"] == "user") == [
+        "m0", "m1", "m2", "m3",
+    ]  # fmt: skip
+    assert stored_turns(other) == []

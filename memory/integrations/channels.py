@@ -123,10 +123,11 @@ async def owner_exchange_lock(owner_id: str, *, timeout: float) -> AsyncIterator
         try:
             async with pool.connection(timeout=timeout) as conn:
                 try:
-                    await conn.execute(f"SET LOCAL lock_timeout = {int(timeout * 1000)}")
+                    # NOTE: one round trip: the wait's bound for this transaction, then the lock.
                     await conn.execute(
-                        "SELECT pg_advisory_xact_lock(%s, %s)",
-                        (LOCK_NAMESPACE, _lock_key(owner_id)),
+                        "SELECT set_config('lock_timeout', %s, true),"
+                        " pg_advisory_xact_lock(%s, %s)",
+                        (f"{int(timeout * 1000)}ms", LOCK_NAMESPACE, _lock_key(owner_id)),
                     )
                     yield
                 finally:
@@ -563,12 +564,16 @@ class MemoryChatMixin:
             owner_id = await self.owner_resolve(self.scope)
         except MemoryUnavailable:
             owner_id = None
+        # NOTE: accepted, then closed with a code the client can read (a refused handshake
+        # is only a 403 to a browser, which would try again and again).
         if owner_id is None:
+            await self.accept()  # type: ignore[attr-defined]
             await self.close(code=CLOSE_NO_OWNER)  # type: ignore[attr-defined]
             return
         try:
             self._cursor = await _db(selectors.owner_last_seq, owner_id=owner_id)
         except MemoryUnavailable:
+            await self.accept()  # type: ignore[attr-defined]
             await self.close(code=1011)  # type: ignore[attr-defined]
             return
         self.owner_id = owner_id
