@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from bench.mixed import MIX_OWNERS, MIX_TURNS, MixedRows, mix_owner
 from bench.recall import RecallRows
 from bench.rows import SEARCH_OWNER, SEARCH_TURNS, TOTAL_TURNS, Row
+from bench.websocket import WebsocketRows
 
 if TYPE_CHECKING:
     from bench.seed import OwnerPlan
@@ -55,6 +56,7 @@ ROWS = (
     "mcp",
     "export",
     "mixed",
+    "websocket",
 )
 
 TOTAL_OWNERS = 1_000
@@ -141,7 +143,7 @@ def _django_setup() -> None:
     django.setup()
 
 
-class Bench(RecallRows, MixedRows):
+class Bench(RecallRows, MixedRows, WebsocketRows):
     """The bench's state: its settings, connections and seeded owners."""
 
     def __init__(self, args: argparse.Namespace) -> None:
@@ -1111,6 +1113,10 @@ class Bench(RecallRows, MixedRows):
             "<= 1.2x",
         )
         return self.measured(row, self.tool_ops())
+
+    def row_websocket(self) -> list[Row]:
+        """The chat over a websocket against the HTTP chat (bench/websocket.py)."""
+        return self.websocket_rows(Row)
 
     def row_mcp(self) -> Row:
         """An MCP tool call's median time: the demo's ASGI app (``/mcp/``) under uvicorn, one

@@ -1,6 +1,7 @@
 """ASGI entry point of the demo project (``uvicorn memoryproj.asgi:application``, ``make
-run-asgi``): the same project as under WSGI, with the chat page's replies streamed, and the
-memory's tools over MCP (Streamable HTTP) at ``/mcp/``."""
+run-asgi``): the same project as under WSGI, with the chat page's replies streamed, the chat
+over a websocket at ``ws/chat/`` (Django Channels: Origin checked against ``ALLOWED_HOSTS``,
+the user from the session), and the memory's tools over MCP (Streamable HTTP) at ``/mcp/``."""
 
 from __future__ import annotations
 
@@ -31,12 +32,26 @@ warnings.filterwarnings(
 django_application = get_asgi_application()
 
 # NOTE: imported once Django is set up (get_asgi_application above): it reads the app's models.
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import path  # noqa: E402
+
 from memory.integrations.mcp import mcp_mount  # noqa: E402
+from memoryproj.sockets import ChatConsumer  # noqa: E402
 
 # NOTE: request bodies capped before Django (or the MCP endpoint) reads them (memoryproj/bodies.py),
 # and the memory API's health/ answered on the event loop, ahead of Django (memory/asgi.py).
 # NOTE: Django's stubs type the handler's scope as a dict and its messages as Mappings, the
 # ASGI aliases here as MutableMappings (asgiref's); the same objects at run time.
-application = bodies.CappedASGI(
+http_application = bodies.CappedASGI(
     HealthFastPath(mcp_mount(django_application, path="/mcp/"))  # type: ignore[arg-type]
+)
+# NOTE: a socket from a page of another site is refused before it opens (its Origin header must
+# name one of ALLOWED_HOSTS); the user and the anonymous visitor's session come from the cookie.
+websocket_application = AllowedHostsOriginValidator(
+    AuthMiddlewareStack(URLRouter([path("ws/chat/", ChatConsumer.as_asgi())]))
+)
+application = ProtocolTypeRouter(
+    {"http": http_application, "websocket": websocket_application, "lifespan": http_application}
 )

@@ -22,6 +22,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django import forms
+from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.core.exceptions import ValidationError
 from django.core.handlers.asgi import ASGIRequest
@@ -56,6 +57,8 @@ logger = logging.getLogger(__name__)
 
 EXCHANGE_ID_RE = r"^[A-Za-z0-9_-]{8,64}$"
 DEFAULT_SESSION_ID = "web"
+# Where the page's websocket is served under ASGI (memoryproj/asgi.py, memoryproj/sockets.py).
+SOCKET_PATH = "/ws/chat/"
 UNAVAILABLE = "The memory database is unavailable; try again."
 
 
@@ -359,6 +362,9 @@ def _page(
             else None,
             "error": error,
             "exchange_id": secrets.token_urlsafe(16),
+            # NOTE: under ASGI the page talks over the websocket once the visitor has a memory
+            # (an anonymous visitor's first message makes it, over HTTP).
+            "socket_path": SOCKET_PATH if getattr(settings, "SERVED_BY_ASGI", False) else "",
         },
         status=status,
     )

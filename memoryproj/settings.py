@@ -266,6 +266,34 @@ else:
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     }
 
+# The chat over a websocket (ws/chat/, under ASGI: memoryproj/sockets.py) reaches the sockets of
+# an owner on other instances through the channel layer, on the cache's Redis (REDIS_URL); without
+# one, this process's sockets only (docs/websocket.md). MEMORYPROJ_CHANNELS_PREFIX names its keys.
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                # NOTE: a receive blocks on Redis up to 5 s (channels_redis's BZPOPMIN): the
+                # socket's own timeout must be longer.
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "socket_connect_timeout": 1.0,
+                        "socket_timeout": 10,
+                    }
+                ],
+                "prefix": os.environ.get("MEMORYPROJ_CHANNELS_PREFIX", "memoryproj-chat"),
+                # NOTE: a socket's events wait at most this long for it (then it catches up from
+                # the database), and at most this many of them.
+                "expiry": 30,
+                "capacity": 500,
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
 MEMORY = {
     "CACHE_TTL": int(os.environ.get("MEMORY_CACHE_TTL", "3600")),
     "POOLER": DATABASE_POOLER,

@@ -34,6 +34,10 @@ for _alias in CACHES.values():
     if "django_redis" in _alias["BACKEND"] and _alias.get("KEY_PREFIX") == "memoryproj":
         _alias["KEY_PREFIX"] = f"{TEST_KEY_PREFIX}-site"
 
+# NOTE: the websocket chat's channel layer under this run's prefix too (memoryproj/settings.py).
+if "CONFIG" in CHANNEL_LAYERS["default"]:  # noqa: F405
+    CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = f"{TEST_KEY_PREFIX}-chat"  # noqa: F405
+
 # NOTE: a test database of this run's own too, so that two suites (a developer's and CI's, or
 # helpers working side by side) never drop each other's database.
 DATABASES["default"]["TEST"] = {

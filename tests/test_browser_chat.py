@@ -205,3 +205,46 @@ def test_two_tabs_under_uvicorn_share_memory_across_a_flushall(
         "name": "Wang Jianguo",
         "likes": ["basketball"],
     }
+
+
+def test_the_page_reconnects_after_a_server_restart_and_shows_the_reply_it_waited_for(
+    own_redis: RedisServer, sync_playwright: Any, chromium_options: Any, artifacts: Path
+) -> None:
+    """Under uvicorn the page talks over the websocket: the server is killed while the page waits
+    for a reply, and started again; the page reconnects by itself, sends its message again, and
+    shows the reply, stored once."""
+    from tests.chat_sockets import Instance, instance_env, login_cookie
+
+    # NOTE: a slow responder: the reply takes seconds, long enough to kill the server inside it.
+    env = instance_env(redis_url=own_redis.url, prefix=f"{own_redis.port}-chat", delay=0.4)
+    server = Instance(env, name="browser-ws").start()
+    cookie = login_cookie("wang").partition("=")[2]
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(**chromium_options)
+            try:
+                context = browser.new_context(viewport={"width": 1100, "height": 800})
+                context.add_cookies([{"name": "sessionid", "value": cookie, "url": server.http}])
+                page = context.new_page()
+                page.set_default_timeout(TIMEOUT_MS)
+                page.goto(f"{server.http}/chat/?session_id=laptop")
+                page.wait_for_selector("#send[data-socket-ready]")
+                page.fill("#send input[name=message]", INTRO)
+                page.press("#send input[name=message]", "Enter")
+                # NOTE: the first words are there: the reply is being produced, not stored yet.
+                page.wait_for_function("document.querySelector('#reply p')?.textContent.length > 0")
+                assert page.locator("#reply.done").count() == 0
+                server.kill()
+                page.wait_for_selector("#socket-status:not([hidden])")
+                server.start()
+                reply = page.locator("#reply.done")
+                reply.wait_for(timeout=30_000)
+                assert reply.locator("p").inner_text() == MET
+                assert page.locator("#socket-status").is_hidden()
+                page.screenshot(path=str(artifacts / "chat_ws_reconnected.png"), full_page=True)
+            finally:
+                browser.close()
+    finally:
+        server.cleanup()
+    turns = selectors.turn_list(owner_id="wang")[0]
+    assert [(t["role"], t["content"]) for t in turns] == [("user", INTRO), ("assistant", MET)]

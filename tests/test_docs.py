@@ -202,7 +202,15 @@ def test_every_install_line_installs_what_exists_the_built_wheel() -> None:
             r'pip install "\$\(echo dist/django_memory-\*\.whl\)\[([\w-]+)\]"', page.read_text()
         )
     }
-    assert extras == {"langchain", "tiktoken", "openai-agents", "langgraph", "mcp", "deferred"}
+    assert extras == {
+        "langchain",
+        "tiktoken",
+        "openai-agents",
+        "langgraph",
+        "mcp",
+        "deferred",
+        "channels",
+    }
     # The errors and hints that name an extra say it as these lines do.
     for extra in extras:
         assert extra_install(extra).startswith(f'pip install "{WHEEL}[{extra}]"')

@@ -63,7 +63,14 @@ from memory.selectors.search import (
 )
 from memory.selectors.sessions import asession_list, session_list
 from memory.selectors.summaries import asummary_get, summary_get
-from memory.selectors.turns import aturn_list, turn_list
+from memory.selectors.turns import (
+    aowner_last_seq,
+    aturn_by_key_get,
+    aturn_list,
+    owner_last_seq,
+    turn_by_key_get,
+    turn_list,
+)
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -91,6 +98,7 @@ __all__ = [
     "aowner_exists",
     "aowner_export",
     "aowner_id_iter",
+    "aowner_last_seq",
     "aowner_recent_list",
     "aowner_summary_get",
     "aowner_usage_get",
@@ -99,6 +107,7 @@ __all__ = [
     "asession_list",
     "astats_get",
     "asummary_get",
+    "aturn_by_key_get",
     "aturn_list",
     "aturn_search",
     "aturn_search_queryset",
@@ -114,6 +123,7 @@ __all__ = [
     "owner_exists",
     "owner_export",
     "owner_id_iter",
+    "owner_last_seq",
     "owner_recent_list",
     "owner_summary_get",
     "owner_usage_get",
@@ -121,6 +131,7 @@ __all__ = [
     "session_list",
     "stats_get",
     "summary_get",
+    "turn_by_key_get",
     "turn_list",
     "turn_search",
     "turn_search_queryset",

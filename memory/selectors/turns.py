@@ -14,7 +14,7 @@ from django.db.models.functions import Length
 
 from memory import aio
 from memory.exceptions import database_guard
-from memory.models import Turn
+from memory.models import Owner, Turn
 from memory.payloads import (
     TURN_FIELDS,
     TurnPayload,
@@ -59,6 +59,36 @@ def turn_list(
             return [turn_payload_from_row(row) for row in rows], True
     rows = list(turns.values_list(*TURN_FIELDS)[: limit + 1])
     return [turn_payload_from_row(row) for row in rows[:limit]], len(rows) > limit
+
+
+@database_guard()
+def turn_by_key_get(*, owner_id: str, idempotency_key: str) -> TurnPayload | None:
+    """The owner's turn stored under ``idempotency_key``, or ``None`` when there is none (one
+    query on the key's unique index). Raises ``ValidationError`` ({"user_id": messages}) for a
+    bad owner id and ``MemoryUnavailable`` when the database cannot be reached."""
+    check_owner(owner_id)
+    row = (
+        Turn.objects.filter(owner_id=owner_pk(owner_id), idempotency_key=idempotency_key)
+        .values_list(*TURN_FIELDS)
+        .first()
+    )
+    return turn_payload_from_row(row) if row is not None else None
+
+
+aturn_by_key_get = aio.twin(turn_by_key_get)
+
+
+@database_guard()
+def owner_last_seq(*, owner_id: str) -> int:
+    """The ``seq`` of the owner's last turn appended (0 when there is none): the next append
+    gets this plus one unless another writes first. Raises ``ValidationError`` for a bad owner
+    id and ``MemoryUnavailable`` when the database cannot be reached."""
+    check_owner(owner_id)
+    last = Owner.objects.filter(external_id=owner_id).values_list("last_seq", flat=True).first()
+    return last or 0
+
+
+aowner_last_seq = aio.twin(owner_last_seq)
 
 
 def _content_bytes() -> Func | Length:

@@ -1,0 +1,31 @@
+"""Chat over a websocket with Django Channels: ``MemoryChatConsumer`` (or ``MemoryChatMixin`` on a
+site's own consumer) stores each message and its reply in the socket owner's memory, streams the
+reply as it is produced, and gives a client that reconnects, to any instance, every turn it
+missed exactly once and in order. docs/websocket.md states the protocol and its bounds.
+
+Installed with the extra ``channels`` (Django Channels, and ``channels-redis`` for a channel
+layer shared by several instances).
+"""
+
+from __future__ import annotations
+
+from memory.extras import extra_install
+
+try:
+    import channels  # noqa: F401
+except ImportError as e:
+    raise ImportError(
+        "memory.integrations.channels needs Django Channels, the extra channels: "
+        + extra_install("channels")
+    ) from e
+
+from memory.integrations.channels.exchanges import group_name, owner_exchange_lock, reply_chunks
+from memory.integrations.channels.sockets import MemoryChatConsumer, MemoryChatMixin
+
+__all__ = [
+    "MemoryChatConsumer",
+    "MemoryChatMixin",
+    "group_name",
+    "owner_exchange_lock",
+    "reply_chunks",
+]
