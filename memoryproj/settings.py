@@ -269,6 +269,7 @@ else:
 # The chat over a websocket (ws/chat/, under ASGI: memoryproj/sockets.py) reaches the sockets of
 # an owner on other instances through the channel layer, on the cache's Redis (REDIS_URL); without
 # one, this process's sockets only (docs/websocket.md). MEMORYPROJ_CHANNELS_PREFIX names its keys.
+CHANNEL_LAYERS: dict[str, dict[str, Any]]
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {

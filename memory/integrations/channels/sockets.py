@@ -9,7 +9,7 @@ import json
 import logging
 import time
 import weakref
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -56,13 +56,13 @@ class _ScopeRequest:
             self.META[key] = value.decode("latin-1")
 
 
-def _is_id(value: Any) -> bool:
+def _is_id(value: Any) -> TypeGuard[str]:
     return (
         isinstance(value, str) and 1 <= len(value) <= 64 and value.isascii() and value.isprintable()
     )
 
 
-def _is_seq(value: Any) -> bool:
+def _is_seq(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -111,7 +111,8 @@ class MemoryChatMixin:
 
     def throttles(self) -> list[Any]:
         """The throttles a message must pass: the HTTP API's (``DEFAULT_THROTTLE_CLASSES``)."""
-        return [cls() for cls in api_settings.DEFAULT_THROTTLE_CLASSES]
+        classes: list[type[Any]] = api_settings.DEFAULT_THROTTLE_CLASSES  # type: ignore[assignment]
+        return [cls() for cls in classes]
 
     async def message_refusal(self, *, owner_id: str, content: str) -> str | None:
         """Why the owner may not send this message now (an error frame ``refused``), or ``None``."""
@@ -237,6 +238,8 @@ class MemoryChatMixin:
         session_id = data.get("session_id", self.default_session_id)
         if not _is_id(message_id):
             return await self._reply_error("invalid", "id must be 1-64 printable ASCII characters.")
+        if not isinstance(content, str):
+            return await self._reply_error("invalid", "content must be a string.", message_id)
         try:
             validate_content(content)
             validate_session_id(session_id)
@@ -486,6 +489,6 @@ class MemoryChatMixin:
                 )
 
 
-class MemoryChatConsumer(MemoryChatMixin, AsyncWebsocketConsumer):
+class MemoryChatConsumer(MemoryChatMixin, AsyncWebsocketConsumer):  # type: ignore[misc]
     """The websocket chat of docs/websocket.md: route it with
     ``MemoryChatConsumer.as_asgi(responder=...)`` under ``AuthMiddlewareStack``."""
