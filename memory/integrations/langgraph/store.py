@@ -1,31 +1,22 @@
 """LangGraph's long-term store over the memory's facts: ``MemoryStore()``, a ``BaseStore`` (sync
-``batch``, async ``abatch``) whose namespace's first element is the owner id. Needs the extra
-``langgraph``: ``pip install "$(echo dist/django_memory-*.whl)[langgraph]"`` after ``make dist``."""
+``batch``, async ``abatch``) whose namespace's first element is the owner id."""
 
 from __future__ import annotations
 
-from memory.extras import extra_install
-
-try:
-    from langgraph.store.base import (
-        BaseStore,
-        GetOp,
-        InvalidNamespaceError,
-        Item,
-        ListNamespacesOp,
-        MatchCondition,
-        Op,
-        PutOp,
-        Result,
-        SearchItem,
-        SearchOp,
-        validate_op_namespace,
-    )
-except ImportError as e:
-    raise ImportError(
-        "memory.integrations.langgraph needs langgraph, the extra langgraph: "
-        + extra_install("langgraph")
-    ) from e
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    validate_op_namespace,
+)
 
 import contextlib
 import datetime as dt
