@@ -10,6 +10,7 @@ from memory.extras import extra_install
 try:
     from agents.items import TResponseInputItem
     from agents.memory import SessionSettings
+    from agents.memory.session_settings import coerce_session_settings
 except ImportError as e:
     raise ImportError(
         "memory.integrations.openai_agents needs openai-agents, the extra openai-agents: "
@@ -222,8 +223,9 @@ class MemorySession:
     The history is the **owner's**, as everywhere in this app: every session of a user reads
     the same turns. ``get_items(limit)`` returns the owner's newest ``limit`` turns of every
     session, oldest first, each as the SDK item it was stored from (``item_from_turn``; a turn
-    written by another door as ``{"role", "content"}``). ``limit`` defaults to
-    ``session_settings.limit``, else ``MEMORY["CONTEXT_TURNS"]`` (20), and is at most
+    written by another door as ``{"role", "content"}``). ``session_settings`` is the SDK's
+    ``SessionSettings`` or a dict of its fields (another key is a ``TypeError``), by default
+    ``SessionSettings()``; ``limit`` defaults to ``session_settings.limit``, else ``MEMORY["CONTEXT_TURNS"]`` (20), and is at most
     ``MEMORY["MAX_CONTEXT_TURNS"]`` (200): the history is always bounded, never the whole
     log. A tool output whose call falls before the window is left out. The facts are not
     items: give them to the agent in its instructions (``selectors.acontext_messages``).
@@ -248,14 +250,14 @@ class MemorySession:
     """
 
     session_id: str
-    session_settings: SessionSettings | None
+    session_settings: SessionSettings
 
     def __init__(
         self,
         *,
         owner_id: str,
         session_id: str,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
     ) -> None:
         for field, validator, value in (
             ("user_id", validate_owner_id, owner_id),
@@ -267,13 +269,19 @@ class MemorySession:
                 raise ValidationError({field: e.messages}) from e
         self.owner_id = owner_id
         self.session_id = session_id
-        self.session_settings = session_settings
+        # NOTE: as the SDK's own sessions: a dict becomes SessionSettings (an unknown key is a
+        # TypeError), and no settings are SessionSettings() (no limit of their own).
+        self.session_settings = (
+            coerce_session_settings(cast(Any, session_settings))
+            if session_settings is not None
+            else SessionSettings()
+        )
 
     def __repr__(self) -> str:
         return f"MemorySession(owner_id={self.owner_id!r}, session_id={self.session_id!r})"
 
     def _limit(self, limit: int | None) -> int:
-        if limit is None and self.session_settings is not None:
+        if limit is None:
             limit = self.session_settings.limit
         if limit is None:
             limit = conf.CONTEXT_TURNS
