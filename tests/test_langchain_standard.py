@@ -66,6 +66,7 @@ class TestRecentTurnsUnit(Standard, ToolsUnitTests):
 # NOTE: the integration tests' async sync code (memory.tools.acall) runs in another thread,
 # with a connection of its own: they commit, and the database is flushed after each.
 
+
 @pytest.fixture(autouse=True)
 def _worker_connection_closed() -> Iterator[None]:
     """After each test, the connection of the thread that served ``acall`` is closed, so that

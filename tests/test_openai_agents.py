@@ -509,7 +509,9 @@ def test_session_settings_are_the_sdks_as_its_own_sessions_take_them():
     assert given.session_settings.limit == 0
     assert given.session_settings.resolve({"limit": 4}).limit == 4
     kept = SessionSettings(limit=3)
-    assert MemorySession(owner_id="w", session_id="s", session_settings=kept).session_settings is kept
+    assert (
+        MemorySession(owner_id="w", session_id="s", session_settings=kept).session_settings is kept
+    )
     with pytest.raises(TypeError, match="Unknown session settings: limitt"):
         MemorySession(owner_id="wang", session_id="s", session_settings={"limitt": 1})
     with pytest.raises(TypeError):

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 from memory import selectors, services
 from memory.integrations.threads import thread_connection
 from memory.payloads import ContextMessagesPayload, MessagePayload
-from memory.tools import Toolset, ToolDefinition, acall, call, definitions
+from memory.tools import ToolDefinition, Toolset, acall, call, definitions
 from memory.tools.calls import ToolArgumentsInvalid, tool_arguments, tool_get
 
 ROLES: dict[type[BaseMessage], str] = {

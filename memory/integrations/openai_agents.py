@@ -219,7 +219,8 @@ class MemorySession:
     ``MEMORY["CONTEXT_TURNS"]`` (20), and is at most ``MEMORY["MAX_CONTEXT_TURNS"]`` (200):
     the history is always bounded, never the whole log. A tool output whose call falls
     before the window is returned as the SDK's sessions return it, and the Runner leaves it
-    out of what the model gets. The facts are not items: give them to the agent in its instructions (``selectors.acontext_messages``).
+    out of what the model gets. The facts are not items: give them to the agent in its
+    instructions (``selectors.acontext_messages``).
 
     ``add_items(items)`` appends each item as a turn of ``session_id`` (``turn_from_item``),
     in one transaction: all of them or, for any refused item (``ValueError``,

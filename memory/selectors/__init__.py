@@ -22,9 +22,11 @@ from memory.selectors.facts import (
     afact_dot_key_list,
     afact_history,
     afact_list,
+    astore_vectors_get,
     fact_dot_key_list,
     fact_history,
     fact_list,
+    store_vectors_get,
 )
 from memory.selectors.health import HealthLatency, HealthPayload, ahealth_get, health_get
 from memory.selectors.owners import (
@@ -94,6 +96,7 @@ __all__ = [
     "asearch",
     "asession_list",
     "astats_get",
+    "astore_vectors_get",
     "asummary_get",
     "aturn_list",
     "aturn_search",
@@ -115,6 +118,7 @@ __all__ = [
     "owners_idle_count",
     "session_list",
     "stats_get",
+    "store_vectors_get",
     "summary_get",
     "turn_list",
     "turn_search",

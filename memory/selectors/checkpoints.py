@@ -108,8 +108,8 @@ def checkpoint_list(
 ) -> Iterator[CheckpointRecord]:
     """The owner's checkpoints, newest first (by checkpoint id), of one thread, namespace and
     checkpoint where given, whose metadata holds every key and value of ``metadata``, with
-    ids before ``before``, at most ``limit`` after the first ``offset``; read a page at a time, so a long thread costs
-    bounded memory. Errors as ``checkpoint_get``'s."""
+    ids before ``before``, at most ``limit`` after the first ``offset``; read a page at a
+    time, so a long thread costs bounded memory. Errors as ``checkpoint_get``'s."""
     _owner_check(owner_id)
     rows = Checkpoint.objects.filter(owner__external_id=owner_id)
     if thread_id is not None:

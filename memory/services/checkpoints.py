@@ -228,7 +228,9 @@ def checkpoint_runs_delete(*, owner_id: str, run_ids: Sequence[str]) -> None:
 acheckpoint_runs_delete = aio.twin(checkpoint_runs_delete)
 
 
-def checkpoint_threads_prune(*, owner_id: str, thread_ids: Sequence[str], keep_latest: bool) -> None:
+def checkpoint_threads_prune(
+    *, owner_id: str, thread_ids: Sequence[str], keep_latest: bool
+) -> None:
     """Delete the owner's threads' checkpoints but, with ``keep_latest``, the newest of each
     namespace (with its channel values and pending writes); without it, everything, as
     ``checkpoint_threads_delete``. Errors as ``checkpoint_threads_delete``'s."""

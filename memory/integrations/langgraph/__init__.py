@@ -9,7 +9,7 @@ from __future__ import annotations
 from memory.extras import extra_install
 
 try:
-    import langgraph.checkpoint.base  # noqa: F401
+    import langgraph.checkpoint.base
     import langgraph.store.base  # noqa: F401
 except ImportError as e:
     raise ImportError(

@@ -156,9 +156,9 @@ class MemoryCheckpointSaver(BaseCheckpointSaver[str]):
     Implements ``put``, ``put_writes``, ``get_tuple``, ``list``, ``delete_thread``, and
     ``delete_for_runs``, ``copy_thread`` (within the owner), ``prune`` (``"keep_latest"`` per
     namespace, ``"delete"``; LangGraph's beta ``DeltaChannel`` needs the ancestors that
-    ``keep_latest`` drops: do not prune such threads), each with its async twin. Errors: ``ValidationError`` for a
-    thread id that is not a session id or an owner id that is not one, ``MemoryUnavailable``
-    when the database cannot be reached (then nothing was stored).
+    ``keep_latest`` drops: do not prune such threads), each with its async twin. Errors:
+    ``ValidationError`` for a thread id that is not a session id or an owner id that is not
+    one, ``MemoryUnavailable`` when the database cannot be reached (then nothing was stored).
     """
 
     def __init__(
@@ -369,7 +369,9 @@ class MemoryCheckpointSaver(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         with thread_connection():
-            checkpoint_writes.checkpoint_threads_delete(owner_id=self.owner_id, thread_ids=[str(thread_id)])
+            checkpoint_writes.checkpoint_threads_delete(
+                owner_id=self.owner_id, thread_ids=[str(thread_id)]
+            )
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         with thread_connection():

@@ -3,38 +3,54 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
 from langgraph.store.base import (
     BaseStore,
     GetOp,
+    IndexConfig,
     InvalidNamespaceError,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
     validate_op_namespace,
 )
 
-import contextlib
-import datetime as dt
-import re
-import unicodedata
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
-
-from asgiref.sync import sync_to_async
-from django.core.exceptions import ValidationError
-from django.db import transaction
-
-from memory import codec, search, selectors, services
+from memory import search, selectors, services
 from memory.conf import conf
 from memory.exceptions import FactNotFound, database_guard
+from memory.integrations.langgraph.indexing import (
+    StoreIndex,
+    Sweeper,
+    ttl_config_check,
+    ttl_expiry,
+    ttl_refreshed,
+)
+from memory.integrations.langgraph.matching import (
+    condition_matches,
+    filter_check,
+    filter_matches,
+    query_units,
+    words_score,
+)
 from memory.integrations.threads import thread_connection
 from memory.payloads import FactPayload
+from memory.services.store_vectors import store_vectors_put
 from memory.validators import validate_fact_key, validate_owner_id
 
 # A namespace label after the owner, and a key: what folds into a fact key and back.
@@ -43,15 +59,6 @@ LABEL_RULE = "1 or more of a-z, 0-9, _ and -"
 # Joins the labels and the key into the fact key; neither may hold it, so it splits back.
 SEPARATOR = "."
 MAX_FACT_KEY_CHARS = 64
-# The filter operators of LangGraph's stores.
-NUMBER_OPERATORS = {
-    "$gt": lambda a, b: a > b,
-    "$gte": lambda a, b: a >= b,
-    "$lt": lambda a, b: a < b,
-    "$lte": lambda a, b: a <= b,
-}
-OPERATORS = {"$eq", "$ne", *NUMBER_OPERATORS}
-WORD_RE = re.compile(r"\w+")
 
 
 def fact_key(namespace: tuple[str, ...], key: str) -> tuple[str, str]:
@@ -151,104 +158,22 @@ def _count(value: Any, name: str, *, least: int) -> None:
         raise ValueError(f"A MemoryStore {name} is an integer of at least {least}; got {value!r}.")
 
 
-def _filter_check(spec: Any) -> None:
-    if isinstance(spec, dict):
-        for name, expected in spec.items():
-            if not isinstance(name, str):
-                raise ValueError(f"A filter's keys are strings; got {name!r}.")
-            if name.startswith("$") and name not in OPERATORS:
-                raise ValueError(
-                    f"Unsupported filter operator {name!r}: use {', '.join(sorted(OPERATORS))}."
-                )
-            _filter_check(expected)
-    elif isinstance(spec, (list, tuple)):
-        for expected in spec:
-            _filter_check(expected)
+class _Write(NamedTuple):
+    """A put of a batch: its value (``None`` for a delete), TTL in minutes, and ``index``."""
 
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _equal(value: Any, expected: Any) -> bool:
-    # NOTE: as jsonb compares: 1 and 1.0 are equal, true and 1 are not.
-    if _number(value) and _number(expected):
-        return bool(value == expected)
-    return codec.json_equal(value, expected)
-
-
-def _matches(value: Any, expected: Any) -> bool:
-    """Whether ``value`` matches ``expected`` as a LangGraph filter does: objects by their
-    keys (recursively), arrays element by element, operators (``$eq``, ``$ne``, ``$gt``,
-    ``$gte``, ``$lt``, ``$lte``; the last four match numbers only), else equal JSON."""
-    if isinstance(expected, dict):
-        if any(name.startswith("$") for name in expected):
-            return all(_operator(value, name, operand) for name, operand in expected.items())
-        return isinstance(value, dict) and all(
-            _matches(value.get(name), operand) for name, operand in expected.items()
-        )
-    if isinstance(expected, (list, tuple)):
-        return (
-            isinstance(value, list)
-            and len(value) == len(expected)
-            and all(_matches(a, b) for a, b in zip(value, expected, strict=True))
-        )
-    return _equal(value, expected)
-
-
-def _operator(value: Any, name: str, operand: Any) -> bool:
-    if name == "$eq":
-        return _equal(value, operand)
-    if name == "$ne":
-        return not _equal(value, operand)
-    return _number(value) and _number(operand) and bool(NUMBER_OPERATORS[name](value, operand))
-
-
-def _normal(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold()
-
-
-def _words(text: str) -> list[str]:
-    """The words of normalised ``text`` outside its CJK runs."""
-    return [w for word in WORD_RE.findall(text) for w in search.CJK_RUN_RE.split(word) if w]
-
-
-def _units(text: str) -> list[str]:
-    """What a query is matched by: its words, and the overlapping pairs of its CJK runs (one
-    character alone), after NFKC and case folding."""
-    text = _normal(text)
-    units = _words(text)
-    for run in search.CJK_RUN_RE.findall(text):
-        units.extend([run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)])
-    return units
-
-
-def _score(item: SearchItem, key: str, units: list[str]) -> float:
-    """The share of the query's ``units`` found in the fact's key or value (as JSON text): a
-    word as a whole word, a CJK pair anywhere."""
-    text = _normal(f"{key} {codec.dumps(item.value).decode()}")
-    words = set(_words(text))
-    found = sum(unit in text if search.CJK_RUN_RE.match(unit) else unit in words for unit in units)
-    return found / len(units)
-
-
-def _match_condition(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
-    path = tuple(condition.path)
-    if len(namespace) < len(path):
-        return False
-    if condition.match_type == "suffix":
-        namespace, path = namespace[::-1], path[::-1]
-    return all(p in ("*", n) for n, p in zip(namespace, path, strict=False))
+    value: dict[str, Any] | None
+    ttl: float | None
+    index: Any
 
 
 @dataclass
 class _Plan:
     """A batch checked: its reads (index, op, owner), the owners they read, and its writes
-    (owner -> fact key -> value, ``None`` for a delete; the last op on a key wins)."""
+    (owner -> fact key -> write; the last op on a key wins)."""
 
     size: int
     reads: list[tuple[int, Op, str]] = field(default_factory=list)
-    writes: dict[str, dict[str, dict[str, Any] | None]] = field(default_factory=dict)
+    writes: dict[str, dict[str, _Write]] = field(default_factory=dict)
 
     @property
     def owners(self) -> list[str]:
@@ -270,8 +195,8 @@ def _plan(ops: Iterable[Op]) -> _Plan:
             owner_id = _owner_of(op.namespace_prefix, "search")
             if op.filter is not None and not isinstance(op.filter, dict):
                 raise ValueError(f"A filter is a dict; got {op.filter!r}.")
-            _filter_check(op.filter)
-            if op.query is not None:
+            filter_check(op.filter)
+            if op.query:
                 search.clean_query(op.query)
             _count(op.limit, "search limit", least=1)
             _count(op.offset, "search offset", least=0)
@@ -291,43 +216,49 @@ def _plan(ops: Iterable[Op]) -> _Plan:
             plan.reads.append((index, op, owner_id))
         else:
             owner_id, key = fact_key(op.namespace, op.key)
-            if op.namespace[0] == "langgraph":
-                raise InvalidNamespaceError(
-                    f'Root label for namespace cannot be "langgraph". Got: {op.namespace}'
-                )
-            if op.ttl is not None:
-                raise NotImplementedError(
-                    "TTL is not supported by MemoryStore: a fact lives until it is deleted. "
-                    "Put it with ttl=None."
-                )
             if op.value is not None and not isinstance(op.value, Mapping):
                 raise ValueError(f"A MemoryStore value is a dict; got {type(op.value).__name__}.")
+            if op.index is not None and op.index is not False and not isinstance(op.index, list):
+                raise ValueError(f"A put's index is False or a list of paths; got {op.index!r}.")
+            ttl_expiry(op.ttl, timezone.now())
             value = None if op.value is None else dict(op.value)
-            plan.writes.setdefault(owner_id, {})[key] = value
+            plan.writes.setdefault(owner_id, {})[key] = _Write(value, op.ttl, op.index)
     return plan
 
 
 def _search(
-    op: SearchOp, owner_id: str, facts: list[FactPayload], similar: dict[str, float]
+    op: SearchOp,
+    owner_id: str,
+    facts: list[FactPayload],
+    similar: dict[str, float],
+    scored: dict[str, float] | None,
 ) -> list[SearchItem]:
+    """The items of a search: with ``scored`` (a store's own index asked), scored by it, best
+    first, the items without a vector after them; else as ``MemoryStore.search`` says."""
     prefix = tuple(op.namespace_prefix)
-    units = _units(op.query) if op.query is not None else []
+    units = query_units(op.query) if op.query and scored is None else []
     found = []
     for fact in facts:
         item = _item(owner_id, fact)
         if item is None or item.namespace[: len(prefix)] != prefix:
             continue
-        if op.filter and not _matches(item.value, op.filter):
+        if op.filter and not filter_matches(item.value, op.filter):
             continue
-        if op.query is not None:
-            words = _score(item, fact["key"], units) if units else 0.0
+        if scored is not None:
+            item.score = scored.get(fact["key"])
+        elif op.query:
+            words = words_score(item, fact["key"], units) if units else 0.0
             item.score = round(similar.get(fact["key"], 0.0) + words, 6)
             if not item.score:
                 continue
         found.append(item)
     # NOTE: best first, then the newest (as LangGraph's Postgres store), then by key.
     found.sort(key=lambda i: (i.namespace, i.key))
-    found.sort(key=lambda i: (-(i.score or 0), -i.updated_at.timestamp()))
+    if scored is not None:
+        found.sort(key=lambda i: -i.updated_at.timestamp())
+        found.sort(key=lambda i: (i.score is None, -(i.score or 0.0)))
+    else:
+        found.sort(key=lambda i: (-(i.score or 0), -i.updated_at.timestamp()))
     return found[op.offset : op.offset + op.limit]
 
 
@@ -339,7 +270,7 @@ def _namespaces(op: ListNamespacesOp, owner_id: str, facts: list[FactPayload]) -
     found = {
         namespace[: op.max_depth] if op.max_depth is not None else namespace
         for namespace in held
-        if all(_match_condition(condition, namespace) for condition in conditions)
+        if all(condition_matches(condition, namespace) for condition in conditions)
     }
     return sorted(found)[op.offset : op.offset + op.limit]
 
@@ -349,7 +280,7 @@ def _similar_asked(plan: _Plan) -> list[tuple[int, str, str]]:
     return [
         (index, owner_id, op.query)
         for index, op, owner_id in plan.reads
-        if isinstance(op, SearchOp) and op.query is not None
+        if isinstance(op, SearchOp) and op.query
     ]
 
 
@@ -357,6 +288,7 @@ def _results(
     plan: _Plan,
     facts: dict[str, list[FactPayload]],
     similar: dict[int, dict[str, float]],
+    scored: dict[int, dict[str, float]] | None = None,
 ) -> list[Result]:
     results: list[Result] = [None] * plan.size
     for index, op, owner_id in plan.reads:
@@ -366,104 +298,270 @@ def _results(
             item = _item(owner_id, fact) if fact is not None else None
             results[index] = _plain(item) if item is not None else None
         elif isinstance(op, SearchOp):
-            results[index] = _search(op, owner_id, facts[owner_id], similar.get(index, {}))
+            asked = scored.get(index) if scored is not None else None
+            results[index] = _search(op, owner_id, facts[owner_id], similar.get(index, {}), asked)
         elif isinstance(op, ListNamespacesOp):
             results[index] = _namespaces(op, owner_id, facts[owner_id])
     return results
 
 
-def _writes_apply(writes: dict[str, dict[str, dict[str, Any] | None]]) -> None:
+def _refreshes(
+    plan: _Plan, facts: dict[str, list[FactPayload]], results: list[Result]
+) -> dict[str, dict[str, tuple[Any, dt.datetime]]]:
+    """The facts whose TTL a read of the batch refreshes: owner -> key -> (value, expiry);
+    never a key the batch writes."""
+    now = timezone.now()
+    due: dict[str, dict[str, tuple[Any, dt.datetime]]] = {}
+    for index, op, owner_id in plan.reads:
+        if not isinstance(op, (GetOp, SearchOp)) or not op.refresh_ttl:
+            continue
+        found = results[index]
+        items = [found] if isinstance(found, Item) else found if isinstance(found, list) else []
+        keys = {fact_key(item.namespace, item.key)[1] for item in items}
+        for fact in facts[owner_id]:
+            if fact["key"] not in keys or fact["key"] in plan.writes.get(owner_id, {}):
+                continue
+            expiry = ttl_refreshed(fact["updated_at"], fact.get("expires_at"), now)
+            if expiry is not None:
+                due.setdefault(owner_id, {})[fact["key"]] = (fact["value"], expiry)
+    return due
+
+
+def _writes_apply(
+    writes: dict[str, dict[str, _Write]],
+    refreshes: dict[str, dict[str, tuple[Any, dt.datetime]]],
+    vectors: dict[str, dict[str, list[tuple[str, list[float]]]]],
+    model: str | None,
+) -> None:
     # NOTE: one transaction around the services' own (savepoints): a batch's writes are stored
     # all together or, when one is refused (MAX_FACTS, a value too large) or the database
     # fails, none of them. Owners are locked in the order of their ids, so two batches never
     # wait for each other in a circle.
+    now = timezone.now()
     with database_guard(), transaction.atomic():
-        for owner_id in sorted(writes):
-            changes = writes[owner_id]
-            for key in [key for key, value in changes.items() if value is None]:
+        for owner_id in sorted(set(writes) | set(refreshes)):
+            changes = writes.get(owner_id, {})
+            for key in [key for key, write in changes.items() if write.value is None]:
                 # NOTE: a delete of nothing is nothing, as in LangGraph's stores.
                 with contextlib.suppress(FactNotFound):
                     services.fact_delete(owner_id=owner_id, key=key)
-            puts = {key: value for key, value in changes.items() if value is not None}
-            if puts:
-                services.facts_merge(owner_id=owner_id, facts=puts)
+            plain = {
+                k: w.value for k, w in changes.items() if w.value is not None and w.ttl is None
+            }
+            if plain:
+                services.facts_merge(owner_id=owner_id, facts=plain)
+            timed = {k: w for k, w in changes.items() if w.value is not None and w.ttl is not None}
+            for key, write in timed.items():
+                services.fact_put(
+                    owner_id=owner_id,
+                    key=key,
+                    value=write.value,
+                    expires_at=ttl_expiry(write.ttl, now),
+                )
+            for key, (value, expiry) in refreshes.get(owner_id, {}).items():
+                services.fact_put(owner_id=owner_id, key=key, value=value, expires_at=expiry)
+            if model is not None and vectors.get(owner_id):
+                store_vectors_put(owner_id=owner_id, model=model, vectors=vectors[owner_id])
 
 
 _awrites_apply = sync_to_async(_writes_apply, thread_sensitive=True)
 
 
+@contextlib.contextmanager
+def _langgraph_errors() -> Iterator[None]:
+    """Django's ``ValidationError`` of a service (a value too large, ``MAX_FACTS``, a query)
+    as the ``ValueError`` LangGraph's stores raise."""
+    try:
+        yield
+    except ValidationError as e:
+        raise ValueError(" ".join(e.messages)) from e
+
+
 class MemoryStore(BaseStore):
     """A LangGraph ``BaseStore`` over the owners' facts (``graph.compile(store=MemoryStore())``;
-    a node reads and writes it as ``runtime.store`` or its ``store`` argument).
+    a node reads and writes it as ``runtime.store``). Take the owner from the run's config (the
+    authenticated user), never from what a model wrote.
 
     An item is a fact: the namespace's first element names the owner, and the other labels
-    and the key fold into the fact key with dots (``fact_key``: ``("wang", "prefs")`` and
-    ``"food"`` are wang's fact ``prefs.food``); its value, a dict, is the fact's value. Facts
-    written by other doors show too, at the namespace their key unfolds to (wang's ``name`` at
-    ``("wang",)``, a value that is not an object as ``{"value": ...}``). ``updated_at`` is the
-    fact's, and so is ``created_at`` (a fact keeps no creation time; its history does:
-    ``selectors.fact_history``). Take the owner from the run's config (the authenticated
-    user), never from what a model wrote.
+    and the key fold into the fact key with dots (``fact_key``); its value, a dict, is the
+    fact's value. Facts of other doors show too (a value that is not an object as ``{"value":
+    ...}``); ``created_at`` and ``updated_at`` are the fact's last write.
 
-    - ``get`` and ``put``/``delete`` read and write one fact (``services.facts_merge``,
-      ``services.fact_delete``; a delete of nothing is nothing).
-    - ``search(("wang", ...), query=, filter=, limit=, offset=)`` reads that owner's facts
-      under the prefix (at most ``MEMORY["MAX_FACTS"]``, through the cache) and returns at
-      most ``limit``: those whose value matches ``filter`` (LangGraph's: equality, ``$eq``,
-      ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``), and with ``query`` (1-200 characters)
-      those whose key or value holds one of its words, case-insensitively, and, where search
-      by meaning is on (``MEMORY["EMBEDDER"]`` and pgvector), every fact with a vector of its
-      current version; ``score`` the share of the query's words found plus the fact's cosine
-      similarity to the query (``selectors.facts_similar``), best first; without a query, the
-      newest first. The facts' vectors are the owner's embedding run's (off the request path):
-      a fact just written is found by its words until then. The store's ``index`` arguments
-      are ignored: the embedder is the app's.
+    - ``get``, ``put``, ``delete``: one fact (``services.facts_merge``, ``fact_put``,
+      ``fact_delete``; a delete of nothing is nothing). ``ttl=`` minutes (or the ``ttl``
+      configuration's ``default_ttl``) sets the fact's ``expires_at``: from then on it is
+      absent from every read (expired items are always omitted), and a sweep deletes it
+      (``start_ttl_sweeper``, ``sweep_ttl``, or the app's own). A read with ``refresh_ttl``
+      (``refresh_on_read``) starts the TTL again once a tenth of it has passed: a write, a
+      new version of the fact.
+    - ``search(("wang", ...), query=, filter=, limit=, offset=)``: that owner's facts under
+      the prefix (at most ``MEMORY["MAX_FACTS"]``) matching ``filter`` (equality, ``$eq``,
+      ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``), at most ``limit``, newest first. With
+      ``index=`` (LangGraph's ``IndexConfig``: the site's ``embed``, ``fields``,
+      ``distance_type``), each put embeds the fields (or the put's ``index`` paths; none with
+      ``index=False``) before it is stored, so the next search finds it by meaning: a query
+      ranks by the best similarity, items without a vector last. Without it, a query ranks
+      by its words in the key or value plus the app's vectors (``selectors.facts_similar``),
+      and keeps what matches. An empty query is no query.
     - ``list_namespaces(prefix=("wang", ...), suffix=, max_depth=, limit=, offset=)``: the
-      namespaces that hold that owner's facts; a prefix naming the owner is required (a store
-      never lists its owners).
-    - TTLs are not supported (``supports_ttl`` is false): a put with a ``ttl`` raises
-      ``NotImplementedError``, ``refresh_ttl`` is ignored.
+      namespaces holding that owner's facts; a prefix naming the owner is required.
 
-    ``batch`` and its async twin ``abatch`` check every op first (a bad one raises and nothing
-    runs), then read the memory as it was before the batch's writes (as LangGraph's
-    ``InMemoryStore``: the last put of a key wins), then write, in one transaction: all the
-    writes or none. Errors: ``InvalidNamespaceError``/``ValueError`` for what does not fold
-    into a fact key, ``ValidationError`` for a value that is not JSON or is over
-    ``MEMORY["MAX_JSON_BYTES"]``, or ({"facts": ...}) for writes that would take an owner past
-    ``MEMORY["MAX_FACTS"]`` facts, ``MemoryUnavailable`` when the database cannot be reached;
-    then nothing was stored. Redis failures never reach the caller.
+    ``batch``/``abatch`` check every op first (a bad one raises and nothing runs), read the
+    memory as it was before the batch's writes (the last put of a key wins), then write in
+    one transaction: all or none. Errors are LangGraph's: ``InvalidNamespaceError`` for a
+    namespace that does not fold into a fact key, ``ValueError`` for a key, a value that is
+    not JSON or too large, a query, or writes past ``MEMORY["MAX_FACTS"]``;
+    ``MemoryUnavailable`` when the database cannot be reached. Then nothing was stored.
     """
 
-    supports_ttl = False
+    supports_ttl = True
+
+    def __init__(self, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None) -> None:
+        self.index_config = index
+        self.index = StoreIndex(index) if index is not None else None
+        self.ttl_config = ttl_config_check(ttl)
+        self._sweeper: Sweeper | None = None
+
+    def _texts(self, plan: _Plan) -> list[tuple[str, str, str, str]]:
+        """``(owner, key, path, text)`` of every text the batch's puts embed."""
+        if self.index is None:
+            return []
+        return [
+            (owner_id, key, path, text)
+            for owner_id, changes in plan.writes.items()
+            for key, write in changes.items()
+            if write.value is not None and write.index is not False
+            for path, text in self.index.texts(write.value, write.index)
+        ]
+
+    def _vectors(
+        self, plan: _Plan, texts: list[tuple[str, str, str, str]], vectors: list[list[float]]
+    ) -> dict[str, dict[str, list[tuple[str, list[float]]]]]:
+        """The vectors each put fact gets (none for a put with ``index=False``)."""
+        found: dict[str, dict[str, list[tuple[str, list[float]]]]] = {}
+        for owner_id, changes in plan.writes.items():
+            for key, write in changes.items():
+                if write.value is not None:
+                    found.setdefault(owner_id, {})[key] = []
+        for (owner_id, key, path, _), vector in zip(texts, vectors, strict=True):
+            found[owner_id][key].append((path, [float(x) for x in vector]))
+        return found
+
+    def _queries(self, plan: _Plan) -> list[tuple[int, str, str]]:
+        """The searches a store's own index ranks: ``(op index, owner id, query)``."""
+        return _similar_asked(plan) if self.index is not None else []
+
+    def _scored(
+        self,
+        asked: list[tuple[int, str, str]],
+        queries: list[list[float]],
+        held: dict[str, dict[str, list[list[float]]]],
+    ) -> dict[int, dict[str, float]] | None:
+        if self.index is None:
+            return None
+        index = self.index
+        return {
+            op_index: {key: index.score(query, vectors) for key, vectors in held[owner].items()}
+            for (op_index, owner, _), query in zip(asked, queries, strict=True)
+        }
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        plan = _plan(ops)
-        with thread_connection():
-            facts = {owner_id: selectors.fact_list(owner_id=owner_id) for owner_id in plan.owners}
-            similar = {
-                index: selectors.facts_similar(owner_id=owner_id, query=query, limit=conf.MAX_FACTS)
-                for index, owner_id, query in _similar_asked(plan)
-            }
-            results = _results(plan, facts, similar)
-            if plan.writes:
-                _writes_apply(plan.writes)
+        with _langgraph_errors():
+            plan = _plan(ops)
+            # NOTE: the site's embedder runs before any lock is taken, as LangGraph's stores
+            # embed a put before they write it.
+            texts = self._texts(plan)
+            embedded = self.index.embeddings.embed_documents([t[3] for t in texts]) if texts else []
+            asked = self._queries(plan)
+            queries = (
+                [self.index.embeddings.embed_query(q) for _, _, q in asked] if self.index else []
+            )
+            with thread_connection():
+                facts = {o: selectors.fact_list(owner_id=o) for o in plan.owners}
+                similar = {
+                    index: selectors.facts_similar(owner_id=o, query=query, limit=conf.MAX_FACTS)
+                    for index, o, query in _similar_asked(plan)
+                    if self.index is None
+                }
+                held = {
+                    o: selectors.store_vectors_get(owner_id=o, model=self.index.model)
+                    for o in {owner for _, owner, _ in asked}
+                    if self.index is not None
+                }
+                results = _results(plan, facts, similar, self._scored(asked, queries, held))
+                refreshes = _refreshes(plan, facts, results)
+                if plan.writes or refreshes:
+                    _writes_apply(
+                        plan.writes,
+                        refreshes,
+                        self._vectors(plan, texts, embedded),
+                        self.index.model if self.index is not None else None,
+                    )
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        plan = _plan(ops)
-        facts = {
-            owner_id: await selectors.afact_list(owner_id=owner_id) for owner_id in plan.owners
-        }
-        similar = {
-            index: await selectors.afacts_similar(
-                owner_id=owner_id, query=query, limit=conf.MAX_FACTS
+        with _langgraph_errors():
+            plan = _plan(ops)
+            texts = self._texts(plan)
+            index = self.index
+            embedded = (
+                await index.embeddings.aembed_documents([t[3] for t in texts])
+                if texts and index is not None
+                else []
             )
-            for index, owner_id, query in _similar_asked(plan)
-        }
-        results = _results(plan, facts, similar)
-        if plan.writes:
-            await _awrites_apply(plan.writes)
+            asked = self._queries(plan)
+            queries = (
+                [await index.embeddings.aembed_query(q) for _, _, q in asked]
+                if index is not None
+                else []
+            )
+            facts = {o: await selectors.afact_list(owner_id=o) for o in plan.owners}
+            similar = {
+                i: await selectors.afacts_similar(owner_id=o, query=query, limit=conf.MAX_FACTS)
+                for i, o, query in _similar_asked(plan)
+                if index is None
+            }
+            held = {
+                o: await selectors.astore_vectors_get(owner_id=o, model=index.model)
+                for o in {owner for _, owner, _ in asked}
+                if index is not None
+            }
+            results = _results(plan, facts, similar, self._scored(asked, queries, held))
+            refreshes = _refreshes(plan, facts, results)
+            if plan.writes or refreshes:
+                await _awrites_apply(
+                    plan.writes,
+                    refreshes,
+                    self._vectors(plan, texts, embedded),
+                    index.model if index is not None else None,
+                )
         return results
+
+    def sweep_ttl(self) -> int:
+        """Delete the expired facts now (``services.facts_expire``, the app's own sweep, of
+        every owner); how many went."""
+        with thread_connection():
+            return services.facts_expire()
+
+    async def asweep_ttl(self) -> int:
+        return await services.afacts_expire()
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Future[None]:
+        """Sweep every ``sweep_interval_minutes`` (else the ``ttl`` configuration's
+        ``sweep_interval_minutes``, else 5) in a thread of the store's, until
+        ``stop_ttl_sweeper``; the future is done when it stopped. One sweeper per store."""
+        if self._sweeper is not None:
+            return self._sweeper.future
+        minutes = sweep_interval_minutes
+        if minutes is None:
+            minutes = (self.ttl_config or {}).get("sweep_interval_minutes") or 5
+        self._sweeper = Sweeper(self.sweep_ttl, minutes)
+        return self._sweeper.future
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper; whether it stopped within ``timeout`` seconds."""
+        sweeper, self._sweeper = self._sweeper, None
+        return sweeper.stop(timeout) if sweeper is not None else True
 
 
 __all__ = ["MemoryStore", "fact_key", "item_address"]
