@@ -7,11 +7,11 @@ import datetime as dt
 import logging
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from langgraph.store.base import IndexConfig, TTLConfig
+from langgraph.store.base import GetOp, IndexConfig, Item, SearchOp, TTLConfig
 from langgraph.store.base.embed import ensure_embeddings, get_text_at_path
 
 # A read refreshes a fact's TTL once this share of it has passed since the last write: a
@@ -34,7 +34,9 @@ class StoreIndex:
             raise ValueError("A MemoryStore's index configuration names its embedder: 'embed'.")
         self.config = config
         self.embeddings = ensure_embeddings(config["embed"])
-        self.fields: list[str] = list(config.get("fields") or ["$"])
+        # NOTE: "text_fields" is SqliteStore's name for the same.
+        given = config.get("fields") or config.get("text_fields")  # type: ignore[typeddict-item]
+        self.fields: list[str] = list(given or ["$"])
         self.distance: str = str(config.get("distance_type") or "cosine")  # type: ignore[call-overload]
         if self.distance not in DISTANCES:
             raise ValueError(
@@ -131,3 +133,30 @@ class Sweeper:
         self.stopping.set()
         self.thread.join(timeout)
         return not self.thread.is_alive()
+
+
+def refreshes_due(
+    reads: Sequence[tuple[int, Any, str]],
+    writes: Mapping[str, Mapping[str, Any]],
+    facts: Mapping[str, Sequence[Mapping[str, Any]]],
+    results: Sequence[Any],
+    key_of: Callable[[tuple[str, ...], str], tuple[str, str]],
+) -> dict[str, dict[str, tuple[Any, dt.datetime]]]:
+    """The facts whose TTL a batch's reads (``(op index, op, owner)``) refresh: owner -> key
+    -> (value, new expiry); never a key the batch writes. ``key_of`` folds an item's address
+    into ``(owner, fact key)``."""
+    now = dt.datetime.now(dt.UTC)
+    due: dict[str, dict[str, tuple[Any, dt.datetime]]] = {}
+    for index, op, owner_id in reads:
+        if not isinstance(op, (GetOp, SearchOp)) or not op.refresh_ttl:
+            continue
+        found = results[index]
+        items = [found] if isinstance(found, Item) else found if isinstance(found, list) else []
+        keys = {key_of(item.namespace, item.key)[1] for item in items}
+        for fact in facts[owner_id]:
+            if fact["key"] not in keys or fact["key"] in writes.get(owner_id, {}):
+                continue
+            expiry = ttl_refreshed(fact["updated_at"], fact.get("expires_at"), now)
+            if expiry is not None:
+                due.setdefault(owner_id, {})[fact["key"]] = (fact["value"], expiry)
+    return due

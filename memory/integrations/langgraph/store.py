@@ -37,9 +37,9 @@ from memory.exceptions import FactNotFound, database_guard
 from memory.integrations.langgraph.indexing import (
     StoreIndex,
     Sweeper,
+    refreshes_due,
     ttl_config_check,
     ttl_expiry,
-    ttl_refreshed,
 )
 from memory.integrations.langgraph.matching import (
     condition_matches,
@@ -305,28 +305,6 @@ def _results(
     return results
 
 
-def _refreshes(
-    plan: _Plan, facts: dict[str, list[FactPayload]], results: list[Result]
-) -> dict[str, dict[str, tuple[Any, dt.datetime]]]:
-    """The facts whose TTL a read of the batch refreshes: owner -> key -> (value, expiry);
-    never a key the batch writes."""
-    now = timezone.now()
-    due: dict[str, dict[str, tuple[Any, dt.datetime]]] = {}
-    for index, op, owner_id in plan.reads:
-        if not isinstance(op, (GetOp, SearchOp)) or not op.refresh_ttl:
-            continue
-        found = results[index]
-        items = [found] if isinstance(found, Item) else found if isinstance(found, list) else []
-        keys = {fact_key(item.namespace, item.key)[1] for item in items}
-        for fact in facts[owner_id]:
-            if fact["key"] not in keys or fact["key"] in plan.writes.get(owner_id, {}):
-                continue
-            expiry = ttl_refreshed(fact["updated_at"], fact.get("expires_at"), now)
-            if expiry is not None:
-                due.setdefault(owner_id, {})[fact["key"]] = (fact["value"], expiry)
-    return due
-
-
 def _writes_apply(
     writes: dict[str, dict[str, _Write]],
     refreshes: dict[str, dict[str, tuple[Any, dt.datetime]]],
@@ -489,7 +467,7 @@ class MemoryStore(BaseStore):
                     if self.index is not None
                 }
                 results = _results(plan, facts, similar, self._scored(asked, queries, held))
-                refreshes = _refreshes(plan, facts, results)
+                refreshes = refreshes_due(plan.reads, plan.writes, facts, results, fact_key)
                 if plan.writes or refreshes:
                     _writes_apply(
                         plan.writes,
@@ -527,7 +505,7 @@ class MemoryStore(BaseStore):
                 if index is not None
             }
             results = _results(plan, facts, similar, self._scored(asked, queries, held))
-            refreshes = _refreshes(plan, facts, results)
+            refreshes = refreshes_due(plan.reads, plan.writes, facts, results, fact_key)
             if plan.writes or refreshes:
                 await _awrites_apply(
                     plan.writes,
