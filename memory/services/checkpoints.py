@@ -56,6 +56,13 @@ class MirrorTurn(NamedTuple):
     metadata: dict[str, Any]
 
 
+def _owner_row(owner_id: str) -> Owner:
+    """The owner's row, created if need be. NOTE: not locked: a checkpoint is no change of
+    the memory the cache copies, and the turns it mirrors take the lock themselves (their
+    extraction runs before it); a forget that commits first makes the insert fail on its key."""
+    return Owner.objects.get_or_create(external_id=owner_id)[0]
+
+
 def _address_check(address: ThreadAddress) -> None:
     _check("user_id", validate_owner_id, address.owner_id)
     _check("thread_id", validate_session_id, address.thread_id)
@@ -81,7 +88,7 @@ def checkpoint_put(
     characters) or turn, ``MemoryUnavailable`` when the database cannot be reached."""
     _address_check(address)
     with _service():
-        owner = _owner_lock(address.owner_id, create=True)
+        owner = _owner_row(address.owner_id)
         where = {
             "owner": owner,
             "thread_id": address.thread_id,
@@ -148,7 +155,7 @@ def checkpoint_writes_put(
     if not writes:
         return
     with _service():
-        owner = _owner_lock(address.owner_id, create=True)
+        owner = _owner_row(address.owner_id)
         rows = [
             CheckpointWrite(
                 owner=owner,
