@@ -3,6 +3,7 @@ and write it, across threads, processes and a flushed Redis; and its ops, sync a
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import threading
 import time
@@ -586,3 +587,31 @@ def test_errors_are_langgraphs_types_not_djangos(write, memory_settings):
         assert not isinstance(e.value, ValidationError)
     with pytest.raises(InvalidNamespaceError):
         store.search(("bad id",))
+
+
+@pytest.mark.django_db
+def test_a_prefix_or_namespace_given_as_a_list_is_taken_as_postgresstore_takes_it(write):
+    store = MemoryStore()
+    with write():
+        store.batch([PutOp(["wang", "prefs"], "food", {"likes": "tea"})])  # type: ignore[arg-type]
+    assert [i.key for i in store.search(["wang"])] == ["food"]  # type: ignore[arg-type]
+    assert store.search(["wang"])[0].namespace == ("wang", "prefs")  # type: ignore[arg-type]
+    assert store.list_namespaces(prefix=["wang"]) == [("wang", "prefs")]  # type: ignore[arg-type]
+
+
+def test_a_sync_call_in_an_event_loop_is_refused_as_langgraphs_async_stores_refuse_it():
+    async def main() -> None:
+        with pytest.raises(asyncio.InvalidStateError):
+            MemoryStore().get(("wang",), "k")
+
+    asyncio.run(main())
+
+
+@pytest.mark.django_db
+def test_a_query_longer_than_the_apps_search_takes_goes_to_the_sites_embedder(write):
+    store = by_meaning()
+    with write():
+        store.put(("wang",), "a", {"text": "aaaa"})
+    assert [i.key for i in store.search(("wang",), query="a" * 500)] == ["a"]
+    with pytest.raises(ValueError):
+        MemoryStore().search(("wang",), query="a" * 500)

@@ -3,14 +3,17 @@ fact is embedded from, the similarity of vectors, a fact's TTL, and the sweeper 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import logging
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from langgraph.store.base import GetOp, IndexConfig, Item, SearchOp, TTLConfig
 from langgraph.store.base.embed import ensure_embeddings, get_text_at_path
 
@@ -160,3 +163,26 @@ def refreshes_due(
             if expiry is not None:
                 due.setdefault(owner_id, {})[fact["key"]] = (fact["value"], expiry)
     return due
+
+
+def event_loop_refused() -> None:
+    """Refuse a sync call in a running event loop, as LangGraph's async stores do (Django's
+    database calls cannot run there): use the ``a...`` methods, or call from a thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise asyncio.InvalidStateError(
+        "MemoryStore's sync methods cannot run in an event loop: await its async methods "
+        "(store.aget, store.aput, ...) there, or call the sync ones from a thread."
+    )
+
+
+@contextlib.contextmanager
+def langgraph_errors() -> Iterator[None]:
+    """Django's ``ValidationError`` of a service (a value too large, ``MAX_FACTS``, a query)
+    as the ``ValueError`` LangGraph's stores raise."""
+    try:
+        yield
+    except ValidationError as e:
+        raise ValueError(" ".join(e.messages)) from e

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -37,6 +37,8 @@ from memory.exceptions import FactNotFound, database_guard
 from memory.integrations.langgraph.indexing import (
     StoreIndex,
     Sweeper,
+    event_loop_refused,
+    langgraph_errors,
     refreshes_due,
     ttl_config_check,
     ttl_expiry,
@@ -72,6 +74,8 @@ def fact_key(namespace: tuple[str, ...], key: str) -> tuple[str, str]:
     characters with the dots. Raises ``InvalidNamespaceError`` (a ``ValueError``) for a
     namespace and ``ValueError`` for a key that do not fold so.
     """
+    if isinstance(namespace, list):
+        namespace = tuple(namespace)
     if not isinstance(namespace, tuple) or not namespace:
         raise InvalidNamespaceError(
             f"A MemoryStore namespace starts with the owner id, as in ('wang', 'prefs'); got "
@@ -142,7 +146,10 @@ def _plain(item: SearchItem) -> Item:
 
 
 def _owner_of(prefix: tuple[str, ...], what: str) -> str:
-    """The owner a search's or a listing's prefix names; its labels checked as ``fact_key``'s."""
+    """The owner a search's or a listing's prefix (a tuple or, as PostgresStore takes it, a
+    list) names; its labels checked as ``fact_key``'s."""
+    if isinstance(prefix, list):
+        prefix = tuple(prefix)
     if not isinstance(prefix, tuple) or not prefix or prefix[0] == "*":
         raise ValueError(
             f"A MemoryStore {what} reads one owner's memory: its prefix starts with the owner "
@@ -180,7 +187,7 @@ class _Plan:
         return sorted({owner_id for _, _, owner_id in self.reads})
 
 
-def _plan(ops: Iterable[Op]) -> _Plan:
+def _plan(ops: Iterable[Op], *, embedded: bool = False) -> _Plan:
     """Check every op of a batch before any runs: a bad one raises, and nothing is read or
     stored."""
     ops = list(ops)
@@ -196,8 +203,11 @@ def _plan(ops: Iterable[Op]) -> _Plan:
             if op.filter is not None and not isinstance(op.filter, dict):
                 raise ValueError(f"A filter is a dict; got {op.filter!r}.")
             filter_check(op.filter)
-            if op.query:
+            if op.query and not embedded:
                 search.clean_query(op.query)
+            elif op.query and len(op.query) > conf.MAX_TURN_CHARS:
+                # NOTE: a store's own embedder takes longer text than the app's search.
+                raise ValueError(f"A query is at most {conf.MAX_TURN_CHARS} characters.")
             _count(op.limit, "search limit", least=1)
             _count(op.offset, "search offset", least=0)
             plan.reads.append((index, op, owner_id))
@@ -345,16 +355,6 @@ def _writes_apply(
 _awrites_apply = sync_to_async(_writes_apply, thread_sensitive=True)
 
 
-@contextlib.contextmanager
-def _langgraph_errors() -> Iterator[None]:
-    """Django's ``ValidationError`` of a service (a value too large, ``MAX_FACTS``, a query)
-    as the ``ValueError`` LangGraph's stores raise."""
-    try:
-        yield
-    except ValidationError as e:
-        raise ValueError(" ".join(e.messages)) from e
-
-
 class MemoryStore(BaseStore):
     """A LangGraph ``BaseStore`` over the owners' facts (``graph.compile(store=MemoryStore())``;
     a node reads and writes it as ``runtime.store``). Take the owner from the run's config (the
@@ -444,8 +444,9 @@ class MemoryStore(BaseStore):
         }
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        with _langgraph_errors():
-            plan = _plan(ops)
+        event_loop_refused()
+        with langgraph_errors():
+            plan = _plan(ops, embedded=self.index is not None)
             # NOTE: the site's embedder runs before any lock is taken, as LangGraph's stores
             # embed a put before they write it.
             texts = self._texts(plan)
@@ -478,8 +479,8 @@ class MemoryStore(BaseStore):
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        with _langgraph_errors():
-            plan = _plan(ops)
+        with langgraph_errors():
+            plan = _plan(ops, embedded=self.index is not None)
             texts = self._texts(plan)
             index = self.index
             embedded = (
