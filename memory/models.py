@@ -445,3 +445,122 @@ class PendingSummary(models.Model):
 
     def __str__(self) -> str:
         return f"summary of owner {self.owner_id} pending since {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
+class StoreVector(models.Model):
+    """The embedding of one field of a fact's current version by a LangGraph store's own
+    ``index`` configuration (``memory.integrations.langgraph.MemoryStore(index=...)``): its
+    ``embed`` and ``fields``, computed when the item is put, so the next search finds it.
+
+    A plain list of floats (any length, any database); a search compares the vectors of one
+    owner's facts (at most ``MEMORY["MAX_FACTS"]``) in Python. ``version`` is the fact's
+    version it was computed from: a fact changed by another door is compared by its words
+    until the store puts it again. Goes with its fact and its owner.
+    """
+
+    # NOTE: the key cascades in the database (migration 0017, on PostgreSQL), as the vector
+    # tables' do: a fact deleted by any door, or with its owner, takes its vectors along with
+    # no query of Django's.
+    fact = models.ForeignKey(
+        "Fact", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    # The store's name for its embedder: a vector of another configuration is not compared.
+    model = models.CharField(max_length=100)
+    # The field path the text was taken from (``$`` for the whole value), and its place.
+    path = models.CharField(max_length=200)
+    version = models.PositiveIntegerField()
+    vector = models.JSONField()
+
+    class Meta:
+        default_permissions = ()
+        constraints = [
+            models.UniqueConstraint(
+                fields=["fact", "model", "path"], name="memory_storevector_uniq"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"vector of fact {self.fact_id} at {self.path}"
+
+
+class Checkpoint(models.Model):
+    """One LangGraph checkpoint of an owner's thread (``memory.integrations.langgraph``): the
+    checkpoint serialized by the saver's serde, without its channel values (``CheckpointBlob``).
+    A thread is a session of the owner: the graph's messages are mirrored as its turns."""
+
+    owner = _owner_key("checkpoints")
+    thread_id = models.CharField(max_length=128)
+    checkpoint_ns = models.TextField(blank=True, default="")
+    checkpoint_id = models.CharField(max_length=128)
+    parent_checkpoint_id = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
+    type = models.CharField(max_length=64)
+    checkpoint = models.BinaryField()
+    metadata = models.JSONField(default=dict)
+    # {channel: version as text}: the channel values (``CheckpointBlob``) it is made of.
+    channel_versions = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "LangGraph checkpoint"
+        default_permissions = ("view",)
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "thread_id", "checkpoint_ns", "checkpoint_id"],
+                name="memory_checkpoint_uniq",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.checkpoint_id} of thread {self.thread_id}"
+
+
+class CheckpointBlob(models.Model):
+    """One channel's value at one version in an owner's thread: checkpoints share the values
+    of the channels that did not change."""
+
+    owner = _owner_key("+")
+    thread_id = models.CharField(max_length=128)
+    checkpoint_ns = models.TextField(blank=True, default="")
+    channel = models.TextField()
+    version = models.CharField(max_length=128)
+    type = models.CharField(max_length=64)
+    blob = models.BinaryField(null=True)
+
+    class Meta:
+        default_permissions = ()
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "thread_id", "checkpoint_ns", "channel", "version"],
+                name="memory_checkpointblob_uniq",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} v{self.version} of thread {self.thread_id}"
+
+
+class CheckpointWrite(models.Model):
+    """A pending write of a task to a checkpoint of an owner's thread."""
+
+    owner = _owner_key("+")
+    thread_id = models.CharField(max_length=128)
+    checkpoint_ns = models.TextField(blank=True, default="")
+    checkpoint_id = models.CharField(max_length=128)
+    task_id = models.TextField()
+    task_path = models.TextField(blank=True, default="")
+    idx = models.IntegerField()
+    channel = models.TextField()
+    type = models.CharField(max_length=64)
+    blob = models.BinaryField()
+
+    class Meta:
+        default_permissions = ()
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
+                name="memory_checkpointwrite_uniq",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"write {self.task_id}/{self.idx} to checkpoint {self.checkpoint_id}"

@@ -19,11 +19,12 @@ AGENTS = ROOT / "docs" / "agents.md"
 
 def test_the_agents_page_shows_the_agents_sdk_with_the_tools_and_langgraph():
     blocks = newcomer.python_blocks(AGENTS)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     assert "MemorySession(" in blocks[0] and "Runner.run_sync(" in blocks[0]
     assert "FunctionTool(" in blocks[1] and "toolset.acall(" in blocks[1]
     assert "MemorySession(" in blocks[1]
     assert "MemoryStore()" in blocks[2] and "StateGraph(" in blocks[2]
+    assert "MemoryCheckpointSaver(owner_id=" in blocks[3] and "StateGraph(" in blocks[3]
     assert all("assert " in block for block in blocks)
     assert all("services.memory_forget(owner_id=" in block for block in blocks)
 
@@ -59,3 +60,9 @@ def test_every_python_block_of_the_agents_page_runs_as_it_says_and_again(tmp_pat
     assert json.loads(answered["content"])["fact"]["value"] == "jasmine"
     assert (replied["role"], replied["content"]) == ("assistant", "Jasmine it is!")
     assert len(selectors.fact_list(owner_id="lei")) == 1
+    # The graph on the checkpointer: its thread's messages, the user's turns once each.
+    zhao = selectors.context_get(owner_id="zhao")["turns"]
+    assert [(t["session_id"], t["role"]) for t in zhao] == [
+        ("laptop", "user"),
+        ("laptop", "assistant"),
+    ] * 2

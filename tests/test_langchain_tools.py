@@ -261,7 +261,7 @@ def test_the_five_tools_come_from_the_one_definition():
     ):
         assert isinstance(tool, MemoryTool) and tool.owner_id == "wang"
         assert tool.description == definition["description"]
-        assert tool.args_schema == definition["parameters"]
+        assert tool.args_schema.model_json_schema() == definition["parameters"]
         # What bind_tools sends a chat model is the OpenAI shape of the same definition.
         assert convert_to_openai_tool(tool) == openai
         assert not {"owner", "owner_id", "user_id"} & set(tool.args)

@@ -238,7 +238,8 @@ def test_the_sync_runner_sees_every_session_and_the_facts():
 def test_the_session_is_the_sdks_session_protocol():
     session = MemorySession(owner_id="wang", session_id="tab")
     assert isinstance(session, Session)
-    assert (session.owner_id, session.session_id, session.session_settings) == ("wang", "tab", None)
+    assert (session.owner_id, session.session_id) == ("wang", "tab")
+    assert session.session_settings == SessionSettings()
 
 
 ITEMS: list[dict[str, Any]] = [
@@ -356,11 +357,11 @@ def test_get_items_reads_the_owners_newest_turns_of_every_session_oldest_first(
 
 
 @pytest.mark.django_db
-def test_a_tool_output_whose_call_is_before_the_window_is_left_out(write):
+def test_the_window_is_returned_as_it_is_even_an_output_whose_call_is_before_it(write):
     session = MemorySession(owner_id="wang", session_id="tab")
     with write():
         sessions_of(session.add_items)(FIRST_ITEMS)
-    assert sessions_of(session.get_items)(2) == FIRST_ITEMS[3:]
+    assert sessions_of(session.get_items)(2) == FIRST_ITEMS[2:]
     assert sessions_of(session.get_items)(3) == FIRST_ITEMS[1:]
 
 
@@ -499,3 +500,47 @@ def test_without_openai_agents_the_import_error_names_the_extra():
     assert out.startswith("memory.integrations.openai_agents needs openai-agents")
     # NOTE: no release on an index yet: the wheel make dist builds, as the README installs it.
     assert 'pip install "$(echo dist/django_memory-*.whl)[openai-agents]" after make dist' in out
+
+
+def test_session_settings_are_the_sdks_as_its_own_sessions_take_them():
+    assert MemorySession(owner_id="wang", session_id="s").session_settings == SessionSettings()
+    given = MemorySession(owner_id="wang", session_id="s", session_settings={"limit": 0})
+    assert isinstance(given.session_settings, SessionSettings)
+    assert given.session_settings.limit == 0
+    assert given.session_settings.resolve({"limit": 4}).limit == 4
+    kept = SessionSettings(limit=3)
+    assert (
+        MemorySession(owner_id="w", session_id="s", session_settings=kept).session_settings is kept
+    )
+    with pytest.raises(TypeError, match="Unknown session settings: limitt"):
+        MemorySession(owner_id="wang", session_id="s", session_settings={"limitt": 1})
+    with pytest.raises(TypeError):
+        MemorySession(owner_id="wang", session_id="s", session_settings=[("limit", 1)])  # type: ignore[arg-type]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_runner_runs_with_settings_given_as_a_dict_and_the_run_configs_override():
+    session = MemorySession(owner_id="wang", session_id="tab", session_settings={"limit": 3})
+
+    async def main() -> list[dict[str, Any]]:
+        await session.add_items([{"role": "user", "content": f"turn {i}"} for i in range(5)])
+        assert [i["content"] for i in await session.get_items()] == ["turn 2", "turn 3", "turn 4"]
+        model = ScriptedModel([[message("first")], [message("second")]])
+        for settings in (None, SessionSettings(limit=1)):
+            await Runner.run(
+                agent(model),
+                "and now?",
+                session=session,
+                context={"session": session},
+                run_config=RunConfig(tracing_disabled=True, session_settings=settings),
+            )
+        return model.calls
+
+    first, second = run(main)
+    assert [item.get("content") for item in first["input"]] == [
+        "turn 2",
+        "turn 3",
+        "turn 4",
+        "and now?",
+    ]
+    assert len(second["input"]) == 2 and second["input"][-1]["content"] == "and now?"

@@ -18,20 +18,24 @@ try:
         ToolMessage,
     )
     from langchain_core.tools import BaseTool, ToolException
-    from pydantic import field_validator  # langchain-core's own dependency
+
+    # langchain-core's own dependency
+    from pydantic import BaseModel, ConfigDict, Field, JsonValue, create_model, field_validator
 except ImportError as e:
     raise ImportError(
         "memory.integrations.langchain needs langchain-core, the extra langchain: "
         + extra_install("langchain")
     ) from e
 
-from collections.abc import Callable, Sequence
-from typing import Any
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 from memory import selectors, services
 from memory.integrations.threads import thread_connection
 from memory.payloads import ContextMessagesPayload, MessagePayload
-from memory.tools import Toolset, acall, call, definitions
+from memory.tools import ToolDefinition, Toolset, acall, call, definitions
+from memory.tools.calls import ToolArgumentsInvalid, tool_arguments, tool_get
 
 ROLES: dict[type[BaseMessage], str] = {
     HumanMessage: "user",
@@ -178,18 +182,66 @@ def _answered(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+class ToolInput(BaseModel):
+    """The arguments of one of the memory's tools as a pydantic model (``input_model``): its
+    JSON Schema is the tool's definition, exactly, whatever pydantic would write."""
+
+    # NOTE: Python's re, as memory.tools': a fact key's pattern looks ahead.
+    model_config = ConfigDict(extra="forbid", regex_engine="python-re")
+    definition_schema: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return copy.deepcopy(cls.definition_schema)
+
+
+# JSON Schema's keywords of a property, as pydantic's Field takes them.
+FIELD_KEYWORDS = {
+    "minLength": "min_length",
+    "maxLength": "max_length",
+    "pattern": "pattern",
+    "minimum": "ge",
+    "maximum": "le",
+    "description": "description",
+}
+ANNOTATIONS: dict[str | None, Any] = {"string": str, "integer": int, None: JsonValue}
+
+
+def input_model(definition: ToolDefinition) -> type[BaseModel]:
+    """The pydantic model of a tool's arguments, built from its JSON Schema
+    (``definition["parameters"]``): a field per property, of its type (a string, an integer,
+    any JSON where the schema names no type), with its bounds, pattern, description and
+    default, required as the schema says, and no other argument (``extra="forbid"``);
+    integers are strict, as JSON's are. Its ``model_json_schema()`` is the definition's own."""
+    schema = definition["parameters"]
+    required = set(schema.get("required", ()))
+    fields: dict[str, Any] = {}
+    for name, spec in schema["properties"].items():
+        kind = spec.get("type")
+        options = {FIELD_KEYWORDS[k]: v for k, v in spec.items() if k in FIELD_KEYWORDS}
+        if kind == "integer":
+            options["strict"] = True
+        default = ... if name in required else spec.get("default")
+        fields[name] = (ANNOTATIONS[kind], Field(default, **options))
+    title = "".join(part.title() for part in definition["name"].split("_")) + "Input"
+    model = create_model(title, __base__=ToolInput, __doc__=definition["description"], **fields)
+    model.definition_schema = copy.deepcopy(schema)
+    return model
+
+
 class MemoryTool(BaseTool):
     """One of the memory's tools (``memory.tools``) as a LangChain tool, on the memory of the
     one owner it was made for (``memory_tools``).
 
     ``invoke``/``ainvoke`` take one of the model's tool calls (an item of
     ``AIMessage.tool_calls``, answered with a ``ToolMessage``: the result as JSON) or its
-    arguments alone, a dict (answered with the result itself; LangChain refuses a string for a
-    tool with a JSON Schema). Both run ``memory.tools.call`` / ``acall`` with ``owner_id``,
-    which no argument can name or change. A model's mistake is the result ``{"error": "..."}``, and
-    stores nothing; its ``ToolMessage`` has ``status="error"``. A bad ``owner_id`` is a
-    ``ValidationError`` when the tool is made; a lost database raises ``MemoryUnavailable``
-    out of ``invoke``, and nothing was stored.
+    arguments alone, a dict (answered with the result itself). The arguments are checked as
+    ``memory.tools`` checks them, then by ``args_schema`` (``input_model``: the same JSON
+    Schema as a pydantic model), and run by ``memory.tools.call`` / ``acall`` with
+    ``owner_id``, which no argument can name or change. A model's mistake is the result
+    ``{"error": "..."}``, and stores nothing; its ``ToolMessage`` has ``status="error"``. A bad
+    ``owner_id`` is a ``ValidationError`` when the tool is made; a lost database raises
+    ``MemoryUnavailable`` out of ``invoke``, and nothing was stored.
     """
 
     owner_id: str
@@ -202,9 +254,28 @@ class MemoryTool(BaseTool):
         # passes on what is not a ValueError.
         return Toolset(owner_id=owner_id).owner_id
 
+    @property
+    def tool_call_schema(self) -> Any:
+        # NOTE: the arguments model itself (no argument is injected), so that what
+        # bind_tools sends a model is the definition's JSON Schema, not a copy pydantic wrote.
+        return self.args_schema
+
+    def _to_args_and_kwargs(
+        self, tool_input: str | dict[str, Any], tool_call_id: str | None
+    ) -> tuple[tuple[str, ...], dict[str, Any]]:
+        # NOTE: memory.tools' checks first: a model's mistake is answered with their message
+        # (the one every door gives) before pydantic sees the arguments, and an argument sent
+        # to the tool of none is refused (LangChain skips the model of no field).
+        if isinstance(tool_input, Mapping):
+            try:
+                tool_arguments(tool_get(self.name), tool_input)
+            except ToolArgumentsInvalid as e:
+                raise ToolException(str(e)) from e
+        return super()._to_args_and_kwargs(tool_input, tool_call_id)
+
     # NOTE: ``self`` is positional-only and no other parameter is declared, so that every
-    # argument the model sent reaches ``call`` to be checked (``self`` or ``run_manager``
-    # included) and none is taken by LangChain's injection of ``run_manager`` or ``config``.
+    # argument reaches ``call`` to be checked again and none is taken by LangChain's
+    # injection of ``run_manager`` or ``config``.
     def _run(self, /, **arguments: Any) -> dict[str, Any]:
         with thread_connection():
             result = call(self.name, arguments, owner_id=self.owner_id)
@@ -219,16 +290,15 @@ def memory_tools(*, owner_id: str) -> list[BaseTool]:
     the conversation is with, never a model's argument): ``model.bind_tools(memory_tools(...))``,
     then ``invoke`` each of the reply's ``tool_calls`` on the tool of its name.
 
-    Each is a ``MemoryTool`` made from the one definition: its name, its description, and its
-    arguments' JSON Schema as ``args_schema`` (``additionalProperties: false``; LangChain
-    passes the arguments on unchecked, and ``memory.tools`` checks them). Raises
+    Each is a ``MemoryTool`` made from the one definition: its name, its description, and
+    ``args_schema`` the pydantic model of its arguments' JSON Schema (``input_model``). Raises
     ``ValidationError`` ({"user_id": ...}) for a bad ``owner_id``.
     """
     return [
         MemoryTool(
             name=definition["name"],
             description=definition["description"],
-            args_schema=definition["parameters"],
+            args_schema=input_model(definition),
             owner_id=owner_id,
         )
         for definition in definitions()
@@ -238,6 +308,8 @@ def memory_tools(*, owner_id: str) -> list[BaseTool]:
 __all__ = [
     "MemoryChatMessageHistory",
     "MemoryTool",
+    "ToolInput",
+    "input_model",
     "memory_tools",
     "message_from_payload",
     "message_role",

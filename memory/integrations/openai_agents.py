@@ -10,6 +10,7 @@ from memory.extras import extra_install
 try:
     from agents.items import TResponseInputItem
     from agents.memory import SessionSettings
+    from agents.memory.session_settings import coerce_session_settings
 except ImportError as e:
     raise ImportError(
         "memory.integrations.openai_agents needs openai-agents, the extra openai-agents: "
@@ -181,20 +182,10 @@ def item_from_turn(turn: TurnPayload) -> dict[str, Any]:
     return {"role": turn["role"], "content": turn["content"]}
 
 
-def _is_answer(item: Mapping[str, Any]) -> bool:
-    return str(item.get("type")).endswith("_output") and "call_id" in item
-
-
 def _items(turns: Sequence[TurnPayload]) -> list[TResponseInputItem]:
-    items = [item_from_turn(turn) for turn in turns]
-    calls = {item.get("call_id") for item in items if not _is_answer(item)}
-    # NOTE: a window of the newest turns may start after a call whose output it holds; the
-    # model API refuses an output without its call (the SDK drops calls without outputs).
-    return [
-        cast(TResponseInputItem, item)
-        for item in items
-        if not _is_answer(item) or item["call_id"] in calls
-    ]
+    # NOTE: the window as it is, as the SDK's own sessions return theirs: a tool output whose
+    # call is before the window is dropped by the Runner, which pairs calls and outputs.
+    return [cast(TResponseInputItem, item_from_turn(turn)) for turn in turns]
 
 
 def _turns_append(owner_id: str, session_id: str, turns: Sequence[ItemTurn]) -> None:
@@ -222,11 +213,14 @@ class MemorySession:
     The history is the **owner's**, as everywhere in this app: every session of a user reads
     the same turns. ``get_items(limit)`` returns the owner's newest ``limit`` turns of every
     session, oldest first, each as the SDK item it was stored from (``item_from_turn``; a turn
-    written by another door as ``{"role", "content"}``). ``limit`` defaults to
-    ``session_settings.limit``, else ``MEMORY["CONTEXT_TURNS"]`` (20), and is at most
-    ``MEMORY["MAX_CONTEXT_TURNS"]`` (200): the history is always bounded, never the whole
-    log. A tool output whose call falls before the window is left out. The facts are not
-    items: give them to the agent in its instructions (``selectors.acontext_messages``).
+    written by another door as ``{"role", "content"}``). ``session_settings`` is the SDK's
+    ``SessionSettings`` or a dict of its fields (another key is a ``TypeError``), by default
+    ``SessionSettings()``; ``limit`` defaults to ``session_settings.limit``, else
+    ``MEMORY["CONTEXT_TURNS"]`` (20), and is at most ``MEMORY["MAX_CONTEXT_TURNS"]`` (200):
+    the history is always bounded, never the whole log. A tool output whose call falls
+    before the window is returned as the SDK's sessions return it, and the Runner leaves it
+    out of what the model gets. The facts are not items: give them to the agent in its
+    instructions (``selectors.acontext_messages``).
 
     ``add_items(items)`` appends each item as a turn of ``session_id`` (``turn_from_item``),
     in one transaction: all of them or, for any refused item (``ValueError``,
@@ -248,14 +242,14 @@ class MemorySession:
     """
 
     session_id: str
-    session_settings: SessionSettings | None
+    session_settings: SessionSettings
 
     def __init__(
         self,
         *,
         owner_id: str,
         session_id: str,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
     ) -> None:
         for field, validator, value in (
             ("user_id", validate_owner_id, owner_id),
@@ -267,13 +261,19 @@ class MemorySession:
                 raise ValidationError({field: e.messages}) from e
         self.owner_id = owner_id
         self.session_id = session_id
-        self.session_settings = session_settings
+        # NOTE: as the SDK's own sessions: a dict becomes SessionSettings (an unknown key is a
+        # TypeError), and no settings are SessionSettings() (no limit of their own).
+        self.session_settings = (
+            coerce_session_settings(cast(Any, session_settings))
+            if session_settings is not None
+            else SessionSettings()
+        )
 
     def __repr__(self) -> str:
         return f"MemorySession(owner_id={self.owner_id!r}, session_id={self.session_id!r})"
 
     def _limit(self, limit: int | None) -> int:
-        if limit is None and self.session_settings is not None:
+        if limit is None:
             limit = self.session_settings.limit
         if limit is None:
             limit = conf.CONTEXT_TURNS

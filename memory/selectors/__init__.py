@@ -24,10 +24,12 @@ from memory.selectors.facts import (
     afact_get,
     afact_history,
     afact_list,
+    astore_vectors_get,
     fact_dot_key_list,
     fact_get,
     fact_history,
     fact_list,
+    store_vectors_get,
 )
 from memory.selectors.health import HealthLatency, HealthPayload, ahealth_get, health_get
 from memory.selectors.owners import (
@@ -106,6 +108,7 @@ __all__ = [
     "asearch",
     "asession_list",
     "astats_get",
+    "astore_vectors_get",
     "asummary_get",
     "aturn_by_key_get",
     "aturn_list",
@@ -130,6 +133,7 @@ __all__ = [
     "owners_idle_count",
     "session_list",
     "stats_get",
+    "store_vectors_get",
     "summary_get",
     "turn_by_key_get",
     "turn_list",

@@ -6,10 +6,11 @@ from __future__ import annotations
 import functools
 
 from django.core.exceptions import ValidationError
+from django.db.models import F
 
 from memory import aio, cache
 from memory.exceptions import FactNotFound, database_guard
-from memory.models import Fact, FactVersion
+from memory.models import Fact, FactVersion, StoreVector
 from memory.payloads import (
     FactPayload,
     FactVersionPayload,
@@ -130,3 +131,21 @@ def fact_dot_key_list(*, limit: int = 1000) -> list[tuple[str, str]]:
 
 
 afact_dot_key_list = aio.twin(fact_dot_key_list)
+
+
+def store_vectors_get(*, owner_id: str, model: str) -> dict[str, list[list[float]]]:
+    """The vectors of ``model`` (``services.store_vectors_put``) of the owner's facts, by fact
+    key, only those of each fact's current version. Raises ``ValidationError`` for a bad owner
+    id, ``MemoryUnavailable`` when the database cannot be reached."""
+    check_owner(owner_id)
+    found: dict[str, list[list[float]]] = {}
+    with database_guard():
+        rows = StoreVector.objects.filter(
+            fact__owner__external_id=owner_id, model=model, version=F("fact__version")
+        ).values_list("fact__key", "vector")
+        for key, vector in rows:
+            found.setdefault(key, []).append(vector)
+    return found
+
+
+astore_vectors_get = aio.twin(store_vectors_get)

@@ -1,0 +1,188 @@
+"""What ``MemoryStore`` does with LangGraph's ``index`` and ``ttl`` configurations: the texts a
+fact is embedded from, the similarity of vectors, a fact's TTL, and the sweeper thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import math
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from langgraph.store.base import GetOp, IndexConfig, Item, SearchOp, TTLConfig
+from langgraph.store.base.embed import ensure_embeddings, get_text_at_path
+
+# A read refreshes a fact's TTL once this share of it has passed since the last write: a
+# refresh is a write (a new version of the fact), so a fact read in a loop is not rewritten
+# on every read.
+REFRESH_AFTER = 0.1
+DISTANCES = ("cosine", "inner_product", "l2")
+logger = logging.getLogger("memory.store")
+
+
+class StoreIndex:
+    """A store's own ``index`` configuration: its embedder (``embed``, LangChain's
+    ``Embeddings`` or a function of texts), the ``fields`` (paths, ``$`` the whole value)
+    embedded by default, and ``distance_type`` (``cosine`` by default, ``inner_product``,
+    ``l2``). ``model`` names the vectors it writes: vectors of another configuration are not
+    compared with its own."""
+
+    def __init__(self, config: IndexConfig) -> None:
+        if not isinstance(config, dict) or config.get("embed") is None:
+            raise ValueError("A MemoryStore's index configuration names its embedder: 'embed'.")
+        self.config = config
+        self.embeddings = ensure_embeddings(config["embed"])
+        # NOTE: "text_fields" is SqliteStore's name for the same.
+        given = config.get("fields") or config.get("text_fields")  # type: ignore[typeddict-item]
+        self.fields: list[str] = list(given or ["$"])
+        self.distance: str = str(config.get("distance_type") or "cosine")  # type: ignore[call-overload]
+        if self.distance not in DISTANCES:
+            raise ValueError(
+                f"Unsupported distance_type {self.distance!r}: use {', '.join(DISTANCES)}."
+            )
+        embed = config["embed"]
+        name = getattr(embed, "model", None) or getattr(embed, "model_name", None) or ""
+        kind = f"{type(embed).__module__}.{getattr(type(embed), '__qualname__', type(embed))}"
+        if callable(embed) and not hasattr(embed, "embed_documents"):
+            kind = f"{getattr(embed, '__module__', '')}.{getattr(embed, '__qualname__', 'embed')}"
+        self.model = f"store:{kind}:{name}:{config.get('dims', '')}"[:100]
+
+    def texts(self, value: dict[str, Any], fields: Sequence[str] | None) -> list[tuple[str, str]]:
+        """``(path, text)`` of each text of ``value`` at ``fields`` (else the default)."""
+        found = []
+        for path in fields if fields is not None else self.fields:
+            for i, text in enumerate(get_text_at_path(value, path)):
+                found.append((f"{path}#{i}", text))
+        return found
+
+    def score(self, query: list[float], vectors: list[list[float]]) -> float:
+        """The best similarity of ``query`` to one of ``vectors``: cosine, the inner product,
+        or the negative Euclidean distance."""
+        return max(_similarity(self.distance, query, vector) for vector in vectors)
+
+
+def _similarity(distance: str, a: list[float], b: list[float]) -> float:
+    if len(a) != len(b):
+        return -math.inf
+    if distance == "inner_product":
+        return sum(x * y for x, y in zip(a, b, strict=True))
+    if distance == "l2":
+        return -math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b, strict=True)))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0
+
+
+def ttl_expiry(minutes: float | None, at: dt.datetime) -> dt.datetime | None:
+    """When a fact put at ``at`` with a TTL of ``minutes`` expires; ``None`` without one."""
+    if minutes is None:
+        return None
+    if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or minutes <= 0:
+        raise ValueError(f"A TTL is a positive number of minutes; got {minutes!r}.")
+    return at + dt.timedelta(minutes=minutes)
+
+
+def ttl_refreshed(updated_at: str, expires_at: str | None, now: dt.datetime) -> dt.datetime | None:
+    """The new expiry of a fact read at ``now`` whose TTL a read refreshes: its TTL (the time
+    from its last write to its expiry) from now; ``None`` when it has no TTL or too little of
+    it has passed (``REFRESH_AFTER``)."""
+    if expires_at is None:
+        return None
+    written = dt.datetime.fromisoformat(updated_at)
+    ttl = dt.datetime.fromisoformat(expires_at) - written
+    if ttl <= dt.timedelta(0) or now - written < ttl * REFRESH_AFTER:
+        return None
+    return now + ttl
+
+
+def ttl_config_check(config: TTLConfig | None) -> TTLConfig | None:
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        raise ValueError(f"A MemoryStore's ttl configuration is a dict; got {config!r}.")
+    if config.get("default_ttl") is not None:
+        ttl_expiry(config["default_ttl"], dt.datetime.now(dt.UTC))
+    return config
+
+
+class Sweeper:
+    """A thread that runs ``sweep`` every ``minutes`` until stopped; ``future`` is done when
+    it has stopped."""
+
+    def __init__(self, sweep: Callable[[], int], minutes: float) -> None:
+        self.sweep = sweep
+        self.seconds = max(float(minutes) * 60, 0.01)
+        self.stopping = threading.Event()
+        self.future: Future[None] = Future()
+        self.thread = threading.Thread(target=self._run, name="memory-store-sweeper", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stopping.wait(self.seconds):
+                try:
+                    self.sweep()
+                except Exception:
+                    # NOTE: a lost database is tried again at the next interval.
+                    logger.exception("The LangGraph store's TTL sweep failed.")
+        finally:
+            self.future.set_result(None)
+
+    def stop(self, timeout: float | None) -> bool:
+        self.stopping.set()
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+
+def refreshes_due(
+    reads: Sequence[tuple[int, Any, str]],
+    writes: Mapping[str, Mapping[str, Any]],
+    facts: Mapping[str, Sequence[Mapping[str, Any]]],
+    results: Sequence[Any],
+    key_of: Callable[[tuple[str, ...], str], tuple[str, str]],
+) -> dict[str, dict[str, tuple[Any, dt.datetime]]]:
+    """The facts whose TTL a batch's reads (``(op index, op, owner)``) refresh: owner -> key
+    -> (value, new expiry); never a key the batch writes. ``key_of`` folds an item's address
+    into ``(owner, fact key)``."""
+    now = dt.datetime.now(dt.UTC)
+    due: dict[str, dict[str, tuple[Any, dt.datetime]]] = {}
+    for index, op, owner_id in reads:
+        if not isinstance(op, (GetOp, SearchOp)) or not op.refresh_ttl:
+            continue
+        found = results[index]
+        items = [found] if isinstance(found, Item) else found if isinstance(found, list) else []
+        keys = {key_of(item.namespace, item.key)[1] for item in items}
+        for fact in facts[owner_id]:
+            if fact["key"] not in keys or fact["key"] in writes.get(owner_id, {}):
+                continue
+            expiry = ttl_refreshed(fact["updated_at"], fact.get("expires_at"), now)
+            if expiry is not None:
+                due.setdefault(owner_id, {})[fact["key"]] = (fact["value"], expiry)
+    return due
+
+
+def event_loop_refused() -> None:
+    """Refuse a sync call in a running event loop, as LangGraph's async stores do (Django's
+    database calls cannot run there): use the ``a...`` methods, or call from a thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise asyncio.InvalidStateError(
+        "MemoryStore's sync methods cannot run in an event loop: await its async methods "
+        "(store.aget, store.aput, ...) there, or call the sync ones from a thread."
+    )
+
+
+@contextlib.contextmanager
+def langgraph_errors() -> Iterator[None]:
+    """Django's ``ValidationError`` of a service (a value too large, ``MAX_FACTS``, a query)
+    as the ``ValueError`` LangGraph's stores raise."""
+    try:
+        yield
+    except ValidationError as e:
+        raise ValueError(" ".join(e.messages)) from e

@@ -1,0 +1,53 @@
+"""Writes of the vectors a LangGraph store computes with its own ``index`` configuration
+(``memory.integrations.langgraph.MemoryStore(index=...)``): one per field of a fact's current
+version, replaced when the store puts the fact again."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from memory import aio
+from memory.models import Fact, StoreVector
+from memory.services._common import _check, _service
+from memory.validators import validate_owner_id
+
+
+def store_vectors_put(
+    *,
+    owner_id: str,
+    model: str,
+    vectors: Mapping[str, Sequence[tuple[str, list[float]]]],
+) -> None:
+    """Replace the vectors of ``model`` of the owner's facts ``vectors`` names (fact key ->
+    ``(field path, vector)`` list; an empty list leaves the fact without one), each tied to the
+    fact's current version; a key the owner holds no fact of is skipped. Raises
+    ``ValidationError`` for a bad owner id, ``MemoryUnavailable`` when the database cannot be
+    reached; then nothing changed."""
+    _check("user_id", validate_owner_id, owner_id)
+    if not vectors:
+        return
+    with _service():
+        facts = Fact.objects.filter(owner__external_id=owner_id, key__in=list(vectors)).values_list(
+            "pk", "key", "version"
+        )
+        held = {key: (pk, version) for pk, key, version in facts}
+        StoreVector.objects.filter(
+            fact_id__in=[pk for pk, _ in held.values()], model=model
+        ).delete()
+        StoreVector.objects.bulk_create(
+            [
+                StoreVector(
+                    fact_id=held[key][0],
+                    model=model,
+                    path=path,
+                    version=held[key][1],
+                    vector=vector,
+                )
+                for key, rows in vectors.items()
+                if key in held
+                for path, vector in rows
+            ]
+        )
+
+
+astore_vectors_put = aio.twin(store_vectors_put)
