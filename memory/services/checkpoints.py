@@ -89,7 +89,7 @@ def checkpoint_put(
     _address_check(address)
     with _service():
         owner = _owner_row(address.owner_id)
-        where = {
+        where: dict[str, Any] = {
             "owner": owner,
             "thread_id": address.thread_id,
             "checkpoint_ns": address.checkpoint_ns,

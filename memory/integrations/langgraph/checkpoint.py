@@ -4,6 +4,7 @@ graph messages become the owner's turns."""
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import random
@@ -21,10 +22,10 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
-    SerializerProtocol,
     get_checkpoint_id,
     get_serializable_checkpoint_metadata,
 )
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from memory.conf import conf
 from memory.integrations.threads import thread_connection
@@ -274,7 +275,7 @@ class MemoryCheckpointSaver(BaseCheckpointSaver[str]):
         parent_id: str | None,
         values: dict[str, Any],
         new_versions: ChannelVersions,
-    ) -> list[MirrorTurn]:
+    ) -> builtins.list[MirrorTurn]:
         channel = self.messages_channel
         if channel is None or address.checkpoint_ns or channel not in new_versions:
             return []
@@ -314,7 +315,7 @@ class MemoryCheckpointSaver(BaseCheckpointSaver[str]):
         address = self._address(config)
         parent_id = get_checkpoint_id(config)
         stored = dict(checkpoint)
-        values = stored.pop("channel_values", None) or {}
+        values: dict[str, Any] = stored.pop("channel_values", None) or {}  # type: ignore[assignment]
         kind, data = self.serde.dumps_typed(stored)
         blobs = [
             BlobInput(channel, str(version), *self.serde.dumps_typed(values[channel]))

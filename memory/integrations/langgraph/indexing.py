@@ -38,9 +38,10 @@ class StoreIndex:
         self.config = config
         self.embeddings = ensure_embeddings(config["embed"])
         # NOTE: "text_fields" is SqliteStore's name for the same.
-        given = config.get("fields") or config.get("text_fields")  # type: ignore[typeddict-item]
+        options: dict[str, Any] = dict(config)
+        given = options.get("fields") or options.get("text_fields")
         self.fields: list[str] = list(given or ["$"])
-        self.distance: str = str(config.get("distance_type") or "cosine")  # type: ignore[call-overload]
+        self.distance: str = str(options.get("distance_type") or "cosine")
         if self.distance not in DISTANCES:
             raise ValueError(
                 f"Unsupported distance_type {self.distance!r}: use {', '.join(DISTANCES)}."

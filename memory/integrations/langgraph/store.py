@@ -450,7 +450,11 @@ class MemoryStore(BaseStore):
             # NOTE: the site's embedder runs before any lock is taken, as LangGraph's stores
             # embed a put before they write it.
             texts = self._texts(plan)
-            embedded = self.index.embeddings.embed_documents([t[3] for t in texts]) if texts else []
+            embedded = (
+                self.index.embeddings.embed_documents([t[3] for t in texts])
+                if texts and self.index is not None
+                else []
+            )
             asked = self._queries(plan)
             queries = (
                 [self.index.embeddings.embed_query(q) for _, _, q in asked] if self.index else []
