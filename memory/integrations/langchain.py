@@ -204,7 +204,12 @@ FIELD_KEYWORDS = {
     "maximum": "le",
     "description": "description",
 }
-ANNOTATIONS: dict[str | None, Any] = {"string": str, "integer": int, None: JsonValue}
+ANNOTATIONS: dict[str | None, Any] = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    None: JsonValue,
+}
 
 
 def input_model(definition: ToolDefinition) -> type[BaseModel]:
@@ -271,7 +276,12 @@ class MemoryTool(BaseTool):
                 tool_arguments(tool_get(self.name), tool_input)
             except ToolArgumentsInvalid as e:
                 raise ToolException(str(e)) from e
-        return super()._to_args_and_kwargs(tool_input, tool_call_id)
+        args, kwargs = super()._to_args_and_kwargs(tool_input, tool_call_id)
+        # NOTE: an optional argument the caller did not give is absent, not the None that
+        # pydantic fills in for a field of no default (after, before, min_score).
+        if isinstance(tool_input, Mapping):
+            kwargs = {k: v for k, v in kwargs.items() if v is not None or k in tool_input}
+        return args, kwargs
 
     # NOTE: ``self`` is positional-only and no other parameter is declared, so that every
     # argument reaches ``call`` to be checked again and none is taken by LangChain's
