@@ -34,11 +34,44 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "bench" / "results" / "partition.json"
-WORDS = (
-    "like play basketball jazz noodles weekend friend work teacher shanghai music coffee "
-    "python travel cat dinner morning remember tomorrow project meeting book movie garden "
-    "walk rain summer weather birthday mother family school lesson student exam holiday"
-).split()
+WORDS = [
+    "like",
+    "play",
+    "basketball",
+    "jazz",
+    "noodles",
+    "weekend",
+    "friend",
+    "work",
+    "teacher",
+    "shanghai",
+    "music",
+    "coffee",
+    "python",
+    "travel",
+    "cat",
+    "dinner",
+    "morning",
+    "remember",
+    "tomorrow",
+    "project",
+    "meeting",
+    "book",
+    "movie",
+    "garden",
+    "walk",
+    "rain",
+    "summer",
+    "weather",
+    "birthday",
+    "mother",
+    "family",
+    "school",
+    "lesson",
+    "student",
+    "exam",
+    "holiday",
+]
 # The indexes of memory_turn as migrated, built on each copy after the load.
 INDEXES = {
     "owner_seq_uniq": "CREATE UNIQUE INDEX {name} ON {table} (owner_id, seq)",

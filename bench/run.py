@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from bench.mixed import MIX_OWNERS, MIX_TURNS, MixedRows, mix_owner
 from bench.recall import RecallRows
 from bench.rows import SEARCH_OWNER, SEARCH_TURNS, TOTAL_TURNS, Row
+from bench.tail import TailRows
 
 if TYPE_CHECKING:
     from bench.seed import OwnerPlan
@@ -54,6 +55,7 @@ ROWS = (
     "mcp",
     "export",
     "mixed",
+    "append_tail",
 )
 
 TOTAL_OWNERS = 1_000
@@ -140,7 +142,7 @@ def _django_setup() -> None:
     django.setup()
 
 
-class Bench(RecallRows, MixedRows):
+class Bench(RecallRows, MixedRows, TailRows):
     """The bench's state: its settings, connections and seeded owners."""
 
     def __init__(self, args: argparse.Namespace) -> None:
