@@ -313,6 +313,39 @@ def vacuum_times(conn: psycopg.Connection) -> dict[str, float]:
     return out
 
 
+def vector_bytes(conn: psycopg.Connection, count: int) -> dict[str, float]:
+    """Bytes per vector of ``memory_turnvector`` as migrated (its heap, its btree indexes, and
+    the HNSW index the embedding run builds), on ``count`` random unit vectors of 384
+    dimensions (the built-in embedder's) in a copy of the table (``LIKE``, no foreign keys)."""
+    conn.execute("DROP TABLE IF EXISTS sim_vector")
+    conn.execute("CREATE TABLE sim_vector (LIKE memory_turnvector INCLUDING ALL)")
+    conn.execute(
+        """
+        INSERT INTO sim_vector (turn_id, owner_id, model, vector)
+        SELECT g, g / 100, 'multilingual-e5-small-q4',
+               (SELECT array_agg(random() - 0.5) FROM generate_series(1, 384) d
+                WHERE g > 0)::vector::halfvec
+        FROM generate_series(1, %s) g
+        """,
+        [count],
+    )
+    heap = conn.execute("SELECT pg_table_size('sim_vector')").fetchone()[0]  # type: ignore[index]
+    btree = conn.execute("SELECT pg_indexes_size('sim_vector')").fetchone()[0]  # type: ignore[index]
+    seconds = _timed(
+        conn,
+        "CREATE INDEX sim_vector_hnsw ON sim_vector USING hnsw "
+        "((vector::halfvec(384)) halfvec_cosine_ops)",
+    )
+    hnsw = conn.execute("SELECT pg_relation_size('sim_vector_hnsw')").fetchone()[0]  # type: ignore[index]
+    return {
+        "vectors": count,
+        "heap_per_vector": heap / count,
+        "btree_per_vector": btree / count,
+        "hnsw_per_vector": hnsw / count,
+        "hnsw_build_seconds": seconds,
+    }
+
+
 def report(result: dict[str, Any]) -> str:
     """The results as Markdown."""
     ops = result["ops"]
@@ -338,6 +371,10 @@ def report(result: dict[str, Any]) -> str:
     lines += ["", "| seconds | value |", "| --- | ---: |"]
     for key, value in {**result.get("load", {}), **result.get("vacuum", {})}.items():
         lines.append(f"| {key} | {value:.1f} |")
+    if "vector_bytes" in result:
+        lines += ["", "| a vector | value |", "| --- | ---: |"]
+        for key, value in result["vector_bytes"].items():
+            lines.append(f"| {key} | {value:,.1f} |")
     return "\n".join(lines)
 
 
@@ -349,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--owners", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=16)
     parser.add_argument("--samples", type=int, default=1000)
+    parser.add_argument(
+        "--vectors", type=int, default=20_000, help="random vectors whose bytes are measured"
+    )
     parser.add_argument("--keep", action="store_true", help="reuse the tables of the last run")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     args = parser.parse_args(argv)
@@ -372,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
         result["rows"] = conn.execute("SELECT count(*) FROM sim_plain").fetchone()[0]  # type: ignore[index]
         result.update(measure(conn, owners=args.owners, samples=args.samples))
         result["vacuum"] = vacuum_times(conn)
+        if args.vectors:
+            result["vector_bytes"] = vector_bytes(conn, args.vectors)
     text = report(result)
     print(text)
     result["table"] = text

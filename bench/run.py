@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bench.embed import EmbedRows
 from bench.mixed import MIX_OWNERS, MIX_TURNS, MixedRows, mix_owner
 from bench.recall import RecallRows
 from bench.rows import SEARCH_OWNER, SEARCH_TURNS, TOTAL_TURNS, Row
@@ -56,6 +57,9 @@ ROWS = (
     "export",
     "mixed",
     "append_tail",
+    "embed_rate",
+    "embed_mix",
+    "embed_lag",
 )
 
 TOTAL_OWNERS = 1_000
@@ -142,7 +146,7 @@ def _django_setup() -> None:
     django.setup()
 
 
-class Bench(RecallRows, MixedRows, TailRows):
+class Bench(RecallRows, MixedRows, TailRows, EmbedRows):
     """The bench's state: its settings, connections and seeded owners."""
 
     def __init__(self, args: argparse.Namespace) -> None:
