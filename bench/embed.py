@@ -117,13 +117,18 @@ class EmbedRows:
         rounds = 3
         project: list[float] = []
         baseline: list[float] = []
+        # NOTE: each row's distinct texts of its own: the process keeps its last vectors.
+        seed = {"rate": 10_000_000, "mix": 20_000_000}[kind]
         with self._embedding_on():
             batch = conf.EMBED_BATCH_TURNS
             embedders.passages_embed(embedders.multilingual_e5, contents[:8])
             for r in range(rounds):
                 # NOTE: texts of their own each round, so that no round reuses the vectors of
                 # another's distinct turns (the stock lines and acks repeat, as in a chat).
-                texts = [text if len(text) < 200 else f"{r}{text}"[:200] for text in contents]
+                texts = [
+                    text if len(text) < 200 else distinct_content(seed + 1_000_000 * r + i)
+                    for i, text in enumerate(contents)
+                ]
                 names = self._owners_fill(f"emb-{kind}-{r}", texts, 4)
                 if r % 2:
                     project.append(self._run_rate(names, len(texts)))
@@ -217,6 +222,7 @@ class EmbedRows:
         samples: list[tuple[float, int]] = []
         with self._embedding_on():
             thread = threading.Thread(target=appender, daemon=True)
+            cpu_started = time.process_time()
             started = time.monotonic()
             thread.start()
             sampled_at = 0.0
@@ -231,6 +237,8 @@ class EmbedRows:
             finally:
                 stop.set()
                 thread.join()
+            wall = time.monotonic() - started
+            cpu_share = (time.process_time() - cpu_started) / wall
         lag_sum = (
             REGISTRY.get_sample_value("memory_embedding_lag_seconds_sum") or 0.0
         ) - before_sum
@@ -254,12 +262,14 @@ class EmbedRows:
             f"the first half, {statistics.median(second):.0f} in the second, max "
             f"{row.project}; mean lag of a batch's oldest turn "
             f"{lag_sum / lag_count if lag_count else float('nan'):.2f} s over "
-            f"{lag_count:.0f} batches"
+            f"{lag_count:.0f} batches; {appended[0] / wall:.1f} appends/s over {wall:.0f} s, "
+            f"this process (appender and embedder) got {cpu_share:.2f} of a core"
         )
         row.extra = {
             "appended": appended[0],
             "backlog_samples": samples,
             "lag_mean_seconds": lag_sum / lag_count if lag_count else None,
             "batches": lag_count,
+            "cpu_share": cpu_share,
         }
         return row
