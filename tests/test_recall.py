@@ -172,6 +172,19 @@ def test_a_run_gives_an_ack_no_vector_and_embeds_a_repeated_text_once(e5):
     assert best["content"] == told
 
 
+def test_the_recent_vectors_keep_the_last_texts_and_no_long_ones():
+    recent = embeddings._RecentVectors(size=2, longest=10)
+    recent.put("m", "a", [0.5, 1.0])
+    recent.put("m", "b", [1.5, 2.0])
+    assert recent.get("m", "a") == [0.5, 1.0]  # now the newest
+    recent.put("m", "c", [2.5, 3.0])
+    assert recent.get("m", "b") is None and recent.get("m", "a") == [0.5, 1.0]
+    # Another model's vector of the same text is another entry; a long text is not kept.
+    assert recent.get("other", "a") is None
+    recent.put("m", "x" * 11, [1.0, 1.0])
+    assert recent.get("m", "x" * 11) is None
+
+
 def test_an_append_enqueues_one_run_for_a_burst_and_the_task_embeds(e5, write):
     before = DBTaskResult.objects.count()
     with write():
