@@ -21,10 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bench.embed import EmbedRows
 from bench.mixed import MIX_OWNERS, MIX_TURNS, MixedRows, mix_owner
 from bench.recall import RecallRows
 from bench.rows import SEARCH_OWNER, SEARCH_TURNS, TOTAL_TURNS, Row
 from bench.websocket import WebsocketRows
+from bench.tail import TailRows
 
 if TYPE_CHECKING:
     from bench.seed import OwnerPlan
@@ -57,6 +59,10 @@ ROWS = (
     "export",
     "mixed",
     "websocket",
+    "append_tail",
+    "embed_rate",
+    "embed_mix",
+    "embed_lag",
 )
 
 TOTAL_OWNERS = 1_000
@@ -143,7 +149,7 @@ def _django_setup() -> None:
     django.setup()
 
 
-class Bench(RecallRows, MixedRows, WebsocketRows):
+class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows):
     """The bench's state: its settings, connections and seeded owners."""
 
     def __init__(self, args: argparse.Namespace) -> None:

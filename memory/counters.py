@@ -18,6 +18,7 @@ __all__ = [
     "cache_outage_reset",
     "cache_recovered",
     "cache_replicas_behind",
+    "embedding_batch",
     "request_observed",
     "throttle_local",
 ]
@@ -76,6 +77,21 @@ RESPONSES = Counter(
     "memory_responses",
     "Answers of the memory API by view, method and status code.",
     ["view", "method", "status"],
+    registry=REGISTRY,
+)
+EMBEDDING_TURNS = Counter(
+    "memory_embedding_turns",
+    "Turns the embedding runs went past, by outcome: embedded (the embedder ran), duplicate "
+    "(the vector of the same text, embedded moments before, reused), skipped (an ack-only turn "
+    "such as 'ok' or 'thanks': no vector).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+EMBEDDING_LAG_SECONDS = Histogram(
+    "memory_embedding_lag_seconds",
+    "How far behind the appends the embedding runs are: for each batch of turns whose vectors "
+    "are written, the age of its oldest turn at that moment.",
+    buckets=(0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0),
     registry=REGISTRY,
 )
 
@@ -152,3 +168,11 @@ def request_observed(*, view: str, method: str, status: int, seconds: float) -> 
     method = method if method in _METHODS else "other"
     REQUEST_SECONDS.labels(view=view, method=method).observe(seconds)
     RESPONSES.labels(view=view, method=method, status=str(status)).inc()
+
+
+def embedding_batch(*, embedded: int, duplicate: int, skipped: int, lag_seconds: float) -> None:
+    """An embedding run wrote a batch: how its turns went, and its oldest turn's age."""
+    for outcome, n in (("embedded", embedded), ("duplicate", duplicate), ("skipped", skipped)):
+        if n:
+            EMBEDDING_TURNS.labels(outcome=outcome).inc(n)
+    EMBEDDING_LAG_SECONDS.observe(max(0.0, lag_seconds))

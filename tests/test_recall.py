@@ -9,6 +9,7 @@ installed these tests skip, saying how to get it.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -120,6 +121,68 @@ def test_a_run_embeds_in_batches_and_a_stopped_run_resumes_where_it_stopped(e5):
     assert Owner.objects.get(pk=owner.pk).embedded_seq == 7
     assert vector_rows(owner.pk) == 7
     assert embeddings.turns_embed(owner_id="wang") == 0
+
+
+def test_an_ack_is_not_worth_a_vector_and_a_sentence_is():
+    for ack in ("ok", "ok thanks", "Lovely.", "好的", "谢谢你", "👍", "  yes!  "):
+        assert not embedders.passage_worth_embedding(ack), ack
+    for said in ("My cat is Mimi", "我喜欢篮球", "Mochi the corgi", CORGI, "a" * 65):
+        assert embedders.passage_worth_embedding(said), said
+
+
+def _embedding_counts() -> dict[str, float]:
+    from memory.counters import REGISTRY
+
+    counts = {
+        outcome: REGISTRY.get_sample_value("memory_embedding_turns_total", {"outcome": outcome})
+        or 0.0
+        for outcome in ("embedded", "duplicate", "skipped")
+    }
+    counts["batches"] = REGISTRY.get_sample_value("memory_embedding_lag_seconds_count") or 0.0
+    return counts
+
+
+def test_a_run_gives_an_ack_no_vector_and_embeds_a_repeated_text_once(e5):
+    # NOTE: texts of this test's own, so that the process's recent vectors hold none of them.
+    told = f"{CORGI} (told at {uuid.uuid4()})"
+    stock = f"Happy to help with that, here are the steps {uuid.uuid4()}."
+    before = _embedding_counts()
+    say("wang", told, "ok thanks", stock, "好的", stock)
+    owner = Owner.objects.get(external_id="wang")
+    # A batch of 4, then 1: the acks skipped, the repeated line embedded once, written twice.
+    assert embeddings.turns_embed(owner_id="wang") == 3
+    assert Owner.objects.get(pk=owner.pk).embedded_seq == 5
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT t.seq, v.vector::text FROM memory_turnvector v JOIN memory_turn t "
+            "ON t.id = v.turn_id WHERE t.owner_id = %s ORDER BY t.seq",
+            [owner.pk],
+        )
+        stored = cursor.fetchall()
+    assert [seq for seq, _ in stored] == [1, 3, 5]
+    assert stored[1][1] == stored[2][1] != stored[0][1]
+    after = _embedding_counts()
+    assert {k: after[k] - before[k] for k in after} == {
+        "embedded": 2,
+        "duplicate": 1,
+        "skipped": 2,
+        "batches": 2,
+    }
+    (best, *_) = selectors.turn_search(owner_id="wang", q="what's my dog called?", mode="semantic")
+    assert best["content"] == told
+
+
+def test_the_recent_vectors_keep_the_last_texts_and_no_long_ones():
+    recent = embeddings._RecentVectors(size=2, longest=10)
+    recent.put("m", "a", [0.5, 1.0])
+    recent.put("m", "b", [1.5, 2.0])
+    assert recent.get("m", "a") == [0.5, 1.0]  # now the newest
+    recent.put("m", "c", [2.5, 3.0])
+    assert recent.get("m", "b") is None and recent.get("m", "a") == [0.5, 1.0]
+    # Another model's vector of the same text is another entry; a long text is not kept.
+    assert recent.get("other", "a") is None
+    recent.put("m", "x" * 11, [1.0, 1.0])
+    assert recent.get("m", "x" * 11) is None
 
 
 def test_an_append_enqueues_one_run_for_a_burst_and_the_task_embeds(e5, write):
@@ -494,7 +557,8 @@ def test_the_run_that_takes_an_owner_past_index_from_builds_the_index_searches_w
     # The small owner is scanned exactly, and only their own turns come back.
     small, statements = _searched_statements("li", q, mode="semantic")
     assert not any("halfvec(384)" in statement for statement in statements)
-    assert small == ["My dog is a poodle named Biscuit.", "Lovely."]
+    # NOTE: "Lovely." alone is an acknowledgement: it gets no vector.
+    assert small == ["My dog is a poodle named Biscuit."]
     # The walk and the exact scan agree on what they find.
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(vectors, "INDEX_FROM", 10_000)
@@ -503,7 +567,8 @@ def test_the_run_that_takes_an_owner_past_index_from_builds_the_index_searches_w
     hybrid, _ = _searched_statements("wang", "Mochi corgi", mode="hybrid")
     assert hybrid[0] == CORGI
     services.memory_forget(owner_id="wang")
-    assert vector_rows() == 2
+    # The poodle's owner keeps its one vector ("Lovely." got none).
+    assert vector_rows() == 1
 
 
 def test_a_build_left_invalid_is_built_again_and_none_is_built_in_a_transaction(indexed_from):

@@ -191,6 +191,22 @@ def vectors_checked(vectors: Any, count: int) -> list[list[float]]:
     return rows
 
 
+# NOTE: an ack-only turn ("ok", "thanks!", "好的") is at most this many word characters, a CJK
+# character counting as three (it carries a word's meaning), in at most two words.
+ACK_MAX_CHARS = 9
+ACK_MAX_WORDS = 2
+
+
+def passage_worth_embedding(text: str) -> bool:
+    """Whether a stored text means enough to get a vector: not an acknowledgement alone ("ok",
+    "thanks!", "Lovely.", "好的", an emoji), which a search by meaning would only find as
+    noise. Longer than ``ACK_MAX_WORDS`` words or ``ACK_MAX_CHARS`` word characters is."""
+    if len(text) > 64 or len(text.split()) > ACK_MAX_WORDS:
+        return True
+    weight = sum(3 if ord(ch) >= 0x2E80 else 1 for ch in text if ch.isalnum())
+    return weight > ACK_MAX_CHARS
+
+
 def passages_embed(embedder: Callable[..., Any], texts: Sequence[str]) -> list[list[float]]:
     """The vectors of stored ``texts``, checked."""
     return vectors_checked(embedder(list(texts)), len(texts))

@@ -11,13 +11,18 @@ pages every owner behind.
 from __future__ import annotations
 
 import logging
+import threading
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
+from django.utils import timezone
 
-from memory import aio
+from memory import aio, counters
 from memory.conf import conf
 from memory.exceptions import database_guard
 from memory.models import Owner, Turn
@@ -26,6 +31,77 @@ from memory.services._common import _check
 from memory.validators import validate_owner_id
 
 logger = logging.getLogger("memory.recall")
+
+
+class _RecentVectors:
+    """The vectors of the last texts this process embedded, by model and text (at most
+    ``size``, the oldest out first; texts up to ``longest`` characters): a turn repeating one
+    (an assistant's stock answer, a line pasted twice) reuses its vector instead of running the
+    model again. The embedder answers the same vector for the same text, so nothing differs
+    but the time."""
+
+    def __init__(self, size: int = 1024, longest: int = 2000) -> None:
+        self.size = size
+        self.longest = longest
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple[str, str], array[float]] = OrderedDict()
+
+    def get(self, model: str, text: str) -> list[float] | None:
+        with self._lock:
+            found = self._items.get((model, text))
+            if found is None:
+                return None
+            self._items.move_to_end((model, text))
+        return found.tolist()
+
+    def put(self, model: str, text: str, vector: Sequence[float]) -> None:
+        if len(text) > self.longest:
+            return
+        # NOTE: float32, as the model computes them (and halfvec stores fewer bits still).
+        kept = array("f", vector)
+        with self._lock:
+            self._items[(model, text)] = kept
+            self._items.move_to_end((model, text))
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
+_recent = _RecentVectors()
+
+
+def batch_vectors(
+    embedder: Any, model: str, rows: Sequence[tuple[int, str]]
+) -> tuple[list[int], list[list[float]], dict[str, int]]:
+    """The vectors of a batch of turns ``(pk, content)``: ``(pks, vectors, counts)``, where an
+    ack-only turn (``embedders.passage_worth_embedding``) gets none, and a text met already (in
+    the batch, or among the process's last embedded texts) is embedded once. ``counts``: how
+    many turns were ``embedded``, ``duplicate`` (a vector reused), ``skipped``."""
+    pks: list[int] = []
+    texts: list[str] = []
+    for pk, content in rows:
+        if embedders.passage_worth_embedding(content):
+            pks.append(pk)
+            texts.append(content)
+    known: dict[str, list[float]] = {}
+    fresh: list[str] = []
+    for text in texts:
+        if text in known or text in fresh:
+            continue
+        vector = _recent.get(model, text)
+        if vector is None:
+            fresh.append(text)
+        else:
+            known[text] = vector
+    if fresh:
+        for text, vector in zip(fresh, embedders.passages_embed(embedder, fresh), strict=True):
+            known[text] = vector
+            _recent.put(model, text, vector)
+    counts = {
+        "embedded": len(fresh),
+        "duplicate": len(texts) - len(fresh),
+        "skipped": len(rows) - len(texts),
+    }
+    return pks, [known[text] for text in texts], counts
 
 
 def _owner_state(owner_id: str) -> tuple[int, int, int] | None:
@@ -45,6 +121,8 @@ def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
     transaction (appends go on); each batch's vectors and its new ``embedded_seq`` are written
     in one transaction, so a run stopped anywhere (a killed worker) resumes after its last
     batch, and a run racing another writes each vector once more at worst (the write replaces).
+    An ack-only turn gets no vector and a text met moments before is embedded once
+    (``batch_vectors``); each batch's counts and lag go to the metrics (``memory.counters``).
     A turn deleted meanwhile gets no vector; a forgotten owner ends the run. A run that takes
     the owner past ``vectors.INDEX_FROM`` turns builds the model's HNSW index where it is
     missing (concurrently, outside any transaction), which their searches then walk. Does
@@ -79,25 +157,30 @@ def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
             rows = list(
                 Turn.objects.filter(owner_id=owner_pk, seq__gt=embedded_seq, seq__lte=last_seq)
                 .order_by("seq")
-                .values_list("pk", "seq", "content")[:size]
+                .values_list("pk", "seq", "content", "created_at")[:size]
             )
         # NOTE: every turn up to last_seq is committed (the seq and the turn commit together),
         # so a short batch covers the rest: the turns after it were deleted.
         through = rows[-1][1] if len(rows) == size else last_seq
-        found = embedders.passages_embed(embedder, [content for _, _, content in rows])
+        pks, found, counts = batch_vectors(
+            embedder, model, [(pk, content) for pk, _, content, _ in rows]
+        )
         with database_guard():
             try:
                 with transaction.atomic():
-                    if rows:
-                        written += vectors.vectors_write(
-                            DEFAULT_DB_ALIAS, model, [pk for pk, _, _ in rows], found
-                        )
+                    if pks:
+                        written += vectors.vectors_write(DEFAULT_DB_ALIAS, model, pks, found)
                     moved = Owner.objects.filter(pk=owner_pk).update(
                         embedded_seq=Greatest("embedded_seq", through)
                     )
             except IntegrityError:
                 # NOTE: the owner was forgotten between the read and the write.
                 return written
+        if rows:
+            oldest = min(created_at for _, _, _, created_at in rows)
+            counters.embedding_batch(
+                **counts, lag_seconds=(timezone.now() - oldest).total_seconds()
+            )
         if not moved:
             return written
         if through > vectors.INDEX_FROM and found:
