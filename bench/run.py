@@ -25,8 +25,8 @@ from bench.embed import EmbedRows
 from bench.mixed import MIX_OWNERS, MIX_TURNS, MixedRows, mix_owner
 from bench.recall import RecallRows
 from bench.rows import SEARCH_OWNER, SEARCH_TURNS, TOTAL_TURNS, Row
-from bench.websocket import WebsocketRows
 from bench.tail import TailRows
+from bench.websocket import WebsocketRows
 
 if TYPE_CHECKING:
     from bench.seed import OwnerPlan
