@@ -15,7 +15,6 @@ probes of 0004's keys), never comparing it with the text of every turn.
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 import unicodedata
 from collections.abc import Iterator
@@ -34,7 +33,6 @@ from django.db.models.expressions import Expression
 from django.db.models.functions import StrIndex
 from django.db.models.lookups import GreaterThan
 
-from memory import codec
 from memory.exceptions import SearchTimeout
 from memory.models import Turn
 
@@ -97,13 +95,13 @@ def clean_limit(limit: Any) -> int:
     return limit
 
 
-def _split(q: str) -> tuple[str, list[str]]:
+def query_split(q: str) -> tuple[str, list[str]]:
     """The words of ``q`` outside CJK runs, and its CJK runs, after NFKC as the document has."""
     text = unicodedata.normalize("NFKC", q)
     return CJK_RUN_RE.sub(" ", text).strip(), CJK_RUN_RE.findall(text)
 
 
-def _grams(run: str) -> str:
+def cjk_grams(run: str) -> str:
     """A CJK run as the document indexes it: one character, or its overlapping pairs."""
     if len(run) == 1:
         return run
@@ -184,9 +182,9 @@ def turns_matching(
             .annotate(search_rank=Value(1.0))
             .order_by(*ORDERING)
         )
-    words, runs = _split(q)
+    words, runs = query_split(q)
     parts = [SearchQuery(words, config="english")] if words else []
-    parts += [SearchQuery(_grams(run), config="simple") for run in runs]
+    parts += [SearchQuery(cjk_grams(run), config="simple") for run in runs]
     query = reduce(lambda a, b: a & b, parts)
     matches = queryset.alias(document=TurnSearchDocument()).filter(document=query)
     for run in runs:
@@ -229,7 +227,7 @@ def turns_similar(
     A ``q`` of stop words only (``the``), or with a word like no word of the vocabulary,
     matches nothing, and then no turn is read.
     """
-    words, runs = _split(q)
+    words, runs = query_split(q)
     if not _uses_postgres(queryset) or runs or not words:
         return None
     similar = _similar_words(queryset.db, words, owner_pk)
@@ -309,328 +307,3 @@ def _ranked(matches: QuerySet[Turn], window: int | None, query: SearchQuery) -> 
         F("document"), query, cover_density=True, normalization=Value(RANK_NORMALIZATION)
     )
     return _windowed(matches, window).annotate(search_rank=rank).order_by(*ORDERING)
-
-
-# BM25's constants (Robertson's usual values): how fast a word's repeats stop counting, and how
-# much a long turn's length weighs against it.
-BM25_K1 = 1.2
-BM25_B = 0.75
-
-# NOTE: ``q``'s terms are data: its English words through to_tsvector (stemmed, stop words
-# dropped) and its CJK pairs, each made a one-word query by plainto_tsquery; the candidates
-# match their disjunction (a turn need not hold every word), written as websearch_to_tsquery
-# reads "a or b" from words of letters and digits only (no operator can form), so that the
-# planner sees the query and walks the owner's turns backwards when a word is common. The
-# candidates are the newest ``window`` turns that hold any term; every turn of the owner
-# between the oldest candidate and ``top_seq`` that holds a term is then a candidate, so a
-# term's document frequency over that span is exact, and BM25 ranks against it (N the span's
-# length in turns).
-_WORDS_SQL = """
-WITH usable AS MATERIALIZED (
-  SELECT DISTINCT term, plainto_tsquery('pg_catalog.simple', term) AS tq
-  FROM unnest(tsvector_to_array(to_tsvector('pg_catalog.english', %(words)s))
-              || %(grams)s::text[]) AS term
-  WHERE numnode(plainto_tsquery('pg_catalog.simple', term)) > 0
-),
-cand AS MATERIALIZED (
-  SELECT t.id, t.seq, length(t.search) AS dl, t.search
-  FROM memory_turn AS t
-  WHERE t.owner_id = %(owner)s::bigint
-    AND t.search @@ (websearch_to_tsquery('pg_catalog.english', %(any_word)s)
-                     || websearch_to_tsquery('pg_catalog.simple', %(any_gram)s)) {filters}
-  ORDER BY t.seq DESC
-  LIMIT %(window)s
-),
-hits AS MATERIALIZED (
-  SELECT c.id, c.dl, u.term FROM cand AS c JOIN usable AS u ON c.search @@ u.tq
-),
-df AS (SELECT term, count(*) AS df FROM hits GROUP BY term),
-span AS (
-  SELECT greatest(count(*), %(top_seq)s - CASE WHEN count(*) >= %(window)s THEN min(seq)
-                                                ELSE %(low_seq)s END + 1)::float8 AS n,
-         greatest(coalesce(avg(dl), 1), 1)::float8 AS avgdl
-  FROM cand
-),
-idf AS MATERIALIZED (
-  SELECT u.term, ln(1 + (s.n - coalesce(d.df, 0) + 0.5) / (coalesce(d.df, 0) + 0.5)) AS idf
-  FROM usable AS u CROSS JOIN span AS s LEFT JOIN df AS d USING (term)
-),
-scored AS (
-  SELECT h.id, h.dl, array_agg(h.term ORDER BY h.term) AS terms,
-         sum(i.idf) * (%(k1)s + 1)
-           / (1 + %(k1)s * (1 - %(b)s + %(b)s * h.dl / s.avgdl)) AS score
-  FROM hits AS h JOIN idf AS i USING (term) CROSS JOIN span AS s
-  GROUP BY h.id, h.dl, s.avgdl
-)
-SELECT (SELECT coalesce(json_object_agg(term, idf), '{{}}') FROM idf),
-       (SELECT avgdl FROM span),
-       (SELECT coalesce(json_agg(json_build_array(id, score, dl, terms)
-                                 ORDER BY score DESC, id DESC), '[]')
-        FROM (SELECT * FROM scored ORDER BY score DESC, id DESC LIMIT %(depth)s) AS top)
-"""
-
-
-class WordRanking:
-    """What ``words_ranked`` found: each query term's idf, the turns' average length (in
-    distinct words) over the span ranked, and the best turns as ``(pk, bm25, length,
-    terms)``."""
-
-    def __init__(
-        self, idf: dict[str, float], avgdl: float, hits: list[tuple[int, float, int, list[str]]]
-    ):
-        self.idf = idf
-        self.avgdl = avgdl
-        self.hits = hits
-
-    def bm25(self, length: int, terms: list[str]) -> float:
-        """The BM25 of a turn of ``length`` words holding ``terms`` (each once) of the query."""
-        weight = sum(self.idf.get(term, 0.0) for term in terms)
-        norm = 1 - BM25_B + BM25_B * length / self.avgdl
-        return weight * (BM25_K1 + 1) / (1 + BM25_K1 * norm)
-
-    def coverage(self, length: int, terms: list[str]) -> float:
-        """``bm25`` over the most a turn could score (every term of the query, in a turn of
-        no other words): in [0, 1], how much of what the query says the turn matches, and how
-        little else it says."""
-        total = sum(self.idf.values()) * (BM25_K1 + 1) / (1 + BM25_K1 * (1 - BM25_B))
-        if total <= 0:
-            return 0.0
-        return min(1.0, self.bm25(length, terms) / total)
-
-
-# NOTE: a CJK run of three characters or more is searched by its pairs; a turn that holds
-# them all but not the run as written (打篮 ... 篮球 for 打篮球) keeps this share of its match.
-APART_SHARE = 0.7
-
-
-def as_written(q: str, content: str) -> float:
-    """1 where ``content`` holds each CJK run of ``q`` of three characters or more as written
-    (or ``q`` has none), else ``APART_SHARE`` times the share it holds."""
-    runs = [run for run in _split(q)[1] if len(run) > 2]
-    if not runs:
-        return 1.0
-    text = unicodedata.normalize("NFKC", content)
-    held = sum(run in text for run in runs)
-    return 1.0 if held == len(runs) else APART_SHARE * (1 + held) / (1 + len(runs))
-
-
-def query_terms(q: str) -> tuple[str, list[str]]:
-    """``q``'s English words (as one text) and its CJK pairs (a single character where a run is
-    one), as the document indexes them."""
-    words, runs = _split(q)
-    grams: list[str] = []
-    for run in runs:
-        for gram in _grams(run).split():
-            if gram not in grams:
-                grams.append(gram)
-    return words, grams
-
-
-def words_ranked(
-    *,
-    using: str,
-    owner_pk: int,
-    q: str,
-    top_seq: int,
-    low_seq: int = 1,
-    depth: int,
-    window: int | None = None,
-    filters: TurnFilters | None = None,
-) -> WordRanking:
-    """The owner's turns ranked by BM25 against ``q``'s words and CJK pairs (any of them, none
-    required), the best ``depth``; PostgreSQL only, in the caller's search transaction.
-
-    ``top_seq`` and ``low_seq`` are the highest and lowest seq the filters allow (the span's
-    ends). Bounded: at most the newest ``window`` turns holding a term are read (the
-    document's GIN index, or the (owner, seq) index backwards), scored in the same statement.
-    """
-    window = RANK_WINDOW if window is None else window
-    words, grams = query_terms(q)
-    any_word = " or ".join(w for w in _WORD_RE.findall(words) if w.lower() != "or")
-    clauses, params = (filters or TurnFilters()).sql("t")
-    statement = _WORDS_SQL.format(filters=clauses)
-    with connections[using].cursor() as cursor:
-        cursor.execute(
-            statement,
-            {
-                "words": words,
-                "grams": grams,
-                "any_word": any_word,
-                "any_gram": " or ".join(grams),
-                "owner": owner_pk,
-                "window": window,
-                "top_seq": top_seq,
-                "low_seq": low_seq,
-                "depth": depth,
-                "k1": BM25_K1,
-                "b": BM25_B,
-                **params,
-            },
-        )
-        idf, avgdl, hits = cursor.fetchone()
-    idf = _json(idf)
-    hits = _json(hits)
-    return WordRanking(
-        {str(k): float(v) for k, v in idf.items()},
-        float(avgdl),
-        [(int(pk), float(score), int(dl), list(terms)) for pk, score, dl, terms in hits],
-    )
-
-
-def _json(value: Any) -> Any:
-    import json
-
-    return json.loads(value) if isinstance(value, (str, bytes)) else value
-
-
-class TurnFilters:
-    """The turns a search may return: older than ``before_seq``, created at or after
-    ``after`` and before ``before`` (each optional)."""
-
-    def __init__(
-        self,
-        *,
-        before_seq: int | None = None,
-        after: Any = None,
-        before: Any = None,
-    ):
-        self.before_seq = before_seq
-        self.after = after
-        self.before = before
-
-    def sql(self, alias: str) -> tuple[str, dict[str, Any]]:
-        """The ``AND ...`` clauses on the turn table ``alias`` and their parameters."""
-        clauses = []
-        params: dict[str, Any] = {}
-        if self.before_seq is not None:
-            clauses.append(f"AND {alias}.seq < %(f_before_seq)s")
-            params["f_before_seq"] = self.before_seq
-        if self.after is not None:
-            clauses.append(f"AND {alias}.created_at >= %(f_after)s")
-            params["f_after"] = self.after
-        if self.before is not None:
-            clauses.append(f"AND {alias}.created_at < %(f_before)s")
-            params["f_before"] = self.before
-        return " ".join(clauses), params
-
-    def queryset(self, turns: QuerySet[Turn]) -> QuerySet[Turn]:
-        """``turns`` narrowed to these filters."""
-        if self.before_seq is not None:
-            turns = turns.filter(seq__lt=self.before_seq)
-        if self.after is not None:
-            turns = turns.filter(created_at__gte=self.after)
-        if self.before is not None:
-            turns = turns.filter(created_at__lt=self.before)
-        return turns
-
-    def __bool__(self) -> bool:
-        return self.before_seq is not None or self.after is not None or self.before is not None
-
-
-# NOTE: the candidates of a search, whichever ranking found them, read once: their fields, their
-# length in distinct words, which of the query's terms each holds, and (where the owner's turns
-# have vectors of the model) the cosine distance of each to the query's vector. The turn is
-# read on its owner too: a pk from a vector row is never trusted alone for whose turn it is.
-_FEATURES_SQL = """
-SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata, t.created_at,
-       length(t.search),
-       ARRAY(SELECT term FROM unnest(%(terms)s::text[]) AS term
-             WHERE t.search @@ plainto_tsquery('pg_catalog.simple', term)),
-       {distance}
-FROM memory_turn AS t {join}
-WHERE t.id = ANY(%(ids)s::bigint[]) AND t.owner_id = %(owner)s::bigint
-"""
-
-
-def turns_features(
-    *,
-    using: str,
-    owner_pk: int,
-    pks: list[int],
-    terms: list[str],
-    model: str | None,
-    vector: str | None,
-) -> list[tuple[Any, ...]]:
-    """For each of the owner's turns ``pks``: ``(pk, *TURN_FIELDS, length, terms held,
-    cosine distance or None)``; PostgreSQL only. ``vector`` is the query's in pgvector's text
-    form, ``model`` the embedder's name (no distance without them)."""
-    if vector is None or model is None:
-        statement = _FEATURES_SQL.format(distance="NULL::float8", join="")
-    else:
-        statement = _FEATURES_SQL.format(
-            distance="v.vector <=> %(vector)s::halfvec",
-            join="LEFT JOIN memory_turnvector AS v ON v.turn_id = t.id AND v.model = %(model)s"
-            " AND v.owner_id = t.owner_id",
-        )
-    with connections[using].cursor() as cursor:
-        cursor.execute(
-            statement,
-            {"terms": terms, "ids": pks, "owner": owner_pk, "model": model, "vector": vector},
-        )
-        rows = cursor.fetchall()
-    # NOTE: a raw cursor reads jsonb as its text (memory.codec), as the ORM's JSONField would.
-    return [
-        (*row[:5], codec.loads_jsonb(row[5]) if isinstance(row[5], str) else row[5], *row[6:])
-        for row in rows
-    ]
-
-
-# Words that say nothing of a turn's subject, for the ranking off PostgreSQL (which has its
-# English configuration's list).
-_STOP_WORDS_TEXT = (
-    "a an and are as at be but by did do does for from had has have he her him his how i if"
-    " in into is it its me my no not of on or our she so that the their them then there they"
-    " this to was we were what when where which who why will with you your"
-)
-_STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
-_WORD_RE = re.compile(r"\w+")
-# Off PostgreSQL, a turn that holds ``q`` as written but none of its terms counts as this share.
-SUBSTRING_COVERAGE = 0.5
-
-
-def text_terms(text: str) -> list[str]:
-    """The ranking's terms of ``text`` off PostgreSQL: lower-cased words but stop words (a
-    plural's ``s`` dropped), and CJK pairs."""
-    words, runs = _split(text.lower())
-    terms = [
-        word[:-1] if len(word) > 3 and word.endswith("s") else word
-        for word in _WORD_RE.findall(words)
-        if word not in _STOP_WORDS
-    ]
-    for run in runs:
-        terms.extend(_grams(run).split())
-    return terms
-
-
-def words_ranked_python(
-    turns: QuerySet[Turn], q: str, *, depth: int, window: int | None = None
-) -> list[tuple[tuple[Any, ...], float]]:
-    """``words_ranked`` off PostgreSQL (the SQLite demo): the newest ``window`` turns of
-    ``turns`` scored by BM25 against ``q``'s terms in Python, the best ``depth`` as ``(row,
-    coverage)``, row ``(pk, *TURN_FIELDS)``; bounded by ``window``."""
-    from memory.payloads import TURN_FIELDS
-
-    wanted = set(text_terms(q))
-    if not wanted:
-        return []
-    window = RANK_WINDOW if window is None else window
-    rows = list(turns.order_by("-seq").values_list("pk", *TURN_FIELDS)[:window])
-    held = [(row, set(text_terms(row[4])) & wanted, len(set(text_terms(row[4])))) for row in rows]
-    n = max(len(rows), 1)
-    df = {term: sum(term in terms for _, terms, _ in held) for term in wanted}
-    ranking = WordRanking(
-        {term: math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5)) for term in wanted},
-        max(sum(length for *_, length in held) / n, 1.0),
-        [],
-    )
-    scored = [
-        (row, ranking.coverage(length, sorted(terms)) * as_written(q, row[4]))
-        for row, terms, length in held
-        if terms
-    ]
-    if not scored:
-        # NOTE: no term matched (the start of a word, say): the substring match this path had.
-        needle = q.casefold()
-        scored = [(row, SUBSTRING_COVERAGE) for row, *_ in held if needle in row[4].casefold()]
-    scored.sort(key=lambda item: (-item[1], -item[0][1]))
-    return scored[:depth]

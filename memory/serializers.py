@@ -21,6 +21,8 @@ from memory.search import MAX_QUERY_CHARS, MAX_RESULTS
 from memory.selectors import DEFAULT_PAGE_SIZE, MAX_CURSOR_CHARS, MAX_PAGE_SIZE
 from memory.tokens import MAX_TOKENS
 from memory.validators import (
+    DATE_OR_DATE_TIME_PATTERN,
+    DATE_TIME_PATTERN,
     MAX_JSON_DEPTH,
     NUMBER_RULE,
     OWNER_ID_RE,
@@ -49,25 +51,6 @@ JSON_RULES = (
 )
 # Largest ``after`` accepted: the range of the database's bigint ``seq``.
 MAX_SEQ = 2**63 - 1
-
-
-# NOTE: RFC 3339 date-times the server parses, as a pattern (JSON Schema's ``format`` is only
-# an annotation): real calendar days, years 1000-9998 so that no offset moves one out of
-# Python's range, at most microseconds, upper-case T and Z.
-_LEAP_YEAR = "(?:[1-9][0-9](?:0[48]|[2468][048]|[13579][26])|(?:[13579][26]|[2468][048])00)"
-_MONTH_DAY = (
-    "(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
-    "|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
-    "|02-(?:0[1-9]|1[0-9]|2[0-8]))"
-)
-DATE_TIME_PATTERN = (
-    f"^(?:(?!9999)[1-9][0-9]{{3}}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
-    "T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?"
-    "(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"
-)
-# A date alone, or a date-time as above: what ``after``, ``before`` and ``now`` take.
-_DATE = f"(?:(?!9999)[1-9][0-9]{{3}}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
-DATE_OR_DATE_TIME_PATTERN = f"^{_DATE}$|{DATE_TIME_PATTERN}"
 
 
 class TextField(serializers.CharField):

@@ -292,7 +292,7 @@ def vectors_nearest(
     """The ``limit`` turns of owner ``owner_pk`` whose vectors (of ``model``) are nearest to
     ``query``: ``(turn pk, cosine distance)``, nearest first. ``embedded``: how many of the
     owner's turns have been embedded (their ``embedded_seq``); past ``INDEX_FROM``, the
-    model's HNSW index serves where it exists. ``filters`` (``memory.search.TurnFilters``)
+    model's HNSW index serves where it exists. ``filters`` (``memory.ranking.TurnFilters``)
     keeps only the turns it allows."""
     text = vector_text(query)
     clauses, params = filters.sql("t") if filters else ("", {})

@@ -19,7 +19,7 @@ from django.db.models import (
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from memory import aio, search, when
+from memory import aio, ranking, search, when
 from memory.conf import conf
 from memory.exceptions import SearchUnavailable, database_guard
 from memory.models import Owner, Turn
@@ -210,7 +210,7 @@ def _candidates(
     mode: str,
     query: QueryVector,
     depth: int,
-    filters: search.TurnFilters,
+    filters: ranking.TurnFilters,
 ) -> tuple[list[Candidate], str]:
     """The turns either ranking finds among its best ``depth``, with their features; and the
     mode that ranked them (``text`` where the query's embedding failed)."""
@@ -218,18 +218,18 @@ def _candidates(
     using = Turn.objects.db
     turns = filters.queryset(owner_turns(owner_pk))
     if connections[using].vendor != "postgresql":
-        ranked = search.words_ranked_python(turns, q, depth=depth)
+        ranked = ranking.words_ranked_python(turns, q, depth=depth)
         return [Candidate(row[0], row[1:], None, coverage) for row, coverage in ranked], "text"
     top_seq = last_seq if filters.before_seq is None else min(last_seq, filters.before_seq - 1)
-    ranking = None
+    words = None
     terms: list[str] = []
     pks: list[int] = []
     if mode != "semantic":
-        ranking = search.words_ranked(
+        words = ranking.words_ranked(
             using=using, owner_pk=owner_pk, q=q, top_seq=top_seq, depth=depth, filters=filters
         )
-        terms = sorted(ranking.idf)
-        pks = [pk for pk, *_ in ranking.hits]
+        terms = sorted(words.idf)
+        pks = [pk for pk, *_ in words.hits]
     vector = _resolved(query)
     model = None
     if vector is not None:
@@ -250,7 +250,7 @@ def _candidates(
             similar = True
     if not pks:
         return [], mode
-    rows = search.turns_features(
+    rows = ranking.turns_features(
         using=using,
         owner_pk=owner_pk,
         pks=pks,
@@ -263,8 +263,8 @@ def _candidates(
         cosine = None if distance is None else 1.0 - float(distance)
         if similar:
             coverage = SIMILAR_COVERAGE
-        elif ranking is not None:
-            coverage = ranking.coverage(length or 0, held) * search.as_written(q, fields[3])
+        elif words is not None:
+            coverage = words.coverage(length or 0, held) * ranking.as_written(q, fields[3])
         else:
             coverage = 0.0
         found.append(Candidate(pk, tuple(fields), cosine, coverage))
@@ -326,7 +326,7 @@ def ranked_turns(
     query: QueryVector,
     limit: int,
     *,
-    filters: search.TurnFilters | None = None,
+    filters: ranking.TurnFilters | None = None,
     min_score: float | None = None,
     context: bool = True,
 ) -> list[TurnPayload]:
@@ -334,7 +334,7 @@ def ranked_turns(
     transaction; ``owner`` is their ``(pk, embedded_seq, last_seq)`` (``_owner_read``).
     ``filters`` narrows the turns searched; ``min_score`` drops results scored below it;
     ``context`` gives each result its neighbouring turns (``_with_context``)."""
-    filters = filters or search.TurnFilters()
+    filters = filters or ranking.TurnFilters()
     depth = max(limit * 3, FUSION_CANDIDATES)
     candidates, mode = _candidates(owner, q, mode, query, depth, filters)
     results = []
@@ -366,7 +366,7 @@ def search_filters(
     before: Any = None,
     now: Any = None,
     before_seq: int | None = None,
-) -> tuple[search.TurnFilters, str]:
+) -> tuple[ranking.TurnFilters, str]:
     """The turns a search of ``q`` keeps and the text it matches: ``after``/``before`` (ISO-8601
     dates or date-times; ``after`` inclusive, ``before`` exclusive), narrowed further by a
     time ``q`` names against ``now`` (default: this server's clock; ``when.when_in_query``),
@@ -385,7 +385,7 @@ def search_filters(
             after_at, before_at = start, end
         else:
             text = q
-    filters = search.TurnFilters(before_seq=before_seq, after=after_at, before=before_at)
+    filters = ranking.TurnFilters(before_seq=before_seq, after=after_at, before=before_at)
     return filters, text
 
 

@@ -16,7 +16,13 @@ from rest_framework import serializers
 from memory import when
 from memory.search import MAX_QUERY_CHARS
 from memory.serializers import JSON_RULES, JSONValueField, TextField
-from memory.validators import FACT_KEY_RE, SURROGATE_RE, validate_fact_key, validate_json_value
+from memory.validators import (
+    DATE_OR_DATE_TIME_PATTERN,
+    FACT_KEY_RE,
+    SURROGATE_RE,
+    validate_fact_key,
+    validate_json_value,
+)
 
 # Most turns one search_memory or recent_turns call may ask for.
 MAX_SEARCH_RESULTS = 20
@@ -34,10 +40,8 @@ def validate_query_text(value: str) -> None:
 
 def validate_when(value: str) -> None:
     """An ISO-8601 date or date-time (``memory.when.when_parse``) of the tools' shape
-    (``memory.tools.definitions.ISO_DATE_PATTERN``)."""
-    from memory.tools.definitions import ISO_DATE_PATTERN
-
-    if not re.match(ISO_DATE_PATTERN, value):
+    (``memory.validators.DATE_OR_DATE_TIME_PATTERN``, the API's)."""
+    if not re.match(DATE_OR_DATE_TIME_PATTERN, value):
         raise DjangoValidationError(
             "Enter an ISO-8601 date (2026-05-01) or date-time (2026-05-01T12:00:00Z).",
             code="invalid",

@@ -17,7 +17,6 @@ from memory.conf import conf
 from memory.exceptions import FactNotFound
 from memory.payloads import fact_payload
 from memory.search import MAX_QUERY_CHARS
-from memory.serializers import DATE_OR_DATE_TIME_PATTERN
 from memory.tools.arguments import (
     MAX_RECENT_TURNS,
     MAX_SEARCH_RESULTS,
@@ -28,7 +27,7 @@ from memory.tools.arguments import (
     SearchMemoryArguments,
     ToolArguments,
 )
-from memory.validators import FACT_KEY_RE
+from memory.validators import DATE_OR_DATE_TIME_PATTERN, FACT_KEY_RE
 
 
 class ToolDefinition(TypedDict):
