@@ -13,10 +13,10 @@ import os
 import secrets
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 import memory
+from memoryproj.databases import database_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -161,7 +161,7 @@ if SERVED_BY_ASGI:
     ASGI_APPLICATION = "memoryproj.asgi.application"
 
 DATABASES = {
-    "default": dj_database_url.parse(
+    "default": database_parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
         conn_health_checks=True,
     )

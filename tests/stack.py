@@ -301,7 +301,11 @@ def app_stack(**kwargs: Any) -> Iterator[AppStack]:
     ``pooler="pgbouncer"`` and PgBouncer is not installed."""
     if kwargs.get("pooler") == "pgbouncer" and pgbouncer_binary() is None:
         pytest.skip(PGBOUNCER_MISSING)
+    before_start = kwargs.pop("before_start", None)
     stack = AppStack(**kwargs)
+    if before_start is not None:
+        # NOTE: what needs the stack's database name before it starts (a multi-host URL).
+        before_start(stack)
     try:
         yield stack.start()
     finally:

@@ -104,9 +104,10 @@ def replicas_state() -> Literal["ok", "behind"]:
 
 def reset() -> None:
     """Forget this process's cache state: breaker, counters, pending repairs (tests, forks)."""
-    from memory.cache import client, copy, limits, repair
+    from memory.cache import client, copy, history, limits, repair
 
     client.breaker.reset()
+    history.reset()
     repair.reset()
     copy.replicas.reset()
     limits.reset()
