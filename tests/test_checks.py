@@ -452,7 +452,7 @@ class WritesToTheReplica:
 
 
 def test_a_router_sending_writes_to_the_read_database_is_an_error():
-    from memory.checks import check_memory_databases
+    from memory.postgres.checks import check_memory_databases
 
     # NOTE: this check alone: the others open the aliases a router names, and Django's
     # connection handler knows only the databases it was started with.
