@@ -95,6 +95,8 @@ def test_a_failover_that_lost_transactions_serves_none_of_them(
     assert post_turn(stack, 0, owner, "My name is Wang Jianguo").status == 201
     assert put_fact(stack, 1, owner, "city", "Beijing").status in (200, 201)
     standby.wait_replayed()
+    for i in range(stack.instances):
+        assert stack.request(i, "GET", "/api/memory/health/").data["database_primary"] == 0
     standby.cut()
     # Acknowledged by the primary alone: the standby never receives them.
     assert post_turn(stack, 0, owner, "LOST turn about Tokyo").status == 201
@@ -121,6 +123,9 @@ def test_a_failover_that_lost_transactions_serves_none_of_them(
                 assert status in (200, 503), (status, body)
                 assert b"LOST" not in body, body
                 served += status == 200
+    for i in range(stack.instances):
+        # The health of each instance names the new primary: the second host.
+        assert stack.request(i, "GET", "/api/memory/health/").data["database_primary"] == 1
     # Writes after the promotion land on clean copies: the lost turns' seqs are handed out again.
     assert post_turn(stack, 1, owner, "After the failover").status == 201
     assert put_fact(stack, 0, owner, "plan", "Shanghai").status in (200, 201)
@@ -148,7 +153,8 @@ class Load:
 
     def __init__(self, stack: AppStack, owner: str) -> None:
         self.stack, self.owner = stack, owner
-        self.acked: list[tuple[float, str]] = []
+        # (when the request was sent, when it was acknowledged, the turn)
+        self.acked: list[tuple[float, float, str]] = []
         self.tried: set[str] = set()
         self.facts: dict[str, list[int]] = {}
         self.failed: list[tuple[float, int, str | None]] = []
@@ -167,7 +173,7 @@ class Load:
                 self.failed.append((started, 0, repr(e)))
                 continue
             if answer.status == 201:
-                self.acked.append((time.monotonic(), content))
+                self.acked.append((started, time.monotonic(), content))
             else:
                 self.failed.append((started, answer.status, answer.headers_retry_after))
             fact = put_fact(self.stack, i, self.owner, f"count-{i}", str(n))
@@ -207,10 +213,11 @@ def test_a_synchronous_standby_promoted_after_the_primarys_kill_loses_no_acknowl
         standby.promote()
         promoted = time.monotonic()
         deadline = promoted + 15
-        while not any(at > promoted for at, _ in load.acked):
+        while not any(at > promoted for _, at, _ in load.acked):
             assert time.monotonic() < deadline, "no write was acknowledged after the promotion"
             time.sleep(0.05)
-        first_after = min(at for at, _ in load.acked if at > killed)
+        # NOTE: of the writes sent after the kill (one sent before may be answered after it).
+        first_after = min(at for sent, at, _ in load.acked if sent > killed)
         time.sleep(1.0)
     finally:
         load.stop.set()
@@ -227,7 +234,7 @@ def test_a_synchronous_standby_promoted_after_the_primarys_kill_loses_no_acknowl
     # primary may be stored too: its commit had reached the standby).
     stored = [t["content"] for t in turns_listed(stack, owner)]
     assert len(stored) == len(set(stored))
-    assert {content for _, content in load.acked} <= set(stored) <= load.tried
+    assert {content for _, _, content in load.acked} <= set(stored) <= load.tried
     # And every instance serves them, without a restart.
     for i in range(stack.instances):
         deadline = time.monotonic() + 10

@@ -108,6 +108,9 @@ def test_a_paused_replica_serves_no_stale_read_and_no_stale_fill(
                         stale_fills += filled != said[owner][-50:]
                     stale_reads += turns != said[owner][-50:]
         assert not standby.replayed(), "the replica caught up: the test proves nothing"
+        health = stack.request(0, "GET", "/api/memory/health/").data
+        assert health["read_replica"]["state"] == "ok"
+        assert health["read_replica"]["lag_bytes"] > 0
     finally:
         standby.sql("SELECT pg_wal_replay_resume()")
     # NOTE: each worker adds its counts to the shared ones at most once a second, on a read:
