@@ -534,7 +534,7 @@ class HealthLatencySerializer(serializers.Serializer):
 class ReadReplicaHealthSerializer(serializers.Serializer):
     """The read replica (MEMORY['READ_DATABASE']): whether it answers, how far it is behind."""
 
-    state = serializers.ChoiceField(choices=["ok", "down"])
+    reachable = serializers.BooleanField()
     lag_bytes = serializers.IntegerField(
         allow_null=True,
         help_text="Bytes of WAL the primary wrote that the replica has not replayed yet.",

@@ -109,7 +109,7 @@ def test_a_paused_replica_serves_no_stale_read_and_no_stale_fill(
                     stale_reads += turns != said[owner][-50:]
         assert not standby.replayed(), "the replica caught up: the test proves nothing"
         health = stack.request(0, "GET", "/api/memory/health/").data
-        assert health["read_replica"]["state"] == "ok"
+        assert health["read_replica"]["reachable"] is True
         assert health["read_replica"]["lag_bytes"] > 0
     finally:
         standby.sql("SELECT pg_wal_replay_resume()")

@@ -17,7 +17,7 @@ class HealthLatency(TypedDict):
 
 
 class ReadReplicaHealth(TypedDict):
-    state: Literal["ok", "down"]
+    reachable: bool
     lag_bytes: int | None
 
 
@@ -61,9 +61,9 @@ def _read_replica(alias: str) -> ReadReplicaHealth:
             replayed = cursor.fetchone()[0]
     except DatabaseError:
         connections[alias].close()
-        return {"state": "down", "lag_bytes": None}
+        return {"reachable": False, "lag_bytes": None}
     return {
-        "state": "ok",
+        "reachable": True,
         "lag_bytes": max(primary - _lsn(replayed), 0) if replayed is not None else None,
     }
 
