@@ -13,7 +13,6 @@ from rest_framework.response import Response
 from memory import selectors, services
 from memory.permissions import can_reach
 from memory.serializers import (
-    HealthSerializer,
     LinkInputSerializer,
     LinkResultSerializer,
     PageQuerySerializer,
@@ -28,6 +27,7 @@ from memory.views.base import (
     _validated,
     schema_responses,
 )
+from memory.views.health import HealthSerializer
 from memory.views.schema import CURSOR_400, ERRORS
 
 
