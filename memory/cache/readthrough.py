@@ -24,7 +24,6 @@ from memory.cache.copy import (
     copy_fill,
     copy_read,
 )
-from memory.cache.history import history_epoch, history_trusted
 from memory.cache.repair import Pending, pending_for, remember, repairer_ensure
 from memory.cache.stamps import stamp_get
 from memory.conf import conf
@@ -72,15 +71,10 @@ def copy_valid(
     return result
 
 
-def cache_lookup(
-    owner_id: str, turns: int, *, epoch: str, claim_fill: bool = True
-) -> ReadResult | Refused:
-    """One validated read of the owner's copy on the database history ``epoch`` (see
-    ``copy_read`` and ``copy_valid``)."""
+def cache_lookup(owner_id: str, turns: int, *, claim_fill: bool = True) -> ReadResult | Refused:
+    """One validated read of the owner's copy (see ``copy_read`` and ``copy_valid``)."""
     repairer_ensure()
-    return copy_valid(
-        owner_id, copy_read(owner_id=owner_id, turns=turns, claim_fill=claim_fill, epoch=epoch)
-    )
+    return copy_valid(owner_id, copy_read(owner_id=owner_id, turns=turns, claim_fill=claim_fill))
 
 
 class _Flights:
@@ -117,7 +111,7 @@ def _tail(turns: list[_T], n: int) -> list[_T]:
     return turns[max(len(turns) - n, 0) :] if n else []
 
 
-def fill_verify(owner_id: str, stamp: int, epoch: str | None = None) -> bool:
+def fill_verify(owner_id: str, stamp: int) -> bool:
     """After a fill at ``stamp`` was stored without its claim, check it against the owner's
     stamp in the database; a fill that a write overtook is dropped again. Returns whether it
     stands.
@@ -136,27 +130,16 @@ def fill_verify(owner_id: str, stamp: int, epoch: str | None = None) -> bool:
     if current == stamp:
         return True
     breaker.count("fills_reverted")
-    if not copy_drop(owner_id=owner_id, stamp=max(current, stamp), epoch=epoch):
+    if not copy_drop(owner_id=owner_id, stamp=max(current, stamp)):
         remember(Pending(owner_pk=None, owner_id=owner_id, stamp=max(current, stamp)))
     return False
 
 
-def _rehydrate(
-    owner_id: str, turns: int, load: Loader, fill_token: str | None, epoch: str
-) -> Snapshot:
-    """Read the owner from the database, store a verified copy under ``epoch``, return the
-    last ``turns``."""
+def _rehydrate(owner_id: str, turns: int, load: Loader, fill_token: str | None) -> Snapshot:
+    """Read the owner from the database, store a verified copy, return the last ``turns``."""
     depth = conf.CACHE_TURNS
     snapshot, complete = load(max(turns, depth + 1))
     breaker.count("rehydrations")
-    result = Snapshot(
-        snapshot.stamp, _tail(snapshot.turns, turns), snapshot.facts, snapshot.summary
-    )
-    if history_trusted() != epoch:
-        # NOTE: the history changed (or went unconfirmed) while the database was read: the
-        # rows may be of the history before it, and are stored under no name.
-        breaker.count("fills_unconfirmed")
-        return result
     cached = Snapshot(
         snapshot.stamp, _tail(snapshot.turns, depth), snapshot.facts, snapshot.summary
     )
@@ -165,18 +148,17 @@ def _rehydrate(
         snapshot=cached,
         complete=complete and len(snapshot.turns) <= depth,
         fill_token=fill_token,
-        epoch=epoch,
     )
     if stored is Fill.UNCLAIMED:
-        fill_verify(owner_id, snapshot.stamp, epoch)
+        fill_verify(owner_id, snapshot.stamp)
     elif stored is Outcome.TIMEOUT:
         # NOTE: a Redis that timed out may still run the fill once it answers again (one that
         # refused the connection never got it, and leaves nothing to repair).
         remember(Pending(owner_pk=None, owner_id=owner_id, stamp=snapshot.stamp))
-    return result
+    return Snapshot(snapshot.stamp, _tail(snapshot.turns, turns), snapshot.facts, snapshot.summary)
 
 
-def _wait_for_fill(owner_id: str, turns: int, epoch: str) -> ReadResult | Refused | None:
+def _wait_for_fill(owner_id: str, turns: int) -> ReadResult | Refused | None:
     """Another reader is rehydrating this owner: wait for its copy, for at most
     ``FILL_WAIT_MS``. Returns the validated copy; or a ``Miss`` with a fill token when that
     reader's lock went without leaving a copy and this one took it over; or ``None``: read
@@ -196,7 +178,7 @@ def _wait_for_fill(owner_id: str, turns: int, epoch: str) -> ReadResult | Refuse
             delay = min(delay * 2, FILL_POLL_MAX_SECONDS)
         # NOTE: only the cache is trusted, never the other reader's rows: its fill is refused
         # if a write moved the owner on meanwhile, and then this reader takes over.
-        result = cache_lookup(owner_id, turns, epoch=epoch)
+        result = cache_lookup(owner_id, turns)
         if not isinstance(result, Miss) or result.fill_token:
             return result
     return None
@@ -230,21 +212,15 @@ def read_through(*, owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, 
 def _read_through(owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, Source]:
     if not enabled():
         return load(turns)[0], "database"
-    epoch = history_epoch()
-    if epoch is None:
-        # NOTE: no history confirmed within the lease: no copy is trusted, and the database,
-        # if it answers the load, is read as if Redis were down.
-        breaker.count("history_unconfirmed")
-        return load(turns)[0], "database"
-    result = cache_lookup(owner_id, turns, epoch=epoch)
+    result = cache_lookup(owner_id, turns)
     if isinstance(result, Hit):
         return result.snapshot, "cache"
     if isinstance(result, Refused) and result.stale:
-        return _rehydrate(owner_id, turns, load, None, epoch), "database"
+        return _rehydrate(owner_id, turns, load, None), "database"
     if not isinstance(result, Miss):
         return load(turns)[0], "database"
     if result.fill_token is None and conf.FILL_WAIT_MS > 0:
-        waited = _wait_for_fill(owner_id, turns, epoch)
+        waited = _wait_for_fill(owner_id, turns)
         if isinstance(waited, Hit):
             return waited.snapshot, "cache"
         if isinstance(waited, Miss):
@@ -252,9 +228,9 @@ def _read_through(owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, So
         elif waited is not None and not (isinstance(waited, Refused) and waited.stale):
             return load(turns)[0], "database"
     if result.fill_token is None:
-        return _rehydrate(owner_id, turns, load, None, epoch), "database"
+        return _rehydrate(owner_id, turns, load, None), "database"
     running = _flights.start(owner_id)
     try:
-        return _rehydrate(owner_id, turns, load, result.fill_token, epoch), "database"
+        return _rehydrate(owner_id, turns, load, result.fill_token), "database"
     finally:
         _flights.end(owner_id, running)
