@@ -304,8 +304,8 @@ def test_the_sweeps_queries_per_page_do_not_grow_with_the_facts_left(write):
         for key in "abcdefgh":
             services.fact_put(owner_id="wang", key=key, value=1, expires_at=at)
     wait_past(at)
-    # NOTE: a first sweep outside the count: a process's first database use also confirms the
-    # database's history for the cache (rule 9 of memory.cache), once per lease.
+    # NOTE: a first sweep outside the count: what a process does once (a first query of a
+    # kind, a setting read) is not growth.
     with write():
         services.facts_expire(batch_size=2, limit=1)
     with CaptureQueriesContext(connection) as first, write():
