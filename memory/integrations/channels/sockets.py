@@ -85,6 +85,9 @@ class MemoryChatMixin:
     # Seconds between two reads of the database while a socket waits for a turn (or the channel
     # layer is away): the bound on a turn's delivery without the layer.
     poll_seconds: ClassVar[float] = 1.0
+    # Seconds between two reads of the database by a socket that waits for nothing: the bound
+    # on a turn's delivery if the channel layer lost the message that carried it.
+    idle_poll_seconds: ClassVar[float] = 5.0
     reply_timeout: ClassVar[float] = 120.0
     lock_timeout: ClassVar[float] = 150.0
     default_session_id: ClassVar[str] = "ws"
@@ -439,13 +442,16 @@ class MemoryChatMixin:
     async def _poll(self) -> None:
         """Read the database every ``poll_seconds`` while this socket waits for something (a
         reply to its message, the rest of a reply) or may have missed a published turn."""
+        polled = time.monotonic()
         while True:
             await asyncio.sleep(self.poll_seconds)
             now = time.monotonic()
             for message_id, since in list(self._pending.items()):
                 if now - since > self.lock_timeout + self.reply_timeout:
                     self._pending.pop(message_id, None)
-            if self._pending or self._partial or self._stale or not self._layer_ok:
+            waiting = self._pending or self._partial or self._stale or not self._layer_ok
+            if waiting or now - polled >= self.idle_poll_seconds:
+                polled = now
                 self._put(("poll", None))
 
     async def _listen(self) -> None:
