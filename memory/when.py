@@ -108,7 +108,13 @@ def when_parse(value: Any, *, field: str) -> dt.datetime | None:
         )
     if timezone.is_naive(parsed):
         parsed = timezone.make_aware(parsed)
-    return parsed
+    # NOTE: in UTC: an offset past PostgreSQL's (+-15:59) is a valid ISO 8601 one.
+    try:
+        return parsed.astimezone(dt.UTC)
+    except OverflowError as e:
+        raise ValidationError(
+            {field: ["Enter an ISO-8601 date (2026-05-01) or date-time (2026-05-01T12:00:00Z)."]}
+        ) from e
 
 
 def _month_start(year: int, month: int) -> dt.datetime:

@@ -310,6 +310,14 @@ def test_bad_dates_and_scores_are_400(owner_client, dated, query):
     assert set(response.json()) <= {"after", "before", "now", "min_score"}
 
 
+def test_a_date_time_with_an_offset_past_postgres_range_is_read_in_utc(owner_client, dated):
+    # NOTE: Schemathesis met it: +22:40 is a valid ISO 8601 offset, and PostgreSQL's
+    # timestamptz refused it as a 500.
+    query = {"q": "went", "after": "2000-01-01T23:30:37+22:40", "now": "2030-07-24T00:00:00-23:59"}
+    response = owner_client.get(SEARCH, query)
+    assert response.status_code == 200
+
+
 def test_an_empty_range_answers_nothing_rather_than_a_400(owner_client, dated):
     # NOTE: after not before before is a range in which nothing was said, not bad input: the
     # schema cannot state a rule between two parameters, and a client it allows gets a 200.
