@@ -54,8 +54,10 @@ _replies: dict[str, dict[int, list[str]]] = {}
 _sockets: dict[str, weakref.WeakSet[MemoryChatMixin]] = {}
 _owner_locks: dict[str, asyncio.Lock] = {}
 # Connections this process holds for exchange locks at most (a pool: each an owner with a reply in
-# production); an exchange past it waits for one.
-MAX_LOCK_CONNECTIONS = 24
+# production); an exchange past it waits for one. A connection idle for LOCK_CONNECTION_IDLE
+# seconds is closed: the database's connections are shared with every other process.
+MAX_LOCK_CONNECTIONS = 12
+LOCK_CONNECTION_IDLE = 30.0
 _lock_pool_open: Any = None
 
 
@@ -142,6 +144,7 @@ async def _lock_pool() -> Any:
             kwargs=_lock_connection_params(),
             min_size=0,
             max_size=MAX_LOCK_CONNECTIONS,
+            max_idle=LOCK_CONNECTION_IDLE,
             open=False,
             check=AsyncConnectionPool.check_connection,
             name="memory-chat-locks",
