@@ -106,8 +106,9 @@ def history_epoch() -> str | None:
 
 
 def history_due() -> bool:
-    """Whether the repairer should renew the lease now (a third of it is left or less)."""
-    return time.monotonic() - _state.confirmed_at >= conf.HISTORY_LEASE * 2 / 3
+    """Whether the repairer should renew the lease now (half of it is left or less): it looks
+    every quarter of a lease, so a thread held up for a quarter still renews it in time."""
+    return time.monotonic() - _state.confirmed_at >= conf.HISTORY_LEASE / 2
 
 
 def history_current() -> str:
