@@ -97,7 +97,7 @@ def test_no_copy_is_served_past_the_lease_of_a_history_the_database_no_longer_co
 def test_warm_reads_ask_the_database_nothing_while_the_repairer_renews_the_lease(
     transactional_db, wang_chat, memory_settings, django_assert_num_queries
 ):
-    with memory_settings(REPAIR_THREAD=True):
+    with memory_settings(REPAIR_THREAD=True, HISTORY_LEASE=1.0):
         cache.reset()
         try:
             selectors.context_get(owner_id="wang")  # confirms the history, fills, starts it
