@@ -67,9 +67,9 @@ before the read began, except within these bounds:
    at once, bounded only by the skew between the hosts' clocks, with no write and no
    invalidation. The sweep that deletes it later is an ordinary write (rule 2).
 
-Redis keys: ``<KEY_PREFIX>:v4:{<digest of owner id>}`` (a hash; the braces are a cluster hash
+Redis keys: ``<KEY_PREFIX>:v5:{<digest of owner id>}`` (a hash; the braces are a cluster hash
 tag, so an owner's keys share a slot and every script touches one slot), ``...:fill`` (the
-fill lock), ``<KEY_PREFIX>:v4:stats`` (shared counters).
+fill lock), ``<KEY_PREFIX>:v5:stats`` (shared counters).
 """
 
 from __future__ import annotations
