@@ -48,6 +48,7 @@ logger = logging.getLogger("memory")
 #   W012 summaries on, but django-tasks is not installed (no refresh runs by itself)
 #   W013 summaries on, but TASKS runs tasks immediately, inside the request
 #   E027, W014-W016: the embedder's (memory.recall.checks)
+#   E031-E033: the databases' (memory.postgres.checks)
 
 COUNTS = (
     "CACHE_TTL",
@@ -66,7 +67,7 @@ COUNTS = (
     "EMBED_BATCH_TURNS",
     "RECALL_TURNS",
 )
-DURATIONS = ("RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW")
+DURATIONS = ("RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW", "HISTORY_LEASE")
 VALUE_IDS = {
     **{name: "memory.E003" for name in DURATIONS},
     "KEY_PREFIX": "memory.E004",

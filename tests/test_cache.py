@@ -21,7 +21,8 @@ def contents(context) -> list[str]:
 
 def test_owner_key_has_prefix_schema_and_hash_tag_without_the_id(settings):
     key = cache.keys.owner_key("wang@example.com")
-    prefix = f"{settings.MEMORY['KEY_PREFIX']}:v5:{{"
+    history = cache.history.history_current()
+    prefix = f"{settings.MEMORY['KEY_PREFIX']}:v5:h{history}:{{"
     assert key.startswith(prefix) and key.endswith("}")
     assert "wang" not in key
     assert key != cache.keys.owner_key("wang@example.org")

@@ -150,7 +150,9 @@ def _fact_key(fact: FactPayload) -> str:
 _HIT_FIELDS = ("rev", "complete", "ends", "turns", "fends", "facts", "sum")
 
 
-def copy_read(*, owner_id: str, turns: int, claim_fill: bool = True) -> ReadResult:
+def copy_read(
+    *, owner_id: str, turns: int, claim_fill: bool = True, epoch: str | None = None
+) -> ReadResult:
     """Read the owner's copy with its last ``turns`` turns and every fact; renew its TTL.
 
     ``Hit`` on a hit; ``Miss`` when there is no copy (with a fill token when ``claim_fill`` and
@@ -163,7 +165,7 @@ def copy_read(*, owner_id: str, turns: int, claim_fill: bool = True) -> ReadResu
     read's time. The EXPIRE renews a floor or a claim that the HMGET found without a copy as
     well; neither is load-bearing (rule 3 of ``memory.cache``), a longer life changes nothing.
     """
-    key = owner_key(owner_id)
+    key = owner_key(owner_id, epoch)
     ttl = conf.CACHE_TTL
 
     def read(redis: Any) -> Any:
@@ -185,7 +187,7 @@ def copy_read(*, owner_id: str, turns: int, claim_fill: bool = True) -> ReadResu
     claim = redis_call(
         "read",
         lambda redis: _READ(
-            keys=[key, lock_key(owner_id)],
+            keys=[key, f"{key}:fill"],
             args=[ttl, conf.FILL_WAIT_MS * 2, token, *_HIT_FIELDS],
             client=redis,
         ),
@@ -199,12 +201,12 @@ def copy_read(*, owner_id: str, turns: int, claim_fill: bool = True) -> ReadResu
     return Miss(fill_token=token if claim.value[1] == 1 else None)
 
 
-async def copy_aread(*, owner_id: str, turns: int) -> ReadResult | None:
+async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | None:
     """``copy_read`` from async code, without claiming the fill lock, on redis.asyncio; ``None``
     where the alias has no async client (read through the sync path). Never raises a Redis
     error."""
 
-    key = owner_key(owner_id)
+    key = owner_key(owner_id, epoch)
     ttl = conf.CACHE_TTL
 
     async def read(redis: Any) -> Any:
@@ -272,7 +274,12 @@ class Fill(enum.Enum):
 
 
 def copy_fill(
-    *, owner_id: str, snapshot: Snapshot, complete: bool, fill_token: str | None = None
+    *,
+    owner_id: str,
+    snapshot: Snapshot,
+    complete: bool,
+    fill_token: str | None = None,
+    epoch: str | None = None,
 ) -> Fill | Outcome:
     """Store a copy read from the database, unless a writer announced a newer stamp.
 
@@ -297,12 +304,11 @@ def copy_fill(
         b",".join(fact_payloads),
         codec.dumps(snapshot.summary) if snapshot.summary is not None else "",
     ]
+    key = owner_key(owner_id, epoch)
     answer = redis_call(
         "fill",
-        lambda redis: _FILL(
-            keys=[owner_key(owner_id), lock_key(owner_id)], args=args, client=redis
-        ),
-        key=owner_key(owner_id),
+        lambda redis: _FILL(keys=[key, f"{key}:fill"], args=args, client=redis),
+        key=key,
     )
     if not isinstance(answer, Answer):
         return answer
@@ -373,7 +379,7 @@ replicas = _Replicas()
 REPLICA_LOG_SECONDS = 10.0
 
 
-def _replicated(redis: Any, script: Script, owner_id: str, args: list[Any]) -> Any:
+def _replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
     """Run a write's ``script`` on the owner's hash; with ``MEMORY["CACHE_REPLICAS"]``, then
     ``WAIT`` for that many replicas, of those the primary has online, on the same connection
     and in the same round trip. Returns the script's reply, or ``None`` when too few replicas
@@ -388,7 +394,6 @@ def _replicated(redis: Any, script: Script, owner_id: str, args: list[Any]) -> A
     replaced, and waiting for it would keep every owner of that primary out of the cache for as
     long as it is away. ``ROLE`` in the same pipeline tells how many are online for the next write.
     """
-    key = owner_key(owner_id)
     wanted = conf.CACHE_REPLICAS
     if not wanted:
         return script(keys=[key], args=args, client=redis)
@@ -443,6 +448,7 @@ def copy_apply(
     turns: list[TurnPayload] | tuple[()] = (),
     facts: list[FactPayload] | tuple[()] = (),
     deleted_keys: list[str] | tuple[()] = (),
+    epoch: str | None = None,
 ) -> bool:
     """Bring the copy from ``prev_stamp`` to ``stamp`` with this delta, in O(delta).
 
@@ -459,11 +465,9 @@ def copy_apply(
         args += [fact["key"], fact_pack(fact)]
     args.append(len(deleted_keys))
     args += list(deleted_keys)
+    key = owner_key(owner_id, epoch)
     answer = redis_call(
-        "write",
-        lambda redis: _replicated(redis, _APPLY, owner_id, args),
-        write=True,
-        key=owner_key(owner_id),
+        "write", lambda redis: _replicated(redis, _APPLY, key, args), write=True, key=key
     )
     if not isinstance(answer, Answer) or answer.value is None:
         return False
@@ -471,16 +475,17 @@ def copy_apply(
     return True
 
 
-def copy_drop(*, owner_id: str, stamp: int) -> bool:
+def copy_drop(*, owner_id: str, stamp: int, epoch: str | None = None) -> bool:
     """Remove the owner's copy, leaving a content-free floor at ``stamp`` for ``GUARD_TTL``.
 
     Returns whether Redis confirmed. A write: the breaker never skips it. Never raises.
     """
+    key = owner_key(owner_id, epoch)
     answer = redis_call(
         "drop",
-        lambda redis: _replicated(redis, _DROP, owner_id, [stamp, GUARD_TTL]),
+        lambda redis: _replicated(redis, _DROP, key, [stamp, GUARD_TTL]),
         write=True,
-        key=owner_key(owner_id),
+        key=key,
     )
     if not isinstance(answer, Answer) or answer.value is None:
         return False
