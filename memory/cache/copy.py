@@ -35,12 +35,18 @@ from memory.payloads import FactPayload, SummaryPayload, TurnPayload
 #   floor     highest stamp any writer announced; a fill older than it is refused
 #   complete  "1" if the cached turns are all of the owner's turns
 #   seqs      the cached turn seqs, oldest first, space-separated
-#   fkeys     the keys of the cached facts, space-separated (a copy filled before it existed
-#             lacks it; reads then list the hash's fields instead)
+#   turns     the cached turns' payloads, oldest first, joined by ","
+#   ends      where each of those payloads ends in ``turns`` (exclusive), 4 bytes big-endian each
+#   fkeys     the keys of the cached facts, space-separated
+#   facts     their payloads, in that order, joined by ","
+#   fends     where each ends in ``facts``, as ``ends``
 #   sum       the owner's summary payload (absent: the owner has none)
-#   t:<seq>   a turn payload;  f:<key>  a fact payload, each a JSON array of its fields in the
-#             order of TURN_FIELDS / FACT_FIELDS (the field names would be a third of a turn's
-#             bytes in Redis; a hit builds the dicts back faster than it parses objects)
+# A turn or fact payload is a JSON array of its fields in the order of TURN_FIELDS /
+# FACT_FIELDS (the field names would be a third of a turn's bytes in Redis; a hit builds the
+# dicts back faster than it parses objects). The turns are one field, and the facts one, not
+# one field each: a field costs Redis about 100 bytes of its own in a hash too big for a
+# listpack, half the bytes of a 200-character turn; and a hit is then one HMGET of fixed
+# fields, no script (docs/performance.md).
 
 LUA = Path(__file__).resolve().parent / "lua"
 
@@ -139,6 +145,11 @@ def _fact_key(fact: FactPayload) -> str:
     return fact["key"]
 
 
+# What a hit reads, in one HMGET: the stamp, completeness, the turns' end offsets and
+# payloads, the facts' end offsets and payloads, the summary.
+_HIT_FIELDS = ("rev", "complete", "ends", "turns", "fends", "facts", "sum")
+
+
 def copy_read(
     *, owner_id: str, turns: int, claim_fill: bool = True, epoch: str | None = None
 ) -> ReadResult:
@@ -147,24 +158,47 @@ def copy_read(
     ``Hit`` on a hit; ``Miss`` when there is no copy (with a fill token when ``claim_fill`` and
     this caller took the fill lock); ``Short`` when the copy holds fewer turns than asked; an
     ``Outcome`` when no cache is configured, the breaker skipped Redis, or Redis failed.
-    One round trip. Never raises.
+    A hit is one round trip (HMGET and EXPIRE pipelined); a miss that claims the fill lock is
+    a second, a script that takes it. Never raises.
+
+    NOTE: no script on a hit: running one cost Redis ten times the HMGET it runs, half a warm
+    read's time. The EXPIRE renews a floor or a claim that the HMGET found without a copy as
+    well; neither is load-bearing (rule 3 of ``memory.cache``), a longer life changes nothing.
     """
-    token = secrets.token_hex(8) if claim_fill else ""
-    lock_ms = conf.FILL_WAIT_MS * 2 if claim_fill else 0
     key = owner_key(owner_id, epoch)
-    answer = redis_call(
+    ttl = conf.CACHE_TTL
+
+    def read(redis: Any) -> Any:
+        pipe = redis.pipeline(transaction=False)
+        pipe.hmget(key, _HIT_FIELDS)
+        pipe.expire(key, ttl)
+        return pipe.execute()[0]
+
+    answer = redis_call("read", read, key=key)
+    if not isinstance(answer, Answer):
+        return answer
+    counts_flush()
+    if answer.value[0] is not None:
+        return _hit_result(answer.value, turns)
+    if not claim_fill:
+        breaker.count("misses")
+        return Miss(fill_token=None)
+    token = secrets.token_hex(8)
+    claim = redis_call(
         "read",
         lambda redis: _READ(
             keys=[key, f"{key}:fill"],
-            args=[conf.CACHE_TTL, lock_ms, token, turns],
+            args=[ttl, conf.FILL_WAIT_MS * 2, token, *_HIT_FIELDS],
             client=redis,
         ),
         key=key,
     )
-    if not isinstance(answer, Answer):
-        return answer
-    counts_flush()
-    return _read_result(answer.value, token if claim_fill else None)
+    if not isinstance(claim, Answer):
+        return claim
+    if claim.value[0] == 1:
+        return _hit_result(claim.value[1], turns)
+    breaker.count("misses")
+    return Miss(fill_token=token if claim.value[1] == 1 else None)
 
 
 async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | None:
@@ -173,38 +207,59 @@ async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | N
     error."""
 
     key = owner_key(owner_id, epoch)
+    ttl = conf.CACHE_TTL
 
     async def read(redis: Any) -> Any:
-        keys, args = [key, f"{key}:fill"], [conf.CACHE_TTL, 0, "", turns]
-        try:
-            return await redis.evalsha(_READ.sha, len(keys), *keys, *args)
-        except redis_errors.NoScriptError:
-            # NOTE: a restarted or flushed Redis: load the script, as redis-py's Script does.
-            await redis.script_load(_READ.script)
-            return await redis.evalsha(_READ.sha, len(keys), *keys, *args)
+        pipe = redis.pipeline(transaction=False)
+        pipe.hmget(key, _HIT_FIELDS)
+        pipe.expire(key, ttl)
+        return (await pipe.execute())[0]
 
     answer = await aredis_call("read", read)
     if not isinstance(answer, Answer):
         return answer
-    return _read_result(answer.value, None)
-
-
-def _read_result(reply: list[Any], token: str | None) -> ReadResult:
-    """What the read script's reply says, counted (``token``: the fill claim it asked for)."""
-    if reply[0] == 0:
+    if answer.value[0] is None:
         breaker.count("misses")
-        return Miss(fill_token=token if (token and reply[1] == 1) else None)
-    if reply[0] == 2:
+        return Miss(fill_token=None)
+    return _hit_result(answer.value, turns)
+
+
+def _ends(payloads: list[bytes]) -> bytes:
+    """The ``ends`` of payloads joined by ",": each one's end offset, 4 bytes big-endian."""
+    ends, end = [], -1
+    for payload in payloads:
+        end += 1 + len(payload)
+        ends.append(end.to_bytes(4))
+    return b"".join(ends)
+
+
+def _whole(body: bytes | None, ends: bytes | None) -> bool:
+    """Whether ``body`` ends where its ``ends`` say (a copy's fields agree)."""
+    if not ends:
+        return not body
+    return len(ends) % 4 == 0 and int.from_bytes(ends[-4:]) == len(body or b"")
+
+
+def _hit_result(held: list[Any], want: int) -> ReadResult:
+    """What a copy's ``_HIT_FIELDS`` say for a read of its last ``want`` turns, counted: the
+    turns cut from the ``turns`` field at the byte where they begin; ``Short`` when it holds
+    fewer, or when a field does not end where its ends say (never served)."""
+    rev, complete, ends, body, fends, facts, summary = held
+    held_turns = len(ends or b"") // 4
+    if (want > held_turns and complete != b"1") or not (
+        _whole(body, ends) and _whole(facts, fends)
+    ):
         breaker.count("short")
         return Short()
     breaker.count("hits")
-    summary: SummaryPayload | None = codec.loads(reply[4]) if reply[4] else None
+    skip = held_turns - want
+    start = int.from_bytes(ends[4 * skip - 4 : 4 * skip]) + 1 if skip > 0 else 0
     return Hit(
         Snapshot(
-            stamp=int(reply[1]),
-            turns=turns_unpack(reply[2]),
-            facts=facts_unpack(reply[3]),
-            summary=summary,
+            stamp=int(rev),
+            turns=turns_unpack(b"[" + body[start:] + b"]") if want and held_turns else [],
+            facts=facts_unpack(b"[" + facts + b"]") if fends else [],
+            summary=codec.loads(summary) if summary else None,
         )
     )
 
@@ -234,16 +289,19 @@ def copy_fill(
     the copy may still be stored later: a paused Redis runs what it received). Never raises.
     """
     turns, facts = snapshot.turns, snapshot.facts
-    names = [f"t:{turn['seq']}" for turn in turns] + [f"f:{fact['key']}" for fact in facts]
-    payloads = [turn_pack(turn) for turn in turns] + [fact_pack(fact) for fact in facts]
+    packed = [turn_pack(turn) for turn in turns]
+    fact_payloads = [fact_pack(fact) for fact in facts]
     args: list[Any] = [
         snapshot.stamp,
         conf.CACHE_TTL,
         "1" if complete else "0",
         fill_token or "",
         " ".join(str(turn["seq"]) for turn in turns),
-        " ".join(f"{name} {len(payload)}" for name, payload in zip(names, payloads, strict=True)),
-        b"".join(payloads),
+        _ends(packed),
+        b",".join(packed),
+        " ".join(fact["key"] for fact in facts),
+        _ends(fact_payloads),
+        b",".join(fact_payloads),
         codec.dumps(snapshot.summary) if snapshot.summary is not None else "",
     ]
     key = owner_key(owner_id, epoch)

@@ -13,7 +13,9 @@ from memory.conf import conf
 # v3: each fact payload holds ``expires_at``, which every read filters by; a v2 copy lacks it.
 # v4: turn and fact payloads are JSON arrays in a fixed order (copy.TURN_FIELDS, FACT_FIELDS),
 #     not objects: a v3 copy's objects would be read as arrays.
-SCHEMA = "v4"
+# v5: the cached turns are one field (``turns``, with their end offsets in ``ends``), the facts
+#     one (``facts``, ``fends``), not one field each: a v4 copy has neither.
+SCHEMA = "v5"
 
 
 def prefix() -> str:
