@@ -46,7 +46,7 @@ class FailoverRows:
             f"context read, cold, of {COLD_TURNS} turns served by the standby "
             '(`MEMORY["READ_DATABASE"]`: the owner\'s stamp read on the primary first)',
             "the same read from the primary",
-            "<= 1.5x",
+            "<= 2x",
         )
         engine_floor = (
             int(MONITOR_SETTINGS["pgautofailover.node_considered_unhealthy_timeout"])
