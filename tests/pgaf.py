@@ -90,18 +90,27 @@ def pg_autoctl_binary() -> str | None:
     return None
 
 
-def _tree(pid: int) -> set[int]:
-    """``pid``, every live process of its session (it is a session's leader: it outlived the
-    leader, if need be) and every live descendant of those (a backend is a session's leader)."""
-    found = {pid}
+def _tree(pid: int, home: Path) -> set[int]:
+    """The live processes of the node whose supervisor is (or was) ``pid``: those of its
+    session (which outlive the supervisor if it dies alone) and their descendants (a backend is
+    a session's leader), each working in ``home``, the node's temp dir: a PID the system gave
+    to another process since is never one of them."""
+
+    def ours(process: int | str) -> bool:
+        try:
+            return Path(f"/proc/{process}/cwd").resolve().is_relative_to(home)
+        except OSError:
+            return False
+
+    found = set()
     with contextlib.suppress(OSError):
         for entry in Path("/proc").iterdir():
             fields = _proc_stat(entry.name) if entry.name.isdigit() else []
-            if len(fields) > 3 and fields[0] != "Z" and fields[3] == str(pid):
+            if len(fields) > 3 and fields[0] != "Z" and fields[3] == str(pid) and ours(entry.name):
                 found.add(int(entry.name))
     todo = list(found)
     while todo:
-        children = _children(todo.pop()) - found
+        children = {child for child in _children(todo.pop()) - found if ours(child)}
         found |= children
         todo += children
     return found
@@ -159,12 +168,12 @@ class AutoctlNode(_Server):
     def kill(self) -> None:
         """A crash of the node's host: SIGKILL the supervisor, its Postgres and every other
         process of it at once (stopped first, so that none acts on another's death)."""
-        if self._proc is None:
+        if self._proc is None or self._tmp is None:
             return
         # NOTE: stopped until no new process shows up, since one may be forking as the tree is
         # read (pg_autoctl restarts its services); a stopped process forks no more.
         stopped: set[int] = set()
-        while new := _tree(self._proc.pid) - stopped:
+        while new := _tree(self._proc.pid, self.tmpdir.resolve()) - stopped:
             _signal(new, signal.SIGSTOP)
             stopped |= new
         _signal(stopped, signal.SIGKILL)
@@ -241,7 +250,9 @@ class AutoctlNode(_Server):
 
     def _processes(self) -> set[int]:
         # NOTE: the supervisor's session: what it started lives on if it dies alone.
-        return _tree(self._proc.pid) if self._proc is not None else set()
+        if self._proc is None or self._tmp is None:
+            return set()
+        return _tree(self._proc.pid, self._tmp.resolve())
 
     def _after_exit(self, leftovers: set[int]) -> None:
         # NOTE: a Postgres (or backend) the supervisor left behind holds the port and the shared
