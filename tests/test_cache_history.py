@@ -94,6 +94,35 @@ def test_no_copy_is_served_past_the_lease_of_a_history_the_database_no_longer_co
             async_to_sync(selectors.afact_list)(owner_id="wang")
 
 
+def test_warm_reads_ask_the_database_nothing_while_the_repairer_renews_the_lease(
+    transactional_db, wang_chat, memory_settings, django_assert_num_queries
+):
+    with memory_settings(REPAIR_THREAD=True, HISTORY_LEASE=1.0):
+        cache.reset()
+        try:
+            selectors.context_get(owner_id="wang")  # confirms the history, fills, starts it
+            started = time.monotonic()
+            # NOTE: for well over two leases: a lease the repairer did not renew would be
+            # confirmed here, by a query of this thread.
+            with django_assert_num_queries(0):
+                while time.monotonic() - started < 2.5 * history.conf.HISTORY_LEASE:
+                    assert selectors.context_get(owner_id="wang")["source"] == "cache"
+                    time.sleep(0.02)
+        finally:
+            thread = cache.repair._state.thread
+            cache.reset()
+            cache.repair._state.wake.set()  # the repairer thread ends, closing its connection
+            if thread is not None:
+                thread.join(timeout=10)
+
+
+def test_the_slot_of_an_owner_needs_no_database():
+    # NOTE: no database access in this test: routing a key to its cluster node must not ask.
+    tag = cache.keys.owner_tag("wang")
+    assert tag.startswith("{") and tag.endswith("}") and "wang" not in tag
+    assert cache.keys.owner_key("wang", "1a2b3c4d").endswith(f":h1a2b3c4d:{tag}")
+
+
 @pytest.mark.parametrize(
     ("primary", "replica", "current"),
     [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -15,8 +16,11 @@ REDIS_OPTIONS = {"SOCKET_CONNECT_TIMEOUT": 0.2, "SOCKET_TIMEOUT": 0.2}
 
 def messages(**overrides: Any) -> list[Any]:
     """The memory app's check messages with ``overrides`` applied to the settings."""
-    with override_settings(**overrides):
-        return [m for m in run_checks() if m.id and m.id.startswith("memory.")]
+    with warnings.catch_warnings():
+        # NOTE: Django warns that overriding DATABASES can surprise; the checks only read it.
+        warnings.filterwarnings("ignore", "Overriding setting DATABASES", UserWarning)
+        with override_settings(**overrides):
+            return [m for m in run_checks() if m.id and m.id.startswith("memory.")]
 
 
 def ids(**overrides: Any) -> list[str]:
@@ -447,10 +451,14 @@ def test_several_hosts_without_target_session_attrs_is_an_error():
 
 
 class WritesToTheReplica:
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        return "replica"
+
     def db_for_write(self, model: Any, **hints: Any) -> str:
         return "replica"
 
 
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES:UserWarning")
 def test_a_router_sending_writes_to_the_read_database_is_an_error():
     from memory.postgres.checks import check_memory_databases
 
@@ -464,3 +472,25 @@ def test_a_router_sending_writes_to_the_read_database_is_an_error():
         [found] = check_memory_databases()
     assert found.id == "memory.E033"
     assert "READ_DATABASE" in found.msg
+
+
+class ReadsFromTheReplica:
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        return "replica"
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES:UserWarning")
+def test_a_router_sending_reads_to_a_replica_is_an_error():
+    from memory.postgres.checks import check_memory_databases
+
+    def found(router: str) -> list[Any]:
+        with override_settings(
+            DATABASES=replica_databases(), DATABASE_ROUTERS=[f"{__name__}.{router}"]
+        ):
+            return check_memory_databases()
+
+    [error] = found("ReadsFromTheReplica")
+    assert error.id == "memory.E034"
+    assert "'replica'" in error.msg and "READ_DATABASE" in error.hint
+    # A database of the app's own, read and written (not READ_DATABASE): no replica.
+    assert found("WritesToTheReplica") == []

@@ -15,10 +15,10 @@ before the read began, except within these bounds:
   ``CACHE_REPLICAS`` set to the replicas each primary has (below, rule 2);
 - after a Postgres failover that lost acknowledged transactions (asynchronous replication),
   no process serves a copy stamped on the lost history once ``HISTORY_LEASE`` (1 s) has
-  passed since it last reached the old primary: zero after the promotion, when the promotion
-  comes later than that (a failover engine's health checks take several seconds); otherwise
-  ``HISTORY_LEASE`` minus the time from the old primary's last answer to the promotion
-  (rule 9).
+  passed since it last sent the old primary the question that confirmed it: zero after the
+  promotion, when the promotion comes later than that after the old primary's last answer (a
+  failover engine's health checks take several seconds); otherwise at most ``HISTORY_LEASE``
+  minus that time (rule 9).
 
 **The rules that keep it** (each in the module named):
 
@@ -78,10 +78,13 @@ before the read began, except within these bounds:
    epoch, so a copy stamped on a history a failover lost is never read under the new one, and
    a stamp the new primary draws again (its sequence may be behind the lost writes') can
    never match it. A process reads, fills, writes and repairs copies only under an epoch it
-   confirmed with the database (one query) within ``MEMORY["HISTORY_LEASE"]`` seconds of its
-   monotonic clock; none confirmed, it reads the database as if Redis were down and leaves its
-   updates to the repair. Its repairer renews the lease in the background. A fill whose
-   epoch changed while it read the database is not stored. This holds as long as the old
+   confirmed with the database (one query, the lease counted from before it was sent) within
+   ``MEMORY["HISTORY_LEASE"]`` seconds of its monotonic clock; none confirmed, it reads the
+   database as if Redis were down and leaves its updates to the repair. Its repairer renews the
+   lease in the background, so a warm read costs no database round trip: only a request that
+   finds the lease run out (no repairer thread, or one held up) asks, once. A fill whose
+   epoch changed while it read the database is not stored. The owner's slot (``keys.owner_tag``)
+   does not depend on the history: routing a key needs no database. This holds as long as the old
    primary stops committing before the standby is promoted (it is dead, or the engine fenced
    it): a primary that keeps committing beside the new one is a split brain no cache rule
    mends.

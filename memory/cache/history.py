@@ -60,6 +60,9 @@ def history_probe() -> str | None:
     """Ask the database for its history now (one query on the default alias); record and
     return its epoch, or ``None`` when the database does not answer (or is in recovery: a
     standby has no history to write on). Never raises a database error."""
+    # NOTE: the lease runs from before the question: the answer describes the database at
+    # some moment after it, and a slow answer must not stretch the trust past the bound.
+    asked = time.monotonic()
     if connection.vendor != "postgresql":
         epoch = SINGLE
     else:
@@ -73,15 +76,18 @@ def history_probe() -> str | None:
             logger.info("Could not confirm the database's history: %s", e)
             return None
         epoch = _epoch_of(system_identifier, timeline)
-    now = time.monotonic()
     with _state.lock:
+        if asked < _state.confirmed_at:
+            # NOTE: a question asked later (another thread's) was answered first: its answer
+            # stands, and this one renews nothing.
+            return epoch if epoch == _state.epoch else None
         if _state.epoch is not None and _state.epoch != epoch:
             _state.switches += 1
             logger.warning(
                 "The database's history changed (a promotion or a restore): every cached copy "
                 "stamped on the previous one is refused from now on."
             )
-        _state.epoch, _state.confirmed_at = epoch, max(now, _state.confirmed_at)
+        _state.epoch, _state.confirmed_at = epoch, asked
     return epoch
 
 
@@ -100,8 +106,9 @@ def history_epoch() -> str | None:
 
 
 def history_due() -> bool:
-    """Whether the repairer should renew the lease now (a third of it is left or less)."""
-    return time.monotonic() - _state.confirmed_at >= conf.HISTORY_LEASE * 2 / 3
+    """Whether the repairer should renew the lease now (half of it is left or less): it looks
+    every quarter of a lease, so a thread held up for a quarter still renews it in time."""
+    return time.monotonic() - _state.confirmed_at >= conf.HISTORY_LEASE / 2
 
 
 def history_current() -> str:

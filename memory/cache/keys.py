@@ -20,19 +20,28 @@ def prefix() -> str:
     return f"{conf.KEY_PREFIX}:{SCHEMA}"
 
 
-def owner_key(owner_id: str, epoch: str | None = None) -> str:
-    """The owner's memory hash on the database history ``epoch`` (``None``: the one this
-    process confirmed last, ``history.history_current``); the ``{...}`` hash tag keeps all its
-    keys in one cluster slot, whatever the history.
-
-    The history names the key, so that a copy stamped on a history a failover lost is never
-    read under the new one, and a stamp the new primary draws again cannot match it.
+def owner_tag(owner_id: str) -> str:
+    """The cluster hash tag of every key of the owner, ``{<digest>}``, on any history: the
+    owner's slot (and shard) is a function of the owner alone, known without the database.
 
     The tag is a digest of the owner id, not the id itself: key names show up in monitoring,
     slow logs and ``--bigkeys`` output, and a forgotten owner's floor must not name them.
     """
     digest = hashlib.blake2b(owner_id.encode(), digest_size=12).hexdigest()
-    return f"{prefix()}:h{epoch or history_current()}:{{{digest}}}"
+    return f"{{{digest}}}"
+
+
+def owner_key(owner_id: str, epoch: str | None = None) -> str:
+    """The owner's memory hash on the database history ``epoch``; the hash tag
+    (``owner_tag``) keeps all its keys in one cluster slot, whatever the history.
+
+    The history names the key, so that a copy stamped on a history a failover lost is never
+    read under the new one, and a stamp the new primary draws again cannot match it. The cache
+    protocol always names the epoch it confirmed; ``None`` (operators, tests) means the one
+    this process confirmed last, ``history.history_current``, which asks the database once if
+    it confirmed none yet.
+    """
+    return f"{prefix()}:h{epoch or history_current()}:{owner_tag(owner_id)}"
 
 
 def lock_key(owner_id: str, epoch: str | None = None) -> str:

@@ -309,14 +309,16 @@ def _repairer_loop() -> None:
         )
         _repairer_wait(wait)
         _state.wake.clear()
+    # NOTE: a thread that ends (reset, the setting turned off) leaves no connection open.
+    connection.close()
 
 
 def _repairer_wait(seconds: float) -> None:
-    """Wait ``seconds`` or until woken, renewing the history's lease meanwhile (it is renewed
-    before a third of it is left, whatever the round's backoff)."""
+    """Wait ``seconds`` or until woken, renewing the history's lease meanwhile (looked at every
+    quarter of a lease, renewed once half of it is gone, whatever the round's backoff)."""
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
-        if _state.wake.wait(min(left, conf.HISTORY_LEASE / 3)):
+        if _state.wake.wait(min(left, conf.HISTORY_LEASE / 4)):
             return
         if history_due():
             history_probe()

@@ -4,6 +4,7 @@ a read replica that is one.
 E031 READ_DATABASE is not None or an alias in DATABASES, or names the default (the primary)
 E032 a database names several hosts without target_session_attrs=read-write
 E033 a router sends the app's writes to READ_DATABASE (a replica)
+E034 a router sends the app's reads to another database than its writes (a replica)
 """
 
 from __future__ import annotations
@@ -68,6 +69,23 @@ def check_memory_databases(app_configs: Any = None, **kwargs: Any) -> list[Check
                     id="memory.E032",
                 )
             )
+    for model in apps.get_app_config("memory").get_models():
+        # NOTE: a replica behind would answer what the stamp rule cannot check (listings,
+        # searches, exports), and fill the cache from them: reads go where writes go.
+        reads, writes = router.db_for_read(model), router.db_for_write(model)
+        if reads != writes:
+            errors.append(
+                Error(
+                    f"A database router sends reads of {model._meta.label} to {reads!r} and "
+                    f"its writes to {writes!r}: a replica that is behind would serve reads "
+                    "without the user's last write.",
+                    hint="Return None from db_for_read for app label 'memory', and name the "
+                    "replica in MEMORY['READ_DATABASE']: the app reads from it only what it "
+                    "holds up to the owner's last write.",
+                    id="memory.E034",
+                )
+            )
+            break
     if read is not None:
         for model in apps.get_app_config("memory").get_models():
             if router.db_for_write(model) == read:
