@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.embed import EmbedRows
+from bench.failover import FailoverRows
 from bench.mixed import MIX_OWNERS, MIX_TURNS, MixedRows, mix_owner
 from bench.recall import RecallRows
 from bench.rows import SEARCH_OWNER, SEARCH_TURNS, TOTAL_TURNS, Row
@@ -63,6 +64,7 @@ ROWS = (
     "embed_rate",
     "embed_mix",
     "embed_lag",
+    "failover",
 )
 
 TOTAL_OWNERS = 1_000
@@ -149,7 +151,7 @@ def _django_setup() -> None:
     django.setup()
 
 
-class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows):
+class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows, FailoverRows):
     """The bench's state: its settings, connections and seeded owners."""
 
     def __init__(self, args: argparse.Namespace) -> None:

@@ -72,6 +72,10 @@ SCRIPTS = {
     "ensure-pgbouncer": lambda: (
         bool(shutil.which("pgbouncer")) or Path("/usr/sbin/pgbouncer").exists()
     ),
+    "ensure-pg-auto-failover": lambda: (
+        bool(shutil.which("pg_autoctl"))
+        or any(Path("/usr/lib/postgresql").glob("*/bin/pg_autoctl"))
+    ),
 }
 
 
