@@ -14,6 +14,7 @@ from django.db import connections
 from memory import tokens
 from memory.conf import DEFAULTS, as_int, conf, setting_import
 from memory.extras import extra_install
+from memory.selectors.facts import fact_dot_key_list
 
 logger = logging.getLogger("memory")
 
@@ -559,14 +560,13 @@ def check_memory_dot_keys(
     owner's own (``facts/../``). Stored before the rule; ``memory_fact_keys --rename``."""
     from django.db import DatabaseError, router
 
-    from memory import selectors
     from memory.exceptions import MemoryUnavailable
     from memory.models import Fact
 
     if router.db_for_read(Fact) not in (databases or ()):
         return []
     try:
-        found = len(selectors.fact_dot_key_list(limit=101))
+        found = len(fact_dot_key_list(limit=101))
     except (DatabaseError, MemoryUnavailable):
         # NOTE: migrate runs database checks before it migrates: no table yet, or no database,
         # is nothing to warn of here.

@@ -9,7 +9,7 @@ import sys
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from memory import selectors, services
+from memory import ops, selectors, services
 from memory.metrics import DIRTY_OWNERS_LIMIT
 from tests.instance import ROOT, environment
 
@@ -151,7 +151,7 @@ def test_dirty_owners_are_counted_from_the_database(service_client, dead_cache, 
             services.turn_append(owner_id=owner, session_id="s", role="user", content="hi")
     # NOTE: Redis is down: neither write's cache update landed, so both owners stay marked.
     assert scrape(service_client)[("memory_dirty_owners", ())] == 2
-    assert selectors.owner_dirty_count(limit=1) == 1
+    assert ops.owner_dirty_count(limit=1) == 1
     assert DIRTY_OWNERS_LIMIT >= 1000
 
 

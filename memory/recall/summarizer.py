@@ -12,7 +12,8 @@ from typing import NamedTuple
 from django.core.exceptions import ImproperlyConfigured
 
 from memory.conf import conf, setting_import
-from memory.extraction import STRING_KEYS, RuleBasedExtractor
+from memory.extraction.base import STRING_KEYS
+from memory.extraction.rules import RuleBasedExtractor
 from memory.payloads import TurnPayload
 
 # ``(previous_summary, turns) -> text``: the summary of everything ``previous_summary`` covered

@@ -112,7 +112,7 @@ def _pending_enqueue(
 @task()
 def summary_run(pending_pk: int) -> int:
     """Refresh the summary of the owner of ``PendingSummary`` ``pending_pk``
-    (``services.summary_refresh``); return how many batches were written. Runs in the worker;
+    (``ops.summary_refresh``); return how many batches were written. Runs in the worker;
     a record already done or gone does nothing.
 
     Raises ``MemoryUnavailable`` when the database cannot be reached, and what the summarizer
@@ -158,7 +158,7 @@ def summaries_pending_enqueue(*, grace: dt.timedelta) -> int:
 
 @task()
 def embedding_run(owner_id: str) -> int:
-    """Embed the owner's facts and turns not embedded yet (``services.turns_embed``); return
+    """Embed the owner's facts and turns not embedded yet (``ops.turns_embed``); return
     how many turns.
     Runs in the worker. Raises ``MemoryUnavailable`` when the database cannot be reached and
     what the embedder raises; the turns stay behind for the owner's next run or
@@ -191,7 +191,7 @@ def embedding_enqueue(*, owner_id: str, delay: float = 0.0) -> bool:
 
 @task()
 def facts_expire_run() -> int:
-    """Delete the facts expired by now (``services.facts_expire``); return how many went. Runs
+    """Delete the facts expired by now (``ops.facts_expire``); return how many went. Runs
     in the worker: enqueue it on a schedule (or run ``manage.py memory_expire`` from cron).
 
     Raises ``MemoryUnavailable`` when the database cannot be reached; the facts not deleted

@@ -14,7 +14,7 @@ from memory import aio, cache, codec
 from memory.conf import conf
 from memory.models import Fact, FactVersion, Owner, Role, Session, Summary, Turn
 from memory.payloads import SUMMARY_FIELDS
-from memory.selectors import EXPORT_FORMAT, EXPORT_VERSION
+from memory.selectors.export import EXPORT_FORMAT, EXPORT_VERSION
 from memory.services._common import _owner_lock, _service
 from memory.services.embedding_triggers import embedding_due
 from memory.validators import (

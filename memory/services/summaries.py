@@ -17,6 +17,7 @@ from memory.conf import conf
 from memory.exceptions import database_guard
 from memory.models import Owner, PendingSummary, Summary, Turn
 from memory.payloads import TURN_FIELDS, turn_payload_from_row
+from memory.recall.summarizer import summarizer_get
 from memory.services._common import _check, _service
 from memory.validators import validate_owner_id
 
@@ -70,7 +71,7 @@ def summary_refresh(*, owner_id: str) -> int:
     then the batches written stay, the record stays, and a rerun continues after them.
     """
     _check("user_id", validate_owner_id, owner_id)
-    summarizer = recall.summarizer_get()
+    summarizer = summarizer_get()
     with database_guard():
         owner_pk = Owner.objects.filter(external_id=owner_id).values_list("pk", flat=True).first()
     if owner_pk is None:

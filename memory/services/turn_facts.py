@@ -10,10 +10,13 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from memory import aio, cache, extraction
+from memory import aio, cache
 from memory.appends import fact_cap_warn
 from memory.conf import conf
 from memory.exceptions import MemoryUnavailable, database_guard
+from memory.extraction.base import ExtractedFact, LazyFacts, extractor_get
+from memory.extraction.base import logger as extraction_logger
+from memory.extraction.merge import facts_apply
 from memory.models import Fact, Owner, PendingExtraction, Turn, fact_live
 from memory.payloads import fact_payload
 from memory.services._common import _check, _fact_write, _owner_lock, _service
@@ -30,20 +33,20 @@ def _facts_savepoint_failed(message: str, turn: Turn, owner_id: str) -> None:
     """
     if transaction.get_rollback() or connection.closed_in_transaction:
         raise
-    extraction.logger.exception(message, turn.seq, owner_id)
+    extraction_logger.exception(message, turn.seq, owner_id)
 
 
 def _turn_facts_write(
     owner: Owner,
     turn: Turn,
     current: Mapping[str, Any],
-    found: list[extraction.ExtractedFact],
+    found: list[ExtractedFact],
 ) -> list[Fact]:
     """Merge ``found`` into the owner's ``current`` facts and write, with the turn as their
     source, each value that changed; return those facts. Runs under the owner lock."""
     changed: list[Fact] = []
     room: int | None = None
-    for key, value in extraction.facts_apply(current, found).items():
+    for key, value in facts_apply(current, found).items():
         if key not in current:
             if room is None:
                 room = (
@@ -57,7 +60,7 @@ def _turn_facts_write(
             validate_fact_key(key)
             validate_json_value(value)
         except ValidationError as e:
-            extraction.logger.warning(
+            extraction_logger.warning(
                 "Extracted fact %r of turn %s of %r dropped: %s",
                 key,
                 turn.seq,
@@ -137,12 +140,12 @@ def _pending_extract(pending: PendingExtraction) -> list[Fact]:
     """Run the extractor on one pending turn, then write its facts under the owner lock."""
     turn = pending.turn
     owner_id = turn.owner.external_id
-    found: list[extraction.ExtractedFact] = []
+    found: list[ExtractedFact] = []
     try:
-        extractor = extraction.extractor_get()
+        extractor = extractor_get()
         if extractor is not None:
             with database_guard():
-                facts = extraction.LazyFacts(
+                facts = LazyFacts(
                     lambda: dict(
                         Fact.objects.filter(
                             fact_live(timezone.now()), owner=turn.owner
@@ -153,7 +156,7 @@ def _pending_extract(pending: PendingExtraction) -> list[Fact]:
     except MemoryUnavailable:
         raise
     except Exception:
-        extraction.logger.exception(
+        extraction_logger.exception(
             "Fact extraction failed for turn %s of %r; the turn is stored without facts.",
             turn.seq,
             owner_id,

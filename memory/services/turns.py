@@ -16,11 +16,14 @@ from django.db.models import (
 )
 from django.utils import timezone
 
-from memory import aio, cache, extraction
+from memory import aio, cache
 from memory.appends import AppendPlan, SummaryCount, TurnInput, retry_checked, summary_count
 from memory.exceptions import (
     database_guard,
 )
+from memory.extraction.base import LazyFacts, extractor_deferred, extractor_get
+from memory.extraction.base import logger as extraction_logger
+from memory.extraction.merge import facts_apply
 from memory.models import (
     Fact,
     Owner,
@@ -199,12 +202,12 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
     if role != Role.USER:
         return _NOTHING
     try:
-        extractor = extraction.extractor_get()
+        extractor = extractor_get()
         if extractor is None:
             return _NOTHING
-        if extraction.extractor_deferred(extractor):
+        if extractor_deferred(extractor):
             return AppendPlan(defer=True)
-        held = extraction.LazyFacts(
+        held = LazyFacts(
             lambda: dict(
                 Fact.objects.filter(
                     fact_live(timezone.now()), owner__external_id=owner_id
@@ -228,18 +231,18 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
                 )
             )
     except Exception:
-        extraction.logger.exception(
+        extraction_logger.exception(
             "Fact extraction failed for a turn of %r; the turn is stored without facts.",
             owner_id,
         )
         return _NOTHING
     changes = []
-    for key, value in extraction.facts_apply(current, found).items():
+    for key, value in facts_apply(current, found).items():
         try:
             validate_fact_key(key)
             validate_json_value(value)
         except ValidationError as e:
-            extraction.logger.warning(
+            extraction_logger.warning(
                 "Extracted fact %r of a turn of %r dropped: %s",
                 key,
                 owner_id,

@@ -23,6 +23,7 @@ from memory import selectors, services
 from memory.exceptions import IdempotencyKeyReused, MemoryUnavailable
 from memory.models import Role
 from memory.payloads import ContextPayload, TurnPayload, turn_payload
+from memory.selectors.turns import owner_last_seq, turn_by_key_get
 
 if TYPE_CHECKING:
     from memory.integrations.channels.sockets import MemoryChatMixin
@@ -301,10 +302,10 @@ def _exchange_open(
     sent = _user_append(
         owner_id=owner_id, session_id=session_id, content=content, message_id=message_id
     )
-    done = selectors.turn_by_key_get(owner_id=owner_id, idempotency_key=f"ws:{message_id}:reply")
+    done = turn_by_key_get(owner_id=owner_id, idempotency_key=f"ws:{message_id}:reply")
     if done is not None:
         return sent, done, 0, None
-    seq = selectors.owner_last_seq(owner_id=owner_id) + 1
+    seq = owner_last_seq(owner_id=owner_id) + 1
     return sent, None, seq, selectors.context_get(owner_id=owner_id)
 
 

@@ -52,6 +52,9 @@ from memory.integrations.langgraph.matching import (
 )
 from memory.integrations.threads import thread_connection
 from memory.payloads import FactPayload
+from memory.selectors.facts import astore_vectors_get, store_vectors_get
+from memory.selectors.search import afacts_similar, facts_similar
+from memory.services.expiry import afacts_expire, facts_expire
 from memory.services.store_vectors import store_vectors_put
 from memory.validators import validate_fact_key, validate_owner_id
 
@@ -462,12 +465,12 @@ class MemoryStore(BaseStore):
             with thread_connection():
                 facts = {o: selectors.fact_list(owner_id=o) for o in plan.owners}
                 similar = {
-                    index: selectors.facts_similar(owner_id=o, query=query, limit=conf.MAX_FACTS)
+                    index: facts_similar(owner_id=o, query=query, limit=conf.MAX_FACTS)
                     for index, o, query in _similar_asked(plan)
                     if self.index is None
                 }
                 held = {
-                    o: selectors.store_vectors_get(owner_id=o, model=self.index.model)
+                    o: store_vectors_get(owner_id=o, model=self.index.model)
                     for o in {owner for _, owner, _ in asked}
                     if self.index is not None
                 }
@@ -500,12 +503,12 @@ class MemoryStore(BaseStore):
             )
             facts = {o: await selectors.afact_list(owner_id=o) for o in plan.owners}
             similar = {
-                i: await selectors.afacts_similar(owner_id=o, query=query, limit=conf.MAX_FACTS)
+                i: await afacts_similar(owner_id=o, query=query, limit=conf.MAX_FACTS)
                 for i, o, query in _similar_asked(plan)
                 if index is None
             }
             held = {
-                o: await selectors.astore_vectors_get(owner_id=o, model=index.model)
+                o: await astore_vectors_get(owner_id=o, model=index.model)
                 for o in {owner for _, owner, _ in asked}
                 if index is not None
             }
@@ -521,13 +524,13 @@ class MemoryStore(BaseStore):
         return results
 
     def sweep_ttl(self) -> int:
-        """Delete the expired facts now (``services.facts_expire``, the app's own sweep, of
+        """Delete the expired facts now (``memory.ops.facts_expire``, the app's own sweep, of
         every owner); how many went."""
         with thread_connection():
-            return services.facts_expire()
+            return facts_expire()
 
     async def asweep_ttl(self) -> int:
-        return await services.afacts_expire()
+        return await afacts_expire()
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Future[None]:
         """Sweep every ``sweep_interval_minutes`` (else the ``ttl`` configuration's
