@@ -538,19 +538,20 @@ def test_a_turn_page_walks_the_index_without_sorting(history, session_id):
 
 
 @pytest.mark.parametrize(
-    ("name", "kwargs"),
+    ("read", "kwargs"),
     [
-        ("owner_exists", {"owner_id": "wang"}),
-        ("owner_dirty_count", {"limit": 10}),
-        ("owner_recent_list", {"limit": 10}),
-        ("turn_list", {"owner_id": "wang"}),
+        (selectors.owner_exists, {"owner_id": "wang"}),
+        (ops.owner_dirty_count, {"limit": 10}),
+        (ops.owner_recent_list, {"limit": 10}),
+        (selectors.turn_list, {"owner_id": "wang"}),
     ],
+    ids=lambda p: getattr(p, "__name__", ""),
 )
 def test_database_reads_raise_memory_unavailable_when_the_database_is_down(
-    dead_database, name, kwargs
+    dead_database, read, kwargs
 ):
     with pytest.raises(MemoryUnavailable, match="The database is unavailable"):
-        getattr(selectors, name)(**kwargs)
+        read(**kwargs)
 
 
 def test_owner_usage_counts_turns_and_their_characters(write):

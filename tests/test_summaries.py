@@ -239,7 +239,7 @@ KILLED_MID_SUMMARY = textwrap.dedent(
     django.setup()
     from django.conf import settings
 
-    from memory import services
+    from memory import ops
 
     settings.MEMORY = {
         **settings.MEMORY,

@@ -6,7 +6,7 @@ first, and only then (``transaction.on_commit``) updates the Redis copy. A write
 stored nothing; a Redis failure never fails a write (``memory.cache`` states the protocol).
 One module per thing written: ``turns``, ``turn_facts`` (the facts a turn states), ``facts``,
 ``expiry`` (the sweep of expired facts), ``owners``, ``summaries``, ``embeddings``, ``imports``
-(an export document loaded into an empty owner); ``_common`` holds what they share.
+(an export document loaded into an empty owner); ``common`` holds what they share.
 ``deferred`` holds the django-tasks tasks (a deferred extractor's, a summary refresh's, an
 embedding run's), imported only when one is due (not from here).
 """

@@ -15,7 +15,7 @@ from memory.conf import conf
 from memory.models import Fact, FactVersion, Owner, Role, Session, Summary, Turn
 from memory.payloads import SUMMARY_FIELDS
 from memory.selectors.export import EXPORT_FORMAT, EXPORT_VERSION
-from memory.services._common import _owner_lock, _service
+from memory.services.common import owner_lock, service_transaction
 from memory.services.embedding_triggers import embedding_due
 from memory.validators import (
     validate_actor,
@@ -385,8 +385,8 @@ def memory_import(*, document: Mapping[str, Any], owner_id: str | None = None) -
     changed. Raises ``MemoryUnavailable`` when the database cannot be reached.
     """
     checked = _document_check(document, owner_id)
-    with _service():
-        owner = _owner_lock(checked.owner_id, create=True)
+    with service_transaction():
+        owner = owner_lock(checked.owner_id, create=True)
         if _memory_held(owner):
             raise ValidationError(
                 {

@@ -19,7 +19,7 @@ from memory.extraction.base import logger as extraction_logger
 from memory.extraction.merge import facts_apply
 from memory.models import Fact, Owner, PendingExtraction, Turn, fact_live
 from memory.payloads import fact_payload
-from memory.services._common import _check, _fact_write, _owner_lock, _service
+from memory.services.common import fact_write, field_check, owner_lock, service_transaction
 from memory.validators import validate_fact_key, validate_json_value, validate_owner_id
 
 
@@ -68,7 +68,7 @@ def _turn_facts_write(
                 " ".join(e.messages),
             )
             continue
-        written = _fact_write(
+        written = fact_write(
             owner,
             key,
             value,
@@ -101,7 +101,7 @@ def turn_facts_extract(*, owner_id: str, seq: int) -> list[Fact]:
     facts, as inline. Raises ``MemoryUnavailable`` when the database cannot be reached; then
     the turn stays pending and is retried.
     """
-    _check("user_id", validate_owner_id, owner_id)
+    field_check("user_id", validate_owner_id, owner_id)
     changed: list[Fact] = []
     with database_guard():
         target_pk = (
@@ -161,8 +161,8 @@ def _pending_extract(pending: PendingExtraction) -> list[Fact]:
             turn.seq,
             owner_id,
         )
-    with _service():
-        owner = _owner_lock(owner_id, create=False)
+    with service_transaction():
+        owner = owner_lock(owner_id, create=False)
         # NOTE: re-read under the lock: another run may have done it, a forget or prune
         # removed its turn, or a link moved the turn to another owner (the caller's next
         # round finds it there).
