@@ -66,7 +66,7 @@ def unexplained(live: set[str], snapshot: set[str], fragments: Iterable[str]) ->
     names, by their qualified name or their own."""
     named = set().union(*(mentioned(text) for text in fragments))
     changed = [f"+{n}" for n in live - snapshot] + [f"-{n}" for n in snapshot - live]
-    return sorted(c for c in changed if c[1:] not in named and c[1:].rpartition(".")[2] not in named)
+    return sorted(c for c in changed if not {c[1:], c[1:].rpartition(".")[2]} & named)
 
 
 def fragment_texts() -> list[str]:
