@@ -12,8 +12,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from memory import tokens
-from memory.conf import DEFAULTS, as_int, conf, setting_import
-from memory.extras import extra_install
+from memory.conf import DEFAULTS, as_int, callable_import, conf, setting_import
+from memory.extras import extra_install, tasks_inline_warning
 from memory.selectors.facts import fact_dot_key_list
 
 logger = logging.getLogger("memory")
@@ -79,8 +79,6 @@ VALUE_IDS = {
     "POOLER": "memory.E022",
     "PREPARED_STATEMENTS": "memory.E023",
 }
-# django-tasks' default when TASKS is not set: a task runs where it is enqueued.
-IMMEDIATE_BACKEND = "django_tasks.backends.immediate.ImmediateBackend"
 
 
 def _int(value: Any) -> bool:
@@ -310,13 +308,9 @@ def _app_databases() -> list[str]:
 def _check_token_counter(path: Any) -> list[CheckMessage]:
     hint = "Name a callable str -> int, such as memory.tokens.estimate_counter (the default)."
     try:
-        counter = setting_import("TOKEN_COUNTER", path)
+        counter = callable_import("TOKEN_COUNTER", path)
     except ImproperlyConfigured as e:
         return [Error(str(e), hint=hint, id="memory.E016")]
-    if not callable(counter):
-        return [
-            Error(f"MEMORY['TOKEN_COUNTER'] {path!r} is not callable.", hint=hint, id="memory.E016")
-        ]
     problem = tokens.tiktoken_unavailable() if counter is tokens.tiktoken_counter else None
     if problem is not None:
         return [
@@ -366,19 +360,11 @@ def _check_deferred(path: str) -> list[CheckMessage]:
                 id="memory.E014",
             )
         ]
-    tasks = getattr(settings, "TASKS", None) or {}
-    backend = tasks.get("default", {}).get("BACKEND", IMMEDIATE_BACKEND)
-    if backend == IMMEDIATE_BACKEND:
-        return [
-            Warning(
-                f"MEMORY['FACT_EXTRACTOR'] {path!r} is deferred, but TASKS runs tasks "
-                "immediately: each extraction runs inside the request, after its commit.",
-                hint='Set TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}} '
-                "and run `manage.py db_worker`, or another worker backend.",
-                id="memory.W006",
-            )
-        ]
-    return []
+    return tasks_inline_warning(
+        f"MEMORY['FACT_EXTRACTOR'] {path!r} is deferred",
+        "each extraction runs inside the request, after its commit.",
+        "memory.W006",
+    )
 
 
 def _check_summarizer(path: Any) -> list[CheckMessage]:
@@ -390,13 +376,9 @@ def _check_summarizer(path: Any) -> list[CheckMessage]:
         "(the default), or None to turn summaries off."
     )
     try:
-        summarizer = setting_import("SUMMARIZER", path)
+        callable_import("SUMMARIZER", path)
     except ImproperlyConfigured as e:
         return [Error(str(e), hint=hint, id="memory.E024")]
-    if not callable(summarizer):
-        return [
-            Error(f"MEMORY['SUMMARIZER'] {path!r} is not callable.", hint=hint, id="memory.E024")
-        ]
     if find_spec("django_tasks") is None:
         return [
             Warning(
@@ -408,18 +390,11 @@ def _check_summarizer(path: Any) -> list[CheckMessage]:
                 id="memory.W012",
             )
         ]
-    tasks = getattr(settings, "TASKS", None) or {}
-    if tasks.get("default", {}).get("BACKEND", IMMEDIATE_BACKEND) == IMMEDIATE_BACKEND:
-        return [
-            Warning(
-                f"MEMORY['SUMMARIZER'] is {path!r}, but TASKS runs tasks immediately: a "
-                "summary refresh runs inside the request whose append made it due.",
-                hint='Set TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}} '
-                "and run `manage.py db_worker`, or another worker backend.",
-                id="memory.W013",
-            )
-        ]
-    return []
+    return tasks_inline_warning(
+        f"MEMORY['SUMMARIZER'] is {path!r}",
+        "a summary refresh runs inside the request whose append made it due.",
+        "memory.W013",
+    )
 
 
 def _check_resolver(path: Any) -> list[CheckMessage]:

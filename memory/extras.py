@@ -3,6 +3,14 @@ and check hints that name one: there is no release on an index yet."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Warning
+
+# django-tasks' default backend, which runs a task inside the request that enqueues it.
+IMMEDIATE_BACKEND = "django_tasks.backends.immediate.ImmediateBackend"
+
 
 def extra_install(extra: str) -> str:
     """The install line of ``extra`` (``"langchain"``): the wheel ``make dist`` builds, with
@@ -11,3 +19,19 @@ def extra_install(extra: str) -> str:
         f'pip install "$(echo dist/django_memory-*.whl)[{extra}]" after make dist in the '
         f'repository (pip install "django-memory[{extra}]" once released)'
     )
+
+
+def tasks_inline_warning(subject: str, consequence: str, id: str) -> list[CheckMessage]:
+    """The check warning ``id`` when ``TASKS`` runs tasks immediately (django-tasks' default),
+    so that what ``subject`` defers runs in the request (``consequence``); else nothing."""
+    tasks: dict[str, Any] = getattr(settings, "TASKS", None) or {}
+    if tasks.get("default", {}).get("BACKEND", IMMEDIATE_BACKEND) != IMMEDIATE_BACKEND:
+        return []
+    return [
+        Warning(
+            f"{subject}, but TASKS runs tasks immediately: {consequence}",
+            hint='Set TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}} '
+            "and run `manage.py db_worker`, or another worker backend.",
+            id=id,
+        )
+    ]

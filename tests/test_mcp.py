@@ -439,7 +439,7 @@ def test_a_lost_database_is_an_mcp_error_not_a_result(monkeypatch):
         raise MemoryUnavailable("The database is unavailable: connection refused")
 
     token = _token("alice")
-    monkeypatch.setattr(memory_mcp, "call", lost)
+    monkeypatch.setattr(memory_mcp, "tool_run", lost)
 
     async def profile(client: Client) -> Any:
         with pytest.raises(MCPError) as raised:

@@ -1,5 +1,5 @@
 """The memory's tools over MCP, the Model Context Protocol, on its official SDK (``mcp`` 2.x):
-the same five tools as ``memory.tools``, on the same path (``memory.tools.call``). Needs the extra
+the same five tools as ``memory.tools``, on the same path (``tool_run``). Needs the extra
 ``mcp``: ``pip install "$(echo dist/django_memory-*.whl)[mcp]"`` after ``make dist``.
 
 - ``MemoryMCPServer``: an ``MCPServer`` with the tools. Made for one owner
@@ -58,7 +58,7 @@ from memory import codec
 from memory.authentication import TokenAuthentication
 from memory.exceptions import MemoryUnavailable
 from memory.permissions import can_reach, is_service_caller, owner_id_for
-from memory.tools.calls import call
+from memory.tools.calls import MISTAKES, tool_run
 from memory.tools.definitions import TOOLS
 from memory.validators import actor_of, validate_owner_id
 
@@ -97,7 +97,11 @@ def _call_in_request(
     (unless ``CONN_MAX_AGE`` keeps it; Django's pool takes it back)."""
     close_old_connections()
     try:
-        return call(name, arguments, owner_id=owner_id, caller=caller, actor=actor)
+        return tool_run(
+            name=name, arguments=arguments, owner_id=owner_id, caller=caller, actor=actor
+        )
+    except MISTAKES as e:
+        return {"error": str(e)}
     finally:
         close_old_connections()
 

