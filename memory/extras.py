@@ -3,6 +3,8 @@ and check hints that name one: there is no release on an index yet."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +21,18 @@ def extra_install(extra: str) -> str:
         f'pip install "$(echo dist/django_memory-*.whl)[{extra}]" after make dist in the '
         f'repository (pip install "django-memory[{extra}]" once released)'
     )
+
+
+@contextmanager
+def extra_needed(module: str, needs: str, extra: str) -> Iterator[None]:
+    """Imports of ``module`` that need ``extra``: an ``ImportError`` in the block is raised
+    again saying that ``module`` needs ``needs``, and the extra's install line."""
+    try:
+        yield
+    except ImportError as e:
+        raise ImportError(
+            f"{module} needs {needs}, the extra {extra}: {extra_install(extra)}"
+        ) from e
 
 
 def tasks_inline_warning(subject: str, consequence: str, id: str) -> list[CheckMessage]:

@@ -25,18 +25,14 @@ request's connection is closed at its end, as Django closes a request's.
 
 from __future__ import annotations
 
-from memory.extras import extra_install
+from memory.extras import extra_needed
 
-try:
+with extra_needed("memory.integrations.mcp", "the MCP SDK", "mcp"):
     import mcp.types as mcp_types
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
     from mcp.shared.exceptions import MCPError
-except ImportError as e:
-    raise ImportError(
-        "memory.integrations.mcp needs the MCP SDK, the extra mcp: " + extra_install("mcp")
-    ) from e
 
 import asyncio
 import contextlib

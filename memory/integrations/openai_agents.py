@@ -5,17 +5,12 @@ session_id=...)``, the SDK's ``Session`` protocol (async). Needs the extra
 
 from __future__ import annotations
 
-from memory.extras import extra_install
+from memory.extras import extra_needed
 
-try:
+with extra_needed("memory.integrations.openai_agents", "openai-agents", "openai-agents"):
     from agents.items import TResponseInputItem
     from agents.memory import SessionSettings
     from agents.memory.session_settings import coerce_session_settings
-except ImportError as e:
-    raise ImportError(
-        "memory.integrations.openai_agents needs openai-agents, the extra openai-agents: "
-        + extra_install("openai-agents")
-    ) from e
 
 import copy
 from collections.abc import Mapping, Sequence
