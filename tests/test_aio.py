@@ -206,7 +206,7 @@ def _error(call: Callable[[], Any]) -> BaseException:
             FactVersionConflict,
         ),
         ("fact_delete", services, {"owner_id": "wang", "key": "nothing"}, FactNotFound),
-        ("turns_prune", services, {"owner_id": "wang"}, ValidationError),
+        ("turns_prune", ops, {"owner_id": "wang"}, ValidationError),
         ("memory_link", services, {"owner_id": "wang", "from_owner_id": "wang"}, ValidationError),
         ("context_get", selectors, {"owner_id": "wang", "turns": -1}, ValidationError),
         ("context_messages", selectors, {"owner_id": "wang", "max_tokens": 0}, ValidationError),
