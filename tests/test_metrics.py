@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from memory import ops, selectors, services
-from memory.metrics import DIRTY_OWNERS_LIMIT
+from memory.views.metrics import DIRTY_OWNERS_LIMIT
 from tests.instance import ROOT, environment
 
 pytestmark = pytest.mark.django_db
@@ -182,8 +182,9 @@ def test_multiprocess_mode_adds_up_every_process(tmp_path):
     code = (
         "import django, sys; django.setup();"
         "from prometheus_client import generate_latest;"
-        "from memory import metrics;"
-        "metrics.cache_event('hits', int(sys.argv[1]));"
+        "from memory import counters;"
+        "from memory.views import metrics;"
+        "counters.cache_event('hits', int(sys.argv[1]));"
         "print(generate_latest(metrics.registry_for_scrape()).decode())"
     )
     env = {**environment(), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}

@@ -25,6 +25,7 @@ PUBLIC_MODULES = (
     "memory.selectors",
     "memory.exceptions",
     "memory.tools",
+    "memory.metrics",
     "memory.extraction",
     "memory.recall",
     "memory.integrations.channels",
@@ -39,6 +40,7 @@ PAGES = {
     "memory.selectors": "python-api.md",
     "memory.exceptions": "python-api.md",
     "memory.tools": "python-api.md",
+    "memory.metrics": "python-api.md",
 }
 
 
