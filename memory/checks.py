@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from importlib.util import find_spec
 from typing import Any
 
 from django.conf import settings
@@ -13,7 +12,7 @@ from django.db import connections
 
 from memory import tokens
 from memory.conf import DEFAULTS, as_int, callable_import, conf, setting_import
-from memory.extras import extra_install, tasks_inline_warning
+from memory.extras import extra_install, worker_checks
 from memory.selectors.facts import fact_dot_key_list
 
 logger = logging.getLogger("memory")
@@ -350,21 +349,14 @@ def _check_deferred(path: str) -> list[CheckMessage]:
         return []
     if not deferred:
         return []
-    if find_spec("django_tasks") is None:
-        return [
-            Error(
-                f"MEMORY['FACT_EXTRACTOR'] {path!r} is deferred, but django-tasks is not "
-                "installed.",
-                hint=f"{extra_install('deferred')}, a task backend (django-tasks-db), and "
-                "set TASKS.",
-                id="memory.E014",
-            )
-        ]
-    return tasks_inline_warning(
-        f"MEMORY['FACT_EXTRACTOR'] {path!r} is deferred",
-        "each extraction runs inside the request, after its commit.",
-        "memory.W006",
+    subject = f"MEMORY['FACT_EXTRACTOR'] {path!r} is deferred"
+    missing = Error(
+        f"{subject}, but django-tasks is not installed.",
+        hint=f"{extra_install('deferred')}, a task backend (django-tasks-db), and set TASKS.",
+        id="memory.E014",
     )
+    consequence = "each extraction runs inside the request, after its commit."
+    return worker_checks(missing, subject, consequence, "memory.W006")
 
 
 def _check_summarizer(path: Any) -> list[CheckMessage]:
@@ -379,22 +371,15 @@ def _check_summarizer(path: Any) -> list[CheckMessage]:
         callable_import("SUMMARIZER", path)
     except ImproperlyConfigured as e:
         return [Error(str(e), hint=hint, id="memory.E024")]
-    if find_spec("django_tasks") is None:
-        return [
-            Warning(
-                f"MEMORY['SUMMARIZER'] is {path!r}, but django-tasks is not installed: no "
-                "summary refresh runs by itself.",
-                hint=f"{extra_install('deferred')}, a task backend, and set TASKS; "
-                "or run `manage.py memory_summarize --pending` periodically; or set "
-                "MEMORY['SUMMARIZER'] = None.",
-                id="memory.W012",
-            )
-        ]
-    return tasks_inline_warning(
-        f"MEMORY['SUMMARIZER'] is {path!r}",
-        "a summary refresh runs inside the request whose append made it due.",
-        "memory.W013",
+    subject = f"MEMORY['SUMMARIZER'] is {path!r}"
+    missing = Warning(
+        f"{subject}, but django-tasks is not installed: no summary refresh runs by itself.",
+        hint=f"{extra_install('deferred')}, a task backend, and set TASKS; or run `manage.py "
+        "memory_summarize --pending` periodically; or set MEMORY['SUMMARIZER'] = None.",
+        id="memory.W012",
     )
+    consequence = "a summary refresh runs inside the request whose append made it due."
+    return worker_checks(missing, subject, consequence, "memory.W013")
 
 
 def _check_resolver(path: Any) -> list[CheckMessage]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.util import find_spec
 from typing import Any
 
 from django.conf import settings
@@ -33,6 +34,16 @@ def extra_needed(module: str, needs: str, extra: str) -> Iterator[None]:
         raise ImportError(
             f"{module} needs {needs}, the extra {extra}: {extra_install(extra)}"
         ) from e
+
+
+def worker_checks(
+    missing: CheckMessage, subject: str, consequence: str, id: str
+) -> list[CheckMessage]:
+    """The checks of a setting whose work runs as django-tasks tasks: ``missing`` when
+    django-tasks is not installed, else ``tasks_inline_warning``'s."""
+    if find_spec("django_tasks") is None:
+        return [missing]
+    return tasks_inline_warning(subject, consequence, id)
 
 
 def tasks_inline_warning(subject: str, consequence: str, id: str) -> list[CheckMessage]:
