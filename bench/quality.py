@@ -213,7 +213,7 @@ def haystack_build(item: dict[str, Any], *, prefix: str = OWNER_PREFIX) -> Hayst
     old = [seqs for kind, seqs in found.values() if kind == "old" and seqs]
     decoys = [seqs for kind, seqs in found.values() if kind == "decoy" and seqs]
     owner_id = prefix + item["id"]
-    from memory.selectors import EXPORT_FORMAT, EXPORT_VERSION
+    from memory.selectors.export import EXPORT_FORMAT, EXPORT_VERSION
 
     document = {
         "format": EXPORT_FORMAT,
@@ -431,7 +431,7 @@ def quality_run(
     from django.conf import settings
     from django.test import override_settings
 
-    from memory import selectors, services
+    from memory import ops, selectors, services
 
     _cached = CachedEmbedder(embedder)
     report = Report()
@@ -448,7 +448,7 @@ def quality_run(
             services.memory_import(document=stack.document)
             report.load_seconds += time.perf_counter() - started
             started = time.perf_counter()
-            services.turns_embed(owner_id=stack.owner_id)
+            ops.turns_embed(owner_id=stack.owner_id)
             report.embed_seconds += time.perf_counter() - started
             report.turns += stack.turns
             stacks.append(stack)

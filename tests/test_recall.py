@@ -25,6 +25,7 @@ from memory import checks as _checks  # noqa: F401  (registers the checks)
 from memory import selectors, services
 from memory.models import Owner, Turn
 from memory.recall import embedders, vectors
+from memory.selectors.search import facts_similar
 from memory.services import embeddings
 
 pytestmark = pytest.mark.django_db
@@ -643,22 +644,22 @@ def test_facts_similar_ranks_the_owners_facts_by_meaning(e5):
     services.fact_put(owner_id="li", key="likes", value="tennis")
     embeddings.turns_embed(owner_id="wang")
     embeddings.turns_embed(owner_id="li")
-    similar = selectors.facts_similar(owner_id="wang", query="which sport do I play?", limit=10)
+    similar = facts_similar(owner_id="wang", query="which sport do I play?", limit=10)
     assert set(similar) == {"name", "likes", "city"}
     assert max(similar, key=similar.get) == "likes"
     assert all(0 < score <= 1 for score in similar.values())
     # A fact changed since its run is compared by its words only, never by its old vector.
     services.fact_put(owner_id="wang", key="likes", value="chess")
-    assert "likes" not in selectors.facts_similar(owner_id="wang", query="sport", limit=10)
-    assert selectors.facts_similar(owner_id="nobody", query="sport", limit=10) == {}
+    assert "likes" not in facts_similar(owner_id="wang", query="sport", limit=10)
+    assert facts_similar(owner_id="nobody", query="sport", limit=10) == {}
     with pytest.raises(ValidationError):
-        selectors.facts_similar(owner_id="wang", query=" ", limit=10)
+        facts_similar(owner_id="wang", query=" ", limit=10)
 
 
 def test_facts_similar_is_empty_where_embeddings_are_off(db, memory_settings):
     services.fact_put(owner_id="wang", key="likes", value="basketball")
     with memory_settings(EMBEDDER=None):
-        assert selectors.facts_similar(owner_id="wang", query="sport", limit=10) == {}
+        assert facts_similar(owner_id="wang", query="sport", limit=10) == {}
 
 
 def test_the_langgraph_store_searches_facts_by_meaning(e5):
@@ -729,7 +730,7 @@ def test_an_imported_memory_is_embedded_by_the_run_the_import_makes_due(
             owner_id="wang-again", q="what's my dog called?", mode="semantic"
         )
         assert best["content"] == CORGI
-        assert "pet" in selectors.facts_similar(owner_id="wang-again", query="my dog", limit=5)
+        assert "pet" in facts_similar(owner_id="wang-again", query="my dog", limit=5)
 
 
 def test_context_messages_recall_as_many_as_fit_the_budget(db, memory_settings):

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 
-from memory.conf import conf, setting_import
+from memory.conf import callable_import, conf
 from memory.extras import extra_install
 
 Vector = Sequence[float]
@@ -152,12 +152,7 @@ wordllama_english.name = WordLlamaEnglish.name  # type: ignore[attr-defined]
 
 @functools.cache
 def _embedder_import(path: str) -> Callable[..., Any]:
-    embedder = setting_import("EMBEDDER", path)
-    if isinstance(embedder, type):
-        embedder = embedder()
-    if not callable(embedder):
-        raise ImproperlyConfigured(f"MEMORY['EMBEDDER'] {path!r} is not callable.")
-    return embedder  # type: ignore[no-any-return]
+    return callable_import("EMBEDDER", path, make=True)  # type: ignore[no-any-return]
 
 
 def embedder_get() -> Callable[..., Any] | None:

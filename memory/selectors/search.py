@@ -529,9 +529,6 @@ def facts_similar(*, owner_id: str, query: str, limit: int) -> dict[str, float]:
 
 afacts_similar = aio.twin(facts_similar)
 
-# NOTE: the name the issue asked for; the Django way names it aturn_search.
-asearch = aturn_search
-
 
 @database_guard()
 def turn_search_queryset(*, q: str, queryset: QuerySet[Turn] | None = None) -> QuerySet[Turn]:
