@@ -232,12 +232,21 @@ def _candidates(
         pks = [pk for pk, *_ in words.hits]
     vector = _resolved(query)
     model = None
+    measure = None
     if vector is not None:
         embedder = embedders.embedder_get()
         assert embedder is not None
         model = embedders.embedder_name(embedder)
+        measure = vectors.Centred(vector, vectors.owner_centre(using, owner_pk, model))
         nearest = vectors.vectors_nearest(
-            using, owner_pk, model, vector, depth, embedded=embedded, filters=filters
+            using,
+            owner_pk,
+            model,
+            vector,
+            depth,
+            embedded=embedded,
+            filters=filters,
+            centre=measure.centre,
         )
         pks += [pk for pk, _ in nearest if pk not in set(pks)]
     elif mode == "hybrid":
@@ -257,6 +266,7 @@ def _candidates(
         terms=terms,
         model=model,
         vector=None if vector is None else vectors.vector_text(vector),
+        measure=measure,
     )
     found: list[Candidate] = []
     for pk, *fields, length, held, distance in rows:
