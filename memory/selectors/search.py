@@ -147,11 +147,11 @@ def _resolved(query: QueryVector) -> list[float] | None:
 
 # NOTE: the calibration of ``score``: a logistic model of "this turn holds evidence for the
 # question", fitted on labelled searches (docs/recall.md, "The score"): per mode, the bias and
-# the weights of the cosine similarity to the query (by meaning) and of the share of the
-# query's BM25 weight the turn matches (by words).
+# the weights of the cosine similarity to the query (by meaning, centred on the owner's mean:
+# vectors.Centred) and of the share of the query's BM25 weight the turn matches (by words).
 CALIBRATION = {
-    "hybrid": (-26.82, 26.01, 4.0),
-    "semantic": (-37.13, 39.71, 0.0),
+    "hybrid": (-7.0, 12.0, 4.0),
+    "semantic": (-7.32, 13.92, 0.0),
     "text": (-5.63, 0.0, 9.65),
 }
 # Added to a candidate's logit in proportion to how late it was said among the candidates
