@@ -148,9 +148,9 @@ INDEX_WALK_FACTOR = 3
 # The owner's mean is taken over at most this many of their vectors (in the index's order): its
 # error is then a few thousandths, on a history of any length.
 CENTRE_SAMPLE = 2_000
-# An owner of n vectors is centred on n / (n + CENTRE_PRIOR) of their mean: a short history
-# (whose mean is mostly its own few turns) is compared nearly as it is.
-CENTRE_PRIOR = 20
+# An owner with fewer vectors than this is compared uncentred: the mean of a short history is
+# mostly its own few turns, and would take off what they say.
+CENTRE_FROM = 50
 
 _CENTRE_SQL = """
 SELECT avg(s.vector)::text, count(*) FROM (
@@ -347,16 +347,15 @@ def vectors_write(
 
 def owner_centre(using: str, owner_pk: int, model: str) -> list[float] | None:
     """The centre the owner's turns are compared around (``Centred``): the mean of at most
-    ``CENTRE_SAMPLE`` of their vectors of ``model``, shrunk towards zero for a short history
-    (``CENTRE_PRIOR``); ``None`` when they have none. One indexed read of at most
-    ``CENTRE_SAMPLE`` rows."""
+    ``CENTRE_SAMPLE`` of their vectors of ``model``; ``None`` for an owner with fewer than
+    ``CENTRE_FROM`` (compared uncentred). One indexed read of at most ``CENTRE_SAMPLE``
+    rows."""
     with connections[using].cursor() as cursor:
         cursor.execute(_CENTRE_SQL, [owner_pk, model, CENTRE_SAMPLE])
         mean, count = cursor.fetchone()
-    if mean is None or not count:
+    if mean is None or count < CENTRE_FROM:
         return None
-    shrink = count / (count + CENTRE_PRIOR)
-    return [shrink * float(x) for x in mean.strip("[]").split(",")]
+    return [float(x) for x in mean.strip("[]").split(",")]
 
 
 def vectors_nearest(

@@ -149,10 +149,13 @@ def _resolved(query: QueryVector) -> list[float] | None:
 # question", fitted on labelled searches (docs/recall.md, "The score"): per mode, the bias and
 # the weights of the cosine similarity to the query (by meaning, centred on the owner's mean:
 # vectors.Centred) and of the share of the query's BM25 weight the turn matches (by words).
+# An owner too short to be centred (vectors.CENTRE_FROM) is scored by the plain cosine's rows.
 CALIBRATION = {
     "hybrid": (-7.0, 12.0, 4.0),
     "semantic": (-7.32, 13.92, 0.0),
     "text": (-5.63, 0.0, 9.65),
+    "hybrid plain": (-26.82, 26.01, 4.0),
+    "semantic plain": (-37.13, 39.71, 0.0),
 }
 # Added to a candidate's logit in proportion to how late it was said among the candidates
 # (0 the oldest, 1 the newest): of two turns that answer alike, the newer ranks first.
@@ -213,7 +216,8 @@ def _candidates(
     filters: ranking.TurnFilters,
 ) -> tuple[list[Candidate], str]:
     """The turns either ranking finds among its best ``depth``, with their features; and the
-    mode that ranked them (``text`` where the query's embedding failed)."""
+    mode that ranked them (``text`` where the query's embedding failed; ``<mode> plain`` where
+    the owner is compared uncentred: their ``CALIBRATION`` row)."""
     owner_pk, embedded, last_seq = owner
     using = Turn.objects.db
     turns = filters.queryset(owner_turns(owner_pk))
@@ -238,6 +242,8 @@ def _candidates(
         assert embedder is not None
         model = embedders.embedder_name(embedder)
         measure = vectors.Centred(vector, vectors.owner_centre(using, owner_pk, model))
+        if measure.centre is None:
+            mode = f"{mode} plain"
         nearest = vectors.vectors_nearest(
             using,
             owner_pk,
