@@ -145,9 +145,10 @@ LIMIT %(limit)s
 # cosine's numerator does; this many times the results asked are walked, then ranked exactly.
 INDEX_WALK_FACTOR = 3
 
-# The owner's mean is taken over at most this many of their vectors (in the index's order): its
-# error is then a few thousandths, on a history of any length.
-CENTRE_SAMPLE = 2_000
+# The owner's mean is taken over at most this many of their vectors (the first embedded, in the
+# index's order): a component's error is then about a thousandth, on a history of any length,
+# and reading them a millisecond or two.
+CENTRE_SAMPLE = 500
 # An owner with fewer vectors than this is compared uncentred: the mean of a short history is
 # mostly its own few turns, and would take off what they say.
 CENTRE_FROM = 50
