@@ -529,6 +529,31 @@ def test_an_owner_is_compared_centred_on_their_mean(e5, monkeypatch):
     assert found[0]["content"] == CORGI
 
 
+def test_the_owners_centre_is_read_again_only_when_more_turns_are_embedded(e5, monkeypatch):
+    monkeypatch.setattr(vectors, "CENTRE_FROM", 5)
+    say("wang", CORGI, *FILLER)
+    embeddings.turns_embed(owner_id="wang")
+    q = "what's my dog's name?"
+
+    def centre_reads() -> int:
+        found, statements = _searched_statements("wang", q, mode="hybrid")
+        assert found[0] == CORGI
+        return sum("avg(s.vector)" in statement for statement in statements)
+
+    assert centre_reads() == 1
+    assert centre_reads() == 0
+    say("wang", "We moved to a flat near the river in May.", "Congratulations!")
+    embeddings.turns_embed(owner_id="wang")
+    assert centre_reads() == 1
+    # A sample that was full is the same sample when more turns come.
+    monkeypatch.setattr(vectors, "CENTRE_SAMPLE", 5)
+    vectors.vectors_forget_ready()
+    assert centre_reads() == 1
+    say("wang", "I've started learning the cello.", "How exciting!")
+    embeddings.turns_embed(owner_id="wang")
+    assert centre_reads() == 0
+
+
 def test_the_index_walk_ranks_centred_as_the_exact_scan(indexed_from, monkeypatch):
     monkeypatch.setattr(vectors, "CENTRE_FROM", 5)
     say("wang", CORGI, *FILLER, "We moved to a flat near the river in May.")

@@ -143,7 +143,7 @@ LIMIT %(limit)s
 """
 # NOTE: the walk goes by the centred query's direction, which orders the turns as the centred
 # cosine's numerator does; this many times the results asked are walked, then ranked exactly.
-INDEX_WALK_FACTOR = 3
+INDEX_WALK_FACTOR = 2
 
 # The owner's mean is taken over at most this many of their vectors (the first embedded, in the
 # index's order): a component's error is then about a thousandth, on a history of any length,
@@ -152,6 +152,11 @@ CENTRE_SAMPLE = 500
 # An owner with fewer vectors than this is compared uncentred: the mean of a short history is
 # mostly its own few turns, and would take off what they say.
 CENTRE_FROM = 50
+# Per (database alias, owner pk, model): the owner's embedded turns when their centre was read,
+# and the centre. Read again when they have more, unless the sample was full then (the same
+# first CENTRE_SAMPLE vectors make it). At most CENTRE_CACHE owners, then forgotten at once.
+_CENTRES: dict[tuple[str, int, str], tuple[int, list[float] | None]] = {}
+CENTRE_CACHE = 4_096
 
 _CENTRE_SQL = """
 SELECT avg(s.vector)::text, count(*) FROM (
@@ -250,6 +255,7 @@ def vectors_forget_ready() -> None:
     _MISSING_AT.clear()
     _INDEXED.clear()
     _UNINDEXED_AT.clear()
+    _CENTRES.clear()
 
 
 def index_name(model: str, dimensions: int) -> str:
@@ -346,17 +352,32 @@ def vectors_write(
         return written
 
 
-def owner_centre(using: str, owner_pk: int, model: str) -> list[float] | None:
+def owner_centre(
+    using: str, owner_pk: int, model: str, *, embedded: int | None = None
+) -> list[float] | None:
     """The centre the owner's turns are compared around (``Centred``): the mean of at most
     ``CENTRE_SAMPLE`` of their vectors of ``model``; ``None`` for an owner with fewer than
-    ``CENTRE_FROM`` (compared uncentred). One indexed read of at most ``CENTRE_SAMPLE``
-    rows."""
+    ``CENTRE_FROM`` (compared uncentred). One indexed read of at most ``CENTRE_SAMPLE`` rows,
+    kept by the process for the owner's ``embedded`` count (their ``embedded_seq``) where it is
+    given: the next search reads it again only once the owner has more turns embedded and had
+    fewer than ``CENTRE_SAMPLE`` then."""
+    key = (using, owner_pk, model)
+    kept = _CENTRES.get(key) if embedded is not None else None
+    if kept is not None and embedded is not None:
+        seen, centre = kept
+        if embedded == seen or (seen >= CENTRE_SAMPLE and embedded > seen):
+            return centre
     with connections[using].cursor() as cursor:
         cursor.execute(_CENTRE_SQL, [owner_pk, model, CENTRE_SAMPLE])
         mean, count = cursor.fetchone()
-    if mean is None or count < CENTRE_FROM:
-        return None
-    return [float(x) for x in mean.strip("[]").split(",")]
+    centre = None
+    if mean is not None and count >= CENTRE_FROM:
+        centre = [float(x) for x in mean.strip("[]").split(",")]
+    if embedded is not None:
+        if len(_CENTRES) >= CENTRE_CACHE:
+            _CENTRES.clear()
+        _CENTRES[key] = (embedded, centre)
+    return centre
 
 
 def vectors_nearest(

@@ -241,7 +241,8 @@ def _candidates(
         embedder = embedders.embedder_get()
         assert embedder is not None
         model = embedders.embedder_name(embedder)
-        measure = vectors.Centred(vector, vectors.owner_centre(using, owner_pk, model))
+        centre = vectors.owner_centre(using, owner_pk, model, embedded=embedded)
+        measure = vectors.Centred(vector, centre)
         if measure.centre is None:
             mode = f"{mode} plain"
         nearest = vectors.vectors_nearest(
