@@ -147,9 +147,8 @@ def _resolved(query: QueryVector) -> list[float] | None:
 
 # NOTE: the calibration of ``score``: a logistic model of "this turn holds evidence for the
 # question", fitted on labelled searches (docs/recall.md, "The score"): per mode, the bias and
-# the weights of the cosine similarity to the query (by meaning, centred on the owner's mean:
-# vectors.Centred) and of the share of the query's BM25 weight the turn matches (by words).
-# An owner too short to be centred (vectors.CENTRE_FROM) is scored by the plain cosine's rows.
+# the weights of the cosine similarity to the query (by meaning, vectors.Centred; "plain" for
+# an owner compared uncentred) and of the share of the query's BM25 weight matched (by words).
 CALIBRATION = {
     "hybrid": (-7.0, 12.0, 4.0),
     "semantic": (-7.32, 13.92, 0.0),
@@ -216,8 +215,8 @@ def _candidates(
     filters: ranking.TurnFilters,
 ) -> tuple[list[Candidate], str]:
     """The turns either ranking finds among its best ``depth``, with their features; and the
-    mode that ranked them (``text`` where the query's embedding failed; ``<mode> plain`` where
-    the owner is compared uncentred: their ``CALIBRATION`` row)."""
+    mode that ranked them (``text`` where the query's embedding failed; ``<mode> plain``: the
+    owner compared uncentred)."""
     owner_pk, embedded, last_seq = owner
     using = Turn.objects.db
     turns = filters.queryset(owner_turns(owner_pk))
@@ -243,17 +242,9 @@ def _candidates(
         model = embedders.embedder_name(embedder)
         centre = vectors.owner_centre(using, owner_pk, model, embedded=embedded)
         measure = vectors.Centred(vector, centre)
-        if measure.centre is None:
-            mode = f"{mode} plain"
+        mode += "" if centre else " plain"
         nearest = vectors.vectors_nearest(
-            using,
-            owner_pk,
-            model,
-            vector,
-            depth,
-            embedded=embedded,
-            filters=filters,
-            centre=measure.centre,
+            using, owner_pk, model, vector, depth, embedded=embedded, filters=filters, centre=centre
         )
         pks += [pk for pk, _ in nearest if pk not in set(pks)]
     elif mode == "hybrid":
