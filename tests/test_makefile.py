@@ -55,7 +55,7 @@ class FakeRoot:
         return subprocess.run(
             [str(ROOT / "scripts" / script)],
             env={
-                # NOTE: the suite may itself run under SKIP_SYSTEM_INSTALL=1; each case sets its own.
+                # NOTE: the suite may run under SKIP_SYSTEM_INSTALL=1; each case sets its own.
                 **{k: v for k, v in os.environ.items() if k != "SKIP_SYSTEM_INSTALL"},
                 "PATH": f"{self.bin}:/usr/bin:/bin",
                 "TMPDIR": str(self.bin.parent),
