@@ -151,6 +151,17 @@ def test_a_cold_read_claims_the_fill_in_its_first_round_trip_when_reads_miss(
     assert selectors.context_get(owner_id="wang")["source"] == "cache"
 
 
+def test_a_pipelined_claim_on_a_redis_without_the_script_loads_it_and_claims(history, own_redis):
+    history()
+    admin = redis.Redis.from_url(own_redis.url)
+    admin.script_flush()
+    cache.copy.miss_share.share = 1.0
+    with CaptureQueriesContext(connection) as queries:
+        assert selectors.context_get(owner_id="wang")["source"] == "database"
+    assert len(queries) == 4  # the claim held: the fill needed no check
+    assert selectors.context_get(owner_id="wang")["source"] == "cache"
+
+
 def test_the_claim_takes_the_fill_lock_only_where_there_is_no_copy(history, own_redis):
     history()
     admin = redis.Redis.from_url(own_redis.url)
