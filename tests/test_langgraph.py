@@ -30,7 +30,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from memory import selectors, services
+from memory import ops, selectors, services
 from memory.integrations.langgraph import MemoryStore, fact_key, item_address
 from memory.models import Fact
 from tests import instance
@@ -525,7 +525,7 @@ def test_a_ttl_expires_the_fact_and_a_read_refreshes_it(write):
         expires_at=F("expires_at") - dt.timedelta(seconds=30),
     )
     with write():
-        services.cache_drop(owner_id="wang")
+        ops.cache_drop(owner_id="wang")
         assert store.get(("wang",), "short") is not None
     fact = Fact.objects.get(owner__external_id="wang", key="short")
     assert fact.version == 2
@@ -541,7 +541,7 @@ def test_a_ttl_expires_the_fact_and_a_read_refreshes_it(write):
         expires_at=timezone.now() - dt.timedelta(seconds=1)
     )
     with write():
-        services.cache_drop(owner_id="wang")
+        ops.cache_drop(owner_id="wang")
     assert store.get(("wang",), "short", refresh_ttl=False) is None
     assert [i.key for i in store.search(("wang",))] == ["default", "kept"]
     assert store.list_namespaces(prefix=("wang",)) == [("wang",)]

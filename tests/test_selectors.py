@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from memory import cache, payloads, selectors, services, tokens
+from memory import cache, ops, payloads, selectors, services, tokens
 from memory.exceptions import MemoryUnavailable
 from memory.models import Fact, Turn
 
@@ -350,7 +350,7 @@ def test_health_reports_database_and_cache():
 
 def test_owner_summary_counts_what_is_stored(history):
     history(turns=5)
-    summary = selectors.owner_summary_get(owner_id="wang")
+    summary = ops.owner_summary_get(owner_id="wang")
     assert summary is not None
     assert {k: summary[k] for k in ("turns", "sessions", "facts", "fact_versions", "last_seq")} == {
         "turns": 5,
@@ -359,28 +359,28 @@ def test_owner_summary_counts_what_is_stored(history):
         "fact_versions": 2,
         "last_seq": 5,
     }
-    assert selectors.owner_summary_get(owner_id="nobody") is None
+    assert ops.owner_summary_get(owner_id="nobody") is None
 
 
 def test_owner_recent_list_is_newest_write_first(history):
     for owner_id in ("a", "b", "c"):
         history(owner_id=owner_id, turns=1)
-    assert selectors.owner_recent_list(limit=2) == ["c", "b"]
+    assert ops.owner_recent_list(limit=2) == ["c", "b"]
 
 
 def test_owner_id_iter_walks_every_owner_in_chunks(history):
     for owner_id in ("a", "b", "c", "d", "e"):
         history(owner_id=owner_id, turns=2 if owner_id in "bd" else 1)
     with CaptureQueriesContext(connection) as queries:
-        assert list(selectors.owner_id_iter(chunk_size=2)) == ["a", "b", "c", "d", "e"]
+        assert list(ops.owner_id_iter(chunk_size=2)) == ["a", "b", "c", "d", "e"]
     assert len(queries) == 3
-    assert list(selectors.owner_id_iter(min_last_seq=1)) == ["b", "d"]
+    assert list(ops.owner_id_iter(min_last_seq=1)) == ["b", "d"]
 
 
 def test_stats_counts_rows_and_reads_cache_counters(history):
     history(turns=3)
     selectors.context_get(owner_id="wang")
-    stats = selectors.stats_get()
+    stats = ops.stats_get()
     assert (stats["owners"], stats["sessions"], stats["turns"], stats["facts"]) == (1, 2, 3, 2)
     assert stats["cache"]["cache"] == "ok"
     assert stats["cache"]["counters"]["misses"] == 1
@@ -615,25 +615,26 @@ def test_a_turn_page_walks_the_index_without_sorting(history, session_id):
 
 
 @pytest.mark.parametrize(
-    ("name", "kwargs"),
+    ("read", "kwargs"),
     [
-        ("owner_exists", {"owner_id": "wang"}),
-        ("owner_dirty_count", {"limit": 10}),
-        ("owner_recent_list", {"limit": 10}),
-        ("turn_list", {"owner_id": "wang"}),
+        (selectors.owner_exists, {"owner_id": "wang"}),
+        (ops.owner_dirty_count, {"limit": 10}),
+        (ops.owner_recent_list, {"limit": 10}),
+        (selectors.turn_list, {"owner_id": "wang"}),
     ],
+    ids=lambda p: getattr(p, "__name__", ""),
 )
 def test_database_reads_raise_memory_unavailable_when_the_database_is_down(
-    dead_database, name, kwargs
+    dead_database, read, kwargs
 ):
     with pytest.raises(MemoryUnavailable, match="The database is unavailable"):
-        getattr(selectors, name)(**kwargs)
+        read(**kwargs)
 
 
 def test_owner_usage_counts_turns_and_their_characters(write):
-    assert selectors.owner_usage_get(owner_id="wang") == (0, 0)
+    assert ops.owner_usage_get(owner_id="wang") == (0, 0)
     with write():
         for content in ("hello", "我住在上海"):
             services.turn_append(owner_id="wang", session_id="s", role="user", content=content)
         services.turn_append(owner_id="li", session_id="s", role="user", content="x" * 100)
-    assert selectors.owner_usage_get(owner_id="wang") == selectors.OwnerUsage(turns=2, chars=10)
+    assert ops.owner_usage_get(owner_id="wang") == ops.OwnerUsage(turns=2, chars=10)

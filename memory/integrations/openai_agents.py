@@ -5,17 +5,12 @@ session_id=...)``, the SDK's ``Session`` protocol (async). Needs the extra
 
 from __future__ import annotations
 
-from memory.extras import extra_install
+from memory.extras import extra_needed
 
-try:
+with extra_needed("memory.integrations.openai_agents", "openai-agents", "openai-agents"):
     from agents.items import TResponseInputItem
     from agents.memory import SessionSettings
     from agents.memory.session_settings import coerce_session_settings
-except ImportError as e:
-    raise ImportError(
-        "memory.integrations.openai_agents needs openai-agents, the extra openai-agents: "
-        + extra_install("openai-agents")
-    ) from e
 
 import copy
 from collections.abc import Mapping, Sequence
@@ -29,6 +24,7 @@ from memory import selectors, services
 from memory.conf import conf
 from memory.exceptions import database_guard
 from memory.payloads import TurnPayload
+from memory.services.turns import aturns_prune
 from memory.validators import validate_owner_id, validate_session_id
 
 # The key of a turn's metadata that holds the SDK item it was stored from.
@@ -232,7 +228,7 @@ class MemorySession:
     ``MEMORY["MAX_CONTEXT_TURNS"]`` (``services.turn_delete``: an operator's correction; the
     other turns keep their ``seq``, facts the turn stated stay); ``None`` when there is none
     there. ``clear_session()`` deletes every turn of the owner, of every session, since they
-    are one history (``services.turns_prune`` with ``keep_last=0``), and keeps the facts; to
+    are one history (``memory.ops.turns_prune`` with ``keep_last=0``), and keeps the facts; to
     forget the user entirely, ``services.memory_forget``.
 
     Errors are the services' and selectors': ``ValidationError`` for a bad id, limit or turn,
@@ -323,7 +319,7 @@ class MemorySession:
         return await sync_to_async(self._pop, thread_sensitive=True)()
 
     async def clear_session(self) -> None:
-        await services.aturns_prune(owner_id=self.owner_id, keep_last=0)
+        await aturns_prune(owner_id=self.owner_id, keep_last=0)
 
 
 __all__ = ["ItemTurn", "MemorySession", "item_from_turn", "turn_from_item"]
