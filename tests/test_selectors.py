@@ -106,6 +106,83 @@ def test_warm_context_read_is_one_redis_call(history, own_redis):
     assert calls == {"hmget": 1, "expire": 1}
 
 
+def _redis_calls(admin: redis.Redis) -> dict[str, int]:
+    stats = admin.info("commandstats")
+    calls = {name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()}
+    return {name: n for name, n in calls.items() if not name.startswith("config")}
+
+
+def test_a_warm_process_sends_no_claim_with_its_hits(history, own_redis):
+    history()
+    admin = redis.Redis.from_url(own_redis.url)
+    # NOTE: a run of misses (a cold start) has the claim ride in the reads' pipelines...
+    for i in range(20):
+        selectors.context_get(owner_id=f"nobody-{i}")
+    assert cache.copy.miss_share.likely()
+    selectors.context_get(owner_id="wang")
+    admin.config_resetstat()
+    assert selectors.context_get(owner_id="wang")["source"] == "cache"
+    assert _redis_calls(admin)["evalsha"] == 1
+    # ...and once the reads hit again, a hit is its HMGET and EXPIRE alone.
+    for _ in range(30):
+        selectors.context_get(owner_id="wang")
+    assert not cache.copy.miss_share.likely()
+    admin.config_resetstat()
+    assert selectors.context_get(owner_id="wang")["source"] == "cache"
+    assert _redis_calls(admin) == {"hmget": 1, "expire": 1}
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["claim-after", "claim-pipelined"])
+def test_a_cold_read_claims_the_fill_in_its_first_round_trip_when_reads_miss(
+    history, own_redis, pipelined
+):
+    history()
+    admin = redis.Redis.from_url(own_redis.url)
+    _settle()  # the scripts loaded
+    cache.copy.miss_share.share = 1.0 if pipelined else 0.0
+    admin.config_resetstat()
+    with CaptureQueriesContext(connection) as queries:
+        assert selectors.context_get(owner_id="wang")["source"] == "database"
+    calls = _redis_calls(admin)
+    # NOTE: one pipeline (HMGET, EXPIRE and the claim script) or a pipeline and the claim
+    # after it; then the fill script. The claim held: no query verifies the fill.
+    assert calls["hmget"] == 1 and calls["evalsha"] == 2 and calls["hset"] >= 1
+    assert len(queries) == 4
+    assert selectors.context_get(owner_id="wang")["source"] == "cache"
+
+
+def test_a_pipelined_claim_on_a_redis_without_the_script_loads_it_and_claims(history, own_redis):
+    history()
+    admin = redis.Redis.from_url(own_redis.url)
+    admin.script_flush()
+    cache.copy.miss_share.share = 1.0
+    with CaptureQueriesContext(connection) as queries:
+        assert selectors.context_get(owner_id="wang")["source"] == "database"
+    assert len(queries) == 4  # the claim held: the fill needed no check
+    assert selectors.context_get(owner_id="wang")["source"] == "cache"
+
+
+def test_the_claim_takes_the_fill_lock_only_where_there_is_no_copy(history, own_redis):
+    history()
+    admin = redis.Redis.from_url(own_redis.url)
+    key = cache.keys.owner_key("wang")
+    claim = cache.copy._CLAIM
+    assert claim(keys=[key, f"{key}:fill"], args=[400, "a"], client=admin) == 1
+    assert admin.hget(key, "claim") == b"a" and admin.get(f"{key}:fill") == b"a"
+    # The lock is held: another reader takes nothing.
+    assert claim(keys=[key, f"{key}:fill"], args=[400, "b"], client=admin) == 0
+    assert admin.hget(key, "claim") == b"a"
+    selectors.context_get(owner_id="wang")
+    # A copy is there (a fill stored it between a reader's HMGET and its claim): 2, no lock.
+    admin.delete(f"{key}:fill")
+    assert claim(keys=[key, f"{key}:fill"], args=[400, "c"], client=admin) == 2
+    assert admin.get(f"{key}:fill") is None and admin.hget(key, "claim") is None
+    # No waiting allowed (FILL_WAIT_MS 0): no lock either.
+    admin.delete(key)
+    assert claim(keys=[key, f"{key}:fill"], args=[0, "d"], client=admin) == 0
+    assert not admin.exists(key, f"{key}:fill")
+
+
 def test_cold_read_query_count_does_not_grow_with_history(history):
     history("short", turns=5)
     history("long", turns=400)

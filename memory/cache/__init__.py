@@ -133,6 +133,7 @@ def reset() -> None:
     history.reset()
     repair.reset()
     copy.replicas.reset()
+    copy.miss_share.reset()
     limits.reset()
 
 
