@@ -147,7 +147,7 @@ def _fact_key(fact: FactPayload) -> str:
 
 # What a hit reads, in one HMGET: the stamp, completeness, the turns' end offsets and
 # payloads, the facts' end offsets and payloads, the summary.
-_HIT_FIELDS = ("rev", "complete", "ends", "turns", "fends", "facts", "sum")
+_HIT_FIELDS = ("rev", "complete", "ends", "turns", "fends", "facts", "sum", "floor")
 
 
 class _MissShare:
@@ -195,8 +195,8 @@ def copy_read(
 
     NOTE: no script reads the copy: running one cost Redis ten times the HMGET it runs, half a
     warm read's time; the claim only asks whether the hash has a ``rev`` (docs/performance.md).
-    The EXPIRE renews a floor or a claim that the HMGET found without a copy as well; neither
-    is load-bearing (rule 3 of ``memory.cache``), a longer life changes nothing.
+    The EXPIRE renews a claim that the HMGET found without a copy as well (not load-bearing,
+    rule 3); a floor alone is set back to at most ``GUARD_TTL``, as ``copy_drop`` promised.
     """
     key = owner_key(owner_id, epoch)
     ttl = conf.CACHE_TTL
@@ -229,6 +229,8 @@ def copy_read(
     miss_share.saw(held[0] is None)
     if held[0] is not None:
         return _hit_result(held, turns)
+    if held[7] is not None:
+        redis_call("read", lambda redis: redis.expire(key, GUARD_TTL, lt=True), key=key)
     if not claim_fill:
         breaker.count("misses")
         return Miss(fill_token=None)
@@ -269,6 +271,8 @@ async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | N
     if not isinstance(answer, Answer):
         return answer
     if answer.value[0] is None:
+        if answer.value[7] is not None:
+            await aredis_call("read", lambda redis: redis.expire(key, GUARD_TTL, lt=True))
         breaker.count("misses")
         return Miss(fill_token=None)
     return _hit_result(answer.value, turns)
@@ -294,7 +298,7 @@ def _hit_result(held: list[Any], want: int) -> ReadResult:
     """What a copy's ``_HIT_FIELDS`` say for a read of its last ``want`` turns, counted: the
     turns cut from the ``turns`` field at the byte where they begin; ``Short`` when it holds
     fewer, or when a field does not end where its ends say (never served)."""
-    rev, complete, ends, body, fends, facts, summary = held
+    rev, complete, ends, body, fends, facts, summary = held[:7]
     held_turns = len(ends or b"") // 4
     if (want > held_turns and complete != b"1") or not (
         _whole(body, ends) and _whole(facts, fends)
