@@ -144,6 +144,12 @@ def _weekend(now: dt.datetime) -> Range:
     return monday + dt.timedelta(days=5), monday + dt.timedelta(days=7)
 
 
+def _this_weekend(now: dt.datetime) -> Range:
+    """The weekend of this week (Monday first): still to come on a weekday."""
+    monday, _ = _week(now, 0)
+    return monday + dt.timedelta(days=5), monday + dt.timedelta(days=7)
+
+
 def _season(now: dt.datetime, first: int, last: bool) -> Range:
     """The season starting in month ``first``: the latest one begun before now (``last``: the
     latest one over before now)."""
@@ -167,7 +173,8 @@ _EN: list[tuple[str, _Build]] = [
     (r"\bday before yesterday\b", lambda m, now: _day(now, 2)),
     (r"\byesterday\b", lambda m, now: _day(now, 1)),
     (r"\btoday\b|\bthis morning\b|\btonight\b", lambda m, now: _day(now, 0)),
-    (r"\blast weekend\b|\bthis weekend\b|\bover the weekend\b", lambda m, now: _weekend(now)),
+    (r"\blast weekend\b|\bover the weekend\b", lambda m, now: _weekend(now)),
+    (r"\bthis weekend\b", lambda m, now: _this_weekend(now)),
     (r"\blast week\b", lambda m, now: _week(now, 1)),
     (r"\bthis week\b", lambda m, now: _week(now, 0)),
     (r"\blast month\b", lambda m, now: _months(now.year, now.month - 1, 1)),
@@ -234,7 +241,8 @@ _ZH: list[tuple[str, _Build]] = [
     (r"前天", lambda m, now: _day(now, 2)),
     (r"昨天|昨晚", lambda m, now: _day(now, 1)),
     (r"今天|今晚", lambda m, now: _day(now, 0)),
-    (r"上个?周末|上个?星期六|这个?周末", lambda m, now: _weekend(now)),
+    (r"上个?周末|上个?星期六", lambda m, now: _weekend(now)),
+    (r"这个?周末", lambda m, now: _this_weekend(now)),
     (r"上个?(?:周|星期|礼拜)", lambda m, now: _week(now, 1)),
     (r"(?:这|本)个?(?:周|星期|礼拜)", lambda m, now: _week(now, 0)),
     (r"上上个?月", lambda m, now: _months(now.year, now.month - 2, 1)),
