@@ -23,6 +23,7 @@ class MemoryConfig(AppConfig):
 
         from memory import cache, checks, signals  # noqa: F401  (registers checks and receivers)
         from memory.conf import conf
+        from memory.postgres import checks as database_checks  # noqa: F401  (the databases')
         from memory.recall import checks as recall_checks  # noqa: F401  (search by meaning's)
 
         self.orm_delete_guard = cache.orm_delete

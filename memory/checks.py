@@ -48,6 +48,7 @@ logger = logging.getLogger("memory")
 #   W012 summaries on, but django-tasks is not installed (no refresh runs by itself)
 #   W013 summaries on, but TASKS runs tasks immediately, inside the request
 #   E027, W014-W016: the embedder's (memory.recall.checks)
+#   E031-E033: the databases' (memory.postgres.checks)
 
 COUNTS = (
     "CACHE_TTL",
@@ -66,7 +67,7 @@ COUNTS = (
     "EMBED_BATCH_TURNS",
     "RECALL_TURNS",
 )
-DURATIONS = ("RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW")
+DURATIONS = ("RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW", "HISTORY_LEASE")
 VALUE_IDS = {
     **{name: "memory.E003" for name in DURATIONS},
     "KEY_PREFIX": "memory.E004",
@@ -533,7 +534,7 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
 def _check_alias_prefix(
     alias: str, config: dict[str, Any], user: dict[str, Any]
 ) -> list[CheckMessage]:
-    # NOTE: the app builds its own keys (``<MEMORY["KEY_PREFIX"]>:v4:...``) and sends them to
+    # NOTE: the app builds its own keys (``<MEMORY["KEY_PREFIX"]>:v5:...``) and sends them to
     # Redis as they are, so Django's per-alias KEY_PREFIX never reaches them. A site that
     # separates its keys that way would believe they are separated when they are not.
     alias_prefix = config.get("KEY_PREFIX")

@@ -55,6 +55,15 @@ DEFAULTS: dict[str, Any] = {
     "CACHE_REPLICAS": 0,
     # Milliseconds a write waits for those replicas before its update counts as not landed.
     "CACHE_REPLICA_WAIT_MS": 100,
+    # Seconds a process trusts the database history it last confirmed (memory.cache.history):
+    # past it, no copy is served or written until the database confirms it again. After a
+    # failover that lost transactions, no process serves a copy stamped on the lost history
+    # once this long has passed since it last reached the old primary (> 0).
+    "HISTORY_LEASE": 1.0,
+    # The alias in DATABASES of a read replica of the default database that cold reads (and the
+    # fills they store) may use when it holds the owner's last acknowledged write
+    # (memory.cache.replica); None: every read goes to the default database.
+    "READ_DATABASE": None,
     # Whether each process runs a repairer thread (memory.cache.repair); off, repairs happen
     # only when something calls memory.cache.run_once (the test suite drives it so).
     "REPAIR_THREAD": True,
@@ -303,6 +312,19 @@ class Settings:
     @setting
     def RECONCILE_GRACE(self) -> float:
         return self._seconds("RECONCILE_GRACE")
+
+    @setting
+    def HISTORY_LEASE(self) -> float:
+        return self._seconds("HISTORY_LEASE", positive=True)
+
+    @setting
+    def READ_DATABASE(self) -> str | None:
+        value = self._get("READ_DATABASE")
+        if value is not None and not (isinstance(value, str) and value in settings.DATABASES):
+            raise ImproperlyConfigured(
+                f"MEMORY['READ_DATABASE'] must be None or an alias in DATABASES, not {value!r}."
+            )
+        return value
 
     @setting
     def SUSPECT_WINDOW(self) -> float:

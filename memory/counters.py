@@ -31,7 +31,9 @@ CACHE_EVENTS = Counter(
     "Events of the cache layer: hits, misses, short (copy holds fewer turns than asked), "
     "rehydrations, fills, fills_refused, deltas (applied), drops (copies dropped), "
     "reconcile_drops (dropped by the repairer's sweep), unreplicated (updates too few replicas "
-    "acknowledged).",
+    "acknowledged), history_unconfirmed, fills_unconfirmed (no database history confirmed), "
+    "replica_served, replica_behind, replica_failed (cold reads the read replica answered, or "
+    "sent to the primary).",
     ["event"],
     registry=REGISTRY,
 )

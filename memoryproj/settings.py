@@ -14,10 +14,10 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 import memory
+from memoryproj.databases import database_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -162,11 +162,16 @@ if SERVED_BY_ASGI:
     ASGI_APPLICATION = "memoryproj.asgi.application"
 
 DATABASES = {
-    "default": dj_database_url.parse(
+    "default": database_parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
         conn_health_checks=True,
     )
 }
+# A read replica of that database (PostgreSQL streaming replication): cold reads go to it when
+# it holds the user's last write, else to the primary (MEMORY["READ_DATABASE"], docs/scaling.md).
+DATABASE_REPLICA_URL = os.environ.get("DATABASE_REPLICA_URL", "").strip()
+if DATABASE_REPLICA_URL:
+    DATABASES["replica"] = database_parse(DATABASE_REPLICA_URL, conn_health_checks=True)
 # NOTE: on SQLite (the demo's default), every transaction takes the write lock when it begins and
 # waits for it: a deferred one that read first and then writes would fail at once with "database
 # is locked" while another process writes (make run's task worker, claiming a task), not wait.
@@ -205,6 +210,9 @@ if _POOL_SIZE > 0:
     }
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = int(_CONN_MAX_AGE or (0 if SERVED_BY_ASGI else 60))
+if "replica" in DATABASES:
+    # NOTE: the replica's connections are kept as the primary's are (not pooled).
+    DATABASES["replica"]["CONN_MAX_AGE"] = int(_CONN_MAX_AGE or (0 if SERVED_BY_ASGI else 60))
 
 # NOTE: the "memory" alias is the app's cache; it exists only when REDIS_URL (one Redis),
 # REDIS_CLUSTER_URL (a seed node of a Redis Cluster) or REDIS_SENTINELS (Sentinel-managed
@@ -298,6 +306,7 @@ else:
 MEMORY = {
     "CACHE_TTL": int(os.environ.get("MEMORY_CACHE_TTL", "3600")),
     "POOLER": DATABASE_POOLER,
+    "READ_DATABASE": "replica" if DATABASE_REPLICA_URL else None,
     # The bearer token Prometheus sends to /metrics (docs/metrics.md); unset: service callers only.
     "METRICS_TOKEN": os.environ.get("MEMORY_METRICS_TOKEN") or None,
     # Replicas each Redis primary has: a write's cache update counts once they hold it, so that

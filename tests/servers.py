@@ -938,6 +938,80 @@ class PostgresServer(_Server):
         _wait_gone(alive, 5.0, zombies_count=False)
 
 
+class PostgresStandby(PostgresServer):
+    """A hot standby of ``primary``, streaming its WAL asynchronously: a base backup of it
+    (``pg_basebackup -R``) started in recovery. ``cut()`` stops its streaming (what it received
+    stays, what the primary commits next never reaches it); ``promote()`` makes it a primary
+    on a new timeline."""
+
+    name = "postgres-standby"
+
+    def __init__(self, primary: PostgresServer, *, startup_timeout: float = 30.0) -> None:
+        super().__init__(startup_timeout=startup_timeout)
+        self.primary = primary
+
+    def _prepare(self) -> None:
+        if self._as is not None:
+            os.chown(self.tmpdir, self._as.pw_uid, self._as.pw_gid)
+        result = subprocess.run(
+            [
+                str(self.bindir / "pg_basebackup"),
+                "-h", HOST, "-p", str(self.primary.port), "-U", self.primary.user,
+                "-D", str(self.datadir), "-R", "-X", "stream", "-c", "fast", "--no-sync",
+            ],
+            cwd=self.tmpdir,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=False,
+            **self._popen_kwargs(),
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise ServerUnavailable(
+                f"pg_basebackup failed ({result.returncode}): "
+                f"{(result.stderr or result.stdout).strip()}"
+            )
+
+    def sql(self, statement: str) -> Any:
+        """Run ``statement`` on this server's ``postgres`` database; its first row's value."""
+        import psycopg
+
+        with psycopg.connect(self.url, connect_timeout=2, autocommit=True) as conn:
+            cursor = conn.execute(statement)
+            row = cursor.fetchone() if cursor.description else None
+        return row[0] if row else None
+
+    def replayed(self) -> bool:
+        """Whether this standby replayed everything the primary has written so far."""
+        import psycopg
+
+        with psycopg.connect(self.primary.url, connect_timeout=2, autocommit=True) as conn:
+            target = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]  # type: ignore[index]
+        return bool(self.sql(f"SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn"))
+
+    def wait_replayed(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.replayed():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the standby did not catch up with its primary")
+            time.sleep(0.02)
+
+    def cut(self, timeout: float = 10.0) -> None:
+        """Stop streaming from the primary, and wait until the WAL receiver is gone."""
+        self.sql("ALTER SYSTEM SET primary_conninfo = ''")
+        self.sql("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + timeout
+        while self.sql("SELECT count(*) FROM pg_stat_wal_receiver"):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the standby's WAL receiver did not stop")
+            time.sleep(0.02)
+
+    def promote(self) -> None:
+        """End recovery: this server becomes a primary on a new timeline (waits for it)."""
+        if not self.sql("SELECT pg_promote(true, 30)"):
+            raise TimeoutError("the standby was not promoted")
+
+
 def _comm(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()

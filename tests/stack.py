@@ -30,9 +30,16 @@ class Response:
     """An HTTP answer: status, the body, and the body decoded as JSON (None when empty or the
     body is not JSON, such as the metrics' text)."""
 
-    def __init__(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+    def __init__(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str = "application/json",
+        retry_after: str | None = None,
+    ) -> None:
         self.status = status
         self.body = body
+        self.headers_retry_after = retry_after
         self.data = (
             json.loads(body) if body and content_type.startswith("application/json") else None
         )
@@ -184,7 +191,10 @@ class AppStack:
             conn.request(method, path, body=data, headers=all_headers)
             response = conn.getresponse()
             return Response(
-                response.status, response.read(), response.getheader("Content-Type") or ""
+                response.status,
+                response.read(),
+                response.getheader("Content-Type") or "",
+                response.getheader("Retry-After"),
             )
         finally:
             conn.close()
@@ -301,7 +311,11 @@ def app_stack(**kwargs: Any) -> Iterator[AppStack]:
     ``pooler="pgbouncer"`` and PgBouncer is not installed."""
     if kwargs.get("pooler") == "pgbouncer" and pgbouncer_binary() is None:
         pytest.skip(PGBOUNCER_MISSING)
+    before_start = kwargs.pop("before_start", None)
     stack = AppStack(**kwargs)
+    if before_start is not None:
+        # NOTE: what needs the stack's database name before it starts (a multi-host URL).
+        before_start(stack)
     try:
         yield stack.start()
     finally:

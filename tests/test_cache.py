@@ -21,7 +21,8 @@ def contents(context) -> list[str]:
 
 def test_owner_key_has_prefix_schema_and_hash_tag_without_the_id(settings):
     key = cache.keys.owner_key("wang@example.com")
-    prefix = f"{settings.MEMORY['KEY_PREFIX']}:v4:{{"
+    history = cache.history.history_current()
+    prefix = f"{settings.MEMORY['KEY_PREFIX']}:v5:h{history}:{{"
     assert key.startswith(prefix) and key.endswith("}")
     assert "wang" not in key
     assert key != cache.keys.owner_key("wang@example.org")
@@ -36,14 +37,16 @@ def test_cached_payload_is_a_json_array_of_the_api_fields(
         services.fact_put(owner_id="wang", key="name", value="王建国")
     context = selectors.context_get(owner_id="wang")
     raw = redis_client.hgetall(cache.keys.owner_key("wang"))
-    assert cache.copy.turns_unpack(b"[" + raw[b"t:1"] + b"]") == context["turns"][:1]
-    assert orjson.loads(raw[b"t:1"]) == [context["turns"][0][f] for f in cache.copy.TURN_FIELDS]
-    assert orjson.loads(raw[b"f:name"])[1] == "王建国"
-    assert "我叫王建国".encode() in raw[b"t:1"]
+    # NOTE: the turns are one field, their payloads joined; here one turn.
+    assert raw[b"seqs"] == b"1" and int.from_bytes(raw[b"ends"]) == len(raw[b"turns"])
+    assert cache.copy.turns_unpack(b"[" + raw[b"turns"] + b"]") == context["turns"][:1]
+    assert orjson.loads(raw[b"turns"]) == [context["turns"][0][f] for f in cache.copy.TURN_FIELDS]
+    assert orjson.loads(raw[b"facts"])[1] == "王建国"
+    assert "我叫王建国".encode() in raw[b"turns"]
     (fact,) = selectors.fact_list(owner_id="wang")
     stored = {field: fact[field] for field in cache.copy.FACT_FIELDS}
-    assert orjson.loads(raw[b"f:name"]) == list(stored.values())
-    assert cache.copy.facts_unpack(b"[" + raw[b"f:name"] + b"]") == [stored]
+    assert orjson.loads(raw[b"facts"]) == list(stored.values())
+    assert cache.copy.facts_unpack(b"[" + raw[b"facts"] + b"]") == [stored]
 
 
 def test_stale_fill_after_a_write_is_refused(django_capture_on_commit_callbacks):
@@ -171,20 +174,34 @@ def test_fact_keys_follow_every_delta(django_capture_on_commit_callbacks, redis_
     assert context["facts"] == {"name": "Jianguo", "pet": "cat"}
 
 
-def test_copy_without_fact_keys_is_still_read_whole(
-    django_capture_on_commit_callbacks, redis_client
+def test_turns_field_is_cut_where_the_turns_asked_begin(
+    django_capture_on_commit_callbacks, redis_client, memory_settings
 ):
-    """A copy filled before ``fkeys`` existed lists the hash's fields instead, deltas too."""
-    with django_capture_on_commit_callbacks(execute=True):
-        services.fact_put(owner_id="wang", key="name", value="Wang")
-    selectors.context_get(owner_id="wang")
-    redis_client.hdel(cache.keys.owner_key("wang"), "fkeys")
-    with django_capture_on_commit_callbacks(execute=True):
-        services.fact_put(owner_id="wang", key="pet", value="cat")
-    assert not redis_client.hexists(cache.keys.owner_key("wang"), "fkeys")
-    context = selectors.context_get(owner_id="wang")
-    assert context["source"] == "cache"
-    assert context["facts"] == {"name": "Wang", "pet": "cat"}
+    """The cached turns are one field, where each payload ends in ``ends``: a hit returns the
+    turns asked for, whatever their bytes (Chinese, commas, quotes), and a delta past
+    ``CACHE_TURNS`` cuts the oldest off the front."""
+    texts = ["我叫王建国", 'a, "quoted" one', "[x]", "{}", "plain", "篮球,足球"]
+    with memory_settings(CACHE_TURNS=4, CONTEXT_TURNS=3):
+        with django_capture_on_commit_callbacks(execute=True):
+            append("wang", texts[0])
+        selectors.context_get(owner_id="wang")
+        for text in texts[1:]:
+            with django_capture_on_commit_callbacks(execute=True):
+                append("wang", text)
+        key = cache.keys.owner_key("wang")
+        held = redis_client.hmget(key, "seqs", "turns", "complete", "ends")
+        assert held[0] == b"3 4 5 6" and held[2] == b"0"
+        ends = [int.from_bytes(held[3][i : i + 4]) for i in range(0, len(held[3]), 4)]
+        assert ends[-1] == len(held[1]) and all(held[1][end : end + 1] == b"," for end in ends[:-1])
+        for turns in (0, 1, 3, 4):
+            context = selectors.context_get(owner_id="wang", turns=turns)
+            assert context["source"] == "cache"
+            wanted = texts[len(texts) - turns :] if turns else []
+            assert contents(context) == wanted
+        assert selectors.context_get(owner_id="wang", turns=5)["source"] == "database"
+    # A field that does not end where its ends say is never cut: the database answers.
+    redis_client.hset(key, "turns", held[1][:-1])
+    assert selectors.context_get(owner_id="wang", turns=2)["source"] == "database"
 
 
 def test_evicted_owner_goes_whole(django_capture_on_commit_callbacks, redis_client):

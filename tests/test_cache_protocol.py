@@ -70,7 +70,10 @@ def test_facts_are_not_served_from_a_copy_behind_a_write_lost_while_redis_was_pa
         {"key": "name", "value": "Bob", "session_id": None, "version": 1,
          "updated_at": "2026-01-01T00:00:00Z", "expires_at": None}
     )  # fmt: skip
-    client.hset(cache.keys.owner_key("wang"), "f:name", stale)
+    client.hset(
+        cache.keys.owner_key("wang"),
+        mapping={"fkeys": "name", "fends": len(stale).to_bytes(4), "facts": stale},
+    )
     # The writer knows its update did not land: neither facts nor context serve the copy.
     assert [f["value"] for f in selectors.fact_list(owner_id="wang")] == ["Wang Jianguo"]
     assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang Jianguo"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -15,8 +16,11 @@ REDIS_OPTIONS = {"SOCKET_CONNECT_TIMEOUT": 0.2, "SOCKET_TIMEOUT": 0.2}
 
 def messages(**overrides: Any) -> list[Any]:
     """The memory app's check messages with ``overrides`` applied to the settings."""
-    with override_settings(**overrides):
-        return [m for m in run_checks() if m.id and m.id.startswith("memory.")]
+    with warnings.catch_warnings():
+        # NOTE: Django warns that overriding DATABASES can surprise; the checks only read it.
+        warnings.filterwarnings("ignore", "Overriding setting DATABASES", UserWarning)
+        with override_settings(**overrides):
+            return [m for m in run_checks() if m.id and m.id.startswith("memory.")]
 
 
 def ids(**overrides: Any) -> list[str]:
@@ -80,7 +84,9 @@ def test_a_ttl_that_is_not_positive_says_seconds():
     assert found.msg == "MEMORY['CACHE_TTL'] must be a positive integer (seconds), not 0."
 
 
-@pytest.mark.parametrize("name", ["RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW"])
+@pytest.mark.parametrize(
+    "name", ["RECONCILE_INTERVAL", "RECONCILE_GRACE", "SUSPECT_WINDOW", "HISTORY_LEASE"]
+)
 @pytest.mark.parametrize("value", [-1, "2", None, float("nan"), float("inf"), False])
 def test_durations_must_be_numbers_of_seconds(name, value):
     assert ids(MEMORY=memory(**{name: value})) == ["memory.E003"]
@@ -408,3 +414,83 @@ def test_persistent_connections_without_asgi_pass(conn_max_age):
     conn_max_age(60)
     assert ids() == []
     assert ids(ASGI_APPLICATION=None) == []
+
+
+@pytest.mark.parametrize("value", [0, 0.0])
+def test_the_history_lease_must_be_positive(value):
+    [found] = messages(MEMORY=memory(HISTORY_LEASE=value))
+    assert (found.id, found.msg) == (
+        "memory.E003",
+        f"MEMORY['HISTORY_LEASE'] must be a number of seconds > 0, not {value!r}.",
+    )
+
+
+def replica_databases(**replica: Any) -> dict[str, Any]:
+    return {**settings.DATABASES, "replica": {**settings.DATABASES["default"], **replica}}
+
+
+@pytest.mark.parametrize("value", ["nowhere", 3, "default"])
+def test_the_read_database_must_be_a_replica_in_databases(value):
+    [found] = messages(MEMORY=memory(READ_DATABASE=value), DATABASES=replica_databases())
+    assert found.id == "memory.E031"
+    assert "READ_DATABASE" in found.msg
+    assert ids(MEMORY=memory(READ_DATABASE="replica"), DATABASES=replica_databases()) == []
+
+
+def test_several_hosts_without_target_session_attrs_is_an_error():
+    primary = settings.DATABASES["default"]
+    hosts = {**primary, "HOST": "127.0.0.1,127.0.0.1", "PORT": "5432,5433"}
+    [found] = messages(DATABASES={**settings.DATABASES, "default": hosts})
+    assert found.id == "memory.E032"
+    assert "target_session_attrs" in found.msg and "target_session_attrs" in found.hint
+    writable = {
+        **hosts,
+        "OPTIONS": {**primary.get("OPTIONS", {}), "target_session_attrs": "read-write"},
+    }
+    assert ids(DATABASES={**settings.DATABASES, "default": writable}) == []
+
+
+class WritesToTheReplica:
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        return "replica"
+
+    def db_for_write(self, model: Any, **hints: Any) -> str:
+        return "replica"
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES:UserWarning")
+def test_a_router_sending_writes_to_the_read_database_is_an_error():
+    from memory.postgres.checks import check_memory_databases
+
+    # NOTE: this check alone: the others open the aliases a router names, and Django's
+    # connection handler knows only the databases it was started with.
+    with override_settings(
+        MEMORY=memory(READ_DATABASE="replica"),
+        DATABASES=replica_databases(),
+        DATABASE_ROUTERS=[f"{__name__}.WritesToTheReplica"],
+    ):
+        [found] = check_memory_databases()
+    assert found.id == "memory.E033"
+    assert "READ_DATABASE" in found.msg
+
+
+class ReadsFromTheReplica:
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        return "replica"
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES:UserWarning")
+def test_a_router_sending_reads_to_a_replica_is_an_error():
+    from memory.postgres.checks import check_memory_databases
+
+    def found(router: str) -> list[Any]:
+        with override_settings(
+            DATABASES=replica_databases(), DATABASE_ROUTERS=[f"{__name__}.{router}"]
+        ):
+            return check_memory_databases()
+
+    [error] = found("ReadsFromTheReplica")
+    assert error.id == "memory.E034"
+    assert "'replica'" in error.msg and "READ_DATABASE" in error.hint
+    # A database of the app's own, read and written (not READ_DATABASE): no replica.
+    assert found("WritesToTheReplica") == []

@@ -564,6 +564,42 @@ def test_the_ttl_sweeper_deletes_expired_facts_until_stopped():
     assert list(Fact.objects.values_list("key", flat=True)) == ["kept"]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_in_an_event_loop_the_ttl_methods_are_awaited_as_an_async_stores_are():
+    store = MemoryStore(ttl={"sweep_interval_minutes": 0.001})
+    store.put(("wang",), "gone", {"v": 1}, ttl=0.0005)
+    store.put(("wang",), "kept", {"v": 1})
+    time.sleep(0.1)
+
+    async def main() -> tuple[int, Any, bool, bool]:
+        swept = await store.sweep_ttl()
+        future = await store.start_ttl_sweeper()
+        stopped = await store.stop_ttl_sweeper(5)
+        return swept, future, stopped, await store.stop_ttl_sweeper()
+
+    swept, future, stopped, again = run(main)
+    assert (swept, stopped, again) == (1, True, True)
+    assert future.done()
+    assert list(Fact.objects.values_list("key", flat=True)) == ["kept"]
+
+
+def test_a_sweeper_told_to_stop_in_an_event_loop_stops_awaited_or_not():
+    store = MemoryStore(ttl={"sweep_interval_minutes": 60})
+
+    async def main() -> Any:
+        future = await store.start_ttl_sweeper()
+        store.stop_ttl_sweeper().close()  # the awaitable dropped: the sweeper still stops
+        return future
+
+    assert run(main).result(timeout=5) is None
+
+
+def test_the_index_embeddings_are_the_stores_as_on_langgraphs_stores():
+    assert by_meaning().embeddings is not None
+    assert by_meaning().embeddings.embed_query("ab")[:3] == letters(["ab"])[0][:3]
+    assert MemoryStore().embeddings is None
+
+
 @pytest.mark.django_db
 def test_the_langgraph_root_label_is_refused_by_put_and_taken_by_batch(write):
     store = MemoryStore()

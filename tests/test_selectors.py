@@ -98,12 +98,12 @@ def test_warm_context_read_is_one_redis_call(history, own_redis):
     context = selectors.context_get(owner_id="wang")
     stats = admin.info("commandstats")
     assert context["source"] == "cache"
-    # NOTE: one EVALSHA from the client; the script's own HMGET and EXPIRE are counted by
-    # Redis too but cost no round trip.
+    # NOTE: one pipeline, one round trip: an HMGET of every field a hit needs and an EXPIRE;
+    # no script (its run cost Redis ten times the HMGET's).
     calls = {name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()}
     calls.pop("config|resetstat", None)
     calls.pop("config", None)
-    assert calls == {"evalsha": 1, "hmget": 2, "expire": 1}
+    assert calls == {"hmget": 1, "expire": 1}
 
 
 def test_cold_read_query_count_does_not_grow_with_history(history):

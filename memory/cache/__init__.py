@@ -12,7 +12,13 @@ before the read began, except within these bounds:
 - a process that saw Redis down within ``SUSPECT_WINDOW`` seconds serves no stale copy at all:
   it checks each copy's stamp against the database first;
 - under Sentinel or Cluster, a failover loses no confirmed update only with
-  ``CACHE_REPLICAS`` set to the replicas each primary has (below, rule 2).
+  ``CACHE_REPLICAS`` set to the replicas each primary has (below, rule 2);
+- after a Postgres failover that lost acknowledged transactions (asynchronous replication),
+  no process serves a copy stamped on the lost history once ``HISTORY_LEASE`` (1 s) has
+  passed since it last sent the old primary the question that confirmed it: zero after the
+  promotion, when the promotion comes later than that after the old primary's last answer (a
+  failover engine's health checks take several seconds); otherwise at most ``HISTORY_LEASE``
+  minus that time (rule 9).
 
 **The rules that keep it** (each in the module named):
 
@@ -66,10 +72,26 @@ before the read began, except within these bounds:
    not after this process's clock: an expired fact is absent from every read on every instance
    at once, bounded only by the skew between the hosts' clocks, with no write and no
    invalidation. The sweep that deletes it later is an ordinary write (rule 2).
+9. *History* (``history``). A stamp means something only on the database history it was
+   drawn on: the cluster's system identifier and the primary's timeline, which a promotion
+   (or a point-in-time restore) changes at once. Every owner key is named by that history's
+   epoch, so a copy stamped on a history a failover lost is never read under the new one, and
+   a stamp the new primary draws again (its sequence may be behind the lost writes') can
+   never match it. A process reads, fills, writes and repairs copies only under an epoch it
+   confirmed with the database (one query, the lease counted from before it was sent) within
+   ``MEMORY["HISTORY_LEASE"]`` seconds of its monotonic clock; none confirmed, it reads the
+   database as if Redis were down and leaves its updates to the repair. Its repairer renews the
+   lease in the background, so a warm read costs no database round trip: only a request that
+   finds the lease run out (no repairer thread, or one held up) asks, once. A fill whose
+   epoch changed while it read the database is not stored. The owner's slot (``keys.owner_tag``)
+   does not depend on the history: routing a key needs no database. This holds as long as the old
+   primary stops committing before the standby is promoted (it is dead, or the engine fenced
+   it): a primary that keeps committing beside the new one is a split brain no cache rule
+   mends.
 
-Redis keys: ``<KEY_PREFIX>:v4:{<digest of owner id>}`` (a hash; the braces are a cluster hash
-tag, so an owner's keys share a slot and every script touches one slot), ``...:fill`` (the
-fill lock), ``<KEY_PREFIX>:v4:stats`` (shared counters).
+Redis keys: ``<KEY_PREFIX>:v5:h<epoch>:{<digest of owner id>}`` (a hash; the braces are a
+cluster hash tag, so an owner's keys share a slot and every script touches one slot; the epoch
+is rule 9's), ``...:fill`` (the fill lock), ``<KEY_PREFIX>:v5:stats`` (shared counters).
 """
 
 from __future__ import annotations
@@ -82,6 +104,7 @@ from memory.cache.copy import Snapshot, ping, stats
 from memory.cache.limits import window_count
 from memory.cache.readthrough import Source, read_through
 from memory.cache.repair import run_once
+from memory.cache.replica import replica_read
 from memory.cache.writes import (
     OwnerWrite,
     orm_delete,
@@ -104,9 +127,10 @@ def replicas_state() -> Literal["ok", "behind"]:
 
 def reset() -> None:
     """Forget this process's cache state: breaker, counters, pending repairs (tests, forks)."""
-    from memory.cache import client, copy, limits, repair
+    from memory.cache import client, copy, history, limits, repair
 
     client.breaker.reset()
+    history.reset()
     repair.reset()
     copy.replicas.reset()
     limits.reset()
@@ -127,6 +151,7 @@ __all__ = [
     "owner_write",
     "ping",
     "read_through",
+    "replica_read",
     "replicas_state",
     "reset",
     "run_once",

@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 
 from memory.cache.client import breaker, enabled
 from memory.cache.copy import Hit, Snapshot, copy_aread
+from memory.cache.history import history_trusted
 from memory.cache.readthrough import Loader, Source, copy_valid, read_through, snapshot_live
 from memory.cache.repair import repairer_ensure
 
@@ -19,9 +20,11 @@ async def aread_through(*, owner_id: str, turns: int, load: Loader) -> tuple[Sna
     and no thread (its expired facts dropped, as ``read_through`` drops them); the validity
     step's database check (only while suspect) and every other case in one ``sync_to_async``
     call of the sync path. Raises what ``load`` raises."""
-    if enabled():
+    epoch = history_trusted() if enabled() else None
+    if epoch is not None:
+        # NOTE: a history not confirmed within the lease is confirmed by the sync path.
         repairer_ensure()
-        result = await copy_aread(owner_id=owner_id, turns=turns)
+        result = await copy_aread(owner_id=owner_id, turns=turns, epoch=epoch)
         if isinstance(result, Hit):
             # NOTE: read once: another thread may see Redis down meanwhile, and a validity step
             # that then queried would do so on the event loop.

@@ -35,12 +35,18 @@ from memory.payloads import FactPayload, SummaryPayload, TurnPayload
 #   floor     highest stamp any writer announced; a fill older than it is refused
 #   complete  "1" if the cached turns are all of the owner's turns
 #   seqs      the cached turn seqs, oldest first, space-separated
-#   fkeys     the keys of the cached facts, space-separated (a copy filled before it existed
-#             lacks it; reads then list the hash's fields instead)
+#   turns     the cached turns' payloads, oldest first, joined by ","
+#   ends      where each of those payloads ends in ``turns`` (exclusive), 4 bytes big-endian each
+#   fkeys     the keys of the cached facts, space-separated
+#   facts     their payloads, in that order, joined by ","
+#   fends     where each ends in ``facts``, as ``ends``
 #   sum       the owner's summary payload (absent: the owner has none)
-#   t:<seq>   a turn payload;  f:<key>  a fact payload, each a JSON array of its fields in the
-#             order of TURN_FIELDS / FACT_FIELDS (the field names would be a third of a turn's
-#             bytes in Redis; a hit builds the dicts back faster than it parses objects)
+# A turn or fact payload is a JSON array of its fields in the order of TURN_FIELDS /
+# FACT_FIELDS (the field names would be a third of a turn's bytes in Redis; a hit builds the
+# dicts back faster than it parses objects). The turns are one field, and the facts one, not
+# one field each: a field costs Redis about 100 bytes of its own in a hash too big for a
+# listpack, half the bytes of a 200-character turn; and a hit is then one HMGET of fixed
+# fields, no script (docs/performance.md).
 
 LUA = Path(__file__).resolve().parent / "lua"
 
@@ -139,70 +145,121 @@ def _fact_key(fact: FactPayload) -> str:
     return fact["key"]
 
 
-def copy_read(*, owner_id: str, turns: int, claim_fill: bool = True) -> ReadResult:
+# What a hit reads, in one HMGET: the stamp, completeness, the turns' end offsets and
+# payloads, the facts' end offsets and payloads, the summary.
+_HIT_FIELDS = ("rev", "complete", "ends", "turns", "fends", "facts", "sum")
+
+
+def copy_read(
+    *, owner_id: str, turns: int, claim_fill: bool = True, epoch: str | None = None
+) -> ReadResult:
     """Read the owner's copy with its last ``turns`` turns and every fact; renew its TTL.
 
     ``Hit`` on a hit; ``Miss`` when there is no copy (with a fill token when ``claim_fill`` and
     this caller took the fill lock); ``Short`` when the copy holds fewer turns than asked; an
     ``Outcome`` when no cache is configured, the breaker skipped Redis, or Redis failed.
-    One round trip. Never raises.
+    A hit is one round trip (HMGET and EXPIRE pipelined); a miss that claims the fill lock is
+    a second, a script that takes it. Never raises.
+
+    NOTE: no script on a hit: running one cost Redis ten times the HMGET it runs, half a warm
+    read's time. The EXPIRE renews a floor or a claim that the HMGET found without a copy as
+    well; neither is load-bearing (rule 3 of ``memory.cache``), a longer life changes nothing.
     """
-    token = secrets.token_hex(8) if claim_fill else ""
-    lock_ms = conf.FILL_WAIT_MS * 2 if claim_fill else 0
-    key = owner_key(owner_id)
-    answer = redis_call(
+    key = owner_key(owner_id, epoch)
+    ttl = conf.CACHE_TTL
+
+    def read(redis: Any) -> Any:
+        pipe = redis.pipeline(transaction=False)
+        pipe.hmget(key, _HIT_FIELDS)
+        pipe.expire(key, ttl)
+        return pipe.execute()[0]
+
+    answer = redis_call("read", read, key=key)
+    if not isinstance(answer, Answer):
+        return answer
+    counts_flush()
+    if answer.value[0] is not None:
+        return _hit_result(answer.value, turns)
+    if not claim_fill:
+        breaker.count("misses")
+        return Miss(fill_token=None)
+    token = secrets.token_hex(8)
+    claim = redis_call(
         "read",
         lambda redis: _READ(
-            keys=[key, lock_key(owner_id)],
-            args=[conf.CACHE_TTL, lock_ms, token, turns],
+            keys=[key, f"{key}:fill"],
+            args=[ttl, conf.FILL_WAIT_MS * 2, token, *_HIT_FIELDS],
             client=redis,
         ),
         key=key,
     )
-    if not isinstance(answer, Answer):
-        return answer
-    counts_flush()
-    return _read_result(answer.value, token if claim_fill else None)
+    if not isinstance(claim, Answer):
+        return claim
+    if claim.value[0] == 1:
+        return _hit_result(claim.value[1], turns)
+    breaker.count("misses")
+    return Miss(fill_token=token if claim.value[1] == 1 else None)
 
 
-async def copy_aread(*, owner_id: str, turns: int) -> ReadResult | None:
+async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | None:
     """``copy_read`` from async code, without claiming the fill lock, on redis.asyncio; ``None``
     where the alias has no async client (read through the sync path). Never raises a Redis
     error."""
 
-    key = owner_key(owner_id)
+    key = owner_key(owner_id, epoch)
+    ttl = conf.CACHE_TTL
 
     async def read(redis: Any) -> Any:
-        keys, args = [key, lock_key(owner_id)], [conf.CACHE_TTL, 0, "", turns]
-        try:
-            return await redis.evalsha(_READ.sha, len(keys), *keys, *args)
-        except redis_errors.NoScriptError:
-            # NOTE: a restarted or flushed Redis: load the script, as redis-py's Script does.
-            await redis.script_load(_READ.script)
-            return await redis.evalsha(_READ.sha, len(keys), *keys, *args)
+        pipe = redis.pipeline(transaction=False)
+        pipe.hmget(key, _HIT_FIELDS)
+        pipe.expire(key, ttl)
+        return (await pipe.execute())[0]
 
     answer = await aredis_call("read", read)
     if not isinstance(answer, Answer):
         return answer
-    return _read_result(answer.value, None)
-
-
-def _read_result(reply: list[Any], token: str | None) -> ReadResult:
-    """What the read script's reply says, counted (``token``: the fill claim it asked for)."""
-    if reply[0] == 0:
+    if answer.value[0] is None:
         breaker.count("misses")
-        return Miss(fill_token=token if (token and reply[1] == 1) else None)
-    if reply[0] == 2:
+        return Miss(fill_token=None)
+    return _hit_result(answer.value, turns)
+
+
+def _ends(payloads: list[bytes]) -> bytes:
+    """The ``ends`` of payloads joined by ",": each one's end offset, 4 bytes big-endian."""
+    ends, end = [], -1
+    for payload in payloads:
+        end += 1 + len(payload)
+        ends.append(end.to_bytes(4))
+    return b"".join(ends)
+
+
+def _whole(body: bytes | None, ends: bytes | None) -> bool:
+    """Whether ``body`` ends where its ``ends`` say (a copy's fields agree)."""
+    if not ends:
+        return not body
+    return len(ends) % 4 == 0 and int.from_bytes(ends[-4:]) == len(body or b"")
+
+
+def _hit_result(held: list[Any], want: int) -> ReadResult:
+    """What a copy's ``_HIT_FIELDS`` say for a read of its last ``want`` turns, counted: the
+    turns cut from the ``turns`` field at the byte where they begin; ``Short`` when it holds
+    fewer, or when a field does not end where its ends say (never served)."""
+    rev, complete, ends, body, fends, facts, summary = held
+    held_turns = len(ends or b"") // 4
+    if (want > held_turns and complete != b"1") or not (
+        _whole(body, ends) and _whole(facts, fends)
+    ):
         breaker.count("short")
         return Short()
     breaker.count("hits")
-    summary: SummaryPayload | None = codec.loads(reply[4]) if reply[4] else None
+    skip = held_turns - want
+    start = int.from_bytes(ends[4 * skip - 4 : 4 * skip]) + 1 if skip > 0 else 0
     return Hit(
         Snapshot(
-            stamp=int(reply[1]),
-            turns=turns_unpack(reply[2]),
-            facts=facts_unpack(reply[3]),
-            summary=summary,
+            stamp=int(rev),
+            turns=turns_unpack(b"[" + body[start:] + b"]") if want and held_turns else [],
+            facts=facts_unpack(b"[" + facts + b"]") if fends else [],
+            summary=codec.loads(summary) if summary else None,
         )
     )
 
@@ -217,7 +274,12 @@ class Fill(enum.Enum):
 
 
 def copy_fill(
-    *, owner_id: str, snapshot: Snapshot, complete: bool, fill_token: str | None = None
+    *,
+    owner_id: str,
+    snapshot: Snapshot,
+    complete: bool,
+    fill_token: str | None = None,
+    epoch: str | None = None,
 ) -> Fill | Outcome:
     """Store a copy read from the database, unless a writer announced a newer stamp.
 
@@ -227,24 +289,26 @@ def copy_fill(
     the copy may still be stored later: a paused Redis runs what it received). Never raises.
     """
     turns, facts = snapshot.turns, snapshot.facts
-    names = [f"t:{turn['seq']}" for turn in turns] + [f"f:{fact['key']}" for fact in facts]
-    payloads = [turn_pack(turn) for turn in turns] + [fact_pack(fact) for fact in facts]
+    packed = [turn_pack(turn) for turn in turns]
+    fact_payloads = [fact_pack(fact) for fact in facts]
     args: list[Any] = [
         snapshot.stamp,
         conf.CACHE_TTL,
         "1" if complete else "0",
         fill_token or "",
         " ".join(str(turn["seq"]) for turn in turns),
-        " ".join(f"{name} {len(payload)}" for name, payload in zip(names, payloads, strict=True)),
-        b"".join(payloads),
+        _ends(packed),
+        b",".join(packed),
+        " ".join(fact["key"] for fact in facts),
+        _ends(fact_payloads),
+        b",".join(fact_payloads),
         codec.dumps(snapshot.summary) if snapshot.summary is not None else "",
     ]
+    key = owner_key(owner_id, epoch)
     answer = redis_call(
         "fill",
-        lambda redis: _FILL(
-            keys=[owner_key(owner_id), lock_key(owner_id)], args=args, client=redis
-        ),
-        key=owner_key(owner_id),
+        lambda redis: _FILL(keys=[key, f"{key}:fill"], args=args, client=redis),
+        key=key,
     )
     if not isinstance(answer, Answer):
         return answer
@@ -315,7 +379,7 @@ replicas = _Replicas()
 REPLICA_LOG_SECONDS = 10.0
 
 
-def _replicated(redis: Any, script: Script, owner_id: str, args: list[Any]) -> Any:
+def _replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
     """Run a write's ``script`` on the owner's hash; with ``MEMORY["CACHE_REPLICAS"]``, then
     ``WAIT`` for that many replicas, of those the primary has online, on the same connection
     and in the same round trip. Returns the script's reply, or ``None`` when too few replicas
@@ -330,7 +394,6 @@ def _replicated(redis: Any, script: Script, owner_id: str, args: list[Any]) -> A
     replaced, and waiting for it would keep every owner of that primary out of the cache for as
     long as it is away. ``ROLE`` in the same pipeline tells how many are online for the next write.
     """
-    key = owner_key(owner_id)
     wanted = conf.CACHE_REPLICAS
     if not wanted:
         return script(keys=[key], args=args, client=redis)
@@ -385,6 +448,7 @@ def copy_apply(
     turns: list[TurnPayload] | tuple[()] = (),
     facts: list[FactPayload] | tuple[()] = (),
     deleted_keys: list[str] | tuple[()] = (),
+    epoch: str | None = None,
 ) -> bool:
     """Bring the copy from ``prev_stamp`` to ``stamp`` with this delta, in O(delta).
 
@@ -401,11 +465,9 @@ def copy_apply(
         args += [fact["key"], fact_pack(fact)]
     args.append(len(deleted_keys))
     args += list(deleted_keys)
+    key = owner_key(owner_id, epoch)
     answer = redis_call(
-        "write",
-        lambda redis: _replicated(redis, _APPLY, owner_id, args),
-        write=True,
-        key=owner_key(owner_id),
+        "write", lambda redis: _replicated(redis, _APPLY, key, args), write=True, key=key
     )
     if not isinstance(answer, Answer) or answer.value is None:
         return False
@@ -413,16 +475,17 @@ def copy_apply(
     return True
 
 
-def copy_drop(*, owner_id: str, stamp: int) -> bool:
+def copy_drop(*, owner_id: str, stamp: int, epoch: str | None = None) -> bool:
     """Remove the owner's copy, leaving a content-free floor at ``stamp`` for ``GUARD_TTL``.
 
     Returns whether Redis confirmed. A write: the breaker never skips it. Never raises.
     """
+    key = owner_key(owner_id, epoch)
     answer = redis_call(
         "drop",
-        lambda redis: _replicated(redis, _DROP, owner_id, [stamp, GUARD_TTL]),
+        lambda redis: _replicated(redis, _DROP, key, [stamp, GUARD_TTL]),
         write=True,
-        key=owner_key(owner_id),
+        key=key,
     )
     if not isinstance(answer, Answer) or answer.value is None:
         return False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
+from memory.cache.history import history_current
 from memory.conf import conf
 
 # NOTE: bumped whenever the shape of a cached payload changes, so that an old copy is never
@@ -12,26 +13,42 @@ from memory.conf import conf
 # v3: each fact payload holds ``expires_at``, which every read filters by; a v2 copy lacks it.
 # v4: turn and fact payloads are JSON arrays in a fixed order (copy.TURN_FIELDS, FACT_FIELDS),
 #     not objects: a v3 copy's objects would be read as arrays.
-SCHEMA = "v4"
+# v5: the cached turns are one field (``turns``, with their end offsets in ``ends``), the facts
+#     one (``facts``, ``fends``), not one field each: a v4 copy has neither.
+SCHEMA = "v5"
 
 
 def prefix() -> str:
     return f"{conf.KEY_PREFIX}:{SCHEMA}"
 
 
-def owner_key(owner_id: str) -> str:
-    """The owner's memory hash; the ``{...}`` hash tag keeps all its keys in one cluster slot.
+def owner_tag(owner_id: str) -> str:
+    """The cluster hash tag of every key of the owner, ``{<digest>}``, on any history: the
+    owner's slot (and shard) is a function of the owner alone, known without the database.
 
     The tag is a digest of the owner id, not the id itself: key names show up in monitoring,
     slow logs and ``--bigkeys`` output, and a forgotten owner's floor must not name them.
     """
     digest = hashlib.blake2b(owner_id.encode(), digest_size=12).hexdigest()
-    return f"{prefix()}:{{{digest}}}"
+    return f"{{{digest}}}"
 
 
-def lock_key(owner_id: str) -> str:
+def owner_key(owner_id: str, epoch: str | None = None) -> str:
+    """The owner's memory hash on the database history ``epoch``; the hash tag
+    (``owner_tag``) keeps all its keys in one cluster slot, whatever the history.
+
+    The history names the key, so that a copy stamped on a history a failover lost is never
+    read under the new one, and a stamp the new primary draws again cannot match it. The cache
+    protocol always names the epoch it confirmed; ``None`` (operators, tests) means the one
+    this process confirmed last, ``history.history_current``, which asks the database once if
+    it confirmed none yet.
+    """
+    return f"{prefix()}:h{epoch or history_current()}:{owner_tag(owner_id)}"
+
+
+def lock_key(owner_id: str, epoch: str | None = None) -> str:
     """The owner's fill lock: held by the one reader rehydrating the owner."""
-    return f"{owner_key(owner_id)}:fill"
+    return f"{owner_key(owner_id, epoch)}:fill"
 
 
 def key_pattern() -> str:

@@ -24,6 +24,7 @@ from memory.cache.copy import (
     copy_fill,
     copy_read,
 )
+from memory.cache.history import history_epoch, history_trusted
 from memory.cache.repair import Pending, pending_for, remember, repairer_ensure
 from memory.cache.stamps import stamp_get
 from memory.conf import conf
@@ -71,10 +72,15 @@ def copy_valid(
     return result
 
 
-def cache_lookup(owner_id: str, turns: int, *, claim_fill: bool = True) -> ReadResult | Refused:
-    """One validated read of the owner's copy (see ``copy_read`` and ``copy_valid``)."""
+def cache_lookup(
+    owner_id: str, turns: int, *, epoch: str, claim_fill: bool = True
+) -> ReadResult | Refused:
+    """One validated read of the owner's copy on the database history ``epoch`` (see
+    ``copy_read`` and ``copy_valid``)."""
     repairer_ensure()
-    return copy_valid(owner_id, copy_read(owner_id=owner_id, turns=turns, claim_fill=claim_fill))
+    return copy_valid(
+        owner_id, copy_read(owner_id=owner_id, turns=turns, claim_fill=claim_fill, epoch=epoch)
+    )
 
 
 class _Flights:
@@ -111,7 +117,7 @@ def _tail(turns: list[_T], n: int) -> list[_T]:
     return turns[max(len(turns) - n, 0) :] if n else []
 
 
-def fill_verify(owner_id: str, stamp: int) -> bool:
+def fill_verify(owner_id: str, stamp: int, epoch: str | None = None) -> bool:
     """After a fill at ``stamp`` was stored without its claim, check it against the owner's
     stamp in the database; a fill that a write overtook is dropped again. Returns whether it
     stands.
@@ -130,16 +136,27 @@ def fill_verify(owner_id: str, stamp: int) -> bool:
     if current == stamp:
         return True
     breaker.count("fills_reverted")
-    if not copy_drop(owner_id=owner_id, stamp=max(current, stamp)):
+    if not copy_drop(owner_id=owner_id, stamp=max(current, stamp), epoch=epoch):
         remember(Pending(owner_pk=None, owner_id=owner_id, stamp=max(current, stamp)))
     return False
 
 
-def _rehydrate(owner_id: str, turns: int, load: Loader, fill_token: str | None) -> Snapshot:
-    """Read the owner from the database, store a verified copy, return the last ``turns``."""
+def _rehydrate(
+    owner_id: str, turns: int, load: Loader, fill_token: str | None, epoch: str
+) -> Snapshot:
+    """Read the owner from the database, store a verified copy under ``epoch``, return the
+    last ``turns``."""
     depth = conf.CACHE_TURNS
     snapshot, complete = load(max(turns, depth + 1))
     breaker.count("rehydrations")
+    result = Snapshot(
+        snapshot.stamp, _tail(snapshot.turns, turns), snapshot.facts, snapshot.summary
+    )
+    if history_trusted() != epoch:
+        # NOTE: the history changed (or went unconfirmed) while the database was read: the
+        # rows may be of the history before it, and are stored under no name.
+        breaker.count("fills_unconfirmed")
+        return result
     cached = Snapshot(
         snapshot.stamp, _tail(snapshot.turns, depth), snapshot.facts, snapshot.summary
     )
@@ -148,17 +165,18 @@ def _rehydrate(owner_id: str, turns: int, load: Loader, fill_token: str | None) 
         snapshot=cached,
         complete=complete and len(snapshot.turns) <= depth,
         fill_token=fill_token,
+        epoch=epoch,
     )
     if stored is Fill.UNCLAIMED:
-        fill_verify(owner_id, snapshot.stamp)
+        fill_verify(owner_id, snapshot.stamp, epoch)
     elif stored is Outcome.TIMEOUT:
         # NOTE: a Redis that timed out may still run the fill once it answers again (one that
         # refused the connection never got it, and leaves nothing to repair).
         remember(Pending(owner_pk=None, owner_id=owner_id, stamp=snapshot.stamp))
-    return Snapshot(snapshot.stamp, _tail(snapshot.turns, turns), snapshot.facts, snapshot.summary)
+    return result
 
 
-def _wait_for_fill(owner_id: str, turns: int) -> ReadResult | Refused | None:
+def _wait_for_fill(owner_id: str, turns: int, epoch: str) -> ReadResult | Refused | None:
     """Another reader is rehydrating this owner: wait for its copy, for at most
     ``FILL_WAIT_MS``. Returns the validated copy; or a ``Miss`` with a fill token when that
     reader's lock went without leaving a copy and this one took it over; or ``None``: read
@@ -178,7 +196,7 @@ def _wait_for_fill(owner_id: str, turns: int) -> ReadResult | Refused | None:
             delay = min(delay * 2, FILL_POLL_MAX_SECONDS)
         # NOTE: only the cache is trusted, never the other reader's rows: its fill is refused
         # if a write moved the owner on meanwhile, and then this reader takes over.
-        result = cache_lookup(owner_id, turns)
+        result = cache_lookup(owner_id, turns, epoch=epoch)
         if not isinstance(result, Miss) or result.fill_token:
             return result
     return None
@@ -212,15 +230,21 @@ def read_through(*, owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, 
 def _read_through(owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, Source]:
     if not enabled():
         return load(turns)[0], "database"
-    result = cache_lookup(owner_id, turns)
+    epoch = history_epoch()
+    if epoch is None:
+        # NOTE: no history confirmed within the lease: no copy is trusted, and the database,
+        # if it answers the load, is read as if Redis were down.
+        breaker.count("history_unconfirmed")
+        return load(turns)[0], "database"
+    result = cache_lookup(owner_id, turns, epoch=epoch)
     if isinstance(result, Hit):
         return result.snapshot, "cache"
     if isinstance(result, Refused) and result.stale:
-        return _rehydrate(owner_id, turns, load, None), "database"
+        return _rehydrate(owner_id, turns, load, None, epoch), "database"
     if not isinstance(result, Miss):
         return load(turns)[0], "database"
     if result.fill_token is None and conf.FILL_WAIT_MS > 0:
-        waited = _wait_for_fill(owner_id, turns)
+        waited = _wait_for_fill(owner_id, turns, epoch)
         if isinstance(waited, Hit):
             return waited.snapshot, "cache"
         if isinstance(waited, Miss):
@@ -228,9 +252,9 @@ def _read_through(owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, So
         elif waited is not None and not (isinstance(waited, Refused) and waited.stale):
             return load(turns)[0], "database"
     if result.fill_token is None:
-        return _rehydrate(owner_id, turns, load, None), "database"
+        return _rehydrate(owner_id, turns, load, None, epoch), "database"
     running = _flights.start(owner_id)
     try:
-        return _rehydrate(owner_id, turns, load, result.fill_token), "database"
+        return _rehydrate(owner_id, turns, load, result.fill_token, epoch), "database"
     finally:
         _flights.end(owner_id, running)

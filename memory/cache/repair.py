@@ -21,6 +21,7 @@ from django.db import DatabaseError, connection
 
 from memory.cache.client import breaker, enabled, shard_for
 from memory.cache.copy import copy_drop, probe
+from memory.cache.history import history_due, history_epoch, history_probe
 from memory.cache.keys import owner_key
 from memory.cache.stamps import dirty_clear, outbox_done, overdue
 from memory.conf import conf
@@ -220,12 +221,17 @@ class _Round:
 
     def __init__(self) -> None:
         self.down: set[str] = set()
+        # NOTE: the keys of the history the database confirms now; none confirmed, no drop
+        # (they wait, and their owners' copies are refused meanwhile: pending or unconfirmed).
+        self.epoch = history_epoch()
 
     def drop(self, owner_id: str, stamp: int) -> bool:
-        shard = shard_for(owner_key(owner_id))
+        if self.epoch is None:
+            return False
+        shard = shard_for(owner_key(owner_id, self.epoch))
         if shard in self.down:
             return False
-        if copy_drop(owner_id=owner_id, stamp=stamp):
+        if copy_drop(owner_id=owner_id, stamp=stamp, epoch=self.epoch):
             return True
         if breaker.is_down(shard):
             self.down.add(shard)
@@ -281,6 +287,8 @@ def _repairer_loop() -> None:
                 repair_pending()
                 refused = bool(_state.pending) and breaker.bugs > bugs and not breaker.down
             _confirmed_flush()
+            if history_due():
+                history_probe()
             if time.monotonic() >= _state.next_sweep:
                 _state.next_sweep = time.monotonic() + conf.RECONCILE_INTERVAL
                 sweep()
@@ -299,5 +307,20 @@ def _repairer_loop() -> None:
             if _state.confirmed
             else conf.RECONCILE_INTERVAL
         )
-        _state.wake.wait(wait)
+        _repairer_wait(wait)
         _state.wake.clear()
+    # NOTE: a thread that ends (reset, the setting turned off) leaves no connection open.
+    connection.close()
+
+
+def _repairer_wait(seconds: float) -> None:
+    """Wait ``seconds`` or until woken, renewing the history's lease meanwhile (looked at every
+    quarter of a lease, renewed once half of it is gone, whatever the round's backoff)."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if _state.wake.wait(min(left, conf.HISTORY_LEASE / 4)):
+            return
+        if history_due():
+            history_probe()
+            if connection.errors_occurred:
+                connection.close()

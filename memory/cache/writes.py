@@ -13,6 +13,7 @@ from django.db import transaction
 
 from memory.cache.client import enabled
 from memory.cache.copy import copy_apply, copy_drop
+from memory.cache.history import history_epoch
 from memory.cache.repair import Pending, confirmed, remember, repairer_ensure
 from memory.cache.stamps import stamp_get, stamp_take, stamp_take_by_pk
 from memory.models import CacheInvalidation, Owner
@@ -72,10 +73,15 @@ def write_commit(
     }
 
     def update() -> None:
-        if drop:
-            ok = copy_drop(owner_id=owner_id, stamp=stamp)
+        epoch = history_epoch()
+        if epoch is None:
+            ok = False
+        elif drop:
+            ok = copy_drop(owner_id=owner_id, stamp=stamp, epoch=epoch)
         else:
-            ok = copy_apply(owner_id=owner_id, prev_stamp=prev_stamp, stamp=stamp, **delta)
+            ok = copy_apply(
+                owner_id=owner_id, prev_stamp=prev_stamp, stamp=stamp, epoch=epoch, **delta
+            )
         if ok:
             confirmed(owner_pk=owner_pk, stamp=stamp, outbox_pk=outbox_pk)
         else:
@@ -170,7 +176,10 @@ def owner_invalidate(owner_id: str) -> bool:
     """Drop the owner's copy now, at its stamp in the database, so that the next read
     rehydrates (after raw SQL or ``QuerySet.update()``, which no signal sees); return whether
     Redis confirmed. Never raises."""
-    return copy_drop(owner_id=owner_id, stamp=stamp_get(owner_id))
+    epoch = history_epoch()
+    return epoch is not None and copy_drop(
+        owner_id=owner_id, stamp=stamp_get(owner_id), epoch=epoch
+    )
 
 
 def orm_write(owner_pk: int) -> None:

@@ -7,7 +7,7 @@ import datetime as dt
 import functools
 
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from psycopg import Pipeline
 
 from memory import cache, codec
@@ -22,13 +22,14 @@ from memory.payloads import (
 )
 
 
-def context_read_usable() -> bool:
-    """Whether ``context_read`` can serve: PostgreSQL through psycopg 3 with pipeline mode,
-    and aware datetimes (which it writes as UTC)."""
-    if connection.vendor != "postgresql" or not settings.USE_TZ:
+def context_read_usable(using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Whether ``context_read`` can serve on the database ``using``: PostgreSQL through
+    psycopg 3 with pipeline mode, and aware datetimes (which it writes as UTC)."""
+    conn = connections[using]
+    if conn.vendor != "postgresql" or not settings.USE_TZ:
         return False
-    connection.ensure_connection()
-    return hasattr(connection.connection, "pipeline") and Pipeline.is_supported()
+    conn.ensure_connection()
+    return hasattr(conn.connection, "pipeline") and Pipeline.is_supported()
 
 
 def _utc(column: str) -> str:
@@ -66,7 +67,9 @@ def _context_read_sql() -> tuple[str, str, str, str]:
     )
 
 
-def context_read(owner_id: str, turns: int, at: dt.datetime) -> tuple[cache.Snapshot, bool]:
+def context_read(
+    owner_id: str, turns: int, at: dt.datetime, using: str = DEFAULT_DB_ALIAS
+) -> tuple[cache.Snapshot, bool]:
     """``memory.selectors.context.django_read`` in one round trip, with the payloads built straight
     from the rows: the same snapshot and completeness.
 
@@ -79,12 +82,13 @@ def context_read(owner_id: str, turns: int, at: dt.datetime) -> tuple[cache.Snap
     the one the cached copy is filtered by.
     """
     owner_sql, turns_sql, facts_sql, summary_sql = _context_read_sql()
-    cursors = [connection.cursor() for _ in range(4)]
+    conn = connections[using]
+    cursors = [conn.cursor() for _ in range(4)]
     try:
         # NOTE: errors of pipelined statements surface when the pipeline syncs, outside
         # Django's cursor wrapper: they are wrapped here into django.db errors like any query's.
-        with connection.wrap_database_errors:
-            with connection.connection.pipeline():
+        with conn.wrap_database_errors:
+            with conn.connection.pipeline():
                 cursors[0].execute(owner_sql, [owner_id])
                 cursors[1].execute(turns_sql, [owner_id, turns])
                 cursors[2].execute(facts_sql, [owner_id, at])

@@ -8,6 +8,7 @@ import functools
 from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
+from django.db import DEFAULT_DB_ALIAS
 from django.utils import timezone
 
 from memory import aio, cache, codec, tokens, when
@@ -51,30 +52,49 @@ def database_read(
 
     Four queries whatever the history length (the (owner, seq) index serves the turns); on
     PostgreSQL with psycopg 3 they go in one round trip (``memory.postgres.context_read``).
+    With ``MEMORY["READ_DATABASE"]``, read from that replica when it holds the owner's last
+    acknowledged write, else from the primary (``cache.replica_read``).
     """
     at = timezone.now() if at is None else at
-    if context_read.context_read_usable():
-        return context_read.context_read(owner_id, turns, at)
-    return django_read(owner_id, turns, at)
+    return cache.replica_read(
+        owner_id, lambda using: database_read_on(owner_id, turns, at, using=using)
+    )
 
 
-def django_read(owner_id: str, turns: int, at: dt.datetime) -> tuple[cache.Snapshot, bool]:
+def database_read_on(
+    owner_id: str, turns: int, at: dt.datetime, *, using: str = DEFAULT_DB_ALIAS
+) -> tuple[cache.Snapshot, bool]:
+    """``database_read`` on the database ``using``, whatever it holds."""
+    if context_read.context_read_usable(using):
+        return context_read.context_read(owner_id, turns, at, using)
+    return django_read(owner_id, turns, at, using=using)
+
+
+def django_read(
+    owner_id: str, turns: int, at: dt.datetime, *, using: str = DEFAULT_DB_ALIAS
+) -> tuple[cache.Snapshot, bool]:
     """``database_read`` through the ORM: its specification, and its path off PostgreSQL."""
-    row = Owner.objects.filter(external_id=owner_id).values_list("pk", "stamp").first()
+    row = Owner.objects.using(using).filter(external_id=owner_id).values_list("pk", "stamp").first()
     if row is None:
         return cache.Snapshot(stamp=0, turns=[], facts=[]), True
     owner_pk, stamp = row
     rows = list(
-        Turn.objects.filter(owner_id=owner_pk).order_by("-seq").values_list(*TURN_FIELDS)[:turns]
+        Turn.objects.using(using)
+        .filter(owner_id=owner_pk)
+        .order_by("-seq")
+        .values_list(*TURN_FIELDS)[:turns]
     )
     rows.reverse()
     facts = [
         fact_payload_from_row(fact)
-        for fact in Fact.objects.filter(fact_live(at), owner_id=owner_pk)
+        for fact in Fact.objects.using(using)
+        .filter(fact_live(at), owner_id=owner_pk)
         .order_by("key")
         .values_list(*FACT_FIELDS)
     ]
-    summary = Summary.objects.filter(owner_id=owner_pk).values_list(*SUMMARY_FIELDS).first()
+    summary = (
+        Summary.objects.using(using).filter(owner_id=owner_pk).values_list(*SUMMARY_FIELDS).first()
+    )
     memory = cache.Snapshot(
         stamp=stamp,
         turns=[turn_payload_from_row(turn) for turn in rows],

@@ -44,6 +44,8 @@ class ServiceUnavailable(exceptions.APIException):
     # NOTE: a fixed text: the driver's message would tell the caller the database's address.
     default_detail = "The memory database is unavailable; try again later."
     default_code = "service_unavailable"
+    # NOTE: DRF's handler sends it as Retry-After: a database failing over is back in seconds.
+    wait = 1
 
 
 def api_exception(exc: Exception) -> Exception:

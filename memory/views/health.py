@@ -1,4 +1,4 @@
-"""The serializers of ``health/``: whether the database and the cache answer, and how fast."""
+"""The serializers of ``health/``: what the database, the cache and a read replica answer."""
 
 from __future__ import annotations
 
@@ -14,6 +14,16 @@ class HealthLatencySerializer(serializers.Serializer[dict[str, Any]]):
     cache = serializers.FloatField(allow_null=True)
 
 
+class ReadReplicaHealthSerializer(serializers.Serializer[dict[str, Any]]):
+    """The read replica (MEMORY['READ_DATABASE']): whether it answers, how far it is behind."""
+
+    reachable = serializers.BooleanField()
+    lag_bytes = serializers.IntegerField(
+        allow_null=True,
+        help_text="Bytes of WAL the primary wrote that the replica has not replayed yet.",
+    )
+
+
 class HealthSerializer(serializers.Serializer[dict[str, Any]]):
     """Whether the database and the cache answer, and how fast."""
 
@@ -26,4 +36,13 @@ class HealthSerializer(serializers.Serializer[dict[str, Any]]):
         help_text="With MEMORY['CACHE_REPLICAS']: whether this instance's last cache update "
         "reached the replicas it waits for ('behind': updates count as not landed and are "
         "repaired, so owners written meanwhile are read from the database).",
+    )
+    database_primary = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="With several database hosts (libpq's multi-host HOST): the index, in HOST, "
+        "of the primary this instance is connected to (null: none of them).",
+    )
+    read_replica = ReadReplicaHealthSerializer(
+        required=False, help_text="With MEMORY['READ_DATABASE']: the read replica."
     )

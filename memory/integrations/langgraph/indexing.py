@@ -11,11 +11,14 @@ import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
 from langgraph.store.base import GetOp, IndexConfig, Item, SearchOp, TTLConfig
 from langgraph.store.base.embed import ensure_embeddings, get_text_at_path
+
+from memory import services
+from memory.integrations.threads import thread_connection
 
 # A read refreshes a fact's TTL once this share of it has passed since the last write: a
 # refresh is a write (a new version of the fact), so a fact read in a loop is not rewritten
@@ -23,6 +26,7 @@ from langgraph.store.base.embed import ensure_embeddings, get_text_at_path
 REFRESH_AFTER = 0.1
 DISTANCES = ("cosine", "inner_product", "l2")
 logger = logging.getLogger("memory.store")
+T = TypeVar("T")
 
 
 class StoreIndex:
@@ -164,6 +168,64 @@ def refreshes_due(
             if expiry is not None:
                 due.setdefault(owner_id, {})[fact["key"]] = (fact["value"], expiry)
     return due
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def _ready(value: T) -> T:
+    return value
+
+
+def _sweep() -> int:
+    with thread_connection():
+        return services.facts_expire()
+
+
+class TTLMethods:
+    """``MemoryStore``'s TTL sweep. Called in a running event loop, ``sweep_ttl``,
+    ``start_ttl_sweeper`` and ``stop_ttl_sweeper`` return awaitables, as the methods of
+    LangGraph's async stores are coroutines (``await store.sweep_ttl()``); elsewhere they run
+    and return their result, as the sync stores' do. A sweeper is started, or told to stop,
+    when the method is called, awaited or not."""
+
+    ttl_config: TTLConfig | None
+    _sweeper: Sweeper | None
+
+    def sweep_ttl(self) -> Any:
+        """Delete the expired facts now (``services.facts_expire``, the app's own sweep, of
+        every owner); how many went."""
+        return self.asweep_ttl() if _in_event_loop() else _sweep()
+
+    async def asweep_ttl(self) -> int:
+        return await services.afacts_expire()
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Any:
+        """Sweep every ``sweep_interval_minutes`` (else the ``ttl`` configuration's
+        ``sweep_interval_minutes``, else 5) in a thread of the store's, until
+        ``stop_ttl_sweeper``; returns a future, done when it stopped. One sweeper a store."""
+        if self._sweeper is None:
+            minutes = sweep_interval_minutes
+            if minutes is None:
+                minutes = (self.ttl_config or {}).get("sweep_interval_minutes") or 5
+            self._sweeper = Sweeper(_sweep, minutes)
+        future = self._sweeper.future
+        return _ready(future) if _in_event_loop() else future
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> Any:
+        """Stop the sweeper; whether it stopped within ``timeout`` seconds."""
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is None:
+            return _ready(True) if _in_event_loop() else True
+        sweeper.stopping.set()
+        if _in_event_loop():
+            return asyncio.to_thread(sweeper.stop, timeout)
+        return sweeper.stop(timeout)
 
 
 def event_loop_refused() -> None:

@@ -7,7 +7,6 @@ import contextlib
 import datetime as dt
 import re
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -37,6 +36,7 @@ from memory.exceptions import FactNotFound, database_guard
 from memory.integrations.langgraph.indexing import (
     StoreIndex,
     Sweeper,
+    TTLMethods,
     event_loop_refused,
     langgraph_errors,
     refreshes_due,
@@ -355,7 +355,7 @@ def _writes_apply(
 _awrites_apply = sync_to_async(_writes_apply, thread_sensitive=True)
 
 
-class MemoryStore(BaseStore):
+class MemoryStore(TTLMethods, BaseStore):
     """A LangGraph ``BaseStore`` over the owners' facts (``graph.compile(store=MemoryStore())``;
     a node reads and writes it as ``runtime.store``). Take the owner from the run's config (the
     authenticated user), never from what a model wrote.
@@ -397,6 +397,7 @@ class MemoryStore(BaseStore):
     def __init__(self, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None) -> None:
         self.index_config = index
         self.index = StoreIndex(index) if index is not None else None
+        self.embeddings = self.index.embeddings if self.index is not None else None
         self.ttl_config = ttl_config_check(ttl)
         self._sweeper: Sweeper | None = None
 
@@ -519,32 +520,6 @@ class MemoryStore(BaseStore):
                     index.model if index is not None else None,
                 )
         return results
-
-    def sweep_ttl(self) -> int:
-        """Delete the expired facts now (``services.facts_expire``, the app's own sweep, of
-        every owner); how many went."""
-        with thread_connection():
-            return services.facts_expire()
-
-    async def asweep_ttl(self) -> int:
-        return await services.afacts_expire()
-
-    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Future[None]:
-        """Sweep every ``sweep_interval_minutes`` (else the ``ttl`` configuration's
-        ``sweep_interval_minutes``, else 5) in a thread of the store's, until
-        ``stop_ttl_sweeper``; the future is done when it stopped. One sweeper per store."""
-        if self._sweeper is not None:
-            return self._sweeper.future
-        minutes = sweep_interval_minutes
-        if minutes is None:
-            minutes = (self.ttl_config or {}).get("sweep_interval_minutes") or 5
-        self._sweeper = Sweeper(self.sweep_ttl, minutes)
-        return self._sweeper.future
-
-    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Stop the sweeper; whether it stopped within ``timeout`` seconds."""
-        sweeper, self._sweeper = self._sweeper, None
-        return sweeper.stop(timeout) if sweeper is not None else True
 
 
 __all__ = ["MemoryStore", "fact_key", "item_address"]
