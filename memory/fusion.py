@@ -176,8 +176,8 @@ def candidate_logit(
     mode: str, c: Candidate, *, asked: str | None, cjk: bool, present: bool = True
 ) -> float:
     """``c``'s calibrated logit of holding evidence (``CALIBRATION``), for a question asking
-    about ``asked``'s turns (``role_asked``), with CJK text or not, about the present or not
-    (``asks_present``: only then does a change count); a turn without a vector (not embedded
+    about ``asked``'s turns (``role_asked``), with CJK text or not, about the user's present
+    or not (only then does a change count); a turn without a vector (not embedded
     yet, or a search by words) is judged by the ``text`` row."""
     if c.cosine is None:
         mode = "text"
@@ -213,7 +213,8 @@ def ranked(
     if not candidates:
         return []
     asked = role_asked(q)
-    present = not dated and asks_present(q)
+    # NOTE: the user's own state: a question in the first person about the present.
+    present = asked == "user" and not dated and asks_present(q)
     cjk = CJK_RUN_RE.search(unicodedata.normalize("NFKC", q)) is not None
     # NOTE: a turn past the crowded ones read (fusion's features) is as crowded as they are.
     known = [c.crowding for c in candidates if c.crowding is not None]
