@@ -43,6 +43,8 @@ SESSION_PENALTY = 0.1
 # sessions takes one place of the results, not five.
 REPEAT_PENALTY = 2.0
 REPEAT_SHARE = 0.6
+# The results are chosen from the best this many times their number (at least 30).
+POOL_PER_RESULT = 3
 # A candidate gains this share of what its best neighbour in the session (the turn just before
 # or after) scores above it: the reply to a question that matches, the question of a reply.
 NEIGHBOUR_SHARE = 0.5
@@ -237,15 +239,18 @@ def ranked(
             logit += NEIGHBOUR_SHARE * (max(near) - logit)
         c.score_logit = logit
         c.logit = logit + RECENCY_WEIGHT * late
-    terms = {c.pk: repeat_terms(c.content) for c in candidates}
-    pool = sorted(candidates, key=lambda c: (-c.logit, -c.seq))
+    # NOTE: the best ``POOL_PER_RESULT`` times ``limit`` are chosen from: the penalties are
+    # bounded, so a candidate further down comes in only past many repeats; each pick marks the
+    # ones that repeat it, so choosing is O(limit x pool) set comparisons.
+    pool = sorted(candidates, key=lambda c: (-c.logit, -c.seq))[: max(limit * POOL_PER_RESULT, 30)]
+    terms = {c.pk: repeat_terms(c.content) for c in pool}
+    repeated: set[int] = set()
     chosen: list[Candidate] = []
     taken: dict[str, int] = {}
 
     def held_back(c: Candidate) -> tuple[float, int]:
         logit = c.logit - SESSION_PENALTY * taken.get(c.session_id, 0)
-        mine = terms[c.pk]
-        if mine and any(_repeats(mine, terms[o.pk]) for o in chosen):
+        if c.pk in repeated:
             logit -= REPEAT_PENALTY
         return logit, c.seq
 
@@ -254,6 +259,10 @@ def ranked(
         pool.remove(best)
         chosen.append(best)
         taken[best.session_id] = taken.get(best.session_id, 0) + 1
+        said = terms[best.pk]
+        for c in pool:
+            if c.pk not in repeated and terms[c.pk] and _repeats(terms[c.pk], said):
+                repeated.add(c.pk)
     return chosen
 
 
