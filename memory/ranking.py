@@ -234,15 +234,50 @@ class TurnFilters:
 
 # NOTE: the candidates of a search, whichever ranking found them, read once: their fields, their
 # length in distinct words, which of the query's terms each holds, and (where the owner's turns
-# have vectors of the model) the cosine distance of each to the query's vector. The turn is
-# read on its owner too: a pk from a vector row is never trusted alone for whose turn it is.
+# have vectors of the model) the cosine distance of each to the query's vector and, for the
+# ``crowded`` nearest to it, its crowding: the mean cosine similarity of its ``crowd`` nearest
+# among them (``fusion.CROWD_NEIGHBOURS``; 100 candidates are 9,900 distances between halfvecs,
+# a few milliseconds).
+# The turn is read on its owner too: a pk from a vector row is never trusted alone for whose
+# turn it is.
 _FEATURES_SQL = """
 SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata, t.created_at,
        length(t.search),
        ARRAY(SELECT term FROM unnest(%(terms)s::text[]) AS term
              WHERE t.search @@ plainto_tsquery('pg_catalog.simple', term)),
-       {distance}
-FROM memory_turn AS t {join}
+       NULL::float8, NULL::float8
+FROM memory_turn AS t
+WHERE t.id = ANY(%(ids)s::bigint[]) AND t.owner_id = %(owner)s::bigint
+"""
+_FEATURES_VECTOR_SQL = """
+WITH vec AS MATERIALIZED (
+  SELECT v.turn_id, v.vector, v.vector <=> %(vector)s::halfvec AS distance
+  FROM memory_turnvector AS v
+  WHERE v.turn_id = ANY(%(ids)s::bigint[]) AND v.owner_id = %(owner)s::bigint
+    AND v.model = %(model)s
+),
+near AS MATERIALIZED (SELECT turn_id, vector FROM vec ORDER BY distance, turn_id LIMIT %(crowded)s),
+pairs AS (
+  SELECT a.turn_id, 1 - (a.vector <=> b.vector) AS similarity
+  FROM near AS a JOIN near AS b ON b.turn_id <> a.turn_id
+),
+crowd AS (
+  SELECT turn_id, avg(similarity) AS crowding FROM (
+    SELECT turn_id, similarity,
+           row_number() OVER (PARTITION BY turn_id ORDER BY similarity DESC) AS nearest
+    FROM pairs
+  ) AS ranked
+  WHERE nearest <= %(crowd)s
+  GROUP BY turn_id
+)
+SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata, t.created_at,
+       length(t.search),
+       ARRAY(SELECT term FROM unnest(%(terms)s::text[]) AS term
+             WHERE t.search @@ plainto_tsquery('pg_catalog.simple', term)),
+       v.distance, c.crowding
+FROM memory_turn AS t
+LEFT JOIN vec AS v ON v.turn_id = t.id
+LEFT JOIN crowd AS c ON c.turn_id = t.id
 WHERE t.id = ANY(%(ids)s::bigint[]) AND t.owner_id = %(owner)s::bigint
 """
 
@@ -255,22 +290,27 @@ def turns_features(
     terms: list[str],
     model: str | None,
     vector: str | None,
+    crowd: int = 10,
+    crowded: int = 100,
 ) -> list[tuple[Any, ...]]:
     """For each of the owner's turns ``pks``: ``(pk, *TURN_FIELDS, length, terms held,
-    cosine distance or None)``; PostgreSQL only. ``vector`` is the query's in pgvector's text
-    form, ``model`` the embedder's name (no distance without them)."""
-    if vector is None or model is None:
-        statement = _FEATURES_SQL.format(distance="NULL::float8", join="")
-    else:
-        statement = _FEATURES_SQL.format(
-            distance="v.vector <=> %(vector)s::halfvec",
-            join="LEFT JOIN memory_turnvector AS v ON v.turn_id = t.id AND v.model = %(model)s"
-            " AND v.owner_id = t.owner_id",
-        )
+    cosine distance or None, crowding or None)``; PostgreSQL only. ``vector`` is the query's
+    in pgvector's text form, ``model`` the embedder's name (no distance without them);
+    crowding, for the ``crowded`` turns nearest to the query, is the mean cosine similarity
+    of the turn's ``crowd`` nearest among them."""
+    statement = _FEATURES_SQL if vector is None or model is None else _FEATURES_VECTOR_SQL
     with connections[using].cursor() as cursor:
         cursor.execute(
             statement,
-            {"terms": terms, "ids": pks, "owner": owner_pk, "model": model, "vector": vector},
+            {
+                "terms": terms,
+                "ids": pks,
+                "owner": owner_pk,
+                "model": model,
+                "vector": vector,
+                "crowd": crowd,
+                "crowded": crowded,
+            },
         )
         rows = cursor.fetchall()
     # NOTE: a raw cursor reads jsonb as its text (memory.codec), as the ORM's JSONField would.

@@ -19,7 +19,7 @@ from django.db.models import (
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from memory import aio, ranking, search, when
+from memory import aio, fusion, ranking, search, when
 from memory.conf import conf
 from memory.exceptions import SearchUnavailable, database_guard
 from memory.models import Owner, Turn
@@ -145,65 +145,6 @@ def _resolved(query: QueryVector) -> list[float] | None:
         return None
 
 
-# NOTE: the calibration of ``score``: a logistic model of "this turn holds evidence for the
-# question", fitted on labelled searches (docs/recall.md, "The score"): per mode, the bias and
-# the weights of the cosine similarity to the query (by meaning) and of the share of the
-# query's BM25 weight the turn matches (by words).
-CALIBRATION = {
-    "hybrid": (-26.82, 26.01, 4.0),
-    "semantic": (-37.13, 39.71, 0.0),
-    "text": (-5.63, 0.0, 9.65),
-}
-# Added to a candidate's logit in proportion to how late it was said among the candidates
-# (0 the oldest, 1 the newest): of two turns that answer alike, the newer ranks first.
-RECENCY_WEIGHT = 0.1
-# Taken off a candidate's logit for each better turn of its session already chosen, so that
-# evidence spread over sessions is found together (the ``score`` shown is without it).
-SESSION_PENALTY = 0.1
-# A candidate gains this share of what its best neighbour in the session (the turn just before
-# or after) scores above it: the reply to a question that matches, the question of a reply.
-NEIGHBOUR_SHARE = 0.5
-# A match of the typo fallback counts as this share of the query's words.
-SIMILAR_COVERAGE = 0.5
-
-
-class Candidate:
-    """A turn a search found, with what ranks it."""
-
-    __slots__ = ("cosine", "coverage", "logit", "pk", "row")
-
-    def __init__(self, pk: int, row: tuple[Any, ...], cosine: float | None, coverage: float):
-        self.pk = pk
-        self.row = row
-        self.cosine = cosine
-        self.coverage = coverage
-        self.logit = 0.0
-
-    @property
-    def seq(self) -> int:
-        return int(self.row[0])
-
-    @property
-    def session_id(self) -> str:
-        return str(self.row[1])
-
-
-def _logit(mode: str, cosine: float | None, coverage: float) -> float:
-    bias, by_meaning, by_words = CALIBRATION[mode]
-    if cosine is None:
-        # NOTE: a turn not embedded yet (or a search by words only) is judged by its words.
-        bias, by_meaning, by_words = CALIBRATION["text"]
-        cosine = 0.0
-    return bias + by_meaning * cosine + by_words * coverage
-
-
-def score_of(logit: float) -> float:
-    """A logit as the ``score`` a result carries: in [0, 1]."""
-    if logit < -30:
-        return 0.0
-    return 1.0 / (1.0 + math.exp(-logit))
-
-
 def _candidates(
     owner: OwnerRow,
     q: str,
@@ -211,7 +152,7 @@ def _candidates(
     query: QueryVector,
     depth: int,
     filters: ranking.TurnFilters,
-) -> tuple[list[Candidate], str]:
+) -> tuple[list[fusion.Candidate], str]:
     """The turns either ranking finds among its best ``depth``, with their features; and the
     mode that ranked them (``text`` where the query's embedding failed)."""
     owner_pk, embedded, last_seq = owner
@@ -219,7 +160,9 @@ def _candidates(
     turns = filters.queryset(owner_turns(owner_pk))
     if connections[using].vendor != "postgresql":
         ranked = ranking.words_ranked_python(turns, q, depth=depth)
-        return [Candidate(row[0], row[1:], None, coverage) for row, coverage in ranked], "text"
+        return [
+            fusion.Candidate(row[0], row[1:], None, coverage) for row, coverage in ranked
+        ], "text"
     top_seq = last_seq if filters.before_seq is None else min(last_seq, filters.before_seq - 1)
     words = None
     terms: list[str] = []
@@ -258,47 +201,18 @@ def _candidates(
         model=model,
         vector=None if vector is None else vectors.vector_text(vector),
     )
-    found: list[Candidate] = []
-    for pk, *fields, length, held, distance in rows:
+    found: list[fusion.Candidate] = []
+    for pk, *fields, length, held, distance, crowding in rows:
         cosine = None if distance is None else 1.0 - float(distance)
         if similar:
-            coverage = SIMILAR_COVERAGE
+            coverage = fusion.SIMILAR_COVERAGE
         elif words is not None:
             coverage = words.coverage(length or 0, held) * ranking.as_written(q, fields[3])
         else:
             coverage = 0.0
-        found.append(Candidate(pk, tuple(fields), cosine, coverage))
+        crowd = None if crowding is None else float(crowding)
+        found.append(fusion.Candidate(pk, tuple(fields), cosine, coverage, crowd))
     return found, mode
-
-
-def _ranked(candidates: list[Candidate], mode: str, limit: int) -> list[Candidate]:
-    """The best ``limit`` of ``candidates``: by calibrated logit, lifted towards a better
-    neighbour's (``NEIGHBOUR_SHARE``) and with the newer favoured (``RECENCY_WEIGHT``), then
-    chosen one by one with each session's later picks held back (``SESSION_PENALTY``)."""
-    if not candidates:
-        return []
-    seqs = [c.seq for c in candidates]
-    low, high = min(seqs), max(seqs)
-    own = {c.seq: (_logit(mode, c.cosine, c.coverage), c.session_id) for c in candidates}
-    for c in candidates:
-        late = 0.0 if high == low else (c.seq - low) / (high - low)
-        logit = own[c.seq][0]
-        around = [own.get(c.seq - 1), own.get(c.seq + 1)]
-        near = [n[0] for n in around if n is not None and n[1] == c.session_id]
-        if near and max(near) > logit:
-            logit += NEIGHBOUR_SHARE * (max(near) - logit)
-        c.logit = logit + RECENCY_WEIGHT * late
-    pool = sorted(candidates, key=lambda c: (-c.logit, -c.seq))
-    chosen: list[Candidate] = []
-    taken: dict[str, int] = {}
-    while pool and len(chosen) < limit:
-        best = max(
-            pool, key=lambda c: (c.logit - SESSION_PENALTY * taken.get(c.session_id, 0), c.seq)
-        )
-        pool.remove(best)
-        chosen.append(best)
-        taken[best.session_id] = taken.get(best.session_id, 0) + 1
-    return chosen
 
 
 def _with_context(owner_pk: int, results: list[TurnPayload]) -> None:
@@ -338,8 +252,9 @@ def ranked_turns(
     depth = max(limit * 3, FUSION_CANDIDATES)
     candidates, mode = _candidates(owner, q, mode, query, depth, filters)
     results = []
-    for c in _ranked(candidates, mode, limit):
-        score = score_of(c.logit)
+    dated = filters.after is not None or filters.before is not None
+    for c in fusion.ranked(candidates, mode, limit, q, dated=dated):
+        score = fusion.score_of(c.score_logit)
         if min_score is not None and score < min_score:
             continue
         payload = turn_payload_from_row(c.row)
