@@ -154,7 +154,8 @@ def _candidates(
     filters: ranking.TurnFilters,
 ) -> tuple[list[fusion.Candidate], str]:
     """The turns either ranking finds among its best ``depth``, with their features; and the
-    mode that ranked them (``text`` where the query's embedding failed)."""
+    mode that ranked them (``text`` where the query's embedding failed; ``<mode> plain``: the
+    owner compared uncentred)."""
     owner_pk, embedded, last_seq = owner
     using = Turn.objects.db
     turns = filters.queryset(owner_turns(owner_pk))
@@ -175,12 +176,16 @@ def _candidates(
         pks = [pk for pk, *_ in words.hits]
     vector = _resolved(query)
     model = None
+    measure = None
     if vector is not None:
         embedder = embedders.embedder_get()
         assert embedder is not None
         model = embedders.embedder_name(embedder)
+        centre = vectors.owner_centre(using, owner_pk, model, embedded=embedded)
+        measure = vectors.Centred(vector, centre)
+        mode += "" if centre else " plain"
         nearest = vectors.vectors_nearest(
-            using, owner_pk, model, vector, depth, embedded=embedded, filters=filters
+            using, owner_pk, model, vector, depth, embedded=embedded, filters=filters, centre=centre
         )
         pks += [pk for pk, _ in nearest if pk not in set(pks)]
     elif mode == "hybrid":
@@ -200,9 +205,10 @@ def _candidates(
         terms=terms,
         model=model,
         vector=None if vector is None else vectors.vector_text(vector),
+        measure=measure,
     )
     found: list[fusion.Candidate] = []
-    for pk, *fields, length, held, distance, crowding in rows:
+    for pk, *fields, length, held, distance, plain, crowding in rows:
         cosine = None if distance is None else 1.0 - float(distance)
         if similar:
             coverage = fusion.SIMILAR_COVERAGE
@@ -211,7 +217,9 @@ def _candidates(
         else:
             coverage = 0.0
         crowd = None if crowding is None else float(crowding)
-        found.append(fusion.Candidate(pk, tuple(fields), cosine, coverage, crowd))
+        c = fusion.Candidate(pk, tuple(fields), cosine, coverage, crowd)
+        c.plain = None if plain is None else 1.0 - float(plain)
+        found.append(c)
     return found, mode
 
 
@@ -336,10 +344,11 @@ def turn_search(
     Japanese and Korean text by its character pairs, with no spaces needed; a query whose words
     match no turn falls back to turns with similar words, a typo or the start of a word);
     ``semantic`` by meaning, the cosine similarity of the turns' vectors
-    (``MEMORY["EMBEDDER"]``) to the query's; ``hybrid`` by both. The default is ``hybrid``
+    (``MEMORY["EMBEDDER"]``) to the query's, centred on the owner's mean
+    (``vectors.Centred``); ``hybrid`` by both. The default is ``hybrid``
     where search by meaning is on (``semantic_on()``), else ``text``; ``semantic`` or
     ``hybrid`` where it is off is a ``ValidationError`` ({"mode": ...}). ``score`` is a
-    calibrated relevance in [0, 1] (``CALIBRATION``, docs/recall.md), the same scale for every
+    calibrated relevance in [0, 1] (``fusion.SCORE``, docs/recall.md), the same scale for every
     query of a mode; ``min_score`` (0-1) drops results below it, so that a question nothing
     answers gets none. Of two turns that answer alike the newer ranks first, and a session's
     later turns yield to other sessions' (the order, not the score).
