@@ -69,9 +69,11 @@ from memory.selectors.turns import (
     aowner_last_seq,
     aturn_by_key_get,
     aturn_list,
+    aturn_tail,
     owner_last_seq,
     turn_by_key_get,
     turn_list,
+    turn_tail,
 )
 
 __all__ = [
@@ -114,6 +116,7 @@ __all__ = [
     "aturn_list",
     "aturn_search",
     "aturn_search_queryset",
+    "aturn_tail",
     "context_get",
     "context_messages",
     "fact_dot_key_list",
@@ -139,4 +142,5 @@ __all__ = [
     "turn_list",
     "turn_search",
     "turn_search_queryset",
+    "turn_tail",
 ]
