@@ -59,11 +59,12 @@ token: $(VENV)/.runtime ## Print the API token of service user USER=... (created
 	@SERVICE_USER=$(USER) $(PY) manage.py shell -v 0 -c "$$SERVICE_TOKEN"
 
 # NOTE: the ensure-* scripts install, as root with apt-get, what some tests need where it is
-# missing (Chromium and fonts, PgBouncer, pgvector built from Debian's source); each says so in
-# one line first. SKIP_SYSTEM_INSTALL=1 skips them: those tests then skip, saying why.
+# missing (Chromium and fonts, PgBouncer, pg_auto_failover, pgvector built from Debian's source);
+# each says so in one line first. SKIP_SYSTEM_INSTALL=1 skips them: those tests then skip, saying why.
 test: $(VENV)/.installed ## Run the suite on real PostgreSQL and Redis (PYTEST_ARGS="-k ..." to narrow; SKIP_SYSTEM_INSTALL=1: no apt installs)
 	@scripts/ensure-chromium
 	@scripts/ensure-pgbouncer
+	@scripts/ensure-pg-auto-failover
 	@scripts/ensure-pgvector
 	$(PY) -m pytest -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
@@ -75,9 +76,11 @@ fuzz: $(VENV)/.installed ## Schemathesis over the API, longer: FUZZ_EXAMPLES=100
 
 test-faults: $(VENV)/.installed ## Run only the tests that kill, pause or restart servers
 	@scripts/ensure-pgbouncer
+	@scripts/ensure-pg-auto-failover
 	$(PY) -m pytest -m faults $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed ## Benchmarks on real PostgreSQL and Redis (BENCH_ARGS="--only warm,cold"); see docs/performance.md
+	@scripts/ensure-pg-auto-failover
 	@scripts/ensure-pgvector
 	$(PY) -m bench $(BENCH_ARGS)
 

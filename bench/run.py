@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.embed import EmbedRows
+from bench.failover import FailoverRows
 from bench.mixed import MIX_OWNERS, MIX_TURNS, MixedRows, mix_owner
 from bench.recall import RecallRows
 from bench.rows import SEARCH_OWNER, SEARCH_TURNS, TOTAL_TURNS, Row
@@ -63,6 +64,7 @@ ROWS = (
     "embed_rate",
     "embed_mix",
     "embed_lag",
+    "failover",
 )
 
 TOTAL_OWNERS = 1_000
@@ -149,7 +151,7 @@ def _django_setup() -> None:
     django.setup()
 
 
-class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows):
+class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows, FailoverRows):
     """The bench's state: its settings, connections and seeded owners."""
 
     def __init__(self, args: argparse.Namespace) -> None:
@@ -674,12 +676,12 @@ class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows):
         return self.measured(row, self.append_floor_ops(), per_round=self.args.per_round * 3)
 
     def summary_refresh_ops(self) -> tuple[Callable[[], float], Callable[[], float]]:
-        """A summary refresh (``services.summary_refresh``, the built-in summarizer) of the
+        """A summary refresh (``ops.summary_refresh``, the built-in summarizer) of the
         newest 100 turns of an owner whose summary covers the rest; each op first puts the
         owner's summary back 100 turns (not timed)."""
         from django.utils import timezone
 
-        from memory import services
+        from memory import ops, services
         from memory.models import Owner, Summary
 
         window = 100
@@ -705,7 +707,7 @@ class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows):
                 )
                 Owner.objects.filter(pk=owner.pk).update(summary_tokens=5000)
                 started = time.perf_counter()
-                services.summary_refresh(owner_id=owner_id)
+                ops.summary_refresh(owner_id=owner_id)
                 elapsed = time.perf_counter() - started
                 assert Summary.objects.get(owner=owner).through_seq == owner.last_seq
                 return elapsed
@@ -717,7 +719,7 @@ class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows):
     def row_summary_refresh(self) -> Row:
         row = Row(
             "summary_refresh",
-            "summary refresh time: the newest 100 turns (`services.summary_refresh`, built-in "
+            "summary refresh time: the newest 100 turns (`ops.summary_refresh`, built-in "
             "summarizer), history of 10,000",
             "the same at 101 turns",
             "<= 1.2x",

@@ -1,21 +1,21 @@
 """Settings of the benchmark: the demo project's, on a database and a Redis key prefix of the
 bench's own, without DEBUG (which would keep every query) and without throttling.
 
-``BENCH_DATABASE_URL`` (default ``postgres://postgres@127.0.0.1:5432/memory_bench``) and
-``BENCH_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``) choose the servers; the bench creates
-and migrates the database itself and only ever deletes keys under its own prefix.
+``BENCH_DATABASE_URL`` (default ``postgres://postgres@127.0.0.1:5432/memory_bench``; libpq's
+multi-host form too) and ``BENCH_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``) choose the
+servers; the bench creates and migrates the database itself and only ever deletes keys under its
+own prefix. ``BENCH_REPLICA_URL``: a read replica of that database (alias ``replica``).
 """
 
 from __future__ import annotations
 
 import os
 
-import dj_database_url
-
 # NOTE: the demo project refuses to start without a key when DEBUG is off; the bench's own,
 # inherited by the gunicorn it spawns.
 os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-secret-key-" + "x" * 40)
 
+from memoryproj.databases import database_parse
 from memoryproj.settings import *  # noqa: F403
 from memoryproj.settings import MEMORY, REST_FRAMEWORK, SERVED_BY_ASGI
 
@@ -32,8 +32,14 @@ ROOT_URLCONF = "bench.urls"
 # NOTE: the demo project's database options (persistent connections with health checks), so
 # that the HTTP rows measure the server a host would run; only the database name differs.
 DATABASES = {
-    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True),
+    "default": database_parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True),
 }
+# NOTE: a read replica of that database: the failover rows' standby (bench/failover.py), which
+# they name as MEMORY["READ_DATABASE"] only for the reads they measure.
+if os.environ.get("BENCH_REPLICA_URL"):
+    DATABASES["replica"] = database_parse(
+        os.environ["BENCH_REPLICA_URL"], conn_max_age=60, conn_health_checks=True
+    )
 # NOTE: under uvicorn (memoryproj/asgi.py, the mcp row) Django's pool, as the demo pools its
 # connections there: each request's sync code runs in a thread of its own.
 if SERVED_BY_ASGI:

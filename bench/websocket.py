@@ -133,7 +133,8 @@ class WebsocketRows:
         import httpx
         from asgiref.sync import sync_to_async
 
-        from memory import selectors, services
+        from memory import services
+        from memory.selectors.turns import owner_last_seq
 
         username = f"bench-ws-{uuid.uuid4().hex[:8]}"
         cookie = await sync_to_async(_session_cookie)(username)
@@ -189,7 +190,7 @@ class WebsocketRows:
         sockets = []
         for _ in range(SOCKETS):
             sockets.append(await _ws(port, cookie))
-        last = await sync_to_async(selectors.owner_last_seq)(owner_id=username)
+        last = await sync_to_async(owner_last_seq)(owner_id=username)
         for s in sockets:
             await s.send(json.dumps({"type": "resume", "after_seq": last}))
         # NOTE: all of them answered: a message on one reaches every socket of the owner.

@@ -10,9 +10,11 @@ from typing import Any, NamedTuple
 
 from django.db import DEFAULT_DB_ALIAS
 
-from memory import codec, extraction, tokens
+from memory import codec, tokens
 from memory.conf import conf
 from memory.exceptions import IdempotencyKeyReused
+from memory.extraction.base import ExtractedFact
+from memory.extraction.base import logger as extraction_logger
 from memory.models import Turn
 
 
@@ -44,7 +46,7 @@ def summary_count(content: str) -> SummaryCount:
     try:
         return SummaryCount(tokens.counter_remembering()(content), conf.SUMMARY_AFTER_TOKENS)
     except Exception:
-        extraction.logger.exception("Counting a turn's tokens for the summary failed.")
+        extraction_logger.exception("Counting a turn's tokens for the summary failed.")
         return SummaryCount()
 
 
@@ -65,7 +67,7 @@ class AppendPlan:
     they were read (``facts``, the JSON array ``memory_turn_append`` takes; ``None``: none)."""
 
     defer: bool = False
-    found: tuple[extraction.ExtractedFact, ...] = ()
+    found: tuple[ExtractedFact, ...] = ()
     facts: list[dict[str, Any]] | None = None
 
 
@@ -78,7 +80,7 @@ def turn_loaded(**fields: Any) -> Turn:
 
 
 def fact_cap_warn(key: str, seq: int, owner_id: str) -> None:
-    extraction.logger.warning(
+    extraction_logger.warning(
         "Extracted fact %r of turn %s of %r skipped: the owner holds "
         "MEMORY['MAX_FACTS'] (%s) facts.",
         key,

@@ -1,6 +1,6 @@
 """``health/`` answered ahead of Django under ASGI: ``HealthFastPath`` wraps a site's ASGI
 application and answers a plain ``GET`` of the memory API's ``health/`` on the event loop;
-under WSGI, and for every other request, the view answers (``memory.views.HealthView``)."""
+under WSGI, and for every other request, the view answers (``memory.views.health.HealthView``)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ class HealthFastPath:
             await self.app(scope, receive, send)
             return
         from memory import counters
-        from memory.views import JSONRenderer
+        from memory.views.renderers import JSONRenderer
 
         request, view_name = found
         started = time.perf_counter()
@@ -185,7 +185,8 @@ class HealthFastPath:
 def _find_health() -> tuple[str, str] | None:
     from rest_framework import renderers
 
-    from memory.views import HealthView, JSONRenderer
+    from memory.views.health import HealthView
+    from memory.views.renderers import JSONRenderer
 
     try:
         path = "/" + reverse("memory:health").removeprefix(get_script_prefix())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from importlib.util import find_spec
 from typing import Any
 
 from django.conf import settings
@@ -12,8 +11,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from memory import tokens
-from memory.conf import DEFAULTS, as_int, conf, setting_import
-from memory.extras import extra_install
+from memory.conf import DEFAULTS, as_int, callable_import, conf, setting_import
+from memory.extras import extra_install, worker_checks
+from memory.selectors.facts import fact_dot_key_list
 
 logger = logging.getLogger("memory")
 
@@ -79,8 +79,6 @@ VALUE_IDS = {
     "POOLER": "memory.E022",
     "PREPARED_STATEMENTS": "memory.E023",
 }
-# django-tasks' default when TASKS is not set: a task runs where it is enqueued.
-IMMEDIATE_BACKEND = "django_tasks.backends.immediate.ImmediateBackend"
 
 
 def _int(value: Any) -> bool:
@@ -310,13 +308,9 @@ def _app_databases() -> list[str]:
 def _check_token_counter(path: Any) -> list[CheckMessage]:
     hint = "Name a callable str -> int, such as memory.tokens.estimate_counter (the default)."
     try:
-        counter = setting_import("TOKEN_COUNTER", path)
+        counter = callable_import("TOKEN_COUNTER", path)
     except ImproperlyConfigured as e:
         return [Error(str(e), hint=hint, id="memory.E016")]
-    if not callable(counter):
-        return [
-            Error(f"MEMORY['TOKEN_COUNTER'] {path!r} is not callable.", hint=hint, id="memory.E016")
-        ]
     problem = tokens.tiktoken_unavailable() if counter is tokens.tiktoken_counter else None
     if problem is not None:
         return [
@@ -356,29 +350,14 @@ def _check_deferred(path: str) -> list[CheckMessage]:
         return []
     if not deferred:
         return []
-    if find_spec("django_tasks") is None:
-        return [
-            Error(
-                f"MEMORY['FACT_EXTRACTOR'] {path!r} is deferred, but django-tasks is not "
-                "installed.",
-                hint=f"{extra_install('deferred')}, a task backend (django-tasks-db), and "
-                "set TASKS.",
-                id="memory.E014",
-            )
-        ]
-    tasks = getattr(settings, "TASKS", None) or {}
-    backend = tasks.get("default", {}).get("BACKEND", IMMEDIATE_BACKEND)
-    if backend == IMMEDIATE_BACKEND:
-        return [
-            Warning(
-                f"MEMORY['FACT_EXTRACTOR'] {path!r} is deferred, but TASKS runs tasks "
-                "immediately: each extraction runs inside the request, after its commit.",
-                hint='Set TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}} '
-                "and run `manage.py db_worker`, or another worker backend.",
-                id="memory.W006",
-            )
-        ]
-    return []
+    subject = f"MEMORY['FACT_EXTRACTOR'] {path!r} is deferred"
+    missing = Error(
+        f"{subject}, but django-tasks is not installed.",
+        hint=f"{extra_install('deferred')}, a task backend (django-tasks-db), and set TASKS.",
+        id="memory.E014",
+    )
+    consequence = "each extraction runs inside the request, after its commit."
+    return worker_checks(missing, subject, consequence, "memory.W006")
 
 
 def _check_summarizer(path: Any) -> list[CheckMessage]:
@@ -390,36 +369,18 @@ def _check_summarizer(path: Any) -> list[CheckMessage]:
         "(the default), or None to turn summaries off."
     )
     try:
-        summarizer = setting_import("SUMMARIZER", path)
+        callable_import("SUMMARIZER", path)
     except ImproperlyConfigured as e:
         return [Error(str(e), hint=hint, id="memory.E024")]
-    if not callable(summarizer):
-        return [
-            Error(f"MEMORY['SUMMARIZER'] {path!r} is not callable.", hint=hint, id="memory.E024")
-        ]
-    if find_spec("django_tasks") is None:
-        return [
-            Warning(
-                f"MEMORY['SUMMARIZER'] is {path!r}, but django-tasks is not installed: no "
-                "summary refresh runs by itself.",
-                hint=f"{extra_install('deferred')}, a task backend, and set TASKS; "
-                "or run `manage.py memory_summarize --pending` periodically; or set "
-                "MEMORY['SUMMARIZER'] = None.",
-                id="memory.W012",
-            )
-        ]
-    tasks = getattr(settings, "TASKS", None) or {}
-    if tasks.get("default", {}).get("BACKEND", IMMEDIATE_BACKEND) == IMMEDIATE_BACKEND:
-        return [
-            Warning(
-                f"MEMORY['SUMMARIZER'] is {path!r}, but TASKS runs tasks immediately: a "
-                "summary refresh runs inside the request whose append made it due.",
-                hint='Set TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}} '
-                "and run `manage.py db_worker`, or another worker backend.",
-                id="memory.W013",
-            )
-        ]
-    return []
+    subject = f"MEMORY['SUMMARIZER'] is {path!r}"
+    missing = Warning(
+        f"{subject}, but django-tasks is not installed: no summary refresh runs by itself.",
+        hint=f"{extra_install('deferred')}, a task backend, and set TASKS; or run `manage.py "
+        "memory_summarize --pending` periodically; or set MEMORY['SUMMARIZER'] = None.",
+        id="memory.W012",
+    )
+    consequence = "a summary refresh runs inside the request whose append made it due."
+    return worker_checks(missing, subject, consequence, "memory.W013")
 
 
 def _check_resolver(path: Any) -> list[CheckMessage]:
@@ -560,14 +521,13 @@ def check_memory_dot_keys(
     owner's own (``facts/../``). Stored before the rule; ``memory_fact_keys --rename``."""
     from django.db import DatabaseError, router
 
-    from memory import selectors
     from memory.exceptions import MemoryUnavailable
     from memory.models import Fact
 
     if router.db_for_read(Fact) not in (databases or ()):
         return []
     try:
-        found = len(selectors.fact_dot_key_list(limit=101))
+        found = len(fact_dot_key_list(limit=101))
     except (DatabaseError, MemoryUnavailable):
         # NOTE: migrate runs database checks before it migrates: no table yet, or no database,
         # is nothing to warn of here.

@@ -488,3 +488,14 @@ def setting_import(name: str, path: Any) -> Any:
         return import_string(path)
     except ImportError as e:
         raise ImproperlyConfigured(f"MEMORY['{name}'] {path!r} cannot be imported: {e}") from e
+
+
+def callable_import(name: str, path: Any, *, make: bool = False) -> Any:
+    """What ``setting_import`` imports, which must be callable (with ``make``, a class is
+    made first). Raises ``ImproperlyConfigured``, naming the setting, otherwise."""
+    target = setting_import(name, path)
+    if make and isinstance(target, type):
+        target = target()
+    if not callable(target):
+        raise ImproperlyConfigured(f"MEMORY['{name}'] {path!r} is not callable.")
+    return target

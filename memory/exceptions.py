@@ -10,6 +10,17 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError
 
+__all__ = [
+    "FactNotFound",
+    "FactVersionConflict",
+    "IdempotencyKeyReused",
+    "MemoryException",
+    "MemoryUnavailable",
+    "ReadsInFlight",
+    "SearchTimeout",
+    "SearchUnavailable",
+]
+
 logger = logging.getLogger("memory.db")
 
 # The same cause of an unavailable database is logged at most this often, with a count.

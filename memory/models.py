@@ -72,7 +72,7 @@ def _owner_key(related_name: str) -> models.ForeignKey[Owner, Owner]:
 
 class Summary(models.Model):
     """The owner's summary of its turns 1..``through_seq``; one per owner, refreshed by a
-    deferred task (``services.summary_refresh``), deleted with the owner."""
+    deferred task (``ops.summary_refresh``), deleted with the owner."""
 
     owner = models.OneToOneField(Owner, on_delete=models.CASCADE, related_name="summary")
     text = models.TextField()
@@ -298,7 +298,7 @@ class Fact(models.Model):
     source_turn_seq = models.BigIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField()
     # NOTE: from this instant the fact is absent from every read (each read filters by it, the
-    # cached copy included), and ``services.facts_expire`` deletes it later; NULL: never.
+    # cached copy included), and ``ops.facts_expire`` deletes it later; NULL: never.
     expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -310,7 +310,7 @@ class Fact(models.Model):
             ),
         ]
         indexes = [
-            # NOTE: the sweep's order (``services.facts_expire``), over only the facts that expire.
+            # NOTE: the sweep's order (``ops.facts_expire``), over only the facts that expire.
             models.Index(
                 fields=["expires_at", "id"],
                 condition=Q(expires_at__isnull=False),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 from django.db.models import QuerySet
@@ -15,6 +15,9 @@ from django.db.models import QuerySet
 from memory import codec, search
 from memory.models import Turn
 from memory.search import cjk_grams, query_split
+
+if TYPE_CHECKING:
+    from memory.recall.vectors import Centred
 
 # BM25's constants (Robertson's usual values): how fast a word's repeats stop counting, and how
 # much a long turn's length weighs against it.
@@ -255,22 +258,35 @@ def turns_features(
     terms: list[str],
     model: str | None,
     vector: str | None,
+    measure: Centred | None = None,
 ) -> list[tuple[Any, ...]]:
     """For each of the owner's turns ``pks``: ``(pk, *TURN_FIELDS, length, terms held,
     cosine distance or None)``; PostgreSQL only. ``vector`` is the query's in pgvector's text
-    form, ``model`` the embedder's name (no distance without them)."""
+    form, ``model`` the embedder's name (no distance without them); ``measure``, where given,
+    is the distance the vectors' search ranked by (centred on the owner's mean)."""
+    extra: dict[str, Any] = {} if measure is None else measure.params()
     if vector is None or model is None:
         statement = _FEATURES_SQL.format(distance="NULL::float8", join="")
     else:
+        distance = "v.vector <=> %(vector)s::halfvec"
+        if measure is not None:
+            distance = measure.distance_sql("v.vector")
         statement = _FEATURES_SQL.format(
-            distance="v.vector <=> %(vector)s::halfvec",
+            distance=distance,
             join="LEFT JOIN memory_turnvector AS v ON v.turn_id = t.id AND v.model = %(model)s"
             " AND v.owner_id = t.owner_id",
         )
     with connections[using].cursor() as cursor:
         cursor.execute(
             statement,
-            {"terms": terms, "ids": pks, "owner": owner_pk, "model": model, "vector": vector},
+            {
+                **extra,
+                "terms": terms,
+                "ids": pks,
+                "owner": owner_pk,
+                "model": model,
+                "vector": vector,
+            },
         )
         rows = cursor.fetchall()
     # NOTE: a raw cursor reads jsonb as its text (memory.codec), as the ORM's JSONField would.

@@ -18,7 +18,7 @@ from rest_framework import serializers
 from memory.conf import conf
 from memory.models import Role
 from memory.search import MAX_QUERY_CHARS, MAX_RESULTS
-from memory.selectors import DEFAULT_PAGE_SIZE, MAX_CURSOR_CHARS, MAX_PAGE_SIZE
+from memory.selectors.pages import DEFAULT_PAGE_SIZE, MAX_CURSOR_CHARS, MAX_PAGE_SIZE
 from memory.tokens import MAX_TOKENS
 from memory.validators import (
     DATE_OR_DATE_TIME_PATTERN,

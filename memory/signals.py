@@ -7,7 +7,7 @@ transaction, the owner's copy dropped after commit; an owner deleted so leaves a
 as a forget does. Deleted turns are caught by ``Turn.delete`` and ``TurnQuerySet.delete``
 (through ``MemoryConfig.orm_delete_guard``), not here. ``QuerySet.update()``, ``bulk_create``,
 ``bulk_update`` and raw SQL send no signal: write through ``memory.services``, or call
-``services.cache_drop`` after.
+``ops.cache_drop`` after.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from memory.conf import conf, setting_import
+from memory.conf import callable_import, conf
 
 TokenCounter = Callable[[str], int]
 
@@ -110,10 +110,7 @@ def tiktoken_counter(text: str) -> int:
 
 @functools.lru_cache(maxsize=8)
 def _counter_import(path: str) -> TokenCounter:
-    counter = setting_import("TOKEN_COUNTER", path)
-    if not callable(counter):
-        raise ImproperlyConfigured(f"MEMORY['TOKEN_COUNTER'] {path!r} is not callable.")
-    return counter  # type: ignore[no-any-return]
+    return callable_import("TOKEN_COUNTER", path)  # type: ignore[no-any-return]
 
 
 # Texts at least this long have their counts remembered, and how many counts a process keeps.

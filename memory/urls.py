@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path, re_path, register_converter
 
-from memory import views
-from memory.tools import rest as tool_views
 from memory.tools.definitions import TOOLS
 from memory.validators import OWNER_ID_RE
+from memory.views import context, export, facts, health, turns, users
+from memory.views import tools as tool_views
+from memory.views.base import not_found
 
 
 class OwnerIdConverter:
@@ -45,26 +46,26 @@ register_converter(FactKeyConverter, "fact_key")
 
 app_name = "memory"
 urlpatterns: list[URLPattern] = [
-    path("users/<owner:user_id>/", views.UserView.as_view(), name="user"),
-    path("users/<owner:user_id>/turns/", views.TurnsView.as_view(), name="turns"),
-    path("users/<owner:user_id>/context/", views.ContextView.as_view(), name="context"),
+    path("users/<owner:user_id>/", users.UserView.as_view(), name="user"),
+    path("users/<owner:user_id>/turns/", turns.TurnsView.as_view(), name="turns"),
+    path("users/<owner:user_id>/context/", context.ContextView.as_view(), name="context"),
     path(
         "users/<owner:user_id>/context/messages/",
-        views.ContextMessagesView.as_view(),
+        context.ContextMessagesView.as_view(),
         name="context-messages",
     ),
-    path("users/<owner:user_id>/facts/", views.FactsView.as_view(), name="facts"),
-    path("users/<owner:user_id>/facts/<fact_key:key>/", views.FactView.as_view(), name="fact"),
+    path("users/<owner:user_id>/facts/", facts.FactsView.as_view(), name="facts"),
+    path("users/<owner:user_id>/facts/<fact_key:key>/", facts.FactView.as_view(), name="fact"),
     path(
         "users/<owner:user_id>/facts/<fact_key:key>/history/",
-        views.FactHistoryView.as_view(),
+        facts.FactHistoryView.as_view(),
         name="fact-history",
     ),
-    path("users/<owner:user_id>/sessions/", views.SessionsView.as_view(), name="sessions"),
-    path("users/<owner:user_id>/search/", views.SearchView.as_view(), name="search"),
-    path("users/<owner:user_id>/link/", views.LinkView.as_view(), name="link"),
-    path("users/<owner:user_id>/summary/", views.SummaryView.as_view(), name="summary"),
-    path("users/<owner:user_id>/export/", views.ExportView.as_view(), name="export"),
+    path("users/<owner:user_id>/sessions/", users.SessionsView.as_view(), name="sessions"),
+    path("users/<owner:user_id>/search/", turns.SearchView.as_view(), name="search"),
+    path("users/<owner:user_id>/link/", users.LinkView.as_view(), name="link"),
+    path("users/<owner:user_id>/summary/", context.SummaryView.as_view(), name="summary"),
+    path("users/<owner:user_id>/export/", export.ExportView.as_view(), name="export"),
     *(path(f"users/<owner:user_id>/tools/{name}/", tool_views.tool_view(name)) for name in TOOLS),
     path(
         "users/<owner:user_id>/tools/<str:name>/",
@@ -72,8 +73,8 @@ urlpatterns: list[URLPattern] = [
         name="tool-call",
     ),
     path("tools/", tool_views.ToolsView.as_view(), name="tools"),
-    path("health/", views.HealthView.as_view(), name="health"),
+    path("health/", health.HealthView.as_view(), name="health"),
     # NOTE: last: anything else under the mount point is a JSON 404, so API clients never get
     # Django's HTML page, and a path without its final slash is a 404, not a redirect.
-    re_path(r"", views.not_found, name="not-found"),
+    re_path(r"", not_found, name="not-found"),
 ]

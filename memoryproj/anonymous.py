@@ -20,7 +20,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from rest_framework.throttling import SimpleRateThrottle
 
-from memory import selectors
+from memory import ops
 from memory.throttling import AnonRateThrottle, WindowThrottle
 
 logger = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ def room_refusal(*, owner_id: str, message: str) -> str | None:
     flight at once may each pass it, so an owner may end a few turns over (at most those in
     flight, each at most ``MEMORY["MAX_TURN_CHARS"]``); the session throttle bounds how many.
     """
-    usage = selectors.owner_usage_get(owner_id=owner_id)
+    usage = ops.owner_usage_get(owner_id=owner_id)
     most_turns, most_chars = settings.MEMORYPROJ_ANON_MAX_TURNS, settings.MEMORYPROJ_ANON_MAX_CHARS
     if usage.turns + 2 <= most_turns and usage.chars + len(message) <= most_chars:
         return None

@@ -7,7 +7,7 @@ import datetime as dt
 from django.conf import settings
 from django_tasks import task
 
-from memory import services
+from memory import ops
 
 # The owner ids of the chat page's anonymous visitors start with it (memoryproj.anonymous).
 ANON_PREFIX = "anon-"
@@ -19,6 +19,6 @@ def anon_sweep() -> int:
     ``MEMORYPROJ_ANON_RETENTION_DAYS`` days, through the forget service (the cached copies
     go too); return how many went. Raises ``MemoryUnavailable`` when the database cannot be
     reached; the next enqueue tries again."""
-    return services.owners_forget_idle(
+    return ops.owners_forget_idle(
         prefix=ANON_PREFIX, idle_for=dt.timedelta(days=settings.MEMORYPROJ_ANON_RETENTION_DAYS)
     )

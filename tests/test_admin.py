@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from memory import selectors, services
+from memory import ops, selectors, services
 from memory.models import Fact, FactVersion, Owner, Session, Turn
 
 pytestmark = pytest.mark.django_db
@@ -132,7 +132,7 @@ def test_owner_page_says_what_is_not_summarised_yet(admin_client, chat, write):
         "(MEMORY[&#x27;SUMMARY_AFTER_TOKENS&#x27;])."
     ) in page
     with write():
-        services.summary_refresh(owner_id="wang")
+        ops.summary_refresh(owner_id="wang")
     page = admin_client.get(url("owner", "change", chat.pk)).content.decode()
     assert "none yet" not in page
     assert "0 tokens of turns; a refresh is written once they pass 2,000" in page

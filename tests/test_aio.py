@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from memory import selectors, services
+from memory import ops, selectors, services
 from memory.exceptions import FactNotFound, FactVersionConflict, MemoryUnavailable
 from memory.models import Turn
 from tests.loop import run
@@ -29,13 +29,13 @@ def _sync_functions(module: Any) -> list[str]:
     return [
         name
         for name in module.__all__
-        if name not in twins and name != "asearch" and inspect.isfunction(getattr(module, name))
+        if name not in twins and inspect.isfunction(getattr(module, name))
     ]
 
 
 @pytest.mark.parametrize(
     ("module", "name"),
-    [(module, name) for module in (services, selectors) for name in _sync_functions(module)],
+    [(module, name) for module in (services, selectors, ops) for name in _sync_functions(module)],
 )
 def test_every_public_function_has_an_async_twin_beside_it(module, name):
     sync, twin = getattr(module, name), getattr(module, f"a{name}")
@@ -50,9 +50,8 @@ def test_every_public_function_has_an_async_twin_beside_it(module, name):
 def test_the_twins_are_the_issue_names():
     for name in ("aturn_append", "afact_put", "afacts_merge", "afact_delete", "amemory_forget"):
         assert name in services.__all__
-    for name in ("acontext_get", "acontext_messages", "aturn_list", "afact_list", "asearch"):
+    for name in ("acontext_get", "acontext_messages", "aturn_list", "afact_list", "aturn_search"):
         assert name in selectors.__all__
-    assert selectors.asearch is selectors.aturn_search
 
 
 def _without_source(payload: dict[str, Any]) -> dict[str, Any]:
@@ -96,16 +95,14 @@ def test_async_code_reads_and_writes_as_the_sync_api_does():
             "fact_history": await selectors.afact_history(owner_id="wang", key="location"),
             "session_list": await selectors.asession_list(owner_id="wang"),
             "turn_search": await selectors.aturn_search(owner_id="wang", q="王建国"),
-            "search": await selectors.asearch(owner_id="wang", q="jianguo"),
+            "search": await selectors.aturn_search(owner_id="wang", q="jianguo"),
             "health": await selectors.ahealth_get(),
             "exists": await selectors.aowner_exists(owner_id="wang"),
-            "summary": await selectors.aowner_summary_get(owner_id="wang"),
-            "recent": await selectors.aowner_recent_list(limit=5),
-            "ids": [owner async for owner in selectors.aowner_id_iter(chunk_size=1)],
-            "stats": await selectors.astats_get(),
-            "queryset": [
-                turn.seq async for turn in await selectors.aturn_search_queryset(q="Jianguo")
-            ],
+            "summary": await ops.aowner_summary_get(owner_id="wang"),
+            "recent": await ops.aowner_recent_list(limit=5),
+            "ids": [owner async for owner in ops.aowner_id_iter(chunk_size=1)],
+            "stats": await ops.astats_get(),
+            "queryset": [turn.seq async for turn in await ops.aturn_search_queryset(q="Jianguo")],
         }
 
     got = run(main)
@@ -133,10 +130,10 @@ def test_async_code_reads_and_writes_as_the_sync_api_does():
     assert {k: v for k, v in got["health"].items() if k != "latency_ms"} == states
     assert states == {"database": "ok", "cache": "ok"}
     assert got["exists"] is True
-    assert got["summary"] == selectors.owner_summary_get(owner_id="wang")
-    assert got["recent"] == selectors.owner_recent_list(limit=5) == ["wang"]
-    assert got["ids"] == list(selectors.owner_id_iter()) == ["wang"]
-    assert got["stats"]["turns"] == selectors.stats_get()["turns"] == 2
+    assert got["summary"] == ops.owner_summary_get(owner_id="wang")
+    assert got["recent"] == ops.owner_recent_list(limit=5) == ["wang"]
+    assert got["ids"] == list(ops.owner_id_iter()) == ["wang"]
+    assert got["stats"]["turns"] == ops.stats_get()["turns"] == 2
     assert got["queryset"] == [1]
 
 
@@ -155,10 +152,10 @@ def test_async_maintenance_services_act_as_the_sync_ones():
         got: dict[str, Any] = {
             "deleted": await services.aturn_delete(owner_id="wang", seq=1),
             "missing": await services.aturn_delete(owner_id="wang", seq=1),
-            "dropped": await services.acache_drop(owner_id="wang"),
+            "dropped": await ops.acache_drop(owner_id="wang"),
         }
         got["after_drop"] = (await selectors.acontext_get(owner_id="wang"))["source"]
-        got["pruned"] = await services.aturns_prune(owner_id="wang", keep_last=2)
+        got["pruned"] = await ops.aturns_prune(owner_id="wang", keep_last=2)
         got["linked"] = await services.amemory_link(owner_id="wang", from_owner_id="anon-7f3a")
         got["relinked"] = await services.amemory_link(owner_id="wang", from_owner_id="anon-7f3a")
         got["context"] = await selectors.acontext_get(owner_id="wang")
@@ -209,7 +206,7 @@ def _error(call: Callable[[], Any]) -> BaseException:
             FactVersionConflict,
         ),
         ("fact_delete", services, {"owner_id": "wang", "key": "nothing"}, FactNotFound),
-        ("turns_prune", services, {"owner_id": "wang"}, ValidationError),
+        ("turns_prune", ops, {"owner_id": "wang"}, ValidationError),
         ("memory_link", services, {"owner_id": "wang", "from_owner_id": "wang"}, ValidationError),
         ("context_get", selectors, {"owner_id": "wang", "turns": -1}, ValidationError),
         ("context_messages", selectors, {"owner_id": "wang", "max_tokens": 0}, ValidationError),
@@ -250,8 +247,8 @@ def test_the_async_search_queryset_can_be_iterated_as_any_list_in_async_code():
     services.turn_append(owner_id="li", session_id="s", role="user", content="basketball")
 
     async def main() -> dict[str, Any]:
-        turns = await selectors.aturn_search_queryset(q="basketball")
-        only_wang = await selectors.aturn_search_queryset(
+        turns = await ops.aturn_search_queryset(q="basketball")
+        only_wang = await ops.aturn_search_queryset(
             q="basketball", queryset=Turn.objects.filter(owner__external_id="wang")
         )
         return {
@@ -263,7 +260,7 @@ def test_the_async_search_queryset_can_be_iterated_as_any_list_in_async_code():
         }
 
     got = run(main)
-    expected = list(selectors.turn_search_queryset(q="basketball"))
+    expected = list(ops.turn_search_queryset(q="basketball"))
     assert got["for"] == [(t.owner_id, t.seq, t.search_rank) for t in expected]
     assert got["async for"] == [t.seq for t in expected]
     assert got["len"] == len(expected) == 3
@@ -374,7 +371,7 @@ def test_async_twins_with_the_database_unreachable_raise_memory_unavailable():
                 (selectors.acontext_messages, {"max_tokens": 100}),
                 (selectors.aturn_list, {}),
                 (selectors.aowner_exists, {}),
-                (selectors.aowner_dirty_count, {"limit": 10}),
+                (ops.aowner_dirty_count, {"limit": 10}),
             ]:
                 try:
                     if "limit" in kwargs:

@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from memory import services
 from memory.authentication import TokenAuthentication
 from memory.permissions import ACCESS_ALL, HOLDS_ACCESS_ALL, is_service_caller
-from memory.views import FactsView
+from memory.views.facts import FactsView
 
 pytestmark = pytest.mark.django_db
 

@@ -11,6 +11,14 @@ from memory.models import Owner
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True, params=["claim-after", "claim-pipelined"])
+def claim_path(request, monkeypatch):
+    """Each test with a miss's claim sent after its read, and riding in its pipeline
+    (``memory.cache.copy.miss_share``)."""
+    pipelined = request.param == "claim-pipelined"
+    monkeypatch.setattr(cache.copy.miss_share, "THRESHOLD", -1.0 if pipelined else 2.0)
+
+
 def append(owner_id: str, content: str) -> None:
     services.turn_append(owner_id=owner_id, session_id="s", role="user", content=content)
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 from django.conf import settings
 from django.core.cache import caches
 from django.test import override_settings
@@ -82,6 +83,27 @@ def test_memory_is_cached_and_kept_coherent_on_a_cluster(on_cluster, write):
     with write():
         services.memory_forget(owner_id="wang")
     assert contents(selectors.context_get(owner_id="wang")) == []
+
+
+def test_a_cold_read_claims_in_its_read_pipeline_on_a_cluster(on_cluster, write):
+    with write():
+        for owner in ("wang", "li", "zhang"):
+            tell(owner, f"I am {owner}")
+    for server in on_cluster.nodes:
+        redis.Redis(port=server.port).script_flush()
+    for owner in ("wang", "li", "zhang"):
+        # NOTE: reads that mostly miss: the claim rides in the pipeline, to each owner's node,
+        # loading the script there first (a flushed cluster has none).
+        cache.copy.miss_share.share = 1.0
+        miss = cache.copy.copy_read(owner_id=owner, turns=20)
+        assert isinstance(miss, cache.copy.Miss) and miss.fill_token
+        key = cache.keys.owner_key(owner)
+        node = redis.Redis(port=on_cluster.master_for(key).port)
+        assert node.hget(key, "claim") == miss.fill_token.encode()
+        cache.copy.copy_evict(owner_id=owner)
+        assert selectors.context_get(owner_id=owner)["source"] == "database"
+        context = selectors.context_get(owner_id=owner)
+        assert context["source"] == "cache" and contents(context) == [f"I am {owner}"]
 
 
 def test_owners_spread_over_every_primary(on_cluster):

@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from memory import selectors, services
+from memory import ops, selectors, services
 from memory.models import Owner, Session, Turn
 
 pytestmark = pytest.mark.django_db
@@ -377,7 +377,7 @@ def test_forget_idle_keeps_an_owner_written_meanwhile(write):
     idle("anon-1", 40)
     with write():
         services.turn_append(owner_id="anon-1", session_id="s", role="user", content="back")
-    assert services.owners_forget_idle(prefix="anon-", idle_for=dt.timedelta(days=30)) == 0
+    assert ops.owners_forget_idle(prefix="anon-", idle_for=dt.timedelta(days=30)) == 0
     assert seqs("anon-1") == [1, 2]
 
 

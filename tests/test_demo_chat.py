@@ -21,7 +21,7 @@ from django.contrib.auth.models import Permission, User
 from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient, Client
 
-from memory import selectors, services
+from memory import ops, selectors, services
 from memory.payloads import ContextPayload
 from memoryproj.chat import ANON_SESSION_KEY
 from memoryproj.responders import DeterministicResponder, reply_chunks, responder_get
@@ -311,7 +311,7 @@ def test_context_comes_from_the_database_after_the_cache_is_dropped(client):
     say(client, "laptop", INTRO)
     owner_id = anon_id(client)
     assert client.get("/chat/", {"session_id": "x"}).context["context"]["source"] == "cache"
-    services.cache_drop(owner_id=owner_id)
+    ops.cache_drop(owner_id=owner_id)
 
     page = client.get("/chat/", {"session_id": "phone"})
     assert page.context["context"]["source"] == "database"

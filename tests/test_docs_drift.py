@@ -102,7 +102,7 @@ def test_a_cold_read_takes_the_queries_the_docs_say(write) -> None:
 
 def drawn_floors() -> dict[str, int]:
     """The floor of each entry of the drawing: ``cache/`` (a package), ``conf`` (a module of
-    ``memory``), ``tools/rest`` (a module placed apart from its package)."""
+    ``memory``), ``views/tools`` (a module drawn apart from its package)."""
     page = (DOCS / "architecture.md").read_text(encoding="utf-8")
     drawing = re.search(r"^```\n(floor .*?)^```$", page, re.M | re.S)
     assert drawing, "docs/architecture.md has no drawing of floors"

@@ -1,6 +1,6 @@
 """Tests of facts that expire and of who changed what (issue 27, parts 3-4): ``expires_at``
 through the services and ``PUT``, every read leaving an expired fact out (a warm copy on
-another instance included, with no write in between), the sweep (``services.facts_expire``,
+another instance included, with no write in between), the sweep (``ops.facts_expire``,
 ``manage.py memory_expire``, the task) and the ``actor`` of every fact version."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from memory import cache, selectors, services
+from memory import cache, ops, selectors, services
 from memory.models import Fact, FactVersion, Owner
 from tests import instance
 
@@ -252,7 +252,7 @@ def test_the_sweep_deletes_expired_facts_leaving_a_deleted_version_by_expiry(
         services.fact_put(owner_id="li", key="plan", value="later", expires_at=soon(3600))
     wait_past(expiring)
     with write():
-        assert services.facts_expire() == 1
+        assert ops.facts_expire() == 1
     assert history("wang", "trip") == [(2, True, "expiry"), (1, False, "python")]
     assert not Fact.objects.filter(key="trip").exists()
     assert Fact.objects.filter(key="plan").exists()
@@ -261,7 +261,7 @@ def test_the_sweep_deletes_expired_facts_leaving_a_deleted_version_by_expiry(
     context = selectors.context_get(owner_id="wang")
     assert (context["source"], context["facts"]) == ("cache", {"name": "王建国"})
     with write():
-        assert services.facts_expire() == 0
+        assert ops.facts_expire() == 0
 
 
 def test_the_sweep_keeps_a_fact_written_again_before_it(expiring, write):
@@ -269,7 +269,7 @@ def test_the_sweep_keeps_a_fact_written_again_before_it(expiring, write):
         services.fact_put(owner_id="wang", key="trip", value="京都")
     wait_past(expiring)
     with write():
-        assert services.facts_expire() == 0
+        assert ops.facts_expire() == 0
     assert selectors.context_get(owner_id="wang")["facts"]["trip"] == "京都"
 
 
@@ -297,8 +297,8 @@ def test_the_sweep_stops_after_the_page_that_reached_its_limit(write):
             services.fact_put(owner_id="wang", key=key, value=1, expires_at=at)
     wait_past(at)
     with write():
-        assert services.facts_expire(batch_size=2, limit=3) == 4
-        assert services.facts_expire(batch_size=2) == 1
+        assert ops.facts_expire(batch_size=2, limit=3) == 4
+        assert ops.facts_expire(batch_size=2) == 1
 
 
 def test_the_sweeps_queries_per_page_do_not_grow_with_the_facts_left(write):
@@ -313,11 +313,11 @@ def test_the_sweeps_queries_per_page_do_not_grow_with_the_facts_left(write):
     # NOTE: a first sweep outside the count: what a process does once (a first query of a
     # kind, a setting read) is not growth.
     with write():
-        services.facts_expire(batch_size=2, limit=1)
+        ops.facts_expire(batch_size=2, limit=1)
     with CaptureQueriesContext(connection) as first, write():
-        services.facts_expire(batch_size=2, limit=1)
+        ops.facts_expire(batch_size=2, limit=1)
     with CaptureQueriesContext(connection) as second, write():
-        services.facts_expire(batch_size=2, limit=1)
+        ops.facts_expire(batch_size=2, limit=1)
     assert len(first.captured_queries) == len(second.captured_queries)
 
 
@@ -330,7 +330,7 @@ def test_the_command_refuses_bad_numbers(db, args):
 def test_the_service_refuses_bad_numbers(db):
     for kwargs in ({"batch_size": 0}, {"limit": True}, {"batch_size": "5"}):
         with pytest.raises(ValidationError):
-            services.facts_expire(**kwargs)
+            ops.facts_expire(**kwargs)
 
 
 def test_the_task_runs_the_sweep(write):

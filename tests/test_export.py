@@ -27,7 +27,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 import memory.selectors.export as export_module
-from memory import limits, selectors, services
+from memory import limits, ops, selectors, services
 from memory.models import Fact, FactVersion, Owner, Session, Turn
 from tests.loop import run
 
@@ -319,7 +319,7 @@ def test_the_async_twins_export_and_import(wang):
 
 @committed
 def test_the_summary_is_exported_and_imported_with_the_rest(wang):
-    services.summary_refresh(owner_id="wang")
+    ops.summary_refresh(owner_id="wang")
     summary = selectors.summary_get(owner_id="wang")
     assert summary is not None
     document = export("wang")
@@ -332,7 +332,7 @@ def test_the_summary_is_exported_and_imported_with_the_rest(wang):
 
 @committed
 def test_a_summary_past_the_last_turn_is_refused(wang):
-    services.summary_refresh(owner_id="wang")
+    ops.summary_refresh(owner_id="wang")
     document = export("wang")
     document["summary"]["through_seq"] = 99
     with pytest.raises(ValidationError) as e:

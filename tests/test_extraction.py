@@ -25,18 +25,11 @@ from django.utils import timezone
 from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult
 
-from memory import selectors, services
+from memory import ops, selectors, services
 from memory.checks import check_memory_settings
-from memory.extraction import (
-    MAX_LIST_ITEMS,
-    ExtractedFact,
-    LazyFacts,
-    LLMExtractor,
-    RuleBasedExtractor,
-    extractor_deferred,
-    extractor_get,
-    facts_apply,
-)
+from memory.extraction import ExtractedFact, LLMExtractor, RuleBasedExtractor
+from memory.extraction.base import MAX_LIST_ITEMS, LazyFacts, extractor_deferred, extractor_get
+from memory.extraction.merge import facts_apply
 from memory.models import Fact, FactVersion, PendingExtraction, Turn
 from memory.services import deferred
 from tests import instance
@@ -636,7 +629,7 @@ def test_extracted_facts_reach_the_cached_context_with_the_turn(django_capture_o
     assert warm["source"] == "cache"
     assert warm["facts"] == {"name": "王建国", "likes": ["打篮球"]}
     assert warm["turns"][-1]["content"] == "我叫王建国，我喜欢打篮球"
-    services.cache_drop(owner_id="wang")
+    ops.cache_drop(owner_id="wang")
     cold = selectors.context_get(owner_id="wang")
     assert (cold["source"], cold["facts"]) == ("database", warm["facts"])
 
@@ -871,7 +864,7 @@ def test_deferred_extraction_run_twice_writes_once(deferred_rules, write):
     with write():
         assert deferred.extraction_run.call(pending.pk) == 1
         assert deferred.extraction_run.call(pending.pk) == 0
-        assert services.turn_facts_extract(owner_id="wang", seq=turn.seq) == []
+        assert ops.turn_facts_extract(owner_id="wang", seq=turn.seq) == []
     assert FactVersion.objects.filter(owner__external_id="wang").count() == 1
 
 
@@ -882,7 +875,7 @@ def test_deferred_facts_reach_the_cached_context(deferred_rules, write):
         turn = append("我叫王建国，我喜欢打篮球")
     assert selectors.context_get(owner_id="wang")["facts"] == {}
     with write():
-        services.turn_facts_extract(owner_id="wang", seq=turn.seq)
+        ops.turn_facts_extract(owner_id="wang", seq=turn.seq)
     warm = selectors.context_get(owner_id="wang")
     assert warm["source"] == "cache"
     assert warm["facts"] == {"name": "王建国", "likes": ["打篮球"]}
@@ -895,11 +888,11 @@ def test_deferred_turns_of_an_owner_are_extracted_in_their_order(deferred_rules,
         later = append("Actually, call me Jim")
     with write():
         # NOTE: the later turn's task first: the earlier pending turn is extracted before it.
-        assert [f.value for f in services.turn_facts_extract(owner_id="wang", seq=later.seq)] == [
+        assert [f.value for f in ops.turn_facts_extract(owner_id="wang", seq=later.seq)] == [
             "Jimmy",
             "Jim",
         ]
-        assert services.turn_facts_extract(owner_id="wang", seq=1) == []
+        assert ops.turn_facts_extract(owner_id="wang", seq=1) == []
     fact = Fact.objects.get(owner__external_id="wang", key="preferred_name")
     assert (fact.value, fact.version, fact.source_turn_seq) == ("Jim", 2, later.seq)
 
@@ -909,7 +902,7 @@ def test_deferred_extraction_leaves_a_fact_changed_after_the_turn(deferred_rules
     with write():
         turn = append("My name is Nadia and I live in Bergen")
         services.fact_put(owner_id="wang", key="name", value="Nadia Ilić")
-        services.turn_facts_extract(owner_id="wang", seq=turn.seq)
+        ops.turn_facts_extract(owner_id="wang", seq=turn.seq)
     assert facts_of() == {"name": "Nadia Ilić", "location": "Bergen"}
 
 
@@ -950,7 +943,7 @@ def test_failing_deferred_extractor_keeps_the_turn(memory_settings, caplog, writ
         with write():
             turn = append("My name is Wang Jianguo")
         with write():
-            assert services.turn_facts_extract(owner_id="wang", seq=turn.seq) == []
+            assert ops.turn_facts_extract(owner_id="wang", seq=turn.seq) == []
     assert "the model timed out" in caplog.text
     assert Turn.objects.filter(pk=turn.pk).exists()
     assert not PendingExtraction.objects.exists()

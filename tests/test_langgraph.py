@@ -31,7 +31,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.batch import AsyncBatchedBaseStore
 
-from memory import selectors, services
+from memory import ops, selectors, services
 from memory.integrations.langgraph import MemoryStore, fact_key, item_address
 from memory.models import Fact
 from tests import instance
@@ -526,7 +526,7 @@ def test_a_ttl_expires_the_fact_and_a_read_refreshes_it(write):
         expires_at=F("expires_at") - dt.timedelta(seconds=30),
     )
     with write():
-        services.cache_drop(owner_id="wang")
+        ops.cache_drop(owner_id="wang")
         assert store.get(("wang",), "short") is not None
     fact = Fact.objects.get(owner__external_id="wang", key="short")
     assert fact.version == 2
@@ -542,7 +542,7 @@ def test_a_ttl_expires_the_fact_and_a_read_refreshes_it(write):
         expires_at=timezone.now() - dt.timedelta(seconds=1)
     )
     with write():
-        services.cache_drop(owner_id="wang")
+        ops.cache_drop(owner_id="wang")
     assert store.get(("wang",), "short", refresh_ttl=False) is None
     assert [i.key for i in store.search(("wang",))] == ["default", "kept"]
     assert store.list_namespaces(prefix=("wang",)) == [("wang",)]

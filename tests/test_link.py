@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
-from memory import selectors, services
+from memory import ops, selectors, services
 from memory.models import (
     CacheInvalidation,
     Fact,
@@ -477,7 +477,7 @@ def test_a_link_from_an_owner_with_a_key_made_only_of_dots_is_refused_whole(writ
     assert not Owner.objects.filter(external_id="wang").exists()
     assert contents(ANON) == [(1, "hi")]
     with write():
-        assert services.fact_dot_keys_rename(owner_id=ANON) == {"..": "dotdot"}
+        assert ops.fact_dot_keys_rename(owner_id=ANON) == {"..": "dotdot"}
         assert link() == LinkResult(1, 1)
     assert {f["key"] for f in selectors.fact_list(owner_id="wang")} == {"dotdot"}
 

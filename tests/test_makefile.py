@@ -55,7 +55,8 @@ class FakeRoot:
         return subprocess.run(
             [str(ROOT / "scripts" / script)],
             env={
-                **os.environ,
+                # NOTE: the suite may run under SKIP_SYSTEM_INSTALL=1; each case sets its own.
+                **{k: v for k, v in os.environ.items() if k != "SKIP_SYSTEM_INSTALL"},
                 "PATH": f"{self.bin}:/usr/bin:/bin",
                 "TMPDIR": str(self.bin.parent),
                 **env,
@@ -70,6 +71,10 @@ SCRIPTS = {
     "ensure-chromium": lambda: Path("/usr/bin/chromium").exists(),
     "ensure-pgbouncer": lambda: (
         bool(shutil.which("pgbouncer")) or Path("/usr/sbin/pgbouncer").exists()
+    ),
+    "ensure-pg-auto-failover": lambda: (
+        bool(shutil.which("pg_autoctl"))
+        or any(Path("/usr/lib/postgresql").glob("*/bin/pg_autoctl"))
     ),
 }
 

@@ -435,11 +435,11 @@ def test_the_asgi_app_starts_itself_where_no_lifespan_came():
 def test_a_lost_database_is_an_mcp_error_not_a_result(monkeypatch):
     # NOTE: the mapping alone, with the service's error patched in; the outage itself is the
     # services' tests' (memory.tools raises MemoryUnavailable as they do: tests/test_tools.py).
-    def lost(**kwargs: Any) -> Any:
+    def lost(*args: Any, **kwargs: Any) -> Any:
         raise MemoryUnavailable("The database is unavailable: connection refused")
 
     token = _token("alice")
-    monkeypatch.setattr(memory_mcp, "tool_answer", lost)
+    monkeypatch.setattr(memory_mcp, "tool_run", lost)
 
     async def profile(client: Client) -> Any:
         with pytest.raises(MCPError) as raised:

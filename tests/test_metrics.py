@@ -9,8 +9,8 @@ import sys
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from memory import selectors, services
-from memory.metrics import DIRTY_OWNERS_LIMIT
+from memory import ops, selectors, services
+from memory.views.metrics import DIRTY_OWNERS_LIMIT
 from tests.instance import ROOT, environment
 
 pytestmark = pytest.mark.django_db
@@ -151,7 +151,7 @@ def test_dirty_owners_are_counted_from_the_database(service_client, dead_cache, 
             services.turn_append(owner_id=owner, session_id="s", role="user", content="hi")
     # NOTE: Redis is down: neither write's cache update landed, so both owners stay marked.
     assert scrape(service_client)[("memory_dirty_owners", ())] == 2
-    assert selectors.owner_dirty_count(limit=1) == 1
+    assert ops.owner_dirty_count(limit=1) == 1
     assert DIRTY_OWNERS_LIMIT >= 1000
 
 
@@ -182,8 +182,9 @@ def test_multiprocess_mode_adds_up_every_process(tmp_path):
     code = (
         "import django, sys; django.setup();"
         "from prometheus_client import generate_latest;"
-        "from memory import metrics;"
-        "metrics.cache_event('hits', int(sys.argv[1]));"
+        "from memory import counters;"
+        "from memory.views import metrics;"
+        "counters.cache_event('hits', int(sys.argv[1]));"
         "print(generate_latest(metrics.registry_for_scrape()).decode())"
     )
     env = {**environment(), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}

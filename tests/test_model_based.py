@@ -56,6 +56,12 @@ class MemoryMachine(RuleBasedStateMachine):
     def quiet_process(self) -> None:
         cache.reset()
 
+    @rule(missing=st.booleans())
+    def reads_lately(self, missing: bool) -> None:
+        """This process's recent reads mostly missed (a miss's claim rides in its read's
+        pipeline) or mostly hit (the claim goes after the read)."""
+        cache.copy.miss_share.share = 1.0 if missing else 0.0
+
     @rule(
         owner=st.sampled_from(OWNERS),
         session=st.sampled_from(SESSIONS),

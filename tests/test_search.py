@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 
-from memory import checks, search, selectors, services
+from memory import checks, ops, search, selectors, services
 from memory.conf import conf
 from memory.exceptions import SearchTimeout
 from memory.models import Owner, Turn
@@ -426,18 +426,18 @@ def test_query_of_200_characters_is_accepted_after_stripping():
 def test_search_queryset_spans_owners_best_first():
     append("wang", "basketball", "tennis")
     append("li", "basketball and basketball", "我喜欢打篮球")
-    matches = selectors.turn_search_queryset(q="basketball").select_related("owner")
+    matches = ops.turn_search_queryset(q="basketball").select_related("owner")
     assert [(t.owner.external_id, t.content) for t in matches] == [
         ("li", "basketball and basketball"),
         ("wang", "basketball"),
     ]
-    assert [t.content for t in selectors.turn_search_queryset(q="篮球")] == ["我喜欢打篮球"]
+    assert [t.content for t in ops.turn_search_queryset(q="篮球")] == ["我喜欢打篮球"]
     only_wang = Turn.objects.filter(owner__external_id="wang")
-    assert [
-        t.content for t in selectors.turn_search_queryset(q="Basketball", queryset=only_wang)
-    ] == ["basketball"]
+    assert [t.content for t in ops.turn_search_queryset(q="Basketball", queryset=only_wang)] == [
+        "basketball"
+    ]
     # No typo fallback across owners: it reads one owner's vocabulary.
-    assert list(selectors.turn_search_queryset(q="basktball", queryset=only_wang)) == []
+    assert list(ops.turn_search_queryset(q="basktball", queryset=only_wang)) == []
 
 
 # The indexes at work on a large table ------------------------------------------------------

@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from memory import cache, payloads, selectors, services, tokens
+from memory import cache, ops, payloads, selectors, services, tokens
 from memory.exceptions import MemoryUnavailable
 from memory.models import Fact, Turn
 
@@ -104,6 +104,83 @@ def test_warm_context_read_is_one_redis_call(history, own_redis):
     calls.pop("config|resetstat", None)
     calls.pop("config", None)
     assert calls == {"hmget": 1, "expire": 1}
+
+
+def _redis_calls(admin: redis.Redis) -> dict[str, int]:
+    stats = admin.info("commandstats")
+    calls = {name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()}
+    return {name: n for name, n in calls.items() if not name.startswith("config")}
+
+
+def test_a_warm_process_sends_no_claim_with_its_hits(history, own_redis):
+    history()
+    admin = redis.Redis.from_url(own_redis.url)
+    # NOTE: a run of misses (a cold start) has the claim ride in the reads' pipelines...
+    for i in range(20):
+        selectors.context_get(owner_id=f"nobody-{i}")
+    assert cache.copy.miss_share.likely()
+    selectors.context_get(owner_id="wang")
+    admin.config_resetstat()
+    assert selectors.context_get(owner_id="wang")["source"] == "cache"
+    assert _redis_calls(admin)["evalsha"] == 1
+    # ...and once the reads hit again, a hit is its HMGET and EXPIRE alone.
+    for _ in range(30):
+        selectors.context_get(owner_id="wang")
+    assert not cache.copy.miss_share.likely()
+    admin.config_resetstat()
+    assert selectors.context_get(owner_id="wang")["source"] == "cache"
+    assert _redis_calls(admin) == {"hmget": 1, "expire": 1}
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["claim-after", "claim-pipelined"])
+def test_a_cold_read_claims_the_fill_in_its_first_round_trip_when_reads_miss(
+    history, own_redis, pipelined
+):
+    history()
+    admin = redis.Redis.from_url(own_redis.url)
+    _settle()  # the scripts loaded
+    cache.copy.miss_share.share = 1.0 if pipelined else 0.0
+    admin.config_resetstat()
+    with CaptureQueriesContext(connection) as queries:
+        assert selectors.context_get(owner_id="wang")["source"] == "database"
+    calls = _redis_calls(admin)
+    # NOTE: one pipeline (HMGET, EXPIRE and the claim script) or a pipeline and the claim
+    # after it; then the fill script. The claim held: no query verifies the fill.
+    assert calls["hmget"] == 1 and calls["evalsha"] == 2 and calls["hset"] >= 1
+    assert len(queries) == 4
+    assert selectors.context_get(owner_id="wang")["source"] == "cache"
+
+
+def test_a_pipelined_claim_on_a_redis_without_the_script_loads_it_and_claims(history, own_redis):
+    history()
+    admin = redis.Redis.from_url(own_redis.url)
+    admin.script_flush()
+    cache.copy.miss_share.share = 1.0
+    with CaptureQueriesContext(connection) as queries:
+        assert selectors.context_get(owner_id="wang")["source"] == "database"
+    assert len(queries) == 4  # the claim held: the fill needed no check
+    assert selectors.context_get(owner_id="wang")["source"] == "cache"
+
+
+def test_the_claim_takes_the_fill_lock_only_where_there_is_no_copy(history, own_redis):
+    history()
+    admin = redis.Redis.from_url(own_redis.url)
+    key = cache.keys.owner_key("wang")
+    claim = cache.copy._CLAIM
+    assert claim(keys=[key, f"{key}:fill"], args=[400, "a"], client=admin) == 1
+    assert admin.hget(key, "claim") == b"a" and admin.get(f"{key}:fill") == b"a"
+    # The lock is held: another reader takes nothing.
+    assert claim(keys=[key, f"{key}:fill"], args=[400, "b"], client=admin) == 0
+    assert admin.hget(key, "claim") == b"a"
+    selectors.context_get(owner_id="wang")
+    # A copy is there (a fill stored it between a reader's HMGET and its claim): 2, no lock.
+    admin.delete(f"{key}:fill")
+    assert claim(keys=[key, f"{key}:fill"], args=[400, "c"], client=admin) == 2
+    assert admin.get(f"{key}:fill") is None and admin.hget(key, "claim") is None
+    # No waiting allowed (FILL_WAIT_MS 0): no lock either.
+    admin.delete(key)
+    assert claim(keys=[key, f"{key}:fill"], args=[0, "d"], client=admin) == 0
+    assert not admin.exists(key, f"{key}:fill")
 
 
 def test_cold_read_query_count_does_not_grow_with_history(history):
@@ -273,7 +350,7 @@ def test_health_reports_database_and_cache():
 
 def test_owner_summary_counts_what_is_stored(history):
     history(turns=5)
-    summary = selectors.owner_summary_get(owner_id="wang")
+    summary = ops.owner_summary_get(owner_id="wang")
     assert summary is not None
     assert {k: summary[k] for k in ("turns", "sessions", "facts", "fact_versions", "last_seq")} == {
         "turns": 5,
@@ -282,28 +359,28 @@ def test_owner_summary_counts_what_is_stored(history):
         "fact_versions": 2,
         "last_seq": 5,
     }
-    assert selectors.owner_summary_get(owner_id="nobody") is None
+    assert ops.owner_summary_get(owner_id="nobody") is None
 
 
 def test_owner_recent_list_is_newest_write_first(history):
     for owner_id in ("a", "b", "c"):
         history(owner_id=owner_id, turns=1)
-    assert selectors.owner_recent_list(limit=2) == ["c", "b"]
+    assert ops.owner_recent_list(limit=2) == ["c", "b"]
 
 
 def test_owner_id_iter_walks_every_owner_in_chunks(history):
     for owner_id in ("a", "b", "c", "d", "e"):
         history(owner_id=owner_id, turns=2 if owner_id in "bd" else 1)
     with CaptureQueriesContext(connection) as queries:
-        assert list(selectors.owner_id_iter(chunk_size=2)) == ["a", "b", "c", "d", "e"]
+        assert list(ops.owner_id_iter(chunk_size=2)) == ["a", "b", "c", "d", "e"]
     assert len(queries) == 3
-    assert list(selectors.owner_id_iter(min_last_seq=1)) == ["b", "d"]
+    assert list(ops.owner_id_iter(min_last_seq=1)) == ["b", "d"]
 
 
 def test_stats_counts_rows_and_reads_cache_counters(history):
     history(turns=3)
     selectors.context_get(owner_id="wang")
-    stats = selectors.stats_get()
+    stats = ops.stats_get()
     assert (stats["owners"], stats["sessions"], stats["turns"], stats["facts"]) == (1, 2, 3, 2)
     assert stats["cache"]["cache"] == "ok"
     assert stats["cache"]["counters"]["misses"] == 1
@@ -538,25 +615,26 @@ def test_a_turn_page_walks_the_index_without_sorting(history, session_id):
 
 
 @pytest.mark.parametrize(
-    ("name", "kwargs"),
+    ("read", "kwargs"),
     [
-        ("owner_exists", {"owner_id": "wang"}),
-        ("owner_dirty_count", {"limit": 10}),
-        ("owner_recent_list", {"limit": 10}),
-        ("turn_list", {"owner_id": "wang"}),
+        (selectors.owner_exists, {"owner_id": "wang"}),
+        (ops.owner_dirty_count, {"limit": 10}),
+        (ops.owner_recent_list, {"limit": 10}),
+        (selectors.turn_list, {"owner_id": "wang"}),
     ],
+    ids=lambda p: getattr(p, "__name__", ""),
 )
 def test_database_reads_raise_memory_unavailable_when_the_database_is_down(
-    dead_database, name, kwargs
+    dead_database, read, kwargs
 ):
     with pytest.raises(MemoryUnavailable, match="The database is unavailable"):
-        getattr(selectors, name)(**kwargs)
+        read(**kwargs)
 
 
 def test_owner_usage_counts_turns_and_their_characters(write):
-    assert selectors.owner_usage_get(owner_id="wang") == (0, 0)
+    assert ops.owner_usage_get(owner_id="wang") == (0, 0)
     with write():
         for content in ("hello", "我住在上海"):
             services.turn_append(owner_id="wang", session_id="s", role="user", content=content)
         services.turn_append(owner_id="li", session_id="s", role="user", content="x" * 100)
-    assert selectors.owner_usage_get(owner_id="wang") == selectors.OwnerUsage(turns=2, chars=10)
+    assert ops.owner_usage_get(owner_id="wang") == ops.OwnerUsage(turns=2, chars=10)

@@ -6,7 +6,7 @@ import pytest
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from memory import cache, selectors, services
+from memory import cache, ops, selectors, services
 from memory.exceptions import FactNotFound, FactVersionConflict, IdempotencyKeyReused
 from memory.models import CacheInvalidation, Fact, FactVersion, Owner, Session, Turn
 
@@ -347,7 +347,7 @@ def test_turns_prune_keep_last_deletes_oldest_in_batches(django_capture_on_commi
     selectors.context_get(owner_id="wang")
     stamp = Owner.objects.get(external_id="wang").stamp
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        assert services.turns_prune(owner_id="wang", keep_last=2, batch_size=2) == 5
+        assert ops.turns_prune(owner_id="wang", keep_last=2, batch_size=2) == 5
     assert len(callbacks) == 3  # one transaction, and one cache drop, per batch
     assert Owner.objects.get(external_id="wang").stamp > stamp
     assert list(Turn.objects.values_list("seq", flat=True)) == [6, 7]
@@ -360,14 +360,14 @@ def test_turns_prune_keep_last_deletes_oldest_in_batches(django_capture_on_commi
 def test_turns_prune_before_deletes_older_turns(django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         turns = [append("wang", f"t{i}") for i in range(1, 6)]
-        assert services.turns_prune(owner_id="wang", before=turns[3].created_at) == 3
+        assert ops.turns_prune(owner_id="wang", before=turns[3].created_at) == 3
     assert [t["seq"] for t in selectors.context_get(owner_id="wang")["turns"]] == [4, 5]
 
 
 def test_turns_prune_with_both_criteria_needs_both(django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         turns = [append("wang", f"t{i}") for i in range(1, 6)]
-        deleted = services.turns_prune(owner_id="wang", before=turns[3].created_at, keep_last=4)
+        deleted = ops.turns_prune(owner_id="wang", before=turns[3].created_at, keep_last=4)
     assert deleted == 1
     assert list(Turn.objects.values_list("seq", flat=True)) == [2, 3, 4, 5]
 
@@ -377,8 +377,8 @@ def test_turns_prune_dry_run_counts_and_changes_nothing(django_capture_on_commit
         for i in range(5):
             append("wang", f"t{i}")
     stamp = Owner.objects.get(external_id="wang").stamp
-    assert services.turns_prune(owner_id="wang", keep_last=1, dry_run=True) == 4
-    assert services.turns_prune(owner_id="nobody", keep_last=1, dry_run=True) == 0
+    assert ops.turns_prune(owner_id="wang", keep_last=1, dry_run=True) == 4
+    assert ops.turns_prune(owner_id="nobody", keep_last=1, dry_run=True) == 0
     assert Turn.objects.count() == 5
     assert Owner.objects.get(external_id="wang").stamp == stamp
 
@@ -388,8 +388,8 @@ def test_turns_prune_with_nothing_to_prune_writes_nothing(django_capture_on_comm
         append("wang", "only")
     stamp = Owner.objects.get(external_id="wang").stamp
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        assert services.turns_prune(owner_id="wang", keep_last=1) == 0
-        assert services.turns_prune(owner_id="nobody", keep_last=0) == 0
+        assert ops.turns_prune(owner_id="wang", keep_last=1) == 0
+        assert ops.turns_prune(owner_id="nobody", keep_last=0) == 0
     assert callbacks == []
     assert Owner.objects.get(external_id="wang").stamp == stamp
 
@@ -405,7 +405,7 @@ def test_turns_prune_with_nothing_to_prune_writes_nothing(django_capture_on_comm
 )
 def test_turns_prune_rejects_bad_input(kwargs, field):
     with pytest.raises(ValidationError) as info:
-        services.turns_prune(**{"owner_id": "wang", **kwargs})
+        ops.turns_prune(**{"owner_id": "wang", **kwargs})
     assert field in info.value.message_dict
 
 

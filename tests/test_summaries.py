@@ -24,10 +24,11 @@ from django.core.management import call_command
 from django.db import connection
 from django_tasks_db.models import DBTaskResult
 
-from memory import selectors, services
+from memory import ops, selectors, services
 from memory.models import Owner, PendingSummary, Summary
 from memory.payloads import TurnPayload
-from memory.recall import MAX_SUMMARY_CHARS, LLMSummarizer, summarize
+from memory.recall import LLMSummarizer, summarize
+from memory.recall.summarizer import MAX_SUMMARY_CHARS
 from memory.services import summaries, turns
 from memory.tokens import estimate_counter
 from tests import instance
@@ -163,15 +164,15 @@ def test_a_refresh_summarises_in_bounded_batches_and_ends_its_record(memory_sett
                 append(f"turn {i}")
         assert PendingSummary.objects.count() == 1
         with write():
-            assert services.summary_refresh(owner_id="wang") == 4
+            assert ops.summary_refresh(owner_id="wang") == 4
     assert CALLS == [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10]]
     summary = Summary.objects.get(owner__external_id="wang")
     assert (summary.text, summary.through_seq) == ("1 2 3 4 5 6 7 8 9 10", 10)
     assert Owner.objects.get(external_id="wang").summary_tokens == 0
     assert not PendingSummary.objects.exists()
     # Nothing new: a second refresh summarises nothing.
-    assert services.summary_refresh(owner_id="wang") == 0
-    assert services.summary_refresh(owner_id="nobody") == 0
+    assert ops.summary_refresh(owner_id="wang") == 0
+    assert ops.summary_refresh(owner_id="nobody") == 0
 
 
 def test_a_refresh_whose_summary_moved_meanwhile_writes_nothing_twice(memory_settings, write):
@@ -202,11 +203,11 @@ def test_a_refresh_waits_for_none_while_another_process_holds_the_owners(memory_
         key = [summaries.LOCK_CLASS, owner.pk % 2147483647]
         with psycopg.connect(instance.database_url(), autocommit=True) as other:
             other.execute("SELECT pg_advisory_lock(%s, %s)", key)
-            assert services.summary_refresh(owner_id="wang") == 0
+            assert ops.summary_refresh(owner_id="wang") == 0
             assert not Summary.objects.exists()
             other.execute("SELECT pg_advisory_unlock(%s, %s)", key)
         with write():
-            assert services.summary_refresh(owner_id="wang") == 1
+            assert ops.summary_refresh(owner_id="wang") == 1
     assert Summary.objects.get(owner=owner).text == "1"
 
 
@@ -221,7 +222,7 @@ def test_a_long_conversation_keeps_the_users_stated_facts(memory_settings, write
                 append(f"Could you tell me more about topic {i}?")
                 append(f"Here is more about topic {i}: it is interesting.", role="assistant")
         with write():
-            assert services.summary_refresh(owner_id="wang") > 1
+            assert ops.summary_refresh(owner_id="wang") > 1
     summary = selectors.summary_get(owner_id="wang")
     assert summary is not None and summary["through_seq"] == 404
     assert summary["text"].splitlines() == [
@@ -238,14 +239,14 @@ KILLED_MID_SUMMARY = textwrap.dedent(
     django.setup()
     from django.conf import settings
 
-    from memory import services
+    from memory import ops
 
     settings.MEMORY = {
         **settings.MEMORY,
         "SUMMARIZER": "tests.test_summaries.blocking_summarizer",
         "SUMMARY_BATCH_TURNS": 2,
     }
-    services.summary_refresh(owner_id="wang")
+    ops.summary_refresh(owner_id="wang")
     """
 )
 
@@ -337,7 +338,7 @@ def summarised(memory_settings, write):
             for i in range(4):
                 append(f"turn {i + 1}")
         with write():
-            assert services.summary_refresh(owner_id="wang") == 1
+            assert ops.summary_refresh(owner_id="wang") == 1
         with write():
             append("turn 5")
             append("turn 6", role="assistant")
@@ -363,7 +364,7 @@ def test_a_link_rebuilds_the_targets_summary_over_the_turns_it_gained(memory_set
             for i in range(3):
                 append(f"anon {i}", owner_id="anon-7f3a")
         with write():
-            services.summary_refresh(owner_id="anon-7f3a")
+            ops.summary_refresh(owner_id="anon-7f3a")
         with write():
             append("hello", owner_id="wang")
         assert Summary.objects.filter(owner__external_id="anon-7f3a").exists()
@@ -375,7 +376,7 @@ def test_a_link_rebuilds_the_targets_summary_over_the_turns_it_gained(memory_set
         assert PendingSummary.objects.filter(owner=wang).exists()
         assert wang.summary_tokens == 8
         with write():
-            services.summary_refresh(owner_id="wang")
+            ops.summary_refresh(owner_id="wang")
     assert selectors.summary_get(owner_id="wang")["text"] == "1 2 3 4"
     assert selectors.summary_get(owner_id="wang")["through_seq"] == 4
 
@@ -456,7 +457,7 @@ def test_a_refresh_replaces_the_cached_summary_and_a_flush_rehydrates_it(
     with write():
         append("turn 7")
     with write():
-        assert services.summary_refresh(owner_id="wang") == 1
+        assert ops.summary_refresh(owner_id="wang") == 1
     # The refresh dropped the copy: the next read is the database's, then cached again.
     read = selectors.context_messages(owner_id="wang", turns=0)
     assert (read["source"], read["summary_through_seq"]) == ("database", 7)
@@ -493,7 +494,7 @@ def _check_ids(**memory: Any) -> list[str]:
 
 def test_checks_name_a_bad_summarizer_and_a_refresh_run_in_the_request():
     assert "memory.E024" in _check_ids(SUMMARIZER="no.such.summarizer")
-    assert "memory.E024" in _check_ids(SUMMARIZER="memory.recall.MAX_SUMMARY_CHARS")
+    assert "memory.E024" in _check_ids(SUMMARIZER="memory.recall.summarizer.MAX_SUMMARY_CHARS")
     assert "memory.E002" in _check_ids(SUMMARY_AFTER_TOKENS=0)
     assert not {"memory.E024", "memory.W012", "memory.W013"} & set(_check_ids())
     assert not {"memory.E024", "memory.W013"} & set(_check_ids(SUMMARIZER=None))

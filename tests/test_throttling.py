@@ -11,7 +11,7 @@ import redis
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from memory import cache, metrics
+from memory import cache, counters
 from memory.cache.keys import prefix
 from memory.throttling import UserRateThrottle
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 
 def _local_counts() -> float:
-    text = generate_latest(metrics.REGISTRY).decode()
+    text = generate_latest(counters.REGISTRY).decode()
     for family in text_string_to_metric_families(text):
         if family.name == "memory_throttle_local":
             return sum(sample.value for sample in family.samples if sample.name.endswith("_total"))

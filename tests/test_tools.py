@@ -20,6 +20,7 @@ from memory import selectors, services, tools
 from memory.conf import conf
 from memory.exceptions import MemoryUnavailable
 from memory.models import Fact, FactVersion, Owner, Turn
+from memory.tools.definitions import TOOLS
 from memory.validators import MAX_JSON_DEPTH, number_round_trips
 from tests.jsonschema_strategies import from_schema
 from tests.loop import run
@@ -425,7 +426,7 @@ def test_every_argument_set_the_schema_refuses_is_an_error_storing_nothing(defin
 
 @pytest.mark.parametrize("definition", tools.definitions(), ids=lambda d: d["name"])
 def test_the_fast_check_accepts_only_what_the_serializer_accepts_and_the_same(definition):
-    arguments_class = tools.TOOLS[definition["name"]].arguments
+    arguments_class = TOOLS[definition["name"]].arguments
     schema = definition["parameters"]
 
     @FUZZ
@@ -450,4 +451,4 @@ def test_the_fast_check_takes_the_common_calls():
         ("forget_fact", {"key": "likes"}),
         ("recent_turns", {"limit": 50}),
     ):
-        assert tools.TOOLS[name].arguments.accepted(arguments) is not None, name
+        assert TOOLS[name].arguments.accepted(arguments) is not None, name

@@ -235,6 +235,63 @@ def test_the_function_takes_a_fact_of_another_json_type_for_a_changed_one():
         assert row[1] is conflict, was
 
 
+def _call(cursor: Any, owner_id: str, session_id: str = "s") -> tuple[Any, ...]:
+    cursor.execute(
+        turn_append._APPEND_CALL,
+        [owner_id, session_id, "user", "x", "{}", None, False, "2026-01-01T00:00Z", False, None,
+         200, 0, None],
+    )  # fmt: skip
+    created, _, _, _, seq, stamp, prev_stamp = cursor.fetchone()[:7]
+    assert created
+    return seq, stamp, prev_stamp
+
+
+def test_an_append_that_waited_on_the_owner_takes_the_stamp_the_other_left():
+    """The append without key or facts takes the owner's lock with its UPDATE, on the stamp its
+    snapshot read; one that waited for another append's lock finds a newer stamp, and takes
+    the locked path: the stamp it reports as taken before is the one that append left."""
+    import psycopg
+
+    settings = connection.settings_dict
+    params = {
+        "dbname": settings["NAME"],
+        "host": settings["HOST"] or None,
+        "port": settings["PORT"] or None,
+        "user": settings["USER"] or None,
+    }
+    with psycopg.connect(**params) as first, psycopg.connect(**params, autocommit=True) as other:
+        (pid,) = other.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
+        _call(other.cursor(), "wang")  # the owner exists: the UPDATE path, not the insert
+        first_seq, first_stamp, _ = _call(first.cursor(), "wang")  # uncommitted: holds the lock
+        got: list[tuple[Any, ...]] = []
+        waiting = threading.Thread(target=lambda: got.append(_call(other.cursor(), "wang", "t")))
+        waiting.start()
+        with connection.cursor() as cursor:
+            for _ in range(500):
+                cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
+                if cursor.fetchone() == ("Lock",):
+                    break
+                threading.Event().wait(0.01)
+            else:
+                raise AssertionError("the second append never waited for the owner's lock")
+        first.commit()
+        waiting.join(10)
+    ((seq, stamp, prev_stamp),) = got
+    assert (seq, prev_stamp) == (first_seq + 1, first_stamp) and stamp > first_stamp
+    assert Owner.objects.get(external_id="wang").stamp == stamp
+    assert Turn.objects.filter(owner__external_id="wang").count() == 3
+
+
+def test_a_new_session_is_inserted_and_a_known_one_updated():
+    with connection.cursor() as cursor:
+        for session_id in ("s", "s", "t", "s"):
+            _call(cursor, "wang", session_id)
+    counts = dict(
+        Owner.objects.get(external_id="wang").sessions.values_list("session_id", "turn_count")
+    )
+    assert counts == {"s": 3, "t": 1}
+
+
 def prepared_appends() -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")

@@ -14,7 +14,7 @@ from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.renderers import JSONRenderer as DRFJSONRenderer
 
 from memory import services
-from memory.views import JSONRenderer
+from memory.views.renderers import JSONRenderer
 
 PLAIN = [
     {"results": [], "next": None},

@@ -12,9 +12,5 @@ model permission of the action: view, change (fact edits, dropping a cached copy
 
 from __future__ import annotations
 
-from memory.admin.base import MemoryAdmin
-from memory.admin.facts import FactAdmin
-from memory.admin.owners import OwnerAdmin, SessionAdmin
-from memory.admin.turns import TurnAdmin
-
-__all__ = ["FactAdmin", "MemoryAdmin", "OwnerAdmin", "SessionAdmin", "TurnAdmin"]
+# NOTE: imported for their ``@admin.register``: Django's autodiscovery imports this package.
+from memory.admin import facts, owners, turns  # noqa: F401

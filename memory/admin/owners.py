@@ -20,7 +20,7 @@ from django.urls import URLPattern, path
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from memory import permissions, selectors, services
+from memory import ops, permissions, selectors, services
 from memory.admin.base import (
     CONFIRM_OWNERS,
     FactsInline,
@@ -31,9 +31,9 @@ from memory.admin.base import (
     _error_text,
 )
 from memory.conf import conf
+from memory.downloads import export_response
 from memory.exceptions import MemoryException
 from memory.models import Fact, Owner, Session, Summary, Turn
-from memory.views.export import export_response
 
 
 class ImportForm(forms.Form):
@@ -166,7 +166,7 @@ class OwnerAdmin(MemoryAdmin):
 
     @admin.display(description="summary")
     def summary_shown(self, owner: Owner) -> SafeString:
-        # NOTE: read-only: a summary is written only by its refresh (services.summary_refresh).
+        # NOTE: read-only: a summary is written only by its refresh (ops.summary_refresh).
         summary = self._summary(owner)
         if summary is None:
             return format_html("<em>{}</em>", "none yet")
@@ -200,7 +200,7 @@ class OwnerAdmin(MemoryAdmin):
         deleted: list[Any] = []
         totals = {"turns": 0, "sessions": 0, "facts": 0, "fact versions": 0}
         for owner in objs:
-            summary = selectors.owner_summary_get(owner_id=owner.external_id)
+            summary = ops.owner_summary_get(owner_id=owner.external_id)
             if summary is None:
                 continue
             counts = {
@@ -295,9 +295,7 @@ class OwnerAdmin(MemoryAdmin):
             self.message_user(request, "No cache is configured: nothing to drop.", messages.INFO)
             return
         owner_ids = list(queryset.values_list("external_id", flat=True))
-        unconfirmed = [
-            owner_id for owner_id in owner_ids if not services.cache_drop(owner_id=owner_id)
-        ]
+        unconfirmed = [owner_id for owner_id in owner_ids if not ops.cache_drop(owner_id=owner_id)]
         dropped = len(owner_ids) - len(unconfirmed)
         if dropped:
             self.message_user(request, f"Dropped the cached copy of {dropped} owner(s).")

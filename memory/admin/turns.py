@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
-from memory import selectors, services
+from memory import ops, services
 from memory.admin.base import (
     MemoryAdmin,
     OwnerFilter,
@@ -62,7 +62,7 @@ class TurnAdmin(MemoryAdmin):
         if not search_term.strip() or by_owner.exists():
             return by_owner, duplicates
         try:
-            matches = selectors.turn_search_queryset(q=search_term, queryset=queryset)
+            matches = ops.turn_search_queryset(q=search_term, queryset=queryset)
         except ValidationError as e:
             self.message_user(request, " ".join(e.messages), messages.WARNING)
             return queryset.none(), False

@@ -57,7 +57,7 @@ before the read began, except within these bounds:
    or a queryset) takes a stamp and a dirty mark in its own transaction and drops the copy
    after commit, as a service write does; an owner deleted so leaves a pending drop, as a
    forget does (``writes.orm_forget``). ``QuerySet.update()``, ``bulk_create``/``bulk_update``
-   and raw SQL send nothing: call ``services.cache_drop`` (``manage.py memory_cache drop``)
+   and raw SQL send nothing: call ``ops.cache_drop`` (``manage.py memory_cache drop``)
    after them.
 7. *One failure boundary* (``client``). Every Redis call, sync or awaited, runs in one
    ``Attempt``. Connection errors, timeouts, a loading, read-only or cluster-down server, a
@@ -133,6 +133,7 @@ def reset() -> None:
     history.reset()
     repair.reset()
     copy.replicas.reset()
+    copy.miss_share.reset()
     limits.reset()
 
 

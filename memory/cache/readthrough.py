@@ -207,7 +207,7 @@ def snapshot_live(snapshot: Snapshot) -> Snapshot:
 
     NOTE: the copy keeps each fact's ``expires_at``, and every read drops the facts past it
     here, so a fact leaves a warm copy on every instance the moment it expires, with no write
-    and no invalidation; the sweep's delete (``services.facts_expire``) comes later.
+    and no invalidation; the sweep's delete (``ops.facts_expire``) comes later.
     """
     facts = facts_live(snapshot.facts, timezone.now())
     return snapshot if facts is snapshot.facts else dataclasses.replace(snapshot, facts=facts)

@@ -3,7 +3,7 @@
 
 Each conversation becomes an owner ``<prefix><its id>`` through ``services.memory_import``
 (the turns keep their sessions and dates; a turn longer than ``MEMORY["MAX_TURN_CHARS"]`` is
-cut to it), is embedded at once where search by meaning is on (``services.turns_embed``, in
+cut to it), is embedded at once where search by meaning is on (``turns_embed``, in
 this process), and each question is searched with ``selectors.turn_search`` in each mode, told
 the question's date where the search takes one. Baselines on the same owners, where asked:
 ``bm25`` (``metrics.Bm25`` over every turn), ``dense`` (exact cosine of the same embedder's
@@ -65,7 +65,7 @@ def eval_owner_id(*, prefix: str, key: str) -> str:
 
 def _document(run: EvalRun, owner_id: str, key: str) -> tuple[dict[str, Any], dict[int, str]]:
     from memory.conf import conf
-    from memory.selectors import EXPORT_FORMAT, EXPORT_VERSION
+    from memory.selectors.export import EXPORT_FORMAT, EXPORT_VERSION
 
     limit = conf.MAX_TURN_CHARS
     turns: list[dict[str, Any]] = []
@@ -174,6 +174,7 @@ def eval_run(
     only its turns not embedded yet are embedded."""
     from memory import selectors, services
     from memory.selectors.search import semantic_on
+    from memory.services.embeddings import turns_embed
 
     semantic = semantic_on()
     systems = list(modes)
@@ -195,7 +196,7 @@ def eval_run(
             run.load_seconds += time.perf_counter() - started
             if semantic:
                 started = time.perf_counter()
-                services.turns_embed(owner_id=owner_id)
+                turns_embed(owner_id=owner_id)
                 run.embed_seconds += time.perf_counter() - started
             bm25 = None
             if baselines:

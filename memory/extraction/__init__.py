@@ -11,39 +11,15 @@ the turn's transaction and writes its facts in it, or, for a deferred extractor,
 
 from __future__ import annotations
 
-from memory.extraction.base import (
-    LIST_KEYS,
-    MAX_LIST_ITEMS,
-    MAX_VALUE_CHARS,
-    OPS,
-    STRING_KEYS,
-    ExtractedFact,
-    FactExtractor,
-    LazyFacts,
-    Op,
-    extractor_deferred,
-    extractor_get,
-    logger,
-)
+from memory.extraction.base import ExtractedFact, FactExtractor, Op
 from memory.extraction.llm import LLM_PROMPT, LLMExtractor
-from memory.extraction.merge import facts_apply
 from memory.extraction.rules import RuleBasedExtractor
 
 __all__ = [
-    "LIST_KEYS",
     "LLM_PROMPT",
-    "MAX_LIST_ITEMS",
-    "MAX_VALUE_CHARS",
-    "OPS",
-    "STRING_KEYS",
     "ExtractedFact",
     "FactExtractor",
     "LLMExtractor",
-    "LazyFacts",
     "Op",
     "RuleBasedExtractor",
-    "extractor_deferred",
-    "extractor_get",
-    "facts_apply",
-    "logger",
 ]

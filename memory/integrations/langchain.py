@@ -5,9 +5,9 @@ the extra ``langchain``: ``pip install "$(echo dist/django_memory-*.whl)[langcha
 
 from __future__ import annotations
 
-from memory.extras import extra_install
+from memory.extras import extra_needed
 
-try:
+with extra_needed("memory.integrations.langchain", "langchain-core", "langchain"):
     from langchain_core.chat_history import BaseChatMessageHistory
     from langchain_core.messages import (
         AIMessage,
@@ -21,11 +21,6 @@ try:
 
     # langchain-core's own dependency
     from pydantic import BaseModel, ConfigDict, Field, JsonValue, create_model, field_validator
-except ImportError as e:
-    raise ImportError(
-        "memory.integrations.langchain needs langchain-core, the extra langchain: "
-        + extra_install("langchain")
-    ) from e
 
 import copy
 from collections.abc import Callable, Mapping, Sequence

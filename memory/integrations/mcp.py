@@ -1,5 +1,5 @@
 """The memory's tools over MCP, the Model Context Protocol, on its official SDK (``mcp`` 2.x):
-the same five tools as ``memory.tools``, on the same path (``tool_answer``). Needs the extra
+the same five tools as ``memory.tools``, on the same path (``tool_run``). Needs the extra
 ``mcp``: ``pip install "$(echo dist/django_memory-*.whl)[mcp]"`` after ``make dist``.
 
 - ``MemoryMCPServer``: an ``MCPServer`` with the tools. Made for one owner
@@ -25,18 +25,14 @@ request's connection is closed at its end, as Django closes a request's.
 
 from __future__ import annotations
 
-from memory.extras import extra_install
+from memory.extras import extra_needed
 
-try:
+with extra_needed("memory.integrations.mcp", "the MCP SDK", "mcp"):
     import mcp.types as mcp_types
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
     from mcp.shared.exceptions import MCPError
-except ImportError as e:
-    raise ImportError(
-        "memory.integrations.mcp needs the MCP SDK, the extra mcp: " + extra_install("mcp")
-    ) from e
 
 import asyncio
 import contextlib
@@ -58,7 +54,7 @@ from memory import codec
 from memory.authentication import TokenAuthentication
 from memory.exceptions import MemoryUnavailable
 from memory.permissions import can_reach, is_service_caller, owner_id_for
-from memory.tools.calls import tool_answer
+from memory.tools.calls import MISTAKES, tool_run
 from memory.tools.definitions import TOOLS
 from memory.validators import actor_of, validate_owner_id
 
@@ -97,9 +93,11 @@ def _call_in_request(
     (unless ``CONN_MAX_AGE`` keeps it; Django's pool takes it back)."""
     close_old_connections()
     try:
-        return tool_answer(
+        return tool_run(
             name=name, arguments=arguments, owner_id=owner_id, caller=caller, actor=actor
         )
+    except MISTAKES as e:
+        return {"error": str(e)}
     finally:
         close_old_connections()
 

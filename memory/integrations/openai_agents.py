@@ -5,17 +5,12 @@ session_id=...)``, the SDK's ``Session`` protocol (async). Needs the extra
 
 from __future__ import annotations
 
-from memory.extras import extra_install
+from memory.extras import extra_needed
 
-try:
+with extra_needed("memory.integrations.openai_agents", "openai-agents", "openai-agents"):
     from agents.items import TResponseInputItem
     from agents.memory import SessionSettings
     from agents.memory.session_settings import coerce_session_settings
-except ImportError as e:
-    raise ImportError(
-        "memory.integrations.openai_agents needs openai-agents, the extra openai-agents: "
-        + extra_install("openai-agents")
-    ) from e
 
 import copy
 import json
@@ -30,6 +25,8 @@ from memory import selectors, services
 from memory.conf import conf
 from memory.exceptions import database_guard
 from memory.payloads import TurnPayload
+from memory.selectors.turns import aturn_tail
+from memory.services.turns import aturns_prune
 from memory.validators import validate_owner_id, validate_session_id
 
 # The key of a turn's metadata that holds the SDK item it was stored from.
@@ -221,8 +218,8 @@ class MemorySession:
     written by another door as ``{"role", "content"}``). ``session_settings`` is the SDK's
     ``SessionSettings`` or a dict of its fields (another key is a ``TypeError``), by default
     ``SessionSettings()``; ``limit`` defaults to ``session_settings.limit``, and with neither,
-    as in the SDK's own sessions, every turn of the owner is returned (``selectors.turn_tail``,
-    from the database): give ``SessionSettings(limit=...)`` to bound what a run sends. A
+    as in the SDK's own sessions, every turn of the owner is returned (``turn_tail``, from the
+    database): give ``SessionSettings(limit=...)`` to bound what a run sends. A
     limit up to ``MEMORY["MAX_CONTEXT_TURNS"]`` reads the cached window. A tool output whose
     call falls before the window is returned as the SDK's sessions return it, and the Runner
     leaves it out of what the model gets. The facts are not items: give them to the agent in its
@@ -238,7 +235,7 @@ class MemorySession:
     ``MEMORY["MAX_CONTEXT_TURNS"]`` (``services.turn_delete``: an operator's correction; the
     other turns keep their ``seq``, facts the turn stated stay); ``None`` when there is none
     there. ``clear_session()`` deletes every turn of the owner, of every session, since they
-    are one history (``services.turns_prune`` with ``keep_last=0``), and keeps the facts; to
+    are one history (``memory.ops.turns_prune`` with ``keep_last=0``), and keeps the facts; to
     forget the user entirely, ``services.memory_forget``.
 
     ``close()`` closes it as the SDK's sessions close: every later call raises
@@ -310,7 +307,7 @@ class MemorySession:
             context = await selectors.acontext_get(owner_id=self.owner_id, turns=n)
             return _items(context["turns"])
         # NOTE: no limit is the whole history, as the SDK's sessions read it; from the database.
-        return _items(await selectors.aturn_tail(owner_id=self.owner_id, limit=n))
+        return _items(await aturn_tail(owner_id=self.owner_id, limit=n))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         # NOTE: refused when closed before the empty list returns, as the SDK's sessions do;
@@ -351,7 +348,7 @@ class MemorySession:
 
     async def clear_session(self) -> None:
         self._open()
-        await services.aturns_prune(owner_id=self.owner_id, keep_last=0)
+        await aturns_prune(owner_id=self.owner_id, keep_last=0)
 
 
 __all__ = ["ItemTurn", "MemorySession", "item_from_turn", "turn_from_item"]

@@ -4,20 +4,6 @@ here imports the services: ``memory.services.summaries`` runs the summarizer in 
 
 from __future__ import annotations
 
-from memory.recall.summarizer import (
-    LLM_SUMMARY_PROMPT,
-    MAX_SUMMARY_CHARS,
-    LLMSummarizer,
-    Summarizer,
-    summarize,
-    summarizer_get,
-)
+from memory.recall.summarizer import LLM_SUMMARY_PROMPT, LLMSummarizer, Summarizer, summarize
 
-__all__ = [
-    "LLM_SUMMARY_PROMPT",
-    "MAX_SUMMARY_CHARS",
-    "LLMSummarizer",
-    "Summarizer",
-    "summarize",
-    "summarizer_get",
-]
+__all__ = ["LLM_SUMMARY_PROMPT", "LLMSummarizer", "Summarizer", "summarize"]

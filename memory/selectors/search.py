@@ -147,12 +147,14 @@ def _resolved(query: QueryVector) -> list[float] | None:
 
 # NOTE: the calibration of ``score``: a logistic model of "this turn holds evidence for the
 # question", fitted on labelled searches (docs/recall.md, "The score"): per mode, the bias and
-# the weights of the cosine similarity to the query (by meaning) and of the share of the
-# query's BM25 weight the turn matches (by words).
+# the weights of the cosine similarity to the query (by meaning, vectors.Centred; "plain" for
+# an owner compared uncentred) and of the share of the query's BM25 weight matched (by words).
 CALIBRATION = {
-    "hybrid": (-26.82, 26.01, 4.0),
-    "semantic": (-37.13, 39.71, 0.0),
+    "hybrid": (-7.0, 12.0, 4.0),
+    "semantic": (-7.32, 13.92, 0.0),
     "text": (-5.63, 0.0, 9.65),
+    "hybrid plain": (-26.82, 26.01, 4.0),
+    "semantic plain": (-37.13, 39.71, 0.0),
 }
 # Added to a candidate's logit in proportion to how late it was said among the candidates
 # (0 the oldest, 1 the newest): of two turns that answer alike, the newer ranks first.
@@ -213,7 +215,8 @@ def _candidates(
     filters: ranking.TurnFilters,
 ) -> tuple[list[Candidate], str]:
     """The turns either ranking finds among its best ``depth``, with their features; and the
-    mode that ranked them (``text`` where the query's embedding failed)."""
+    mode that ranked them (``text`` where the query's embedding failed; ``<mode> plain``: the
+    owner compared uncentred)."""
     owner_pk, embedded, last_seq = owner
     using = Turn.objects.db
     turns = filters.queryset(owner_turns(owner_pk))
@@ -232,12 +235,16 @@ def _candidates(
         pks = [pk for pk, *_ in words.hits]
     vector = _resolved(query)
     model = None
+    measure = None
     if vector is not None:
         embedder = embedders.embedder_get()
         assert embedder is not None
         model = embedders.embedder_name(embedder)
+        centre = vectors.owner_centre(using, owner_pk, model, embedded=embedded)
+        measure = vectors.Centred(vector, centre)
+        mode += "" if centre else " plain"
         nearest = vectors.vectors_nearest(
-            using, owner_pk, model, vector, depth, embedded=embedded, filters=filters
+            using, owner_pk, model, vector, depth, embedded=embedded, filters=filters, centre=centre
         )
         pks += [pk for pk, _ in nearest if pk not in set(pks)]
     elif mode == "hybrid":
@@ -257,6 +264,7 @@ def _candidates(
         terms=terms,
         model=model,
         vector=None if vector is None else vectors.vector_text(vector),
+        measure=measure,
     )
     found: list[Candidate] = []
     for pk, *fields, length, held, distance in rows:
@@ -528,9 +536,6 @@ def facts_similar(*, owner_id: str, query: str, limit: int) -> dict[str, float]:
 
 
 afacts_similar = aio.twin(facts_similar)
-
-# NOTE: the name the issue asked for; the Django way names it aturn_search.
-asearch = aturn_search
 
 
 @database_guard()

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from memory import aio
 from memory.models import Checkpoint, CheckpointBlob, CheckpointWrite, Owner, Turn
-from memory.services._common import _check, _owner_lock, _service
+from memory.services.common import field_check, owner_lock, service_transaction
 from memory.services.turns import turn_append
 from memory.validators import validate_owner_id, validate_session_id
 
@@ -64,8 +64,8 @@ def _owner_row(owner_id: str) -> Owner:
 
 
 def _address_check(address: ThreadAddress) -> None:
-    _check("user_id", validate_owner_id, address.owner_id)
-    _check("thread_id", validate_session_id, address.thread_id)
+    field_check("user_id", validate_owner_id, address.owner_id)
+    field_check("thread_id", validate_session_id, address.thread_id)
 
 
 def checkpoint_put(
@@ -87,7 +87,7 @@ def checkpoint_put(
     ``ValidationError`` for a bad owner or thread id (a thread id is a session id, 1-128
     characters) or turn, ``MemoryUnavailable`` when the database cannot be reached."""
     _address_check(address)
-    with _service():
+    with service_transaction():
         owner = _owner_row(address.owner_id)
         where: dict[str, Any] = {
             "owner": owner,
@@ -154,7 +154,7 @@ def checkpoint_writes_put(
     _address_check(address)
     if not writes:
         return
-    with _service():
+    with service_transaction():
         owner = _owner_row(address.owner_id)
         rows = [
             CheckpointWrite(
@@ -193,8 +193,8 @@ acheckpoint_writes_put = aio.twin(checkpoint_writes_put)
 
 
 def _owner(owner_id: str) -> Owner | None:
-    _check("user_id", validate_owner_id, owner_id)
-    return _owner_lock(owner_id, create=False)
+    field_check("user_id", validate_owner_id, owner_id)
+    return owner_lock(owner_id, create=False)
 
 
 def _threads_delete(owner: Owner, threads: Q) -> None:
@@ -207,7 +207,7 @@ def checkpoint_threads_delete(*, owner_id: str, thread_ids: Sequence[str]) -> No
     turns mirrored from them stay: they are the owner's history). A thread that holds none
     is nothing. Raises ``ValidationError`` for a bad owner id, ``MemoryUnavailable`` when the
     database cannot be reached."""
-    with _service():
+    with service_transaction():
         owner = _owner(owner_id)
         if owner is not None and thread_ids:
             _threads_delete(owner, Q(thread_id__in=list(thread_ids)))
@@ -219,7 +219,7 @@ acheckpoint_threads_delete = aio.twin(checkpoint_threads_delete)
 def checkpoint_runs_delete(*, owner_id: str, run_ids: Sequence[str]) -> None:
     """Delete the owner's checkpoints whose metadata names one of ``run_ids``, with their
     pending writes. Errors as ``checkpoint_threads_delete``'s."""
-    with _service():
+    with service_transaction():
         owner = _owner(owner_id)
         if owner is None or not run_ids:
             return
@@ -241,7 +241,7 @@ def checkpoint_threads_prune(
     """Delete the owner's threads' checkpoints but, with ``keep_latest``, the newest of each
     namespace (with its channel values and pending writes); without it, everything, as
     ``checkpoint_threads_delete``. Errors as ``checkpoint_threads_delete``'s."""
-    with _service():
+    with service_transaction():
         owner = _owner(owner_id)
         if owner is None or not thread_ids:
             return
@@ -277,8 +277,8 @@ def checkpoint_thread_copy(*, owner_id: str, source_thread_id: str, target_threa
     ``source_thread_id`` to its thread ``target_thread_id`` (both the owner's: a thread is
     never copied to another owner). Rows the target holds under the same keys are kept.
     Errors as ``checkpoint_threads_delete``'s, and ``ValidationError`` for a bad thread id."""
-    _check("thread_id", validate_session_id, target_thread_id)
-    with _service():
+    field_check("thread_id", validate_session_id, target_thread_id)
+    with service_transaction():
         owner = _owner(owner_id)
         if owner is None:
             return

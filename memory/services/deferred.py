@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -58,13 +59,20 @@ def extraction_enqueue(*, pending_pk: int) -> bool:
     Called after the turn's commit. Never raises: a backend that fails (a broker down) is
     logged, and the record waits for ``memory_extract --pending``.
     """
+    return _enqueue(extraction_run, pending_pk, "extraction", "memory_extract")
+
+
+def _enqueue(run: Any, pending_pk: int, what: str, command: str) -> bool:
+    """Enqueue ``run`` for a pending record; ``False`` (logged) when the backend fails."""
     try:
-        extraction_run.enqueue(pending_pk)
+        run.enqueue(pending_pk)
     except Exception:
         logger.exception(
-            "The extraction of pending record %s could not be enqueued; "
-            "`manage.py memory_extract --pending` will enqueue it again.",
+            "The %s of pending record %s could not be enqueued; "
+            "`manage.py %s --pending` will enqueue it again.",
+            what,
             pending_pk,
+            command,
         )
         return False
     return True
@@ -112,7 +120,7 @@ def _pending_enqueue(
 @task()
 def summary_run(pending_pk: int) -> int:
     """Refresh the summary of the owner of ``PendingSummary`` ``pending_pk``
-    (``services.summary_refresh``); return how many batches were written. Runs in the worker;
+    (``ops.summary_refresh``); return how many batches were written. Runs in the worker;
     a record already done or gone does nothing.
 
     Raises ``MemoryUnavailable`` when the database cannot be reached, and what the summarizer
@@ -136,16 +144,7 @@ def summary_enqueue(*, pending_pk: int) -> bool:
     took it. Called after the commit that created the record. Never raises: a backend that
     fails is logged, and the record waits for ``memory_summarize --pending``.
     """
-    try:
-        summary_run.enqueue(pending_pk)
-    except Exception:
-        logger.exception(
-            "The summary refresh of pending record %s could not be enqueued; "
-            "`manage.py memory_summarize --pending` will enqueue it again.",
-            pending_pk,
-        )
-        return False
-    return True
+    return _enqueue(summary_run, pending_pk, "summary refresh", "memory_summarize")
 
 
 def summaries_pending_enqueue(*, grace: dt.timedelta) -> int:
@@ -158,7 +157,7 @@ def summaries_pending_enqueue(*, grace: dt.timedelta) -> int:
 
 @task()
 def embedding_run(owner_id: str) -> int:
-    """Embed the owner's facts and turns not embedded yet (``services.turns_embed``); return
+    """Embed the owner's facts and turns not embedded yet (``ops.turns_embed``); return
     how many turns.
     Runs in the worker. Raises ``MemoryUnavailable`` when the database cannot be reached and
     what the embedder raises; the turns stay behind for the owner's next run or
@@ -191,7 +190,7 @@ def embedding_enqueue(*, owner_id: str, delay: float = 0.0) -> bool:
 
 @task()
 def facts_expire_run() -> int:
-    """Delete the facts expired by now (``services.facts_expire``); return how many went. Runs
+    """Delete the facts expired by now (``ops.facts_expire``); return how many went. Runs
     in the worker: enqueue it on a schedule (or run ``manage.py memory_expire`` from cron).
 
     Raises ``MemoryUnavailable`` when the database cannot be reached; the facts not deleted

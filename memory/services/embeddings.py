@@ -27,7 +27,7 @@ from memory.conf import conf
 from memory.exceptions import database_guard
 from memory.models import Owner, Turn
 from memory.recall import embedders, vectors
-from memory.services._common import _check
+from memory.services.common import field_check
 from memory.validators import validate_owner_id
 
 logger = logging.getLogger("memory.recall")
@@ -131,7 +131,7 @@ def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
     ``MemoryUnavailable`` when the database cannot be reached, and what the embedder raises
     (``ImproperlyConfigured`` for vectors of the wrong shape).
     """
-    _check("user_id", validate_owner_id, owner_id)
+    field_check("user_id", validate_owner_id, owner_id)
     with database_guard():
         if not vectors.embeddings_on(DEFAULT_DB_ALIAS):
             return 0

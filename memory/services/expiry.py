@@ -13,7 +13,7 @@ from django.utils import timezone
 from memory import aio, cache
 from memory.exceptions import database_guard
 from memory.models import Fact, Owner
-from memory.services._common import _fact_remove, _service
+from memory.services.common import fact_remove, service_transaction
 
 # Expired facts ``facts_expire`` reads per statement (and deletes per owner's transaction).
 EXPIRE_BATCH = 500
@@ -66,7 +66,7 @@ def facts_expire(*, batch_size: int = EXPIRE_BATCH, limit: int | None = None) ->
 
 def _owner_facts_expire(owner_pk: int, pks: list[int], now: dt.datetime) -> int:
     """Delete the facts ``pks`` of one owner that are still expired at ``now``."""
-    with _service():
+    with service_transaction():
         owner = Owner.objects.select_for_update().filter(pk=owner_pk).first()
         if owner is None:
             return 0
@@ -75,7 +75,7 @@ def _owner_facts_expire(owner_pk: int, pks: list[int], now: dt.datetime) -> int:
         )
         at = timezone.now()
         for fact in facts:
-            _fact_remove(owner, fact, at=at, actor="expiry")
+            fact_remove(owner, fact, at=at, actor="expiry")
         if facts:
             cache.owner_changed(owner, deleted_keys=[fact.key for fact in facts])
         return len(facts)

@@ -20,13 +20,13 @@ from memory.models import (
     fact_live,
 )
 from memory.payloads import fact_payload
-from memory.services._common import (
-    _check,
-    _fact_remove,
-    _fact_write,
-    _facts_cap_check,
-    _owner_lock,
-    _service,
+from memory.services.common import (
+    fact_remove,
+    fact_write,
+    facts_cap_check,
+    field_check,
+    owner_lock,
+    service_transaction,
 )
 from memory.services.embedding_triggers import embedding_due
 from memory.validators import (
@@ -64,16 +64,16 @@ def fact_put(
     when a new key would pass ``MEMORY["MAX_FACTS"]``, and ``MemoryUnavailable`` when the
     database cannot be reached; then nothing was stored.
     """
-    _check("user_id", validate_owner_id, owner_id)
-    _check("key", validate_fact_key, key)
-    _check("value", validate_json_value, value)
-    _check("actor", validate_actor, actor)
+    field_check("user_id", validate_owner_id, owner_id)
+    field_check("key", validate_fact_key, key)
+    field_check("value", validate_json_value, value)
+    field_check("actor", validate_actor, actor)
     if session_id is not None:
-        _check("session_id", validate_session_id, session_id)
+        field_check("session_id", validate_session_id, session_id)
     if expires_at is not None:
-        _check("expires_at", lambda at: validate_expires_at(at, timezone.now()), expires_at)
-    with _service():
-        owner = _owner_lock(owner_id, create=True)
+        field_check("expires_at", lambda at: validate_expires_at(at, timezone.now()), expires_at)
+    with service_transaction():
+        owner = owner_lock(owner_id, create=True)
         if expected_version is not None:
             current = (
                 Fact.objects.filter(fact_live(timezone.now()), owner=owner, key=key)
@@ -82,8 +82,8 @@ def fact_put(
             )
             if current != expected_version:
                 raise FactVersionConflict(key, expected_version, current)
-        _facts_cap_check(owner, [key], field="key")
-        written = _fact_write(
+        facts_cap_check(owner, [key], field="key")
+        written = fact_write(
             owner,
             key,
             value,
@@ -121,10 +121,10 @@ def facts_merge(
     ``MAX_FACTS`` (the whole merge is refused), and ``MemoryUnavailable`` when the database
     cannot be reached; then nothing was stored.
     """
-    _check("user_id", validate_owner_id, owner_id)
-    _check("actor", validate_actor, actor)
+    field_check("user_id", validate_owner_id, owner_id)
+    field_check("actor", validate_actor, actor)
     if session_id is not None:
-        _check("session_id", validate_session_id, session_id)
+        field_check("session_id", validate_session_id, session_id)
     errors: dict[str, list[str]] = {}
     for key, value in facts.items():
         try:
@@ -134,13 +134,13 @@ def facts_merge(
             errors[str(key)] = e.messages
     if errors:
         raise ValidationError({"facts": [errors]})
-    with _service():
-        owner = _owner_lock(owner_id, create=True)
-        _facts_cap_check(owner, list(facts), field="facts")
+    with service_transaction():
+        owner = owner_lock(owner_id, create=True)
+        facts_cap_check(owner, list(facts), field="facts")
         at = timezone.now()
         changed = []
         for key, value in facts.items():
-            written = _fact_write(
+            written = fact_write(
                 owner, key, value, session_id=session_id, source_turn_seq=None, at=at, actor=actor
             )
             if written is not None:
@@ -165,18 +165,18 @@ def fact_delete(
     ``expected_version`` is not current, ``MemoryUnavailable`` when the database cannot be
     reached; then nothing changed.
     """
-    _check("user_id", validate_owner_id, owner_id)
-    _check("key", validate_held_fact_key, key)
-    _check("actor", validate_actor, actor)
-    with _service():
-        owner = _owner_lock(owner_id, create=False)
+    field_check("user_id", validate_owner_id, owner_id)
+    field_check("key", validate_held_fact_key, key)
+    field_check("actor", validate_actor, actor)
+    with service_transaction():
+        owner = owner_lock(owner_id, create=False)
         at = timezone.now()
         fact = Fact.objects.filter(fact_live(at), owner=owner, key=key).first() if owner else None
         if owner is None or fact is None:
             raise FactNotFound(key)
         if expected_version is not None and fact.version != expected_version:
             raise FactVersionConflict(key, expected_version, fact.version)
-        _fact_remove(owner, fact, at=at, actor=actor)
+        fact_remove(owner, fact, at=at, actor=actor)
         cache.owner_changed(owner, deleted_keys=[key])
 
 
@@ -205,10 +205,10 @@ def fact_dot_keys_rename(*, owner_id: str, actor: str = "python") -> dict[str, s
     copy is updated after commit. Raises ``MemoryUnavailable`` when the database cannot be
     reached; then nothing changed.
     """
-    _check("user_id", validate_owner_id, owner_id)
-    _check("actor", validate_actor, actor)
-    with _service():
-        owner = _owner_lock(owner_id, create=False)
+    field_check("user_id", validate_owner_id, owner_id)
+    field_check("actor", validate_actor, actor)
+    with service_transaction():
+        owner = owner_lock(owner_id, create=False)
         if owner is None:
             return {}
         facts = list(Fact.objects.filter(owner=owner).order_by("key"))
@@ -222,8 +222,8 @@ def fact_dot_keys_rename(*, owner_id: str, actor: str = "python") -> dict[str, s
             new_key = _dot_key_new(fact.key, held)
             held.add(new_key)
             value = fact.value
-            _fact_remove(owner, fact, at=at, actor=actor)
-            moved = _fact_write(
+            fact_remove(owner, fact, at=at, actor=actor)
+            moved = fact_write(
                 owner,
                 new_key,
                 value,

@@ -13,9 +13,15 @@ from django.db.models import JSONField, Value
 from memory import aio, cache, codec
 from memory.conf import conf
 from memory.models import Fact, FactVersion, Owner, Role, Session, Summary, Turn
-from memory.payloads import SUMMARY_FIELDS
-from memory.selectors import EXPORT_FORMAT, EXPORT_VERSION
-from memory.services._common import _owner_lock, _service
+from memory.payloads import (
+    FACT_FIELDS,
+    FACT_VERSION_FIELDS,
+    SESSION_FIELDS,
+    SUMMARY_FIELDS,
+    TURN_FIELDS,
+)
+from memory.selectors.export import EXPORT_FORMAT, EXPORT_VERSION
+from memory.services.common import owner_lock, service_transaction
 from memory.services.embedding_triggers import embedding_due
 from memory.validators import (
     validate_actor,
@@ -44,20 +50,10 @@ FIELDS = {
         "sessions",
         "summary",
     ),
-    "facts": ("key", "value", "session_id", "updated_at", "version", "expires_at"),
-    "fact_history": (
-        "key",
-        "value",
-        "version",
-        "session_id",
-        "updated_at",
-        "source_turn_seq",
-        "deleted",
-        "actor",
-        "expires_at",
-    ),
-    "turns": ("seq", "session_id", "role", "content", "metadata", "created_at"),
-    "sessions": ("session_id", "first_seen", "last_seen", "turn_count"),
+    "facts": FACT_FIELDS,
+    "fact_history": FACT_VERSION_FIELDS,
+    "turns": TURN_FIELDS,
+    "sessions": SESSION_FIELDS,
 }
 # Fields an item may lack (a document exported before them): a fact's ``expires_at`` (then it
 # never expires) and a version's ``actor`` (then ``"import"``).
@@ -385,8 +381,8 @@ def memory_import(*, document: Mapping[str, Any], owner_id: str | None = None) -
     changed. Raises ``MemoryUnavailable`` when the database cannot be reached.
     """
     checked = _document_check(document, owner_id)
-    with _service():
-        owner = _owner_lock(checked.owner_id, create=True)
+    with service_transaction():
+        owner = owner_lock(checked.owner_id, create=True)
         if _memory_held(owner):
             raise ValidationError(
                 {
@@ -417,51 +413,30 @@ def _checked_time(value: Any) -> dt.datetime:
     return at
 
 
+# The fields of an item that are times, parsed on the way in.
+TIME_FIELDS = frozenset({"first_seen", "last_seen", "created_at", "updated_at", "expires_at"})
+
+
+def _row(item: Mapping[str, Any], fields: tuple[str, ...], **absent: Any) -> dict[str, Any]:
+    """The model fields of a checked item: ``fields``, its times parsed; a field the item
+    lacks (an optional one) is ``absent``'s, else ``None``."""
+    row = {field: item.get(field, absent.get(field)) for field in fields}
+    return {f: _parse_time(v) if f in TIME_FIELDS else v for f, v in row.items()}
+
+
 def _store(owner: Owner, checked: _Checked) -> None:
     """Insert the checked items for ``owner`` (locked, with no memory), in batches."""
-    time = _checked_time
     Session.objects.bulk_create(
-        (
-            Session(
-                owner=owner,
-                session_id=s["session_id"],
-                first_seen=time(s["first_seen"]),
-                last_seen=time(s["last_seen"]),
-                turn_count=s["turn_count"],
-            )
-            for s in checked.sessions
-        ),
+        (Session(owner=owner, **_row(s, SESSION_FIELDS)) for s in checked.sessions),
         batch_size=BATCH_ROWS,
     )
     Turn.objects.bulk_create(
-        (
-            Turn(
-                owner=owner,
-                seq=t["seq"],
-                session_id=t["session_id"],
-                role=t["role"],
-                content=t["content"],
-                metadata=t["metadata"],
-                created_at=time(t["created_at"]),
-            )
-            for t in checked.turns
-        ),
+        (Turn(owner=owner, **_row(t, TURN_FIELDS)) for t in checked.turns),
         batch_size=BATCH_ROWS,
     )
     FactVersion.objects.bulk_create(
         (
-            FactVersion(
-                owner=owner,
-                key=v["key"],
-                value=v["value"],
-                version=v["version"],
-                session_id=v["session_id"],
-                source_turn_seq=v["source_turn_seq"],
-                deleted=v["deleted"],
-                updated_at=time(v["updated_at"]),
-                actor=v.get("actor", "import"),
-                expires_at=_parse_time(v.get("expires_at")),
-            )
+            FactVersion(owner=owner, **_row(v, FACT_VERSION_FIELDS, actor="import"))
             for v in checked.versions
         ),
         batch_size=BATCH_ROWS,
@@ -470,26 +445,13 @@ def _store(owner: Owner, checked: _Checked) -> None:
     for f in checked.facts:
         # NOTE: one save per fact (at most MAX_FACTS): JSON null must go in as a JSON value,
         # which bulk_create cannot say (a bare None would be SQL NULL).
-        Fact(
-            owner=owner,
-            key=f["key"],
-            value=Value(None, JSONField()) if f["value"] is None else f["value"],
-            version=f["version"],
-            session_id=f["session_id"],
-            source_turn_seq=sources[(f["key"], f["version"])],
-            updated_at=time(f["updated_at"]),
-            expires_at=_parse_time(f.get("expires_at")),
-        ).save()
+        row = _row(f, FACT_FIELDS)
+        if row["value"] is None:
+            row["value"] = Value(None, JSONField())
+        Fact(owner=owner, source_turn_seq=sources[(f["key"], f["version"])], **row).save()
 
     if checked.summary is not None:
-        s = checked.summary
-        Summary.objects.create(
-            owner=owner,
-            text=s["text"],
-            through_seq=s["through_seq"],
-            tokens=s["tokens"],
-            updated_at=time(s["updated_at"]),
-        )
+        Summary.objects.create(owner=owner, **_row(checked.summary, SUMMARY_FIELDS))
 
 
 amemory_import = aio.twin(memory_import)

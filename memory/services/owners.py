@@ -35,13 +35,13 @@ from memory.models import (
     Turn,
     fact_live,
 )
-from memory.services._common import (
-    _admin_log_scrub,
-    _check,
-    _facts_cap_check,
-    _owner_lock,
-    _service,
-    _sessions_uncount,
+from memory.services.common import (
+    admin_log_scrub,
+    facts_cap_check,
+    field_check,
+    owner_lock,
+    service_transaction,
+    sessions_uncount,
 )
 from memory.services.embedding_triggers import embedding_due
 from memory.services.summary_triggers import _summary_link
@@ -61,9 +61,9 @@ def memory_forget(*, owner_id: str) -> bool:
     by a content-free floor for a minute, so that a rehydration in flight cannot bring it back.
     Raises ``MemoryUnavailable`` when the database cannot be reached; then nothing changed.
     """
-    _check("user_id", validate_owner_id, owner_id)
-    with _service():
-        owner = _owner_lock(owner_id, create=False)
+    field_check("user_id", validate_owner_id, owner_id)
+    with service_transaction():
+        owner = owner_lock(owner_id, create=False)
         if owner is None:
             return False
         _forget_locked(owner)
@@ -73,7 +73,7 @@ def memory_forget(*, owner_id: str) -> bool:
 def _forget_locked(owner: Owner) -> None:
     """``memory_forget`` of an owner whose row this transaction holds locked."""
     owner_id = owner.external_id
-    _admin_log_scrub(owner)
+    admin_log_scrub(owner)
     with cache.owner_write(owner) as write:
         # NOTE: the owner row goes, and with it its dirty mark; this row is the durable record
         # that its cached copy must still go, deleted once Redis confirmed.
@@ -125,8 +125,8 @@ def owners_forget_idle(*, prefix: str, idle_for: dt.timedelta, limit: int | None
         for owner_id in page:
             if limit is not None and forgotten >= limit:
                 break
-            with _service():
-                owner = _owner_lock(owner_id, create=False)
+            with service_transaction():
+                owner = owner_lock(owner_id, create=False)
                 if owner is None or owner.updated_at >= cutoff:
                     continue
                 _forget_locked(owner)
@@ -142,7 +142,7 @@ aowners_forget_idle = aio.twin(owners_forget_idle)
 def cache_drop(*, owner_id: str) -> bool:
     """Drop the owner's cached copy so that the next read rehydrates; return whether Redis
     confirmed. Needs no database write; never raises for a Redis failure."""
-    _check("user_id", validate_owner_id, owner_id)
+    field_check("user_id", validate_owner_id, owner_id)
     return cache.owner_invalidate(owner_id)
 
 
@@ -307,7 +307,7 @@ def _turns_link(source: Owner, target: Owner, limit: int) -> list[tuple[int, int
                 last_seen=last,
                 turn_count=turns,
             )
-    _sessions_uncount(source, {session_id: turns for session_id, turns, _, _ in sessions})
+    sessions_uncount(source, {session_id: turns for session_id, turns, _, _ in sessions})
     return moved
 
 
@@ -322,13 +322,13 @@ class _LinkStep(NamedTuple):
 def _link_step(owner_id: str, from_owner_id: str) -> _LinkStep:
     """One transaction of ``memory_link``: move a batch of turns; the last one also merges the
     facts and forgets the anonymous owner."""
-    with _service():
+    with service_transaction():
         if not Owner.objects.filter(external_id=from_owner_id).exists():
             return _LinkStep(0, 0, True)
         # NOTE: every link locks its two owners in this one order, so links never wait on each
         # other in a cycle; appends and other writes hold one owner's lock only.
         locked = {
-            oid: _owner_lock(oid, create=oid == owner_id)
+            oid: owner_lock(oid, create=oid == owner_id)
             for oid in sorted((owner_id, from_owner_id))
         }
         source, target = locked[from_owner_id], locked[owner_id]
@@ -353,7 +353,7 @@ def _link_step(owner_id: str, from_owner_id: str) -> _LinkStep:
             )
         # NOTE: the facts the owner lacks become theirs: past MAX_FACTS the link is refused
         # before this batch, as any write past it is (this batch moves nothing).
-        _facts_cap_check(target, offered, field="from_user_id")
+        facts_cap_check(target, offered, field="from_user_id")
         progress = OwnerLink.objects.filter(source=source).first()
         # NOTE: a link into another owner, cut off, starts over here: the turns it moved stay
         # where they went, and the facts that name them will name none.
@@ -387,8 +387,8 @@ def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
     a dot-only fact key or a link past ``MEMORY["MAX_FACTS"]`` (then nothing changed), and
     ``MemoryUnavailable`` when the database cannot be reached (committed batches stay moved).
     """
-    _check("user_id", validate_owner_id, owner_id)
-    _check("from_user_id", validate_owner_id, from_owner_id)
+    field_check("user_id", validate_owner_id, owner_id)
+    field_check("from_user_id", validate_owner_id, from_owner_id)
     if owner_id == from_owner_id:
         raise ValidationError({"from_user_id": ["A user cannot be linked to itself."]})
     turns_moved = 0

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from memory import aio
 from memory.models import Fact, StoreVector
-from memory.services._common import _check, _service
+from memory.services.common import field_check, service_transaction
 from memory.validators import validate_owner_id
 
 
@@ -23,10 +23,10 @@ def store_vectors_put(
     fact's current version; a key the owner holds no fact of is skipped. Raises
     ``ValidationError`` for a bad owner id, ``MemoryUnavailable`` when the database cannot be
     reached; then nothing changed."""
-    _check("user_id", validate_owner_id, owner_id)
+    field_check("user_id", validate_owner_id, owner_id)
     if not vectors:
         return
-    with _service():
+    with service_transaction():
         facts = Fact.objects.filter(owner__external_id=owner_id, key__in=list(vectors)).values_list(
             "pk", "key", "version"
         )

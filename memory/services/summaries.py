@@ -17,7 +17,8 @@ from memory.conf import conf
 from memory.exceptions import database_guard
 from memory.models import Owner, PendingSummary, Summary, Turn
 from memory.payloads import TURN_FIELDS, turn_payload_from_row
-from memory.services._common import _check, _service
+from memory.recall.summarizer import summarizer_get
+from memory.services.common import field_check, service_transaction
 from memory.validators import validate_owner_id
 
 logger = logging.getLogger("memory.recall")
@@ -69,8 +70,8 @@ def summary_refresh(*, owner_id: str) -> int:
     ``MemoryUnavailable`` when the database cannot be reached, and what the summarizer raises:
     then the batches written stay, the record stays, and a rerun continues after them.
     """
-    _check("user_id", validate_owner_id, owner_id)
-    summarizer = recall.summarizer_get()
+    field_check("user_id", validate_owner_id, owner_id)
+    summarizer = summarizer_get()
     with database_guard():
         owner_pk = Owner.objects.filter(external_id=owner_id).values_list("pk", flat=True).first()
     if owner_pk is None:
@@ -122,7 +123,7 @@ def _batch_write(
     owner_pk: int, through: int, through_seq: int, text: str, text_tokens: int, counted: int
 ) -> bool:
     """Write one batch's summary if the owner's summary is still at ``through``; whether it was."""
-    with _service():
+    with service_transaction():
         owner = Owner.objects.select_for_update().filter(pk=owner_pk).first()
         if owner is None:
             return False
@@ -152,7 +153,7 @@ def _refresh_done(owner_pk: int, target: int) -> bool:
     its tokens after the summary are below the threshold. Then its record goes, in the same
     transaction as that check under the owner's lock, so that an append that passes the
     threshold after it creates a new one."""
-    with _service():
+    with service_transaction():
         owner = Owner.objects.select_for_update().filter(pk=owner_pk).first()
         if owner is None:
             return True

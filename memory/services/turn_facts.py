@@ -10,13 +10,16 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from memory import aio, cache, extraction
+from memory import aio, cache
 from memory.appends import fact_cap_warn
 from memory.conf import conf
 from memory.exceptions import MemoryUnavailable, database_guard
+from memory.extraction.base import ExtractedFact, LazyFacts, extractor_get
+from memory.extraction.base import logger as extraction_logger
+from memory.extraction.merge import facts_apply
 from memory.models import Fact, Owner, PendingExtraction, Turn, fact_live
 from memory.payloads import fact_payload
-from memory.services._common import _check, _fact_write, _owner_lock, _service
+from memory.services.common import fact_write, field_check, owner_lock, service_transaction
 from memory.validators import validate_fact_key, validate_json_value, validate_owner_id
 
 
@@ -30,20 +33,20 @@ def _facts_savepoint_failed(message: str, turn: Turn, owner_id: str) -> None:
     """
     if transaction.get_rollback() or connection.closed_in_transaction:
         raise
-    extraction.logger.exception(message, turn.seq, owner_id)
+    extraction_logger.exception(message, turn.seq, owner_id)
 
 
 def _turn_facts_write(
     owner: Owner,
     turn: Turn,
     current: Mapping[str, Any],
-    found: list[extraction.ExtractedFact],
+    found: list[ExtractedFact],
 ) -> list[Fact]:
     """Merge ``found`` into the owner's ``current`` facts and write, with the turn as their
     source, each value that changed; return those facts. Runs under the owner lock."""
     changed: list[Fact] = []
     room: int | None = None
-    for key, value in extraction.facts_apply(current, found).items():
+    for key, value in facts_apply(current, found).items():
         if key not in current:
             if room is None:
                 room = (
@@ -57,7 +60,7 @@ def _turn_facts_write(
             validate_fact_key(key)
             validate_json_value(value)
         except ValidationError as e:
-            extraction.logger.warning(
+            extraction_logger.warning(
                 "Extracted fact %r of turn %s of %r dropped: %s",
                 key,
                 turn.seq,
@@ -65,7 +68,7 @@ def _turn_facts_write(
                 " ".join(e.messages),
             )
             continue
-        written = _fact_write(
+        written = fact_write(
             owner,
             key,
             value,
@@ -98,7 +101,7 @@ def turn_facts_extract(*, owner_id: str, seq: int) -> list[Fact]:
     facts, as inline. Raises ``MemoryUnavailable`` when the database cannot be reached; then
     the turn stays pending and is retried.
     """
-    _check("user_id", validate_owner_id, owner_id)
+    field_check("user_id", validate_owner_id, owner_id)
     changed: list[Fact] = []
     with database_guard():
         target_pk = (
@@ -137,12 +140,12 @@ def _pending_extract(pending: PendingExtraction) -> list[Fact]:
     """Run the extractor on one pending turn, then write its facts under the owner lock."""
     turn = pending.turn
     owner_id = turn.owner.external_id
-    found: list[extraction.ExtractedFact] = []
+    found: list[ExtractedFact] = []
     try:
-        extractor = extraction.extractor_get()
+        extractor = extractor_get()
         if extractor is not None:
             with database_guard():
-                facts = extraction.LazyFacts(
+                facts = LazyFacts(
                     lambda: dict(
                         Fact.objects.filter(
                             fact_live(timezone.now()), owner=turn.owner
@@ -153,13 +156,13 @@ def _pending_extract(pending: PendingExtraction) -> list[Fact]:
     except MemoryUnavailable:
         raise
     except Exception:
-        extraction.logger.exception(
+        extraction_logger.exception(
             "Fact extraction failed for turn %s of %r; the turn is stored without facts.",
             turn.seq,
             owner_id,
         )
-    with _service():
-        owner = _owner_lock(owner_id, create=False)
+    with service_transaction():
+        owner = owner_lock(owner_id, create=False)
         # NOTE: re-read under the lock: another run may have done it, a forget or prune
         # removed its turn, or a link moved the turn to another owner (the caller's next
         # round finds it there).

@@ -16,11 +16,14 @@ from django.db.models import (
 )
 from django.utils import timezone
 
-from memory import aio, cache, extraction
+from memory import aio, cache
 from memory.appends import AppendPlan, SummaryCount, TurnInput, retry_checked, summary_count
 from memory.exceptions import (
     database_guard,
 )
+from memory.extraction.base import LazyFacts, extractor_deferred, extractor_get
+from memory.extraction.base import logger as extraction_logger
+from memory.extraction.merge import facts_apply
 from memory.models import (
     Fact,
     Owner,
@@ -31,12 +34,12 @@ from memory.models import (
 )
 from memory.payloads import fact_payload, turn_payload
 from memory.postgres.turn_append import turn_append_call
-from memory.services._common import (
-    _check,
-    _owner_lock,
-    _service,
-    _session_touch,
-    _sessions_uncount,
+from memory.services.common import (
+    field_check,
+    owner_lock,
+    service_transaction,
+    session_touch,
+    sessions_uncount,
 )
 from memory.services.embedding_triggers import embedding_due
 from memory.services.summary_triggers import _summary_due, _summary_enqueue
@@ -99,14 +102,14 @@ def _turn_append(
     (``memory.postgres.turn_append``) unless a fact moved meanwhile, else ``_turn_append_django``.
     """
     metadata = dict(metadata) if metadata is not None else {}
-    _check("user_id", validate_owner_id, owner_id)
-    _check("session_id", validate_session_id, session_id)
+    field_check("user_id", validate_owner_id, owner_id)
+    field_check("session_id", validate_session_id, session_id)
     if role not in _ROLES:
         raise ValidationError({"role": [f'"{role}" is not a valid choice.']})
-    _check("content", validate_content, content)
-    _check("metadata", validate_metadata, metadata)
+    field_check("content", validate_content, content)
+    field_check("metadata", validate_metadata, metadata)
     if idempotency_key is not None:
-        _check("idempotency_key", validate_idempotency_key, idempotency_key)
+        field_check("idempotency_key", validate_idempotency_key, idempotency_key)
     # NOTE: on every path, once and before any lock: the general path below (SQLite, or
     # Postgres after a fact moved meanwhile) merges what it found under the lock, and never
     # runs the extractor again (issue 21: it ran under the lock, and twice after a conflict).
@@ -139,8 +142,8 @@ def _turn_append_django(new: TurnInput, plan: AppendPlan, count: SummaryCount) -
     """The append of checked input through the ORM, under the owner's row lock: the
     specification of ``memory.postgres.turn_append`` (tests/test_postgres.py), and the path
     off PostgreSQL or after a fact of ``plan`` moved."""
-    with _service():
-        owner = _owner_lock(new.owner_id, create=True)
+    with service_transaction():
+        owner = owner_lock(new.owner_id, create=True)
         if new.idempotency_key is not None:
             # NOTE: under the owner's lock, so a duplicate in flight waits for the first to
             # commit and then finds its turn here: one turn is stored, however many race.
@@ -153,7 +156,7 @@ def _turn_append_django(new: TurnInput, plan: AppendPlan, count: SummaryCount) -
             turn = Turn.objects.create(
                 owner=owner, seq=owner.last_seq, created_at=timezone.now(), **fields
             )
-            _session_touch(owner, new.session_id, turn.created_at)
+            session_touch(owner, new.session_id, turn.created_at)
             facts = _turn_facts_merge(owner, turn, plan)
             _turn_summary_count(owner, count, turn.created_at)
             write.delta(turns=[turn_payload(turn)], facts=[fact_payload(f) for f in facts])
@@ -199,12 +202,12 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
     if role != Role.USER:
         return _NOTHING
     try:
-        extractor = extraction.extractor_get()
+        extractor = extractor_get()
         if extractor is None:
             return _NOTHING
-        if extraction.extractor_deferred(extractor):
+        if extractor_deferred(extractor):
             return AppendPlan(defer=True)
-        held = extraction.LazyFacts(
+        held = LazyFacts(
             lambda: dict(
                 Fact.objects.filter(
                     fact_live(timezone.now()), owner__external_id=owner_id
@@ -228,18 +231,18 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
                 )
             )
     except Exception:
-        extraction.logger.exception(
+        extraction_logger.exception(
             "Fact extraction failed for a turn of %r; the turn is stored without facts.",
             owner_id,
         )
         return _NOTHING
     changes = []
-    for key, value in extraction.facts_apply(current, found).items():
+    for key, value in facts_apply(current, found).items():
         try:
             validate_fact_key(key)
             validate_json_value(value)
         except ValidationError as e:
-            extraction.logger.warning(
+            extraction_logger.warning(
                 "Extracted fact %r of a turn of %r dropped: %s",
                 key,
                 owner_id,
@@ -301,14 +304,14 @@ def turn_delete(*, owner_id: str, seq: int) -> bool:
     is dropped after commit, so the next read rehydrates. Raises ``MemoryUnavailable`` when the
     database cannot be reached.
     """
-    _check("user_id", validate_owner_id, owner_id)
-    with _service():
-        owner = _owner_lock(owner_id, create=False)
+    field_check("user_id", validate_owner_id, owner_id)
+    with service_transaction():
+        owner = owner_lock(owner_id, create=False)
         turn = Turn.objects.filter(owner=owner, seq=seq).first() if owner else None
         if owner is None or turn is None:
             return False
         turn.delete()
-        _sessions_uncount(owner, {turn.session_id: 1})
+        sessions_uncount(owner, {turn.session_id: 1})
         cache.owner_drop(owner)
         return True
 
@@ -360,7 +363,7 @@ def turns_prune(
     ``ValidationError`` for bad input and ``MemoryUnavailable`` when the database cannot be
     reached; batches committed before that stay deleted.
     """
-    _check("user_id", validate_owner_id, owner_id)
+    field_check("user_id", validate_owner_id, owner_id)
     if before is None and keep_last is None:
         raise ValidationError({"before": ["Give an age, a number of turns to keep, or both."]})
     if keep_last is not None and (isinstance(keep_last, bool) or keep_last < 0):
@@ -378,8 +381,8 @@ def turns_prune(
     owner_pk: int | None = None
     below_seq: int | None = None
     while True:
-        with _service():
-            owner = _owner_lock(owner_id, create=False)
+        with service_transaction():
+            owner = owner_lock(owner_id, create=False)
             # NOTE: an owner forgotten, and maybe re-created, between two batches is another
             # owner whose seqs start again at 1: the floor found for the first means nothing.
             if owner is None or owner_pk not in (None, owner.pk):
@@ -400,7 +403,7 @@ def turns_prune(
             per_session: dict[str, int] = {}
             for _, session_id in rows:
                 per_session[session_id] = per_session.get(session_id, 0) + 1
-            _sessions_uncount(owner, per_session)
+            sessions_uncount(owner, per_session)
             cache.owner_drop(owner)
         deleted += len(rows)
         if len(rows) < batch_size:

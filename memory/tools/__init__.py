@@ -9,8 +9,8 @@ The owner is bound by whoever runs a call (the ``owner_id`` of the Python API, t
 arguments: no schema has an owner, and an argument a schema does not list is refused.
 
 ``definitions`` (the tools, their JSON Schemas), ``arguments`` (their DRF serializers),
-``calls`` (running them); ``rest`` holds the REST views and ``memory.integrations.mcp`` the
-MCP server, both doors over ``calls``.
+``calls`` (running them); ``memory.views.tools`` holds the REST views and
+``memory.integrations.mcp`` the MCP server, both doors over ``calls``.
 """
 
 from __future__ import annotations
@@ -24,18 +24,10 @@ from memory.tools.calls import (
     aresolve,
     call,
     resolve,
-    tool_run,
 )
-from memory.tools.definitions import (
-    TOOLS,
-    ToolDefinition,
-    anthropic_tools,
-    definitions,
-    openai_tools,
-)
+from memory.tools.definitions import ToolDefinition, anthropic_tools, definitions, openai_tools
 
 __all__ = [
-    "TOOLS",
     "ToolArgumentsInvalid",
     "ToolDefinition",
     "ToolMessage",
@@ -48,5 +40,4 @@ __all__ = [
     "definitions",
     "openai_tools",
     "resolve",
-    "tool_run",
 ]

@@ -1,4 +1,4 @@
-"""Running a tool call for an owner: ``tool_run`` (the one path of every door: Python, REST,
+"""Running a tool call for an owner: ``tool_run`` (the one step of every door: Python, REST,
 MCP), ``call``/``acall`` (a model's mistake is a result it can read, ``{"error": ...}``), and
 ``resolve``/``aresolve`` (an OpenAI tool call in, the ``tool`` message answering it out).
 
@@ -7,8 +7,8 @@ A call is at most one service write (one transaction): a call that fails stored 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -109,21 +109,6 @@ def tool_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
     return dict(serializer.validated_data)
 
 
-@contextmanager
-def _refused_as_invalid(tool: Tool) -> Iterator[None]:
-    """A ``ValidationError`` of the service or selector as ``ToolArgumentsInvalid`` (its fields
-    as the tool's arguments are named); one about the owner is the caller's, raised as it is."""
-    try:
-        yield
-    except DjangoValidationError as e:
-        detail = as_serializer_error(e)
-        if "user_id" in detail:
-            raise
-        raise ToolArgumentsInvalid(
-            tool.name, {FIELD_NAMES.get(field, field): value for field, value in detail.items()}
-        ) from e
-
-
 def tool_run(
     *,
     name: object,
@@ -132,8 +117,9 @@ def tool_run(
     caller: str | None = None,
     actor: str = "python",
 ) -> dict[str, Any]:
-    """Run the tool ``name`` with ``arguments`` on ``owner_id``'s memory; its result. A fact
-    version it writes records ``actor`` (the REST and MCP doors: ``api:<username>``).
+    """Run the tool ``name`` with ``arguments`` on ``owner_id``'s memory; its result: the one
+    step of every door (``call``, the REST view, the MCP server). A fact version it writes
+    records ``actor`` (the REST and MCP doors: ``api:<username>``).
 
     ``arguments`` is a dict or the JSON text of one (see ``tool_arguments``). With ``caller``,
     a call that may be a heavy read (a search; more recent turns than the cached copy holds)
@@ -155,16 +141,21 @@ def tool_run(
         else nullcontext()
     )
     with slot:
-        return tool_execute(tool, owner_id=owner_id, arguments=checked, actor=actor)
+        try:
+            return tool.run(owner_id, checked, actor)
+        except DjangoValidationError as e:
+            # NOTE: the service's refusal, its fields named as the tool's arguments are; one
+            # about the owner is the caller's, raised as it is.
+            detail = as_serializer_error(e)
+            if "user_id" in detail:
+                raise
+            fields = {FIELD_NAMES.get(field, field): value for field, value in detail.items()}
+            raise ToolArgumentsInvalid(tool.name, fields) from e
 
 
-def tool_execute(
-    tool: Tool, *, owner_id: str, arguments: Mapping[str, Any], actor: str = "python"
-) -> dict[str, Any]:
-    """Run ``tool`` on ``owner_id``'s memory with ``arguments`` as ``tool_arguments`` checked
-    them (a door that holds the limits itself: the REST view). Raises as ``tool_run`` does."""
-    with _refused_as_invalid(tool):
-        return tool.run(owner_id, arguments, actor)
+# A model's mistakes in a call: ``call`` answers them as a result it can read, ``{"error":
+# ...}``, as the MCP server does.
+MISTAKES = (ToolNotFound, ToolArgumentsInvalid, SearchTimeout, ReadsInFlight)
 
 
 def call(name: str, arguments: Any, *, owner_id: str) -> dict[str, Any]:
@@ -179,24 +170,9 @@ def call(name: str, arguments: Any, *, owner_id: str) -> dict[str, Any]:
     ``owner_id`` (the host's mistake) and ``MemoryUnavailable`` when the database cannot be
     reached, as the services do; then nothing was stored either.
     """
-    return tool_answer(name=name, arguments=arguments, owner_id=owner_id)
-
-
-def tool_answer(
-    *,
-    name: object,
-    arguments: Any,
-    owner_id: str,
-    caller: str | None = None,
-    actor: str = "python",
-) -> dict[str, Any]:
-    """``tool_run``, with the model's mistakes (and a caller's reads in flight, with ``caller``)
-    as its result ``{"error": "..."}``, as ``call`` gives them: the answer an MCP server sends."""
     try:
-        return tool_run(
-            name=name, arguments=arguments, owner_id=owner_id, caller=caller, actor=actor
-        )
-    except (ToolNotFound, ToolArgumentsInvalid, SearchTimeout, ReadsInFlight) as e:
+        return tool_run(name=name, arguments=arguments, owner_id=owner_id)
+    except MISTAKES as e:
         return {"error": str(e)}
 
 

@@ -1,51 +1,9 @@
 """The HTTP API: one thin ``APIView`` per URL over the services and selectors, one module per
-entity (``turns``, ``context``, ``facts``, ``users``, ``export``), and in ``base`` the app's
-base view with its mapping of domain and database errors to statuses (412, 404, 413, 422, 503).
+entity (``turns``, ``context``, ``facts``, ``users``, ``export``, ``health``, ``tools``), and in
+``base`` the app's base view; ``exceptions`` maps domain and database errors to statuses (412,
+404, 413, 422, 503), beside ``parsers``, ``renderers`` and ``schema``.
 
 Selectors already return the contract's dicts, so views hand them to ``Response`` as they are;
-the output serializers only describe them in the OpenAPI schema.
+the output serializers only describe them in the OpenAPI schema. A site mounts them with
+``include("memory.urls")``: no name here is imported by a host.
 """
-
-from __future__ import annotations
-
-from memory.views.base import (
-    READ_ERRORS,
-    USER_ID,
-    WRITE_ERRORS,
-    JSONParser,
-    JSONRenderer,
-    MemorySchema,
-    MemoryView,
-    api_exception,
-    not_found,
-)
-from memory.views.context import ContextMessagesView, ContextView, SummaryView
-from memory.views.export import ExportView
-from memory.views.facts import FactHistoryView, FactsView, FactView
-from memory.views.turns import SearchView, TurnsView
-from memory.views.users import HealthView, LinkView, SessionsView, UserView
-
-__all__ = [
-    "READ_ERRORS",
-    "USER_ID",
-    "WRITE_ERRORS",
-    "ContextMessagesView",
-    "ContextView",
-    "ExportView",
-    "FactHistoryView",
-    "FactView",
-    "FactsView",
-    "HealthView",
-    "JSONParser",
-    "JSONRenderer",
-    "LinkView",
-    "MemorySchema",
-    "MemoryView",
-    "SearchView",
-    "SessionsView",
-    "SummaryView",
-    "TurnsView",
-    "UserView",
-    "api_exception",
-    "not_found",
-]

@@ -2,7 +2,7 @@
 the heavy-read slots), the request helpers its views share and the JSON 404 of unknown paths.
 
 The error mapping, the parser, the renderer and the schema's parts live in ``exceptions``,
-``parsers``, ``renderers`` and ``schema`` beside it; their names are also importable from here.
+``parsers``, ``renderers`` and ``schema`` beside it.
 """
 
 from __future__ import annotations
@@ -28,52 +28,15 @@ from memory import counters, limits
 from memory.permissions import CanReachOwner, owner_id_for
 from memory.validators import actor_of, validate_idempotency_key
 from memory.views.exceptions import (
-    PayloadTooLarge,
-    PreconditionFailed,
-    ServiceUnavailable,
-    UnprocessableEntity,
     api_exception,
 )
 from memory.views.parsers import JSONParser
 from memory.views.renderers import JSONRenderer
 from memory.views.schema import (
-    ERRORS,
-    FACT_KEY,
-    IDEMPOTENCY_KEY,
-    IF_MATCH,
-    LINKS,
-    MAX_FACTS_400,
-    READ_ERRORS,
-    USER_ID,
-    WRITE_ERRORS,
     MemorySchema,
-    schema_responses,
 )
 
-__all__ = [
-    "ERRORS",
-    "FACT_KEY",
-    "IDEMPOTENCY_KEY",
-    "IF_MATCH",
-    "IF_MATCH_RE",
-    "LINKS",
-    "MAX_FACTS_400",
-    "READ_ERRORS",
-    "USER_ID",
-    "WRITE_ERRORS",
-    "JSONParser",
-    "JSONRenderer",
-    "MemorySchema",
-    "MemoryView",
-    "PayloadTooLarge",
-    "PreconditionFailed",
-    "ServiceUnavailable",
-    "UnprocessableEntity",
-    "api_exception",
-    "not_found",
-    "request_actor",
-    "schema_responses",
-]
+__all__ = ["IF_MATCH_RE", "MemoryView", "not_found", "request_actor"]
 
 IF_MATCH_RE = re.compile(r'\s*(?:([0-9]{1,18})|"([0-9]{1,18})")\s*')
 
@@ -166,12 +129,15 @@ class MemoryView(APIView):
     def heavy_slot(self, request: Request, user_id: str) -> ExitStack:
         """One of the caller's heavy-read slots (as ``heavy_read``), held until the stack
         returned is closed: a streamed response holds it until its stream ends."""
+        slot = ExitStack()
+        slot.enter_context(limits.heavy_read(caller=self.heavy_caller(request, user_id)))
+        return slot
+
+    def heavy_caller(self, request: Request, user_id: str) -> str:
+        """Whose heavy-read slots a request holds (as ``heavy_read`` says)."""
         user = request.user
         own = owner_id_for(user) == user_id
-        caller = f"user:{user.pk}" if own else f"owner:{user_id}"
-        slot = ExitStack()
-        slot.enter_context(limits.heavy_read(caller=caller))
-        return slot
+        return f"user:{user.pk}" if own else f"owner:{user_id}"
 
     def get_renderers(self) -> list[renderers.BaseRenderer]:
         # NOTE: the site's renderers (DRF's defaults, or its DEFAULT_RENDERER_CLASSES), read

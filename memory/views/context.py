@@ -15,8 +15,8 @@ from memory.serializers import (
     ContextSerializer,
     SummarySerializer,
 )
-from memory.views.base import READ_ERRORS, USER_ID, MemoryView, _validated, schema_responses
-from memory.views.schema import BUDGET_400
+from memory.views.base import MemoryView, _validated
+from memory.views.schema import BUDGET_400, READ_ERRORS, USER_ID, schema_responses
 
 
 class ContextView(MemoryView):

@@ -20,21 +20,18 @@ from memory.serializers import (
     FactsMergeInputSerializer,
     PageQuerySerializer,
 )
-from memory.views.base import (
+from memory.views.base import MemoryView, _if_match, _next_url, _validated, request_actor
+from memory.views.schema import (
+    CURSOR_400,
+    EXPIRED_400,
     FACT_KEY,
     IF_MATCH,
     MAX_FACTS_400,
     READ_ERRORS,
     USER_ID,
     WRITE_ERRORS,
-    MemoryView,
-    _if_match,
-    _next_url,
-    _validated,
-    request_actor,
     schema_responses,
 )
-from memory.views.schema import CURSOR_400, EXPIRED_400
 
 
 class FactsView(MemoryView):

@@ -1,10 +1,20 @@
-"""The serializers of ``health/``: what the database, the cache and a read replica answer."""
+"""``health/``: what the database, the cache and a read replica answer (the view, open to
+load-balancer probes, and its serializers)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rest_framework import serializers
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from memory import selectors
+from memory.views.base import MemoryView
+from memory.views.schema import ERRORS
 
 
 class HealthLatencySerializer(serializers.Serializer[dict[str, Any]]):
@@ -46,3 +56,31 @@ class HealthSerializer(serializers.Serializer[dict[str, Any]]):
     read_replica = ReadReplicaHealthSerializer(
         required=False, help_text="With MEMORY['READ_DATABASE']: the read replica."
     )
+
+
+class HealthView(MemoryView):
+    """``health/``: whether the database and the cache answer; open to load-balancer probes."""
+
+    # NOTE: no authentication (a bad token must not fail a probe), no throttle (probes are
+    # frequent), and nothing in the answer but two words.
+    authentication_classes = ()
+    permission_classes = [AllowAny]
+    throttle_classes = ()
+
+    @extend_schema(
+        tags=["health"],
+        responses={
+            200: OpenApiResponse(HealthSerializer, description="The database answers."),
+            400: OpenApiResponse(
+                OpenApiTypes.OBJECT, description="A query parameter given more than once."
+            ),
+            414: ERRORS[414],
+            503: OpenApiResponse(HealthSerializer, description="The database is down."),
+        },
+        summary="Health of the database and the cache",
+        operation_id="health_get",
+    )
+    def get(self, request: Request) -> Response:
+        health = selectors.health_get()
+        ok = health["database"] == "ok"
+        return Response(health, status=200 if ok else status.HTTP_503_SERVICE_UNAVAILABLE)

@@ -50,10 +50,10 @@ class _DatabaseMetrics(Collector):
     """Values read from the database when scraped: the owners whose cache update is pending."""
 
     def collect(self) -> Iterator[Metric]:
-        from memory import selectors
+        from memory.selectors.owners import owner_dirty_count
 
         try:
-            dirty = selectors.owner_dirty_count(limit=DIRTY_OWNERS_LIMIT)
+            dirty = owner_dirty_count(limit=DIRTY_OWNERS_LIMIT)
         except (MemoryUnavailable, DatabaseError) as e:
             # NOTE: a scrape during a database outage still shows the process's metrics;
             # this gauge is missing, which alerting on absent() can catch.

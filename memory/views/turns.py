@@ -20,14 +20,12 @@ from memory.serializers import (
     TurnSerializer,
     turn_input_accepted,
 )
-from memory.views.base import (
+from memory.views.base import MemoryView, _idempotency_key, _validated
+from memory.views.schema import (
     IDEMPOTENCY_KEY,
     READ_ERRORS,
     USER_ID,
     WRITE_ERRORS,
-    MemoryView,
-    _idempotency_key,
-    _validated,
     schema_responses,
 )
 

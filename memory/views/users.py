@@ -1,12 +1,10 @@
-"""``users/{user_id}/``: forget; its sessions; linking an anonymous owner; ``health/``."""
+"""``users/{user_id}/``: forget; its sessions; linking an anonymous owner."""
 
 from __future__ import annotations
 
 from django.http import Http404
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -18,17 +16,14 @@ from memory.serializers import (
     PageQuerySerializer,
     SessionListSerializer,
 )
-from memory.views.base import (
+from memory.views.base import MemoryView, _next_url, _validated
+from memory.views.schema import (
+    CURSOR_400,
     READ_ERRORS,
     USER_ID,
     WRITE_ERRORS,
-    MemoryView,
-    _next_url,
-    _validated,
     schema_responses,
 )
-from memory.views.health import HealthSerializer
-from memory.views.schema import CURSOR_400, ERRORS
 
 
 class SessionsView(MemoryView):
@@ -60,34 +55,6 @@ class UserView(MemoryView):
     def delete(self, request: Request, user_id: str) -> Response:
         services.memory_forget(owner_id=user_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-class HealthView(MemoryView):
-    """``health/``: whether the database and the cache answer; open to load-balancer probes."""
-
-    # NOTE: no authentication (a bad token must not fail a probe), no throttle (probes are
-    # frequent), and nothing in the answer but two words.
-    authentication_classes = ()
-    permission_classes = [AllowAny]
-    throttle_classes = ()
-
-    @extend_schema(
-        tags=["health"],
-        responses={
-            200: OpenApiResponse(HealthSerializer, description="The database answers."),
-            400: OpenApiResponse(
-                OpenApiTypes.OBJECT, description="A query parameter given more than once."
-            ),
-            414: ERRORS[414],
-            503: OpenApiResponse(HealthSerializer, description="The database is down."),
-        },
-        summary="Health of the database and the cache",
-        operation_id="health_get",
-    )
-    def get(self, request: Request) -> Response:
-        health = selectors.health_get()
-        ok = health["database"] == "ok"
-        return Response(health, status=200 if ok else status.HTTP_503_SERVICE_UNAVAILABLE)
 
 
 class LinkView(MemoryView):

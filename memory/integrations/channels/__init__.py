@@ -9,15 +9,10 @@ layer shared by several instances).
 
 from __future__ import annotations
 
-from memory.extras import extra_install
+from memory.extras import extra_needed
 
-try:
+with extra_needed("memory.integrations.channels", "Django Channels", "channels"):
     import channels  # noqa: F401
-except ImportError as e:
-    raise ImportError(
-        "memory.integrations.channels needs Django Channels, the extra channels: "
-        + extra_install("channels")
-    ) from e
 
 from memory.integrations.channels.exchanges import group_name, owner_exchange_lock, reply_chunks
 from memory.integrations.channels.sockets import MemoryChatConsumer, MemoryChatMixin

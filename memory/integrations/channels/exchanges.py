@@ -12,7 +12,7 @@ import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
@@ -23,13 +23,20 @@ from memory import selectors, services
 from memory.exceptions import IdempotencyKeyReused, MemoryUnavailable
 from memory.models import Role
 from memory.payloads import ContextPayload, TurnPayload, turn_payload
-
-if TYPE_CHECKING:
-    from memory.integrations.channels.sockets import MemoryChatMixin
+from memory.selectors.turns import owner_last_seq, turn_by_key_get
 
 logger = logging.getLogger("memory.integrations.channels")
 
 T = TypeVar("T")
+
+
+class ChatSocket(Protocol):
+    """What an exchange needs of a socket (``sockets.MemoryChatMixin``): to hand it frames."""
+
+    def _event(self, frame: dict[str, Any]) -> None: ...
+
+    def _exchange_done(self, message_id: str) -> None: ...
+
 
 # Close codes: a frame over the size cap (RFC 6455's "message too big"), a binary frame
 # ("unsupported data"), and a socket with no owner (not authenticated).
@@ -51,7 +58,7 @@ _exchanges_by_owner: dict[str, int] = {}
 _running: dict[tuple[str, str], Exchange] = {}
 _replies: dict[str, dict[int, list[str]]] = {}
 # The sockets of this process, by owner.
-_sockets: dict[str, weakref.WeakSet[MemoryChatMixin]] = {}
+_sockets: dict[str, weakref.WeakSet[ChatSocket]] = {}
 _owner_locks: dict[str, asyncio.Lock] = {}
 # Connections this process holds for exchange locks at most (a pool: each an owner with a reply in
 # production); an exchange past it waits for one. A connection idle for LOCK_CONNECTION_IDLE
@@ -301,10 +308,10 @@ def _exchange_open(
     sent = _user_append(
         owner_id=owner_id, session_id=session_id, content=content, message_id=message_id
     )
-    done = selectors.turn_by_key_get(owner_id=owner_id, idempotency_key=f"ws:{message_id}:reply")
+    done = turn_by_key_get(owner_id=owner_id, idempotency_key=f"ws:{message_id}:reply")
     if done is not None:
         return sent, done, 0, None
-    seq = selectors.owner_last_seq(owner_id=owner_id) + 1
+    seq = owner_last_seq(owner_id=owner_id) + 1
     return sent, None, seq, selectors.context_get(owner_id=owner_id)
 
 
@@ -320,7 +327,7 @@ class Exchange:
         content: str,
         message_id: str,
         responder: Any,
-        origin: MemoryChatMixin,
+        origin: ChatSocket,
         reply_timeout: float,
         lock_timeout: float,
     ) -> None:

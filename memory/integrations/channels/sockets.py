@@ -36,6 +36,7 @@ from memory.integrations.channels.exchanges import (
 )
 from memory.models import Role
 from memory.payloads import TurnPayload
+from memory.selectors.turns import owner_last_seq
 from memory.validators import validate_content, validate_session_id
 
 logger = logging.getLogger("memory.integrations.channels")
@@ -151,7 +152,7 @@ class MemoryChatMixin:
             await self.close(code=CLOSE_NO_OWNER)  # type: ignore[attr-defined]
             return
         try:
-            self._cursor = await _db(selectors.owner_last_seq, owner_id=owner_id)
+            self._cursor = await _db(owner_last_seq, owner_id=owner_id)
         except MemoryUnavailable:
             await self.accept()  # type: ignore[attr-defined]
             await self.close(code=1011)  # type: ignore[attr-defined]

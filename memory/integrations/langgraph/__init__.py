@@ -6,16 +6,11 @@ extra ``langgraph``: ``pip install "$(echo dist/django_memory-*.whl)[langgraph]"
 
 from __future__ import annotations
 
-from memory.extras import extra_install
+from memory.extras import extra_needed
 
-try:
+with extra_needed("memory.integrations.langgraph", "langgraph", "langgraph"):
     import langgraph.checkpoint.base
     import langgraph.store.base  # noqa: F401
-except ImportError as e:
-    raise ImportError(
-        "memory.integrations.langgraph needs langgraph, the extra langgraph: "
-        + extra_install("langgraph")
-    ) from e
 
 from memory.integrations.langgraph.checkpoint import MemoryCheckpointSaver
 from memory.integrations.langgraph.store import MemoryStore, fact_key, item_address

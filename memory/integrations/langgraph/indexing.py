@@ -17,8 +17,8 @@ from django.core.exceptions import ValidationError
 from langgraph.store.base import GetOp, IndexConfig, Item, SearchOp, TTLConfig
 from langgraph.store.base.embed import ensure_embeddings, get_text_at_path
 
-from memory import services
 from memory.integrations.threads import thread_connection
+from memory.services.expiry import afacts_expire, facts_expire
 
 # A read refreshes a fact's TTL once this share of it has passed since the last write: a
 # refresh is a write (a new version of the fact), so a fact read in a loop is not rewritten
@@ -184,7 +184,7 @@ async def _ready(value: T) -> T:
 
 def _sweep() -> int:
     with thread_connection():
-        return services.facts_expire()
+        return facts_expire()
 
 
 class TTLMethods:
@@ -198,12 +198,12 @@ class TTLMethods:
     _sweeper: Sweeper | None
 
     def sweep_ttl(self) -> Any:
-        """Delete the expired facts now (``services.facts_expire``, the app's own sweep, of
+        """Delete the expired facts now (``memory.ops.facts_expire``, the app's own sweep, of
         every owner); how many went."""
         return self.asweep_ttl() if _in_event_loop() else _sweep()
 
     async def asweep_ttl(self) -> int:
-        return await services.afacts_expire()
+        return await afacts_expire()
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Any:
         """Sweep every ``sweep_interval_minutes`` (else the ``ttl`` configuration's

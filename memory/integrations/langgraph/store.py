@@ -52,6 +52,8 @@ from memory.integrations.langgraph.matching import (
 )
 from memory.integrations.threads import thread_connection
 from memory.payloads import FactPayload
+from memory.selectors.facts import astore_vectors_get, store_vectors_get
+from memory.selectors.search import afacts_similar, facts_similar
 from memory.services.store_vectors import store_vectors_put
 from memory.validators import validate_fact_key, validate_owner_id
 
@@ -466,12 +468,12 @@ class MemoryStore(TTLMethods, BaseStore):
             with thread_connection():
                 facts = {o: selectors.fact_list(owner_id=o) for o in plan.owners}
                 similar = {
-                    index: selectors.facts_similar(owner_id=o, query=query, limit=conf.MAX_FACTS)
+                    index: facts_similar(owner_id=o, query=query, limit=conf.MAX_FACTS)
                     for index, o, query in _similar_asked(plan)
                     if self.index is None
                 }
                 held = {
-                    o: selectors.store_vectors_get(owner_id=o, model=self.index.model)
+                    o: store_vectors_get(owner_id=o, model=self.index.model)
                     for o in {owner for _, owner, _ in asked}
                     if self.index is not None
                 }
@@ -504,12 +506,12 @@ class MemoryStore(TTLMethods, BaseStore):
             )
             facts = {o: await selectors.afact_list(owner_id=o) for o in plan.owners}
             similar = {
-                i: await selectors.afacts_similar(owner_id=o, query=query, limit=conf.MAX_FACTS)
+                i: await afacts_similar(owner_id=o, query=query, limit=conf.MAX_FACTS)
                 for i, o, query in _similar_asked(plan)
                 if index is None
             }
             held = {
-                o: await selectors.astore_vectors_get(owner_id=o, model=index.model)
+                o: await astore_vectors_get(owner_id=o, model=index.model)
                 for o in {owner for _, owner, _ in asked}
                 if index is not None
             }

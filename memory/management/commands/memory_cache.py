@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from memory import selectors, services
+from memory import ops, selectors
 from memory.exceptions import MemoryUnavailable
 from memory.management.args import owner_ids
 
@@ -55,7 +55,7 @@ class Command(BaseCommand):
         if options["recent"] is not None:
             if options["recent"] < 1:
                 raise CommandError("--recent must be at least 1.")
-            ids = selectors.owner_recent_list(limit=options["recent"])
+            ids = ops.owner_recent_list(limit=options["recent"])
         else:
             ids = owner_ids(options["owner"])
         warmed = 0
@@ -71,7 +71,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Warmed {warmed} owner(s).")
 
     def _drop(self, ids: list[str]) -> None:
-        failed = [owner_id for owner_id in ids if not services.cache_drop(owner_id=owner_id)]
+        failed = [owner_id for owner_id in ids if not ops.cache_drop(owner_id=owner_id)]
         if failed:
             raise CommandError(f"Redis did not confirm the drop for: {', '.join(failed)}.")
         self.stdout.write(f"Dropped the cached copy of {len(ids)} owner(s).")

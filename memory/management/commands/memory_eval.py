@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from memory.evaluation import EvalFileError, eval_run, eval_tables, evalset_read
+from memory.evaluation.files import EvalFileError, evalset_read
+from memory.evaluation.run import eval_run, eval_tables
 from memory.exceptions import MemoryUnavailable
 
 MODES = ("text", "semantic", "hybrid")

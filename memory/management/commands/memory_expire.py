@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from memory import services
+from memory import ops
 from memory.exceptions import MemoryUnavailable
 from memory.services.expiry import EXPIRE_BATCH
 
@@ -40,7 +40,7 @@ class Command(BaseCommand):
         if options["limit"] is not None and options["limit"] < 1:
             raise CommandError("--limit must be at least 1.")
         try:
-            count = services.facts_expire(batch_size=options["batch_size"], limit=options["limit"])
+            count = ops.facts_expire(batch_size=options["batch_size"], limit=options["limit"])
         except MemoryUnavailable as e:
             raise CommandError(str(e)) from e
         self.stdout.write(f"Deleted {count:,} expired fact(s).")

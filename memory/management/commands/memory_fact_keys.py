@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from memory import selectors, services
+from memory import ops
 from memory.exceptions import MemoryUnavailable
 
 # Facts listed, or owners renamed, per round trip.
@@ -35,7 +35,7 @@ class Command(BaseCommand):
             raise CommandError(str(e)) from e
 
     def _list(self) -> None:
-        found = selectors.fact_dot_key_list(limit=BATCH)
+        found = ops.fact_dot_key_list(limit=BATCH)
         for owner_id, key in found:
             self.stdout.write(f"{owner_id} {key}")
         more = f" (the first {BATCH})" if len(found) == BATCH else ""
@@ -43,10 +43,10 @@ class Command(BaseCommand):
 
     def _rename(self) -> None:
         renamed = 0
-        while found := selectors.fact_dot_key_list(limit=BATCH):
+        while found := ops.fact_dot_key_list(limit=BATCH):
             done = 0
             for owner_id in dict.fromkeys(owner_id for owner_id, _ in found):
-                for old, new in services.fact_dot_keys_rename(owner_id=owner_id).items():
+                for old, new in ops.fact_dot_keys_rename(owner_id=owner_id).items():
                     self.stdout.write(f"{owner_id}: {old} -> {new}")
                     done += 1
             if not done:

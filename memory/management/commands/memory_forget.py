@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from memory import selectors, services
+from memory import ops, services
 from memory.exceptions import MemoryUnavailable
 from memory.management.args import owner_ids
 
@@ -38,7 +38,7 @@ class Command(BaseCommand):
     def _forget(self, ids: list[str], *, interactive: bool) -> None:
         stored = []
         for owner_id in ids:
-            summary = selectors.owner_summary_get(owner_id=owner_id)
+            summary = ops.owner_summary_get(owner_id=owner_id)
             if summary is None:
                 self.stdout.write(f"{owner_id}: nothing stored.")
                 continue

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from memory import selectors, services
+from memory import ops
 from memory.exceptions import MemoryUnavailable
 from memory.management.args import parse_age
 
@@ -38,10 +38,10 @@ class Command(BaseCommand):
         idle_for = parse_age(options["idle_for"], option="--idle-for")
         try:
             if options["dry_run"]:
-                count = selectors.owners_idle_count(prefix=prefix, idle_for=idle_for)
+                count = ops.owners_idle_count(prefix=prefix, idle_for=idle_for)
                 self.stdout.write(f"{count:,} owner(s) would go.")
                 return
-            forgotten = services.owners_forget_idle(prefix=prefix, idle_for=idle_for)
+            forgotten = ops.owners_forget_idle(prefix=prefix, idle_for=idle_for)
         except (ValidationError, MemoryUnavailable) as e:
             raise CommandError(" ".join(getattr(e, "messages", [str(e)]))) from e
         self.stdout.write(f"Forgot {forgotten:,} owner(s).")

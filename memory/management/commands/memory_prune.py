@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from memory import selectors, services
+from memory import ops
 from memory.exceptions import MemoryUnavailable
 from memory.management.args import owner_ids, parse_age
 
@@ -55,12 +55,12 @@ class Command(BaseCommand):
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1.")
         # NOTE: every owner is read in chunks as the prune goes, never all ids at once.
-        ids = owner_ids(options["owner"]) or selectors.owner_id_iter(min_last_seq=keep_last or 0)
+        ids = owner_ids(options["owner"]) or ops.owner_id_iter(min_last_seq=keep_last or 0)
         dry_run = options["dry_run"]
         total = owners = 0
         try:
             for owner_id in ids:
-                count = services.turns_prune(
+                count = ops.turns_prune(
                     owner_id=owner_id,
                     before=before,
                     keep_last=keep_last,

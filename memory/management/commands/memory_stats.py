@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from memory import selectors
+from memory import ops
 from memory.exceptions import MemoryUnavailable
 
 # The shared counters memory.cache keeps in Redis, in the order they are printed.
@@ -32,7 +32,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            stats = selectors.stats_get()
+            stats = ops.stats_get()
         except MemoryUnavailable as e:
             raise CommandError(str(e)) from e
         if options["json"]:

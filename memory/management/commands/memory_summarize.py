@@ -9,7 +9,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from memory import services
+from memory import ops
 from memory.exceptions import MemoryUnavailable
 from memory.management.args import parse_age
 
@@ -40,7 +40,7 @@ class Command(BaseCommand):
             raise CommandError("Give a USER_ID or --pending.")
         try:
             if user_id:
-                batches = services.summary_refresh(owner_id=user_id)
+                batches = ops.summary_refresh(owner_id=user_id)
                 self.stdout.write(f"Wrote {batches:,} summary batch(es) for {user_id}.")
                 return
             text = options["older_than"]

@@ -18,49 +18,72 @@ DECLARE
   v_written jsonb := '[]'::jsonb;
   v_tokens bigint;
 BEGIN
-  SELECT o.id, o.stamp INTO owner_pk, prev_stamp
-  FROM memory_owner AS o WHERE o.external_id = p_owner FOR UPDATE;
-  IF NOT FOUND THEN
-    INSERT INTO memory_owner AS o
-      (external_id, last_seq, stamp, cache_dirty, summary_tokens, created_at, updated_at)
-    VALUES (p_owner, 0, 0, false, 0, p_at, p_at) ON CONFLICT (external_id) DO NOTHING;
-    SELECT o.id, o.stamp INTO STRICT owner_pk, prev_stamp
+  IF p_key IS NULL AND p_facts IS NULL THEN
+    -- NOTE: nothing to check under the owner's lock first: the UPDATE takes it, with no lock
+    -- record of its own before it. It takes the seq only if the stamp it finds locked is the
+    -- one its snapshot read (a write that committed in between fails the test on the row's
+    -- newest version), so the stamp it returns as taken before is the one it replaced; else
+    -- nothing is written and the general path below runs.
+    UPDATE memory_owner AS o SET stamp = nextval('memory_stamp_seq'), last_seq = o.last_seq + 1,
+      cache_dirty = o.cache_dirty OR p_dirty, updated_at = statement_timestamp(),
+      summary_tokens = o.summary_tokens + p_tokens
+    FROM (SELECT w.id, w.stamp FROM memory_owner AS w WHERE w.external_id = p_owner) AS was
+    WHERE o.id = was.id AND o.stamp = was.stamp
+    RETURNING o.id, was.stamp, o.last_seq, o.stamp, o.summary_tokens
+    INTO owner_pk, prev_stamp, seq, stamp, v_tokens;
+  END IF;
+  IF owner_pk IS NULL THEN
+    SELECT o.id, o.stamp INTO owner_pk, prev_stamp
     FROM memory_owner AS o WHERE o.external_id = p_owner FOR UPDATE;
-  END IF;
-  IF p_key IS NOT NULL THEN
-    SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata::text, t.created_at
-    INTO turn_id, seq, session_id, role, content, metadata, created_at
-    FROM memory_turn AS t WHERE t.owner_id = owner_pk AND t.idempotency_key = p_key;
-    IF FOUND THEN
-      created := false;
-      conflict := false;
-      prev_stamp := NULL;
-      RETURN NEXT;
-      RETURN;
+    IF NOT FOUND THEN
+      INSERT INTO memory_owner AS o
+        (external_id, last_seq, stamp, cache_dirty, summary_tokens, created_at, updated_at)
+      VALUES (p_owner, 0, 0, false, 0, p_at, p_at) ON CONFLICT (external_id) DO NOTHING;
+      SELECT o.id, o.stamp INTO STRICT owner_pk, prev_stamp
+      FROM memory_owner AS o WHERE o.external_id = p_owner FOR UPDATE;
     END IF;
-  END IF;
-  IF p_facts IS NOT NULL THEN
-    FOR v_fact IN SELECT * FROM jsonb_array_elements(p_facts) LOOP
-      SELECT f.value INTO v_value
-      FROM memory_fact AS f WHERE f.owner_id = owner_pk AND f.key = v_fact->>'key'
-        AND (f.expires_at IS NULL OR f.expires_at > p_at);
-      IF FOUND IS DISTINCT FROM (v_fact->'had')::boolean
-         OR (FOUND AND v_value::text IS DISTINCT FROM (v_fact->'was')::text) THEN
-        conflict := true;
+    IF p_key IS NOT NULL THEN
+      SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata::text, t.created_at
+      INTO turn_id, seq, session_id, role, content, metadata, created_at
+      FROM memory_turn AS t WHERE t.owner_id = owner_pk AND t.idempotency_key = p_key;
+      IF FOUND THEN
         created := false;
+        conflict := false;
+        prev_stamp := NULL;
         RETURN NEXT;
         RETURN;
       END IF;
-    END LOOP;
+    END IF;
+    IF p_facts IS NOT NULL THEN
+      FOR v_fact IN SELECT * FROM jsonb_array_elements(p_facts) LOOP
+        SELECT f.value INTO v_value
+        FROM memory_fact AS f WHERE f.owner_id = owner_pk AND f.key = v_fact->>'key'
+          AND (f.expires_at IS NULL OR f.expires_at > p_at);
+        IF FOUND IS DISTINCT FROM (v_fact->'had')::boolean
+           OR (FOUND AND v_value::text IS DISTINCT FROM (v_fact->'was')::text) THEN
+          conflict := true;
+          created := false;
+          RETURN NEXT;
+          RETURN;
+        END IF;
+      END LOOP;
+    END IF;
+    UPDATE memory_owner AS o SET stamp = nextval('memory_stamp_seq'), last_seq = o.last_seq + 1,
+      cache_dirty = o.cache_dirty OR p_dirty, updated_at = statement_timestamp(),
+      summary_tokens = o.summary_tokens + p_tokens
+    WHERE o.id = owner_pk
+    RETURNING o.last_seq, o.stamp, o.summary_tokens INTO seq, stamp, v_tokens;
   END IF;
-  UPDATE memory_owner AS o SET stamp = nextval('memory_stamp_seq'), last_seq = o.last_seq + 1,
-    cache_dirty = o.cache_dirty OR p_dirty, updated_at = statement_timestamp(),
-    summary_tokens = o.summary_tokens + p_tokens
-  WHERE o.id = owner_pk RETURNING o.last_seq, o.stamp, o.summary_tokens INTO seq, stamp, v_tokens;
-  INSERT INTO memory_session AS s (owner_id, session_id, first_seen, last_seen, turn_count)
-  VALUES (owner_pk, p_session, p_at, p_at, 1)
-  ON CONFLICT ON CONSTRAINT memory_session_owner_sid_uniq
-  DO UPDATE SET last_seen = EXCLUDED.last_seen, turn_count = s.turn_count + 1;
+  -- NOTE: an UPDATE finds the session nearly always; the INSERT's conflict path would lock
+  -- the row with a record of its own before updating it.
+  UPDATE memory_session AS s SET last_seen = p_at, turn_count = s.turn_count + 1
+  WHERE s.owner_id = owner_pk AND s.session_id = p_session;
+  IF NOT FOUND THEN
+    INSERT INTO memory_session AS s (owner_id, session_id, first_seen, last_seen, turn_count)
+    VALUES (owner_pk, p_session, p_at, p_at, 1)
+    ON CONFLICT ON CONSTRAINT memory_session_owner_sid_uniq
+    DO UPDATE SET last_seen = EXCLUDED.last_seen, turn_count = s.turn_count + 1;
+  END IF;
   INSERT INTO memory_turn AS t
     (owner_id, seq, session_id, role, content, metadata, idempotency_key, created_at)
   VALUES (owner_pk, seq, p_session, p_role, p_content, p_metadata, p_key, p_at)

@@ -1,7 +1,7 @@
 """The tools over the REST API: ``GET tools/`` (the definitions) and ``POST
 users/{user_id}/tools/{name}/`` (a call, ``{"arguments": {...}}`` -> ``{"result": {...}}``), on
 the app's base view: the same authentication, owner check, throttles and error mapping as every
-other user endpoint. A call runs ``memory.tools.tool_run``, the path of every door.
+other user endpoint. A call runs ``memory.tools.calls.tool_run``, the step of every door.
 """
 
 from __future__ import annotations
@@ -14,23 +14,10 @@ from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from memory.tools.calls import (
-    ToolArgumentsInvalid,
-    ToolNotFound,
-    tool_arguments,
-    tool_execute,
-    tool_get,
-)
+from memory.tools.calls import ToolArgumentsInvalid, ToolNotFound, tool_get, tool_run
 from memory.tools.definitions import TOOLS, definitions
-from memory.views.base import (
-    READ_ERRORS,
-    USER_ID,
-    WRITE_ERRORS,
-    MemoryView,
-    request_actor,
-    schema_responses,
-)
-from memory.views.schema import openapi_31
+from memory.views.base import MemoryView, request_actor
+from memory.views.schema import READ_ERRORS, USER_ID, WRITE_ERRORS, openapi_31, schema_responses
 
 
 class ToolCallInputSerializer(serializers.Serializer[dict[str, Any]]):
@@ -99,15 +86,16 @@ class ToolCallView(MemoryView):
     @extend_schema(exclude=True)
     def post(self, request: Request, user_id: str, name: str) -> Response:
         try:
-            tool = tool_get(name)
+            tool_get(name)
         except ToolNotFound as e:
             raise exceptions.NotFound(str(e)) from e
         try:
-            arguments = tool_arguments(tool, _arguments(request.data))
-            if tool.heavy(arguments):
-                self.heavy_read(request, user_id)
-            result = tool_execute(
-                tool, owner_id=user_id, arguments=arguments, actor=request_actor(request)
+            result = tool_run(
+                name=name,
+                arguments=_arguments(request.data),
+                owner_id=user_id,
+                caller=self.heavy_caller(request, user_id),
+                actor=request_actor(request),
             )
         except ToolArgumentsInvalid as e:
             raise exceptions.ValidationError({"arguments": e.detail}) from e

@@ -32,13 +32,13 @@ from memory.models import (
 
 
 @contextmanager
-def _service() -> Iterator[None]:
+def service_transaction() -> Iterator[None]:
     """One service's transaction; a lost database becomes ``MemoryUnavailable``."""
     with cache.service_write(), database_guard(), transaction.atomic():
         yield
 
 
-def _check(field: str, validator: Any, value: Any) -> None:
+def field_check(field: str, validator: Any, value: Any) -> None:
     try:
         validator(value)
     except ValidationError as e:
@@ -46,10 +46,10 @@ def _check(field: str, validator: Any, value: Any) -> None:
 
 
 @overload
-def _owner_lock(owner_id: str, *, create: Literal[True]) -> Owner: ...
+def owner_lock(owner_id: str, *, create: Literal[True]) -> Owner: ...
 @overload
-def _owner_lock(owner_id: str, *, create: bool) -> Owner | None: ...
-def _owner_lock(owner_id: str, *, create: bool) -> Owner | None:
+def owner_lock(owner_id: str, *, create: bool) -> Owner | None: ...
+def owner_lock(owner_id: str, *, create: bool) -> Owner | None:
     """The owner's row, locked until commit; created first when ``create``."""
     if create:
         owner, _ = Owner.objects.select_for_update().get_or_create(external_id=owner_id)
@@ -57,7 +57,7 @@ def _owner_lock(owner_id: str, *, create: bool) -> Owner | None:
     return Owner.objects.select_for_update().filter(external_id=owner_id).first()
 
 
-def _session_touch(owner: Owner, session_id: str, at: Any, turns: int = 1) -> None:
+def session_touch(owner: Owner, session_id: str, at: Any, turns: int = 1) -> None:
     updated = Session.objects.filter(owner=owner, session_id=session_id).update(
         last_seen=at, turn_count=F("turn_count") + turns
     )
@@ -67,7 +67,7 @@ def _session_touch(owner: Owner, session_id: str, at: Any, turns: int = 1) -> No
         )
 
 
-def _sessions_uncount(owner: Owner, removed: Mapping[str, int]) -> None:
+def sessions_uncount(owner: Owner, removed: Mapping[str, int]) -> None:
     """Lower session counts after turns were deleted; a session left with none goes."""
     for session_id, count in removed.items():
         Session.objects.filter(owner=owner, session_id=session_id).update(
@@ -76,7 +76,7 @@ def _sessions_uncount(owner: Owner, removed: Mapping[str, int]) -> None:
     Session.objects.filter(owner=owner, turn_count__lte=0).delete()
 
 
-def _facts_cap_check(owner: Owner, keys: Collection[str], *, field: str) -> None:
+def facts_cap_check(owner: Owner, keys: Collection[str], *, field: str) -> None:
     """Raise ``ValidationError`` ({field: message}) if setting ``keys`` would leave the owner
     with more than ``MEMORY["MAX_FACTS"]`` facts. Call under the owner's row lock, so that no
     other write can add a fact between this count and the commit. An expired fact, absent
@@ -97,7 +97,7 @@ def _facts_cap_check(owner: Owner, keys: Collection[str], *, field: str) -> None
         )
 
 
-def _fact_write(
+def fact_write(
     owner: Owner,
     key: str,
     value: Any,
@@ -152,7 +152,7 @@ def _fact_write(
     return fact, created
 
 
-def _admin_log_scrub(owner: Owner) -> int:
+def admin_log_scrub(owner: Owner) -> int:
     """Delete the Django admin's log entries about ``owner``: those of its owner row (by pk, or
     by the owner id as their ``object_repr``, which covers an earlier owner of the same id) and
     of its sessions, turns, facts and fact versions (by pk); return how many went.
@@ -182,7 +182,7 @@ def _admin_log_scrub(owner: Owner) -> int:
     return deleted
 
 
-def _fact_remove(owner: Owner, fact: Fact, *, at: Any, actor: str) -> None:
+def fact_remove(owner: Owner, fact: Fact, *, at: Any, actor: str) -> None:
     """Delete one fact under the owner lock, leaving its last, ``deleted``, version."""
     FactVersion.objects.create(
         owner=owner,
