@@ -150,8 +150,7 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     errors += _check_resolver(values["OWNER_RESOLVER"])
     errors += _check_extractor(values["FACT_EXTRACTOR"])
     errors += _check_token_counter(values["TOKEN_COUNTER"])
-    # NOTE: left unset, the summarizer is the built-in one only where django-tasks is installed
-    # (memory.conf); so the check reads what conf makes of it.
+    # NOTE: left unset, the summarizer depends on django-tasks (memory.conf): check conf's value.
     errors += _check_summarizer(values["SUMMARIZER"] if "SUMMARIZER" in user else conf.SUMMARIZER)
     token = values["METRICS_TOKEN"]
     if token is not None and not (isinstance(token, str) and len(token) >= 16):
@@ -201,8 +200,7 @@ def check_memory_pooler(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             )
         options = config.get("OPTIONS") or {}
         held = []
-        # NOTE: psycopg prepares only on Django's server-binding cursors; its client-binding
-        # one (the default) never does, whatever the threshold.
+        # NOTE: psycopg prepares only on Django's server-binding cursors, never on the default one.
         if (
             options.get("server_side_binding") is True
             and options.get("prepare_threshold") is not None
@@ -229,9 +227,8 @@ def check_memory_pooler(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
 @register(Tags.compatibility)
 def check_memory_asgi_connections(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Served under ASGI, no database of the app keeps connections (``CONN_MAX_AGE``) without
-    Django's pool: each request's sync code runs in a thread of its own there, whose kept
-    connection nothing closes. The project is taken as served under ASGI when it sets
-    ``ASGI_APPLICATION``, or (``asgi_request_started``) once an ASGI request reached it."""
+    Django's pool: each request's sync thread's connection is never closed there. ASGI means
+    ``ASGI_APPLICATION`` is set, or an ASGI request has reached the process."""
     if not (getattr(settings, "ASGI_APPLICATION", None) or _served.asgi):
         return []
     return persistent_connections()
@@ -270,9 +267,8 @@ _served = _Served()
 
 
 def asgi_request_started(sender: Any, **kwargs: Any) -> None:
-    """``request_started`` receiver: on the first request of Django's ASGI handler, log the
-    ``memory.W011`` warnings once (a site served by uvicorn need not set
-    ``ASGI_APPLICATION``), then stop listening."""
+    """``request_started`` receiver: on the first ASGI request, log the ``memory.W011`` warnings
+    once, then stop listening."""
     from django.core.handlers.asgi import ASGIHandler
     from django.core.signals import request_started
 
@@ -533,9 +529,8 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
 def _check_alias_prefix(
     alias: str, config: dict[str, Any], user: dict[str, Any]
 ) -> list[CheckMessage]:
-    # NOTE: the app builds its own keys (``<MEMORY["KEY_PREFIX"]>:v4:...``) and sends them to
-    # Redis as they are, so Django's per-alias KEY_PREFIX never reaches them. A site that
-    # separates its keys that way would believe they are separated when they are not.
+    # NOTE: the app sends its own keys (``<MEMORY["KEY_PREFIX"]>:v4:...``) as they are, so the
+    # alias's KEY_PREFIX would separate nothing while seeming to.
     alias_prefix = config.get("KEY_PREFIX")
     prefix = user.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"])
     if not alias_prefix or alias_prefix == prefix:
@@ -555,8 +550,8 @@ def _check_alias_prefix(
 def check_memory_dot_keys(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """No fact has a key made only of dots: a client's URL of such a fact collapses to the
-    owner's own (``facts/../``). Stored before the rule; ``memory_fact_keys --rename``."""
+    """No fact has a key made only of dots: its URL collapses to the owner's (``facts/../``). Fixed
+    by ``memory_fact_keys --rename``."""
     from django.db import DatabaseError, router
 
     from memory import selectors
@@ -568,8 +563,7 @@ def check_memory_dot_keys(
     try:
         found = len(selectors.fact_dot_key_list(limit=101))
     except (DatabaseError, MemoryUnavailable):
-        # NOTE: migrate runs database checks before it migrates: no table yet, or no database,
-        # is nothing to warn of here.
+        # NOTE: migrate runs database checks before it migrates: no table yet is no warning.
         return []
     if not found:
         return []
