@@ -6,12 +6,8 @@ import hashlib
 
 from memory.conf import conf
 
-# NOTE: bumped whenever the shape of a cached payload changes, so that an old copy is never
-# read as a new one.
-# v2: the copy holds the owner's summary (``sum``), so a v1 copy, which lacks it, is not read.
-# v3: each fact payload holds ``expires_at``, which every read filters by; a v2 copy lacks it.
-# v4: turn and fact payloads are JSON arrays in a fixed order (copy.TURN_FIELDS, FACT_FIELDS),
-#     not objects: a v3 copy's objects would be read as arrays.
+# NOTE: bumped whenever a cached payload's shape changes, so an old copy is never read as new (v4:
+# turns and facts are JSON arrays in TURN_FIELDS / FACT_FIELDS order).
 SCHEMA = "v4"
 
 
@@ -20,10 +16,10 @@ def prefix() -> str:
 
 
 def owner_key(owner_id: str) -> str:
-    """The owner's memory hash; the ``{...}`` hash tag keeps all its keys in one cluster slot.
+    """The owner's memory hash; the ``{...}`` hash tag keeps its keys in one cluster slot.
 
-    The tag is a digest of the owner id, not the id itself: key names show up in monitoring,
-    slow logs and ``--bigkeys`` output, and a forgotten owner's floor must not name them.
+    The tag is a digest, not the owner id, so that key names in monitoring and a forgotten owner's
+    floor do not name the owner.
     """
     digest = hashlib.blake2b(owner_id.encode(), digest_size=12).hexdigest()
     return f"{prefix()}:{{{digest}}}"

@@ -40,8 +40,8 @@ FILL_POLL_MAX_SECONDS = 0.05
 
 
 class Refused:
-    """A copy that failed the validity step: this process holds an unconfirmed update of the
-    owner (``stale`` False), or the copy's stamp is not the database's (``stale`` True)."""
+    """A copy that failed the validity step: an unconfirmed update of this process (``stale``
+    False), or a stamp that is not the database's (``stale`` True)."""
 
     def __init__(self, *, stale: bool) -> None:
         self.stale = stale
@@ -52,11 +52,9 @@ def copy_valid(
 ) -> ReadResult | Refused:
     """The validity step every read served from a copy passes.
 
-    A copy is refused while this process holds an update of that owner that Redis did not
-    confirm; and, while this process saw Redis down within ``MEMORY["SUSPECT_WINDOW"]``
-    seconds, unless its stamp is the owner's stamp in the database (one query): an update
-    lost by another process may not be repaired yet. ``suspect``: that state, as the caller
-    read it (``None``: read it now); only a suspect step queries. Raises what the database
+    Refused while this process holds an unconfirmed update of the owner; and, while it is suspect
+    (``MEMORY["SUSPECT_WINDOW"]``), unless its stamp is the owner's in the database (one query).
+    ``suspect``: that state as the caller read it (``None``: read it now). Raises what the database
     raises.
     """
     if not isinstance(result, Hit):
@@ -78,8 +76,7 @@ def cache_lookup(owner_id: str, turns: int, *, claim_fill: bool = True) -> ReadR
 
 
 class _Flights:
-    """The rehydrations this process is running, by owner: a reader that finds one waits on it
-    instead of polling Redis."""
+    """The rehydrations this process is running, by owner, for its readers to wait on."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -112,16 +109,10 @@ def _tail(turns: list[_T], n: int) -> list[_T]:
 
 
 def fill_verify(owner_id: str, stamp: int) -> bool:
-    """After a fill at ``stamp`` was stored without its claim, check it against the owner's
-    stamp in the database; a fill that a write overtook is dropped again. Returns whether it
-    stands.
+    """After a fill at ``stamp`` was stored without its claim, check it against the owner's stamp in
+    the database; a fill a write overtook is dropped again. Returns whether it stands.
 
-    NOTE: this, not the floor, is what keeps a stale fill out: a floor deleted, evicted or
-    flushed between the fill's database read and its store lets the fill in, and this catches
-    it. A fill that still finds its own claim needs no check: the claim was written into the
-    owner's hash before the database read, and every write's cache update and every loss of
-    the hash removes it whole. A write that commits after this check finds the copy at its
-    previous stamp or not at all.
+    NOTE: this, not the floor, keeps a stale fill out (a lost floor lets it in; this catches it).
     """
     try:
         current = stamp_get(owner_id)
@@ -152,23 +143,18 @@ def _rehydrate(owner_id: str, turns: int, load: Loader, fill_token: str | None) 
     if stored is Fill.UNCLAIMED:
         fill_verify(owner_id, snapshot.stamp)
     elif stored is Outcome.TIMEOUT:
-        # NOTE: a Redis that timed out may still run the fill once it answers again (one that
-        # refused the connection never got it, and leaves nothing to repair).
+        # NOTE: a Redis that timed out may still run the fill once it answers again.
         remember(Pending(owner_pk=None, owner_id=owner_id, stamp=snapshot.stamp))
     return Snapshot(snapshot.stamp, _tail(snapshot.turns, turns), snapshot.facts, snapshot.summary)
 
 
 def _wait_for_fill(owner_id: str, turns: int) -> ReadResult | Refused | None:
-    """Another reader is rehydrating this owner: wait for its copy, for at most
-    ``FILL_WAIT_MS``. Returns the validated copy; or a ``Miss`` with a fill token when that
-    reader's lock went without leaving a copy and this one took it over; or ``None``: read
-    the database yourself. A rehydration in this process is waited on directly; one in
-    another process is polled for in Redis, backing off.
-    """
+    """Wait, at most ``FILL_WAIT_MS``, for another reader's rehydration of this owner. Returns the
+    validated copy; a ``Miss`` with a fill token when that reader's lock went without a copy; or
+    ``None``: read the database yourself."""
     deadline = time.monotonic() + conf.FILL_WAIT_MS / 1000
     delay = FILL_POLL_SECONDS
-    # NOTE: a hundred threads polling every 10 ms kept the one rehydrating thread of their own
-    # process off the CPU until they all gave up and read the database (docs/performance.md).
+    # NOTE: waited on, not polled: pollers starved the rehydrating thread (docs/performance.md).
     while (remaining := deadline - time.monotonic()) > 0:
         running = _flights.get(owner_id)
         if running is not None:
@@ -176,8 +162,7 @@ def _wait_for_fill(owner_id: str, turns: int) -> ReadResult | Refused | None:
         else:
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, FILL_POLL_MAX_SECONDS)
-        # NOTE: only the cache is trusted, never the other reader's rows: its fill is refused
-        # if a write moved the owner on meanwhile, and then this reader takes over.
+        # NOTE: trust only the cache, never the other reader's rows: a write refuses its stale fill.
         result = cache_lookup(owner_id, turns)
         if not isinstance(result, Miss) or result.fill_token:
             return result
@@ -185,25 +170,20 @@ def _wait_for_fill(owner_id: str, turns: int) -> ReadResult | Refused | None:
 
 
 def snapshot_live(snapshot: Snapshot) -> Snapshot:
-    """``snapshot`` without the facts expired by now, on this process's clock.
-
-    NOTE: the copy keeps each fact's ``expires_at``, and every read drops the facts past it
-    here, so a fact leaves a warm copy on every instance the moment it expires, with no write
-    and no invalidation; the sweep's delete (``services.facts_expire``) comes later.
-    """
+    """``snapshot`` without the facts expired by now, on this process's clock: an expired fact
+    leaves every copy at once, with no write."""
     facts = facts_live(snapshot.facts, timezone.now())
     return snapshot if facts is snapshot.facts else dataclasses.replace(snapshot, facts=facts)
 
 
 def read_through(*, owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, Source]:
-    """The owner's memory with its last ``turns`` turns, and where it was read from; its facts
-    exclude those expired by now (``snapshot_live``), whichever it was read from.
+    """The owner's memory with its last ``turns`` turns, and where it was read from; expired facts
+    excluded.
 
-    A valid copy answers in one Redis round trip and no query. A miss rehydrates: concurrent
-    readers of one owner wait (``FILL_WAIT_MS``) for a single reader's verified fill. A copy
-    with too few turns, a refused copy, or a Redis that is down, skipped or erring: the
-    database (``load``), with no fill unless the copy was stale. Raises what ``load`` raises;
-    never a Redis error.
+    A valid copy: one Redis round trip, no query. A miss rehydrates, one reader per owner, the
+    others waiting (``FILL_WAIT_MS``). Too few turns, a refused copy, or Redis down: the database
+    (``load``), with no fill unless the copy was stale. Raises what ``load`` raises; never a Redis
+    error.
     """
     snapshot, source = _read_through(owner_id, turns, load)
     return snapshot_live(snapshot), source
