@@ -28,10 +28,9 @@ def _elapsed_ms(started: float) -> float:
 
 
 def health_get() -> HealthPayload:
-    """Whether the database answers a query and the cache a PING, and how many milliseconds
-    each took (also when it failed: a timeout shows as such); the cache's is None when no
-    cache is configured. With ``MEMORY["CACHE_REPLICAS"]``, ``cache_replicas`` says whether
-    this process's last cache update reached its replicas. Never raises."""
+    """Whether the database answers a query and the cache a PING, and each one's milliseconds (the
+    cache's None without a cache); with ``MEMORY["CACHE_REPLICAS"]``, ``cache_replicas`` says
+    whether this process's last update reached its replicas. Never raises."""
     started = time.perf_counter()
     try:
         with connection.cursor() as cursor:
