@@ -1,13 +1,9 @@
 """Writes to an owner's memory: the app's public Python API for changing it.
 
-Every service runs in one transaction under the owner's row lock, commits to the database
-first, and only then (``transaction.on_commit``) updates the Redis copy. A write that raises
-stored nothing; a Redis failure never fails a write (``memory.cache`` states the protocol).
-One module per thing written: ``turns``, ``turn_facts`` (the facts a turn states), ``facts``,
-``expiry`` (the sweep of expired facts), ``owners``, ``summaries``, ``embeddings``, ``imports``
-(an export document loaded into an empty owner); ``_common`` holds what they share.
-``deferred`` holds the django-tasks tasks (a deferred extractor's, a summary refresh's, an
-embedding run's), imported only when one is due (not from here).
+Every service runs in one transaction under the owner's row lock and updates the Redis copy only
+after commit. A write that raises stored nothing; a Redis failure never fails a write
+(``memory.cache`` states the protocol). One module per thing written; ``deferred`` holds the
+django-tasks tasks, imported only when one is due.
 """
 
 from __future__ import annotations

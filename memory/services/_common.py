@@ -78,9 +78,8 @@ def _sessions_uncount(owner: Owner, removed: Mapping[str, int]) -> None:
 
 def _facts_cap_check(owner: Owner, keys: Collection[str], *, field: str) -> None:
     """Raise ``ValidationError`` ({field: message}) if setting ``keys`` would leave the owner
-    with more than ``MEMORY["MAX_FACTS"]`` facts. Call under the owner's row lock, so that no
-    other write can add a fact between this count and the commit. An expired fact, absent
-    from every read, is not counted: setting its key again replaces it."""
+    with more than ``MEMORY["MAX_FACTS"]`` facts (expired ones not counted). Call under the
+    owner's lock."""
     facts = Fact.objects.filter(fact_live(timezone.now()), owner=owner)
     new = len(set(keys) - set(facts.filter(key__in=keys).values_list("key", flat=True)))
     if not new:
@@ -108,16 +107,15 @@ def _fact_write(
     actor: str,
     expires_at: Any = None,
 ) -> tuple[Fact, bool] | None:
-    """Set one fact under the owner lock, its version recording ``actor``; ``None`` when the
-    value and expiry are unchanged. A write replaces the fact: without ``expires_at`` the fact
-    no longer expires. A fact expired but not swept yet is absent: setting its key again
-    "creates" it (a new version whatever its value)."""
+    """Set one fact under the owner lock, its version recording ``actor``; ``None`` when value
+    and expiry are unchanged. Without ``expires_at`` it no longer expires; an expired fact is set
+    anew."""
     fact = Fact.objects.filter(owner=owner, key=key).first()
     expired = fact is not None and fact.expires_at is not None and fact.expires_at <= timezone.now()
     created = fact is None or expired
     if fact is None:
-        # NOTE: a key deleted before continues its version count, so its history stays unique
-        # and an If-Match naming a version of the deleted fact can never match the new one.
+        # NOTE: a deleted key's versions go on, so an If-Match of the old fact never matches the
+        # new.
         last = (
             FactVersion.objects.filter(owner=owner, key=key)
             .order_by("-version")
@@ -126,7 +124,7 @@ def _fact_write(
         )
         fact = Fact(owner=owner, key=key, version=(last or 0) + 1)
     elif not expired and codec.json_equal(fact.value, value) and fact.expires_at == expires_at:
-        # NOTE: JSON's equality, not Python's: ``true`` over ``1`` is a change (issue 21).
+        # NOTE: JSON's equality, not Python's: ``true`` over ``1`` is a change.
         return None
     else:
         fact.version += 1
@@ -153,12 +151,8 @@ def _fact_write(
 
 
 def _admin_log_scrub(owner: Owner) -> int:
-    """Delete the Django admin's log entries about ``owner``: those of its owner row (by pk, or
-    by the owner id as their ``object_repr``, which covers an earlier owner of the same id) and
-    of its sessions, turns, facts and fact versions (by pk); return how many went.
-
-    Nothing when ``django.contrib.admin`` is not installed. Runs in the caller's transaction.
-    """
+    """Delete the admin's log entries about ``owner`` (its row by pk or id, its rows by pk); return
+    how many. Nothing without ``django.contrib.admin``. Runs in the caller's transaction."""
     # NOTE: imported here: the app works without the admin, and this decides at call time.
     from django.apps import apps
 
@@ -174,8 +168,7 @@ def _admin_log_scrub(owner: Owner) -> int:
         Q(object_id=str(owner.pk)) | Q(object_repr=owner.external_id)
     )
     for model in (Session, Turn, Fact, FactVersion):
-        # NOTE: LogEntry.object_id is text; one subquery per model, bounded by the owner's rows
-        # (which the forget deletes anyway).
+        # NOTE: LogEntry.object_id is text; one subquery per model, bounded by the owner's rows.
         pks = model.objects.filter(owner=owner).values_list(Cast("pk", TextField()))
         about |= Q(content_type=types[model], object_id__in=pks)
     deleted, _ = LogEntry.objects.filter(about).delete()

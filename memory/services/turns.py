@@ -1,6 +1,5 @@
-"""Writes of turns: append (one statement when nothing else is written) with the extraction of
-its facts (inline, or a record and a task for a deferred extractor), an operator's delete and
-prune. The write of extracted facts and the deferred run are in ``turn_facts``."""
+"""Writes of turns: append, with the extraction of its facts (inline, or a record and a task for a
+deferred extractor), an operator's delete and prune."""
 
 from __future__ import annotations
 
@@ -65,12 +64,10 @@ def turn_append(
 ) -> Turn:
     """Append a turn to the owner's history and return it, with the owner's next ``seq``.
 
-    ``seq`` is 1, 2, 3... per owner in commit order, with no gap or repeat under concurrent
-    writers. A repeated ``idempotency_key`` with the same input returns the turn first stored
-    and stores nothing; with other input it raises ``IdempotencyKeyReused``. A user turn goes
-    through ``MEMORY["FACT_EXTRACTOR"]`` (docs/python-api.md, "Appending a turn"). While
-    summaries are on, its tokens count toward the owner's next summary refresh, recorded in
-    the same transaction and enqueued after commit once due (docs/summaries.md). Raises
+    ``seq`` is 1, 2, 3... per owner in commit order, with no gap or repeat under concurrent writers.
+    A repeated ``idempotency_key`` with the same input returns the turn first stored; with other
+    input it raises ``IdempotencyKeyReused``. A user turn goes through ``MEMORY["FACT_EXTRACTOR"]``
+    (docs/python-api.md) and counts toward the next summary refresh (docs/summaries.md). Raises
     ``ValidationError`` ({field: messages}) for bad input and ``MemoryUnavailable`` when the
     database cannot be reached; then nothing was stored.
     """
@@ -95,9 +92,8 @@ def _turn_append(
     *,
     fast: bool,
 ) -> Turn:
-    """``turn_append``: its checks and its extraction plan, then, with ``fast``, the one call
-    (``memory.postgres.turn_append``) unless a fact moved meanwhile, else ``_turn_append_django``.
-    """
+    """``turn_append`` after its checks and extraction plan: with ``fast`` the one-statement path
+    unless a planned fact moved meanwhile, else ``_turn_append_django``."""
     metadata = dict(metadata) if metadata is not None else {}
     _check("user_id", validate_owner_id, owner_id)
     _check("session_id", validate_session_id, session_id)
@@ -107,9 +103,8 @@ def _turn_append(
     _check("metadata", validate_metadata, metadata)
     if idempotency_key is not None:
         _check("idempotency_key", validate_idempotency_key, idempotency_key)
-    # NOTE: on every path, once and before any lock: the general path below (SQLite, or
-    # Postgres after a fact moved meanwhile) merges what it found under the lock, and never
-    # runs the extractor again (issue 21: it ran under the lock, and twice after a conflict).
+    # NOTE: once and before any lock, on every path: the general path merges under the lock and
+    # never runs the extractor again.
     plan = _turn_facts_plan(owner_id, role, content)
     new = TurnInput(owner_id, session_id, role, content, metadata, idempotency_key)
     count = summary_count(content)
@@ -136,14 +131,13 @@ def _turn_append(
 
 
 def _turn_append_django(new: TurnInput, plan: AppendPlan, count: SummaryCount) -> Turn:
-    """The append of checked input through the ORM, under the owner's row lock: the
-    specification of ``memory.postgres.turn_append`` (tests/test_postgres.py), and the path
-    off PostgreSQL or after a fact of ``plan`` moved."""
+    """The append through the ORM, under the owner's row lock: the specification of
+    ``memory.postgres.turn_append``, and the path off PostgreSQL or after a planned fact moved."""
     with _service():
         owner = _owner_lock(new.owner_id, create=True)
         if new.idempotency_key is not None:
-            # NOTE: under the owner's lock, so a duplicate in flight waits for the first to
-            # commit and then finds its turn here: one turn is stored, however many race.
+            # NOTE: under the owner's lock: a racing duplicate waits for the first to commit, then
+            # finds it.
             existing = Turn.objects.filter(owner=owner, idempotency_key=new.idempotency_key)
             if (found := existing.first()) is not None:
                 return retry_checked(found, new)
@@ -168,8 +162,7 @@ _NOTHING = AppendPlan()
 
 def _extraction_enqueue(pending_pk: int) -> None:
     """Enqueue the task of a ``PendingExtraction`` after the current transaction commits."""
-    # NOTE: imported here, so that django-tasks is needed only by a site with a deferred
-    # extractor. A crash before the enqueue leaves the record for ``memory_extract --pending``.
+    # NOTE: imported here: only a site with a deferred extractor needs django-tasks.
     from memory.services.deferred import extraction_enqueue
 
     transaction.on_commit(lambda: extraction_enqueue(pending_pk=pending_pk), robust=True)
@@ -177,8 +170,8 @@ def _extraction_enqueue(pending_pk: int) -> None:
 
 def _turn_summary_count(owner: Owner, count: SummaryCount, at: Any) -> None:
     """Add the turn's tokens to the owner's (locked) ``summary_tokens``; once they reach
-    ``count.after``, record the refresh due (one record per owner) and enqueue it after commit.
-    The ORM twin of what ``memory_turn_append()`` does in its ``UPDATE``."""
+    ``count.after``, record the refresh due and enqueue it after commit (the ORM twin of
+    ``memory_turn_append()``'s ``UPDATE``)."""
     if count.after is None:
         return
     owner.summary_tokens += count.tokens
@@ -188,14 +181,9 @@ def _turn_summary_count(owner: Owner, count: SummaryCount, at: Any) -> None:
 
 
 def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
-    """Run the inline extractor on a user turn, before the turn's transaction and holding no
-    lock, and merge what it finds into the owner's current facts of those keys (read here, in
-    one query unless the extractor read them all): the one call then writes them under the
-    owner's lock, provided none of those facts changed meanwhile (else the general path merges
-    ``found`` again under the lock, ``_turn_facts_merge``). A fact with a bad key or value is
-    logged and dropped here; an extractor that fails is logged, and the turn is stored without
-    facts.
-    """
+    """Run the inline extractor on a user turn, before the transaction and holding no lock, and
+    merge its findings into the owner's current facts of those keys. A bad fact is logged and
+    dropped; a failing extractor is logged, and the turn is stored without facts."""
     if role != Role.USER:
         return _NOTHING
     try:
@@ -211,8 +199,7 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
                 ).values_list("key", "value")
             )
         )
-        # NOTE: inside a caller's transaction, a query that fails must not abort it; in
-        # autocommit (the usual request) it aborts nothing and costs nothing.
+        # NOTE: inside a caller's transaction, a failing query must not abort it.
         with transaction.atomic() if connection.in_atomic_block else nullcontext():
             found = list(extractor.extract(content, facts=held))
             if not found:
@@ -251,16 +238,12 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
 
 
 def _turn_facts_merge(owner: Owner, turn: Turn, plan: AppendPlan) -> list[Fact]:
-    """On the general path, under the owner's lock: write what the extraction planned before
-    it (``_turn_facts_plan``) for this turn; return the facts that changed.
+    """On the general path, under the owner's lock: write what ``_turn_facts_plan`` planned for this
+    turn; return the facts that changed.
 
-    What an inline extractor found is merged into the owner's facts as they are now, and each
-    changed value written, in a savepoint: a fact write that fails is logged to
-    ``memory.extraction`` and rolled back alone, so that the turn still commits. A fact with a
-    bad key or value is logged and skipped, and so is a new key once the owner holds
-    ``MEMORY["MAX_FACTS"]`` facts (the cap never fails a turn). A deferred extractor gets a
-    ``PendingExtraction`` record, and after commit a task for it (``turn_facts_extract`` in a
-    worker).
+    Each fact is written in a savepoint: a failing one is logged to ``memory.extraction`` and rolled
+    back alone, so the turn still commits; a bad fact, or a new key past ``MEMORY["MAX_FACTS"]``, is
+    skipped. A deferred extractor gets a ``PendingExtraction`` and, after commit, a task.
     """
     if plan.defer:
         # NOTE: outside a savepoint: the turn and its record commit together, or neither does.
@@ -296,10 +279,9 @@ def _turn_extraction_defer(turn: Turn) -> None:
 def turn_delete(*, owner_id: str, seq: int) -> bool:
     """Delete one turn (an operator's correction); return whether it existed.
 
-    The other turns keep their ``seq``; the turn's session count drops by one (a session left
-    with no turn goes). The cached copy
-    is dropped after commit, so the next read rehydrates. Raises ``MemoryUnavailable`` when the
-    database cannot be reached.
+    The other turns keep their ``seq``; the session's count drops by one (an empty session goes).
+    The cached copy is dropped after commit. Raises ``MemoryUnavailable`` when the database cannot
+    be reached.
     """
     _check("user_id", validate_owner_id, owner_id)
     with _service():
@@ -351,14 +333,11 @@ def turns_prune(
 ) -> int:
     """Delete the owner's turns created before ``before`` and not among its last ``keep_last``.
 
-    Each criterion given must hold for a turn to go; at least one is required. Returns how
-    many turns were deleted (with ``dry_run``, how many would be, and nothing changes). Deletes
-    at most ``batch_size`` turns per transaction, oldest first, each under the owner's row lock
-    (so appends of that owner wait for one batch at most, and no table lock is taken); each
-    batch lowers its sessions' ``turn_count``, bumps the owner's stamp and drops its cached copy
-    after commit, so the next read rehydrates. The other turns keep their ``seq``. Raises
-    ``ValidationError`` for bad input and ``MemoryUnavailable`` when the database cannot be
-    reached; batches committed before that stay deleted.
+    Each criterion given must hold; at least one is required. Returns how many turns were deleted
+    (with ``dry_run``, would be; nothing changes). At most ``batch_size`` turns per transaction,
+    oldest first, under the owner's row lock; each batch drops the cached copy after commit. The
+    other turns keep their ``seq``. Raises ``ValidationError`` for bad input and
+    ``MemoryUnavailable`` when the database cannot be reached; committed batches stay deleted.
     """
     _check("user_id", validate_owner_id, owner_id)
     if before is None and keep_last is None:
@@ -380,14 +359,13 @@ def turns_prune(
     while True:
         with _service():
             owner = _owner_lock(owner_id, create=False)
-            # NOTE: an owner forgotten, and maybe re-created, between two batches is another
-            # owner whose seqs start again at 1: the floor found for the first means nothing.
+            # NOTE: an owner forgotten and re-created between batches is another owner: stop.
             if owner is None or owner_pk not in (None, owner.pk):
                 return deleted
             if owner_pk is None:
                 owner_pk = owner.pk
-                # NOTE: fixed at the first batch: turns appended during the prune are newer
-                # than every turn it removes, so they only add to what is kept.
+                # NOTE: fixed at the first batch: turns appended during the prune only add to what
+                # is kept.
                 below_seq = _keep_last_floor(owner, keep_last)
             rows = list(
                 _prunable_turns(owner, before=before, below_seq=below_seq)
