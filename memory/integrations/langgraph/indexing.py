@@ -17,20 +17,16 @@ from django.core.exceptions import ValidationError
 from langgraph.store.base import GetOp, IndexConfig, Item, SearchOp, TTLConfig
 from langgraph.store.base.embed import ensure_embeddings, get_text_at_path
 
-# A read refreshes a fact's TTL once this share of it has passed since the last write: a
-# refresh is a write (a new version of the fact), so a fact read in a loop is not rewritten
-# on every read.
+# A read refreshes a fact's TTL once this share of it has passed: a refresh is a write.
 REFRESH_AFTER = 0.1
 DISTANCES = ("cosine", "inner_product", "l2")
 logger = logging.getLogger("memory.store")
 
 
 class StoreIndex:
-    """A store's own ``index`` configuration: its embedder (``embed``, LangChain's
-    ``Embeddings`` or a function of texts), the ``fields`` (paths, ``$`` the whole value)
-    embedded by default, and ``distance_type`` (``cosine`` by default, ``inner_product``,
-    ``l2``). ``model`` names the vectors it writes: vectors of another configuration are not
-    compared with its own."""
+    """A store's own ``index`` configuration: its embedder (``embed``), the ``fields`` embedded by
+    default, and ``distance_type`` (``cosine``, ``inner_product``, ``l2``). ``model`` names its
+    vectors: another configuration's are not compared."""
 
     def __init__(self, config: IndexConfig) -> None:
         if not isinstance(config, dict) or config.get("embed") is None:
@@ -88,9 +84,8 @@ def ttl_expiry(minutes: float | None, at: dt.datetime) -> dt.datetime | None:
 
 
 def ttl_refreshed(updated_at: str, expires_at: str | None, now: dt.datetime) -> dt.datetime | None:
-    """The new expiry of a fact read at ``now`` whose TTL a read refreshes: its TTL (the time
-    from its last write to its expiry) from now; ``None`` when it has no TTL or too little of
-    it has passed (``REFRESH_AFTER``)."""
+    """The new expiry of a fact read at ``now``: its TTL again from now; ``None`` without a TTL, or
+    before ``REFRESH_AFTER`` of it has passed."""
     if expires_at is None:
         return None
     written = dt.datetime.fromisoformat(updated_at)
@@ -146,9 +141,8 @@ def refreshes_due(
     results: Sequence[Any],
     key_of: Callable[[tuple[str, ...], str], tuple[str, str]],
 ) -> dict[str, dict[str, tuple[Any, dt.datetime]]]:
-    """The facts whose TTL a batch's reads (``(op index, op, owner)``) refresh: owner -> key
-    -> (value, new expiry); never a key the batch writes. ``key_of`` folds an item's address
-    into ``(owner, fact key)``."""
+    """The facts a batch's reads refresh the TTL of: owner -> key -> (value, new expiry); never a
+    key the batch writes."""
     now = dt.datetime.now(dt.UTC)
     due: dict[str, dict[str, tuple[Any, dt.datetime]]] = {}
     for index, op, owner_id in reads:
@@ -167,8 +161,8 @@ def refreshes_due(
 
 
 def event_loop_refused() -> None:
-    """Refuse a sync call in a running event loop, as LangGraph's async stores do (Django's
-    database calls cannot run there): use the ``a...`` methods, or call from a thread."""
+    """Refuse a sync call in a running event loop, as LangGraph's async stores do: use the ``a...``
+    methods, or call from a thread."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
