@@ -1,9 +1,7 @@
 """Times a search names: ``after``/``before``/``now`` checked, and the date expressions of a
-question in English and Chinese ("last month", "上个月") read as a range of dates against ``now``.
+question ("last month", "上个月") read as a range against ``now``.
 
-Only expressions that name a range by the calendar are read (a day, week, weekend, month,
-season or year, relative to ``now``, or a month by name); anything else ("the week before my
-trip", which needs to know when the trip was) is left to the search by words and meaning.
+Only calendar ranges are read; anything else is left to the search by words and meaning.
 """
 
 from __future__ import annotations
@@ -82,10 +80,9 @@ Range = tuple[dt.datetime, dt.datetime]
 
 
 def when_parse(value: Any, *, field: str) -> dt.datetime | None:
-    """An ISO-8601 date or date-time as an aware datetime (a date is its midnight: so
-    ``before=2026-05-01`` keeps turns of April, ``after=2026-05-01`` those from May 1 on);
-    ``None`` for ``None`` or ``""``. A date-time without an offset is in the current time
-    zone. Raises ``ValidationError({field: ...})`` for anything else."""
+    """An ISO-8601 date or date-time as an aware datetime (a date is its midnight); ``None`` for
+    ``None`` or ``""``; without an offset, the current time zone. Raises ``ValidationError({field:
+    ...})`` for anything else."""
     if value is None or value == "":
         return None
     if isinstance(value, dt.datetime):
@@ -276,10 +273,8 @@ def _zh_month(now: dt.datetime, year: str | None, month: str) -> Range:
 
 
 def when_in_query(q: str, now: dt.datetime) -> tuple[Range | None, str]:
-    """The range of dates a time named in ``q`` covers, against ``now`` (widened by
-    ``MARGIN`` on each side and never past ``now``), and ``q`` without that expression; or
-    ``(None, q)`` when ``q`` names no time this module reads. The first expression found
-    counts."""
+    """The range of dates the first time named in ``q`` covers against ``now`` (widened by
+    ``MARGIN``, never past ``now``), and ``q`` without it; ``(None, q)`` when ``q`` names none."""
     lower = q.lower()
     for pattern, build in (*_EN, *_ZH):
         match = re.search(pattern, lower)

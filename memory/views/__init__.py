@@ -1,10 +1,7 @@
 """The HTTP API: one thin ``APIView`` per URL over the services and selectors, one module per
-entity (``turns``, ``context``, ``facts``, ``users``, ``export``), and in ``base`` the app's
-base view with its mapping of domain and database errors to statuses (412, 404, 413, 422, 503).
-
-Selectors already return the contract's dicts, so views hand them to ``Response`` as they are;
-the output serializers only describe them in the OpenAPI schema.
-"""
+entity, and in ``base`` the base view with its mapping of domain and database errors to statuses.
+Views hand the selectors' dicts to ``Response`` as they are; output serializers only describe
+them."""
 
 from __future__ import annotations
 
