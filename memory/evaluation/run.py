@@ -1,13 +1,9 @@
-"""Loading an ``EvalSet`` into throwaway owners and measuring the search on it (what
-``manage.py memory_eval`` runs).
+"""Loading an ``EvalSet`` into throwaway owners and measuring the search on it (``manage.py
+memory_eval``; docs/recall.md).
 
-Each conversation becomes an owner ``<prefix><its id>`` through ``services.memory_import``
-(the turns keep their sessions and dates; a turn longer than ``MEMORY["MAX_TURN_CHARS"]`` is
-cut to it), is embedded at once where search by meaning is on (``services.turns_embed``, in
-this process), and each question is searched with ``selectors.turn_search`` in each mode, told
-the question's date where the search takes one. Baselines on the same owners, where asked:
-``bm25`` (``metrics.Bm25`` over every turn), ``dense`` (exact cosine of the same embedder's
-stored vectors) and ``bm25+dense`` (their reciprocal rank fusion).
+Each conversation becomes an owner ``<prefix><its id>`` through ``services.memory_import``, is
+embedded in this process where search by meaning is on, and each question is searched in each mode;
+baselines (``bm25``, ``dense``, ``bm25+dense``) run on the same owners where asked.
 """
 
 from __future__ import annotations
@@ -168,10 +164,9 @@ def eval_run(
     baselines: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> EvalRun:
-    """Load ``evalset`` into owners of ``prefix`` (each forgotten first), search each question
-    in ``modes`` (and the baselines), and forget the owners unless ``keep``. With ``reuse``, an
-    owner that holds the conversation's turns already (a run kept it) is searched as it is:
-    only its turns not embedded yet are embedded."""
+    """Load ``evalset`` into owners of ``prefix`` (each forgotten first), search each question in
+    ``modes`` (and the baselines), and forget the owners unless ``keep``. With ``reuse``, an owner
+    already holding the conversation is searched as it is."""
     from memory import selectors, services
     from memory.selectors.search import semantic_on
 
