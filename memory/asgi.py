@@ -128,7 +128,7 @@ class HealthFastPath:
         try:
             request.get_host()
         except DisallowedHost:
-            # NOTE: Django answers it (400), as for any other view.
+            # Django answers it (400), as for any other view.
             return None
         return request, route[1]
 

@@ -185,7 +185,7 @@ def check_memory_pooler(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             )
         )
     for alias in _app_databases():
-        # NOTE: the connection's own settings, as Django applies them.
+        # The connection's own settings, as Django applies them.
         config = connections[alias].settings_dict
         if not config.get("DISABLE_SERVER_SIDE_CURSORS"):
             errors.append(
@@ -347,7 +347,7 @@ def _check_deferred(path: str) -> list[CheckMessage]:
     try:
         deferred = extractor_deferred(extractor_load(path))
     except Exception:
-        # NOTE: a factory that fails here fails at run time too, where it is logged per turn.
+        # A factory that fails here fails at run time too, where it is logged per turn.
         return []
     if not deferred:
         return []
@@ -457,11 +457,11 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         ]
     if alias is None:
         if "memory" not in settings.CACHES:
-            # NOTE: no cache is a supported set-up (every read from the database), not an error.
+            # No cache is a supported set-up (every read from the database), not an error.
             return []
         alias = "memory"
     if alias == "":
-        # NOTE: as in conf.CACHE_ALIAS, an empty alias turns the cache off explicitly.
+        # As in conf.CACHE_ALIAS, an empty alias turns the cache off explicitly.
         return []
     if alias not in settings.CACHES:
         return [

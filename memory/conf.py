@@ -428,7 +428,7 @@ class Settings:
     @setting
     def METRICS_TOKEN(self) -> str | None:
         token = self._get("METRICS_TOKEN")
-        # NOTE: an empty or non-string token never matches (memory.E014 names it).
+        # An empty or non-string token never matches (memory.E014 names it).
         return token if isinstance(token, str) and token else None
 
 

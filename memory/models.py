@@ -295,7 +295,7 @@ class Fact(models.Model):
             ),
         ]
         indexes = [
-            # NOTE: the sweep's order (``services.facts_expire``), over only the facts that expire.
+            # The sweep's order (``services.facts_expire``), over only the facts that expire.
             models.Index(
                 fields=["expires_at", "id"],
                 condition=Q(expires_at__isnull=False),
@@ -363,7 +363,7 @@ class OwnerLink(models.Model):
 
     source = models.OneToOneField(Owner, on_delete=models.CASCADE, related_name="+")
     target = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="+")
-    # NOTE: {source seq (as text): seq on the target}, only for the seqs the source's facts name.
+    # {source seq (as text): seq on the target}, only for the seqs the source's facts name.
     seqs = models.JSONField(default=dict)
     started_at = models.DateTimeField(db_default=Now())
 

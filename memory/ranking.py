@@ -319,7 +319,7 @@ def words_ranked_python(
         if terms
     ]
     if not scored:
-        # NOTE: no term matched (the start of a word, say): the substring match this path had.
+        # No term matched (the start of a word, say): the substring match this path had.
         needle = q.casefold()
         scored = [(row, SUBSTRING_COVERAGE) for row, *_ in held if needle in row[4].casefold()]
     scored.sort(key=lambda item: (-item[1], -item[0][1]))

@@ -33,7 +33,7 @@ from memory.models import Turn
 
 MAX_QUERY_CHARS = 200
 MAX_RESULTS = 100
-# NOTE: the ranges of the database's memory_search_document(): Han, kana, Hangul syllables.
+# The ranges of the database's memory_search_document(): Han, kana, Hangul syllables.
 CJK_RANGES = (
     "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
 )

@@ -438,7 +438,7 @@ def probe(shard: str) -> bool:
         if shard and hasattr(redis, "get_node"):
             node = redis.get_node(node_name=shard)
             if node is None:
-                # NOTE: a node the slot map no longer has: nothing goes to it any more.
+                # A node the slot map no longer has: nothing goes to it any more.
                 return True
             return redis.ping(target_nodes=node)
         return redis.ping()

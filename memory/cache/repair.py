@@ -190,7 +190,7 @@ def sweep(*, grace: float | None = None) -> int:
     dirty_clear(cleared)
     if dropped:
         breaker.count("reconcile_drops", dropped)
-        # NOTE: what is left is a writer that died, or an update Redis never took.
+        # What is left is a writer that died, or an update Redis never took.
         logger.info(
             "Reconciled %d cached cop%s: a writer ended before confirming its update, so the"
             " copy was dropped and is read from the database again.",

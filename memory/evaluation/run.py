@@ -206,7 +206,7 @@ def eval_run(
                             owner_id=owner_id, q=q, mode=mode, limit=DEPTH, now=question.asked_at
                         )
                     except ValidationError:
-                        # NOTE: a question the search refuses (no words in it) finds nothing.
+                        # A question the search refuses (no words in it) finds nothing.
                         found = []
                         run.refused += 1
                     seconds = time.perf_counter() - started

@@ -358,7 +358,7 @@ class MCPApp:
                         self._started.set()
                         await asyncio.Event().wait()
                 finally:
-                    # NOTE: a manager that failed to start lets its waiters on, to fail there.
+                    # A manager that failed to start lets its waiters on, to fail there.
                     self._started.set()
 
             # NOTE: a task of its own, so that it outlives the request that started it.

@@ -92,7 +92,7 @@ def summarize(previous_summary: str | None, turns: Sequence[TurnPayload]) -> str
             continue
         key = _normal(sentence.text)
         if key in seen:
-            # NOTE: said again: it counts from its latest saying.
+            # Said again: it counts from its latest saying.
             candidates[seen[key]] = candidates[seen[key]]._replace(position=sentence.position)
             continue
         seen[key] = len(candidates)

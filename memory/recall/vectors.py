@@ -60,7 +60,7 @@ WHERE v.owner_id = %(owner)s::bigint AND v.model = %(model)s {filters}
 ORDER BY distance, v.turn_id DESC
 LIMIT %(limit)s
 """
-# NOTE: a search narrowed by seq or date reads the turn beside its vector.
+# A search narrowed by seq or date reads the turn beside its vector.
 _FILTER_JOIN = "JOIN memory_turn AS t ON t.id = v.turn_id AND t.owner_id = v.owner_id"
 
 

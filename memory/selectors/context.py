@@ -270,7 +270,7 @@ class _Plan:
             if self._take(recalled_text(chosen)):
                 self.recalled = [turn["seq"] for turn in chosen]
                 return
-            # NOTE: the heading did not fit with them: one turn fewer, the least relevant.
+            # The heading did not fit with them: one turn fewer, the least relevant.
             chosen = sorted(chosen, key=lambda turn: found.index(turn))[:-1]
 
     def payload(self, context: ContextPayload) -> ContextMessagesPayload:

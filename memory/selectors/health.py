@@ -50,7 +50,7 @@ def health_get() -> HealthPayload:
         "latency_ms": {"database": database_ms, "cache": cache_ms},
     }
     if conf.CACHE_REPLICAS and state != "disabled":
-        # NOTE: what this process's last replicated update found, not a probe of its own.
+        # What this process's last replicated update found, not a probe of its own.
         health["cache_replicas"] = cache.replicas_state()
     return health
 

@@ -181,7 +181,7 @@ class Candidate:
 def _logit(mode: str, cosine: float | None, coverage: float) -> float:
     bias, by_meaning, by_words = CALIBRATION[mode]
     if cosine is None:
-        # NOTE: a turn not embedded yet (or a search by words only) is judged by its words.
+        # A turn not embedded yet (or a search by words only) is judged by its words.
         bias, by_meaning, by_words = CALIBRATION["text"]
         cosine = 0.0
     return bias + by_meaning * cosine + by_words * coverage
@@ -365,7 +365,7 @@ def search_filters(
     if named is not None:
         start = named[0] if after_at is None else max(after_at, named[0])
         end = named[1] if before_at is None else min(before_at, named[1])
-        # NOTE: a time named in words that the explicit range excludes yields to the range.
+        # A time named in words that the explicit range excludes yields to the range.
         if start < end:
             after_at, before_at = start, end
         else:
@@ -484,7 +484,7 @@ def facts_similar(*, owner_id: str, query: str, limit: int) -> dict[str, float]:
         nearest = vectors.facts_nearest(
             Turn.objects.db, owner[0], embedders.embedder_name(embedder), vector, limit
         )
-    # NOTE: cosine similarity, 1 - distance: 1 the same direction, 0 unrelated.
+    # Cosine similarity, 1 - distance: 1 the same direction, 0 unrelated.
     return {key: 1.0 - distance for key, distance in nearest}
 
 

@@ -37,7 +37,7 @@ def extraction_run(pending_pk: int) -> int:
             .first()
         )
         if turn is None:
-            # NOTE: done already, or its turn is gone: the record goes.
+            # Done already, or its turn is gone: the record goes.
             PendingExtraction.objects.filter(pk=pending_pk).delete()
             return 0
     owner_id, seq = turn

@@ -64,7 +64,7 @@ def _hand_off(owner_id: str) -> None:
     with _due_lock:
         if len(_pending) < DEBOUNCE_OWNERS:
             _pending.add(owner_id)
-        # NOTE: a forked child starts with none (_after_fork).
+        # A forked child starts with none (_after_fork).
         if _thread is None or not _thread.is_alive():
             _thread = threading.Thread(
                 target=_handoff_loop, name="memory-embed-enqueue", daemon=True

@@ -155,7 +155,7 @@ def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
                         embedded_seq=Greatest("embedded_seq", through)
                     )
             except IntegrityError:
-                # NOTE: the owner was forgotten between the read and the write.
+                # The owner was forgotten between the read and the write.
                 return written
         if rows:
             oldest = min(created_at for _, _, _, created_at in rows)

@@ -389,7 +389,7 @@ def memory_import(*, document: Mapping[str, Any], owner_id: str | None = None) -
         _store(owner, checked)
         last_seq = checked.turns[-1]["seq"] if checked.turns else 0
         cache.owner_drop(owner, turns=max(last_seq - owner.last_seq, 0))
-        # NOTE: the imported turns and facts are found by meaning too, once the run is done.
+        # The imported turns and facts are found by meaning too, once the run is done.
         embedding_due(checked.owner_id)
     return ImportResult(
         checked.owner_id,

@@ -325,7 +325,7 @@ def _link_step(owner_id: str, from_owner_id: str) -> _LinkStep:
         source, target = locked[from_owner_id], locked[owner_id]
         assert target is not None
         if source is None:
-            # NOTE: linked or forgotten meanwhile; undo creating the target, if this did.
+            # Linked or forgotten meanwhile; undo creating the target, if this did.
             transaction.set_rollback(True)
             return _LinkStep(0, 0, True)
         offered = list(Fact.objects.filter(owner=source).values_list("key", flat=True))

@@ -97,7 +97,7 @@ def _refresh_locked(owner_pk: int, summarizer: recall.Summarizer) -> int:
         if not rows:
             if _refresh_done(owner_pk, target):
                 return written
-            # NOTE: appends while this ran took the owner past the threshold again.
+            # Appends while this ran took the owner past the threshold again.
             target = None
             continue
         turns = [turn_payload_from_row(row) for row in rows]
@@ -119,7 +119,7 @@ def _batch_write(
             return False
         stored = Summary.objects.select_for_update().filter(owner=owner).first()
         if (stored.through_seq if stored is not None else 0) != through:
-            # NOTE: another refresh got there first.
+            # Another refresh got there first.
             return False
         Summary.objects.update_or_create(
             owner=owner,

@@ -315,11 +315,11 @@ def _keep_last_floor(owner: Owner, keep_last: int | None) -> int | None:
     if keep_last is None:
         return None
     if keep_last == 0:
-        # NOTE: keep nothing; every seq is below this one.
+        # Keep nothing; every seq is below this one.
         return owner.last_seq + 1
     newest = Turn.objects.filter(owner=owner).order_by("-seq").values_list("seq", flat=True)
     floor = list(newest[keep_last - 1 : keep_last])
-    # NOTE: an owner with at most ``keep_last`` turns keeps them all (0 is below every seq).
+    # An owner with at most ``keep_last`` turns keeps them all (0 is below every seq).
     return floor[0] if floor else 0
 
 

@@ -116,13 +116,13 @@ async def owner_exchange_lock(owner_id: str, *, timeout: float) -> AsyncIterator
                     )
                     yield
                 finally:
-                    # NOTE: the lock goes with the transaction; the connection back to the pool.
+                    # The lock goes with the transaction; the connection back to the pool.
                     with contextlib.suppress(psycopg.Error):
                         await conn.rollback()
         except (psycopg.Error, OSError) as e:
             raise MemoryUnavailable("The owner's exchange lock was not had.") from e
         except TimeoutError as e:
-            # NOTE: psycopg_pool's PoolTimeout is a psycopg.OperationalError, caught above.
+            # psycopg_pool's PoolTimeout is a psycopg.OperationalError, caught above.
             raise MemoryUnavailable("The owner's exchange lock was not had in time.") from e
     finally:
         local.release()
@@ -380,7 +380,7 @@ class Exchange:
         )
         _publish(owner_id, {"type": "turn", "turn": sent})
         if done is not None:
-            # NOTE: a resend of a message already answered: the reply first made, never another.
+            # A resend of a message already answered: the reply first made, never another.
             _publish(owner_id, {"type": "turn", "turn": done})
             return
         assert context is not None

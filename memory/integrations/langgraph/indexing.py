@@ -33,7 +33,7 @@ class StoreIndex:
             raise ValueError("A MemoryStore's index configuration names its embedder: 'embed'.")
         self.config = config
         self.embeddings = ensure_embeddings(config["embed"])
-        # NOTE: "text_fields" is SqliteStore's name for the same.
+        # "text_fields" is SqliteStore's name for the same.
         options: dict[str, Any] = dict(config)
         given = options.get("fields") or options.get("text_fields")
         self.fields: list[str] = list(given or ["$"])
@@ -123,7 +123,7 @@ class Sweeper:
                 try:
                     self.sweep()
                 except Exception:
-                    # NOTE: a lost database is tried again at the next interval.
+                    # A lost database is tried again at the next interval.
                     logger.exception("The LangGraph store's TTL sweep failed.")
         finally:
             self.future.set_result(None)

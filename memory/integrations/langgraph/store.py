@@ -257,7 +257,7 @@ def _search(
             if not item.score:
                 continue
         found.append(item)
-    # NOTE: best first, then the newest (as LangGraph's Postgres store), then by key.
+    # Best first, then the newest (as LangGraph's Postgres store), then by key.
     found.sort(key=lambda i: (i.namespace, i.key))
     if scored is not None:
         found.sort(key=lambda i: -i.updated_at.timestamp())
@@ -323,7 +323,7 @@ def _writes_apply(
         for owner_id in sorted(set(writes) | set(refreshes)):
             changes = writes.get(owner_id, {})
             for key in [key for key, write in changes.items() if write.value is None]:
-                # NOTE: a delete of nothing is nothing, as in LangGraph's stores.
+                # A delete of nothing is nothing, as in LangGraph's stores.
                 with contextlib.suppress(FactNotFound):
                     services.fact_delete(owner_id=owner_id, key=key)
             plain = {
