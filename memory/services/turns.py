@@ -108,7 +108,7 @@ def _turn_append(
         field_check("idempotency_key", validate_idempotency_key, idempotency_key)
     # NOTE: on every path, once and before any lock: the general path below (SQLite, or
     # Postgres after a fact moved meanwhile) merges what it found under the lock, and never
-    # runs the extractor again (issue 21: it ran under the lock, and twice after a conflict).
+    # runs the extractor again.
     plan = _turn_facts_plan(owner_id, role, content)
     new = TurnInput(owner_id, session_id, role, content, metadata, idempotency_key)
     count = summary_count(content)
