@@ -155,6 +155,10 @@ class setting(property, Generic[_T]):
 
     def __init__(self, fget: Callable[[Any], _T]) -> None:
         super().__init__(fget)
+        self.name = fget.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
 
     @overload
     def __get__(self, obj: None, objtype: type | None = None) -> setting[_T]: ...
@@ -166,7 +170,7 @@ class setting(property, Generic[_T]):
         if obj is None:
             return self
         assert self.fget is not None
-        name = self.fget.__name__
+        name = self.name
         memory = getattr(settings, "MEMORY", None)
         if memory is not obj.source:
             # NOTE: MEMORY assigned anew without the signal is as stale as after setting_changed.
@@ -182,6 +186,23 @@ class setting(property, Generic[_T]):
         # stale.
         obj.values[name] = (generation, value)
         return value
+
+
+class count_setting(setting[int]):
+    """A setting that must be a positive integer; ``unit`` (`` (seconds)``) goes in its error."""
+
+    def __init__(self, unit: str = "") -> None:
+        super().__init__(self._read)
+        self.unit = unit
+
+    def _read(self, obj: Settings) -> int:
+        value = obj._get(self.name)
+        number = as_int(value)
+        if number is None or number <= 0:
+            raise ImproperlyConfigured(
+                f"MEMORY['{self.name}'] must be a positive integer{self.unit}, not {value!r}."
+            )
+        return number
 
 
 class Settings:
@@ -203,15 +224,6 @@ class Settings:
         if not isinstance(user, dict):
             raise ImproperlyConfigured(f"MEMORY must be a dict, not {type(user).__name__}.")
         return user.get(name, DEFAULTS[name])
-
-    def _count(self, name: str, *, unit: str = "") -> int:
-        value = self._get(name)
-        number = as_int(value)
-        if number is None or number <= 0:
-            raise ImproperlyConfigured(
-                f"MEMORY['{name}'] must be a positive integer{unit}, not {value!r}."
-            )
-        return number
 
     def _seconds(self, name: str, *, positive: bool = False) -> float:
         value = self._get(name)
@@ -243,37 +255,14 @@ class Settings:
             return "memory"
         return alias or None
 
-    @setting
-    def CACHE_TTL(self) -> int:
-        return self._count("CACHE_TTL", unit=" (seconds)")
-
-    @setting
-    def CACHE_TURNS(self) -> int:
-        return self._count("CACHE_TURNS")
-
-    @setting
-    def CONTEXT_TURNS(self) -> int:
-        return self._count("CONTEXT_TURNS")
-
-    @setting
-    def MAX_CONTEXT_TURNS(self) -> int:
-        return self._count("MAX_CONTEXT_TURNS")
-
-    @setting
-    def MAX_TURN_CHARS(self) -> int:
-        return self._count("MAX_TURN_CHARS")
-
-    @setting
-    def MAX_PAGE_BYTES(self) -> int:
-        return self._count("MAX_PAGE_BYTES", unit=" (bytes)")
-
-    @setting
-    def MAX_JSON_BYTES(self) -> int:
-        return self._count("MAX_JSON_BYTES")
-
-    @setting
-    def MAX_FACTS(self) -> int:
-        return self._count("MAX_FACTS")
+    CACHE_TTL = count_setting(" (seconds)")
+    CACHE_TURNS = count_setting()
+    CONTEXT_TURNS = count_setting()
+    MAX_CONTEXT_TURNS = count_setting()
+    MAX_TURN_CHARS = count_setting()
+    MAX_PAGE_BYTES = count_setting(" (bytes)")
+    MAX_JSON_BYTES = count_setting()
+    MAX_FACTS = count_setting()
 
     @setting
     def KEY_PREFIX(self) -> str:
@@ -332,9 +321,7 @@ class Settings:
             )
         return number
 
-    @setting
-    def CACHE_REPLICA_WAIT_MS(self) -> int:
-        return self._count("CACHE_REPLICA_WAIT_MS")
+    CACHE_REPLICA_WAIT_MS = count_setting()
 
     def _flag(self, name: str) -> bool:
         value = self._get(name)
@@ -419,33 +406,13 @@ class Settings:
             return None
         return self._dotted("EMBEDDER", optional=True)  # type: ignore[no-any-return]
 
-    @setting
-    def EMBED_BATCH_TURNS(self) -> int:
-        return self._count("EMBED_BATCH_TURNS")
-
-    @setting
-    def RECALL_TURNS(self) -> int:
-        return self._count("RECALL_TURNS")
-
-    @setting
-    def SUMMARY_AFTER_TOKENS(self) -> int:
-        return self._count("SUMMARY_AFTER_TOKENS")
-
-    @setting
-    def SUMMARY_BATCH_TURNS(self) -> int:
-        return self._count("SUMMARY_BATCH_TURNS")
-
-    @setting
-    def SEARCH_TIMEOUT_MS(self) -> int:
-        return self._count("SEARCH_TIMEOUT_MS")
-
-    @setting
-    def LINK_BATCH_TURNS(self) -> int:
-        return self._count("LINK_BATCH_TURNS")
-
-    @setting
-    def HEAVY_READS_PER_CALLER(self) -> int:
-        return self._count("HEAVY_READS_PER_CALLER")
+    EMBED_BATCH_TURNS = count_setting()
+    RECALL_TURNS = count_setting()
+    SUMMARY_AFTER_TOKENS = count_setting()
+    SUMMARY_BATCH_TURNS = count_setting()
+    SEARCH_TIMEOUT_MS = count_setting()
+    LINK_BATCH_TURNS = count_setting()
+    HEAVY_READS_PER_CALLER = count_setting()
 
     @setting
     def METRICS_TOKEN(self) -> str | None:

@@ -188,6 +188,13 @@ class ExpiresAtField(serializers.DateTimeField):
     8601 forms, such as one without seconds)."""
 
 
+class ScoreField(serializers.FloatField):
+    """A score from 0 to 1."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(min_value=0.0, max_value=1.0, **kwargs)
+
+
 class ContextTurnsField(serializers.IntegerField):
     """How many turns a context holds: 0..``MEMORY["MAX_CONTEXT_TURNS"]`` (read per request)."""
 
@@ -310,10 +317,8 @@ class ContextMessagesQuerySerializer(serializers.Serializer[dict[str, Any]]):
         help_text="ISO-8601: when the question is asked (default: the server's clock); a time "
         "named in query is read against it.",
     )
-    min_score = serializers.FloatField(
+    min_score = ScoreField(
         required=False,
-        min_value=0.0,
-        max_value=1.0,
         help_text="Recall only turns whose search score is at least this.",
     )
 
@@ -405,10 +410,8 @@ class SearchQuerySerializer(serializers.Serializer[dict[str, Any]]):
         help_text="ISO-8601: when the question is asked (default: the server's clock); a time "
         "named in q (last month, 上个月) is read against it.",
     )
-    min_score = serializers.FloatField(
+    min_score = ScoreField(
         required=False,
-        min_value=0.0,
-        max_value=1.0,
         help_text="Only results whose score (a calibrated relevance in [0, 1]) is at least this.",
     )
 

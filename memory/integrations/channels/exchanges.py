@@ -249,46 +249,64 @@ async def reply_chunks(
     )
 
 
-def _user_append(*, owner_id: str, session_id: str, content: str, message_id: str) -> TurnPayload:
-    """The user's turn of a message, stored once per message id (a resend returns the first).
-    ``IdempotencyKeyReused`` for the same id with other content."""
+def _append_once(
+    *,
+    owner_id: str,
+    session_id: str,
+    role: Role,
+    content: str,
+    metadata: dict[str, Any],
+    key: str,
+    resend_must_match: bool,
+) -> TurnPayload:
+    """A turn of a websocket message, stored once under the idempotency key ``key``: a resend
+    returns the turn first stored; with ``resend_must_match``, only when it has the same role and
+    content (else ``IdempotencyKeyReused``)."""
     try:
         turn = services.turn_append(
             owner_id=owner_id,
             session_id=session_id,
-            role=Role.USER.value,
+            role=role.value,
             content=content,
-            metadata={"channel": "websocket", "message_id": message_id},
-            idempotency_key=f"ws:{message_id}:user",
+            metadata={"channel": "websocket", **metadata},
+            idempotency_key=key,
         )
     except IdempotencyKeyReused as e:
-        if e.turn is None or e.turn.content != content or e.turn.role != Role.USER.value:
+        if resend_must_match and (
+            e.turn is None or e.turn.content != content or e.turn.role != role.value
+        ):
             raise
         turn = e.turn
     return turn_payload(turn)
+
+
+def _user_append(*, owner_id: str, session_id: str, content: str, message_id: str) -> TurnPayload:
+    """The user's turn of a message, stored once per message id (a resend returns the first).
+    ``IdempotencyKeyReused`` for the same id with other content."""
+    return _append_once(
+        owner_id=owner_id,
+        session_id=session_id,
+        role=Role.USER,
+        content=content,
+        metadata={"message_id": message_id},
+        key=f"ws:{message_id}:user",
+        resend_must_match=True,
+    )
 
 
 def _reply_append(
     *, owner_id: str, session_id: str, content: str, message_id: str, reply_to: int, source: str
 ) -> TurnPayload:
     """The reply's assistant turn, stored once per message id (the one first stored stands)."""
-    try:
-        turn = services.turn_append(
-            owner_id=owner_id,
-            session_id=session_id,
-            role=Role.ASSISTANT.value,
-            content=content,
-            metadata={
-                "channel": "websocket",
-                "message_id": message_id,
-                "reply_to": reply_to,
-                "context_source": source,
-            },
-            idempotency_key=f"ws:{message_id}:reply",
-        )
-    except IdempotencyKeyReused as e:
-        turn = e.turn
-    return turn_payload(turn)
+    return _append_once(
+        owner_id=owner_id,
+        session_id=session_id,
+        role=Role.ASSISTANT,
+        content=content,
+        metadata={"message_id": message_id, "reply_to": reply_to, "context_source": source},
+        key=f"ws:{message_id}:reply",
+        resend_must_match=False,
+    )
 
 
 def _exchange_open(
