@@ -1,13 +1,13 @@
-"""Ranking turns by their words: BM25 over the search document's terms (any word of the
-question, not all of them) in one statement on PostgreSQL, the same in Python elsewhere, the
-filters a search keeps, and the features both rankings of a hybrid search read."""
+"""Ranking turns by their words: BM25 over the search document's terms (any word of the question) in
+one statement on PostgreSQL, the same in Python elsewhere, the filters a search keeps, and the
+features both rankings of a hybrid search read."""
 
 from __future__ import annotations
 
 import math
 import re
 import unicodedata
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connections
 from django.db.models import QuerySet
@@ -16,23 +16,14 @@ from memory import codec, search
 from memory.models import Turn
 from memory.search import cjk_grams, query_split
 
-if TYPE_CHECKING:
-    from memory.recall.vectors import Centred
-
-# BM25's constants (Robertson's usual values): how fast a word's repeats stop counting, and how
-# much a long turn's length weighs against it.
+# BM25's usual constants: how fast a word's repeats stop counting, how much length weighs.
 BM25_K1 = 1.2
 BM25_B = 0.75
 
-# NOTE: ``q``'s terms are data: its English words through to_tsvector (stemmed, stop words
-# dropped) and its CJK pairs, each made a one-word query by plainto_tsquery; the candidates
-# match their disjunction (a turn need not hold every word), written as websearch_to_tsquery
-# reads "a or b" from words of letters and digits only (no operator can form), so that the
-# planner sees the query and walks the owner's turns backwards when a word is common. The
-# candidates are the newest ``window`` turns that hold any term; every turn of the owner
-# between the oldest candidate and ``top_seq`` that holds a term is then a candidate, so a
-# term's document frequency over that span is exact, and BM25 ranks against it (N the span's
-# length in turns).
+# NOTE: ``q``'s terms are data (words through to_tsvector, CJK pairs, each a plainto_tsquery);
+# candidates match any of them, as websearch_to_tsquery "a or b" so that the planner sees the query.
+# Every turn in the span from the oldest candidate to ``top_seq`` that holds a term is a candidate,
+# so document frequencies over that span are exact (N: its length in turns).
 _WORDS_SQL = """
 WITH usable AS MATERIALIZED (
   SELECT DISTINCT term, plainto_tsquery('pg_catalog.simple', term) AS tq
@@ -79,9 +70,8 @@ SELECT (SELECT coalesce(json_object_agg(term, idf), '{{}}') FROM idf),
 
 
 class WordRanking:
-    """What ``words_ranked`` found: each query term's idf, the turns' average length (in
-    distinct words) over the span ranked, and the best turns as ``(pk, bm25, length,
-    terms)``."""
+    """What ``words_ranked`` found: each term's idf, the average turn length (distinct words) over
+    the span, and the best turns as ``(pk, bm25, length, terms)``."""
 
     def __init__(
         self, idf: dict[str, float], avgdl: float, hits: list[tuple[int, float, int, list[str]]]
@@ -97,17 +87,16 @@ class WordRanking:
         return weight * (BM25_K1 + 1) / (1 + BM25_K1 * norm)
 
     def coverage(self, length: int, terms: list[str]) -> float:
-        """``bm25`` over the most a turn could score (every term of the query, in a turn of
-        no other words): in [0, 1], how much of what the query says the turn matches, and how
-        little else it says."""
+        """``bm25`` over the most a turn could score: in [0, 1], how much of the query the turn
+        matches, and how little else it says."""
         total = sum(self.idf.values()) * (BM25_K1 + 1) / (1 + BM25_K1 * (1 - BM25_B))
         if total <= 0:
             return 0.0
         return min(1.0, self.bm25(length, terms) / total)
 
 
-# NOTE: a CJK run of three characters or more is searched by its pairs; a turn that holds
-# them all but not the run as written (打篮 ... 篮球 for 打篮球) keeps this share of its match.
+# NOTE: a CJK run of three characters or more is searched by its pairs; a turn holding the pairs but
+# not the run as written keeps this share of its match.
 APART_SHARE = 0.7
 
 
@@ -145,13 +134,9 @@ def words_ranked(
     window: int | None = None,
     filters: TurnFilters | None = None,
 ) -> WordRanking:
-    """The owner's turns ranked by BM25 against ``q``'s words and CJK pairs (any of them, none
-    required), the best ``depth``; PostgreSQL only, in the caller's search transaction.
-
-    ``top_seq`` and ``low_seq`` are the highest and lowest seq the filters allow (the span's
-    ends). Bounded: at most the newest ``window`` turns holding a term are read (the
-    document's GIN index, or the (owner, seq) index backwards), scored in the same statement.
-    """
+    """The owner's turns ranked by BM25 against ``q``'s terms (any of them), the best ``depth``;
+    PostgreSQL only, in the caller's search transaction. ``top_seq``/``low_seq`` bound the span. At
+    most the newest ``window`` turns holding a term are read, scored in the same statement."""
     window = search.RANK_WINDOW if window is None else window
     words, grams = query_terms(q)
     any_word = " or ".join(w for w in _WORD_RE.findall(words) if w.lower() != "or")
@@ -237,15 +222,50 @@ class TurnFilters:
 
 # NOTE: the candidates of a search, whichever ranking found them, read once: their fields, their
 # length in distinct words, which of the query's terms each holds, and (where the owner's turns
-# have vectors of the model) the cosine distance of each to the query's vector. The turn is
-# read on its owner too: a pk from a vector row is never trusted alone for whose turn it is.
+# have vectors of the model) the cosine distance of each to the query's vector and, for the
+# ``crowded`` nearest to it, its crowding: the mean cosine similarity of its ``crowd`` nearest
+# among them (``fusion.CROWD_NEIGHBOURS``; 100 candidates are 9,900 distances between halfvecs,
+# a few milliseconds).
+# The turn is read on its owner too: a pk from a vector row is never trusted alone for whose
+# turn it is.
 _FEATURES_SQL = """
 SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata, t.created_at,
        length(t.search),
        ARRAY(SELECT term FROM unnest(%(terms)s::text[]) AS term
              WHERE t.search @@ plainto_tsquery('pg_catalog.simple', term)),
-       {distance}
-FROM memory_turn AS t {join}
+       NULL::float8, NULL::float8
+FROM memory_turn AS t
+WHERE t.id = ANY(%(ids)s::bigint[]) AND t.owner_id = %(owner)s::bigint
+"""
+_FEATURES_VECTOR_SQL = """
+WITH vec AS MATERIALIZED (
+  SELECT v.turn_id, v.vector, v.vector <=> %(vector)s::halfvec AS distance
+  FROM memory_turnvector AS v
+  WHERE v.turn_id = ANY(%(ids)s::bigint[]) AND v.owner_id = %(owner)s::bigint
+    AND v.model = %(model)s
+),
+near AS MATERIALIZED (SELECT turn_id, vector FROM vec ORDER BY distance, turn_id LIMIT %(crowded)s),
+pairs AS (
+  SELECT a.turn_id, 1 - (a.vector <=> b.vector) AS similarity
+  FROM near AS a JOIN near AS b ON b.turn_id <> a.turn_id
+),
+crowd AS (
+  SELECT turn_id, avg(similarity) AS crowding FROM (
+    SELECT turn_id, similarity,
+           row_number() OVER (PARTITION BY turn_id ORDER BY similarity DESC) AS nearest
+    FROM pairs
+  ) AS ranked
+  WHERE nearest <= %(crowd)s
+  GROUP BY turn_id
+)
+SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata, t.created_at,
+       length(t.search),
+       ARRAY(SELECT term FROM unnest(%(terms)s::text[]) AS term
+             WHERE t.search @@ plainto_tsquery('pg_catalog.simple', term)),
+       v.distance, c.crowding
+FROM memory_turn AS t
+LEFT JOIN vec AS v ON v.turn_id = t.id
+LEFT JOIN crowd AS c ON c.turn_id = t.id
 WHERE t.id = ANY(%(ids)s::bigint[]) AND t.owner_id = %(owner)s::bigint
 """
 
@@ -258,34 +278,26 @@ def turns_features(
     terms: list[str],
     model: str | None,
     vector: str | None,
-    measure: Centred | None = None,
+    crowd: int = 10,
+    crowded: int = 100,
 ) -> list[tuple[Any, ...]]:
     """For each of the owner's turns ``pks``: ``(pk, *TURN_FIELDS, length, terms held,
-    cosine distance or None)``; PostgreSQL only. ``vector`` is the query's in pgvector's text
-    form, ``model`` the embedder's name (no distance without them); ``measure``, where given,
-    is the distance the vectors' search ranked by (centred on the owner's mean)."""
-    extra: dict[str, Any] = {} if measure is None else measure.params()
-    if vector is None or model is None:
-        statement = _FEATURES_SQL.format(distance="NULL::float8", join="")
-    else:
-        distance = "v.vector <=> %(vector)s::halfvec"
-        if measure is not None:
-            distance = measure.distance_sql("v.vector")
-        statement = _FEATURES_SQL.format(
-            distance=distance,
-            join="LEFT JOIN memory_turnvector AS v ON v.turn_id = t.id AND v.model = %(model)s"
-            " AND v.owner_id = t.owner_id",
-        )
+    cosine distance or None, crowding or None)``; PostgreSQL only. ``vector`` is the query's
+    in pgvector's text form, ``model`` the embedder's name (no distance without them);
+    crowding, for the ``crowded`` turns nearest to the query, is the mean cosine similarity
+    of the turn's ``crowd`` nearest among them."""
+    statement = _FEATURES_SQL if vector is None or model is None else _FEATURES_VECTOR_SQL
     with connections[using].cursor() as cursor:
         cursor.execute(
             statement,
             {
-                **extra,
                 "terms": terms,
                 "ids": pks,
                 "owner": owner_pk,
                 "model": model,
                 "vector": vector,
+                "crowd": crowd,
+                "crowded": crowded,
             },
         )
         rows = cursor.fetchall()
@@ -296,8 +308,7 @@ def turns_features(
     ]
 
 
-# Words that say nothing of a turn's subject, for the ranking off PostgreSQL (which has its
-# English configuration's list).
+# Stop words for the ranking off PostgreSQL (which has its English configuration's).
 _STOP_WORDS_TEXT = (
     "a an and are as at be but by did do does for from had has have he her him his how i if"
     " in into is it its me my no not of on or our she so that the their them then there they"
@@ -326,9 +337,8 @@ def text_terms(text: str) -> list[str]:
 def words_ranked_python(
     turns: QuerySet[Turn], q: str, *, depth: int, window: int | None = None
 ) -> list[tuple[tuple[Any, ...], float]]:
-    """``words_ranked`` off PostgreSQL (the SQLite demo): the newest ``window`` turns of
-    ``turns`` scored by BM25 against ``q``'s terms in Python, the best ``depth`` as ``(row,
-    coverage)``, row ``(pk, *TURN_FIELDS)``; bounded by ``window``."""
+    """``words_ranked`` off PostgreSQL: the newest ``window`` turns scored by BM25 in Python, the
+    best ``depth`` as ``(row, coverage)``, row ``(pk, *TURN_FIELDS)``."""
     from memory.payloads import TURN_FIELDS
 
     wanted = set(text_terms(q))
@@ -350,7 +360,7 @@ def words_ranked_python(
         if terms
     ]
     if not scored:
-        # NOTE: no term matched (the start of a word, say): the substring match this path had.
+        # No term matched (the start of a word, say): the substring match this path had.
         needle = q.casefold()
         scored = [(row, SUBSTRING_COVERAGE) for row, *_ in held if needle in row[4].casefold()]
     scored.sort(key=lambda item: (-item[1], -item[0][1]))

@@ -1,9 +1,7 @@
 """Times a search names: ``after``/``before``/``now`` checked, and the date expressions of a
-question in English and Chinese ("last month", "上个月") read as a range of dates against ``now``.
+question ("last month", "上个月") read as a range against ``now``.
 
-Only expressions that name a range by the calendar are read (a day, week, weekend, month,
-season or year, relative to ``now``, or a month by name); anything else ("the week before my
-trip", which needs to know when the trip was) is left to the search by words and meaning.
+Only calendar ranges are read; anything else is left to the search by words and meaning.
 """
 
 from __future__ import annotations
@@ -82,10 +80,9 @@ Range = tuple[dt.datetime, dt.datetime]
 
 
 def when_parse(value: Any, *, field: str) -> dt.datetime | None:
-    """An ISO-8601 date or date-time as an aware datetime (a date is its midnight: so
-    ``before=2026-05-01`` keeps turns of April, ``after=2026-05-01`` those from May 1 on);
-    ``None`` for ``None`` or ``""``. A date-time without an offset is in the current time
-    zone. Raises ``ValidationError({field: ...})`` for anything else."""
+    """An ISO-8601 date or date-time as an aware datetime (a date is its midnight); ``None`` for
+    ``None`` or ``""``; without an offset, the current time zone. Raises ``ValidationError({field:
+    ...})`` for anything else."""
     if value is None or value == "":
         return None
     if isinstance(value, dt.datetime):
@@ -144,6 +141,12 @@ def _weekend(now: dt.datetime) -> Range:
     return monday + dt.timedelta(days=5), monday + dt.timedelta(days=7)
 
 
+def _this_weekend(now: dt.datetime) -> Range:
+    """The weekend of this week (Monday first): still to come on a weekday."""
+    monday, _ = _week(now, 0)
+    return monday + dt.timedelta(days=5), monday + dt.timedelta(days=7)
+
+
 def _season(now: dt.datetime, first: int, last: bool) -> Range:
     """The season starting in month ``first``: the latest one begun before now (``last``: the
     latest one over before now)."""
@@ -167,7 +170,8 @@ _EN: list[tuple[str, _Build]] = [
     (r"\bday before yesterday\b", lambda m, now: _day(now, 2)),
     (r"\byesterday\b", lambda m, now: _day(now, 1)),
     (r"\btoday\b|\bthis morning\b|\btonight\b", lambda m, now: _day(now, 0)),
-    (r"\blast weekend\b|\bthis weekend\b|\bover the weekend\b", lambda m, now: _weekend(now)),
+    (r"\blast weekend\b|\bover the weekend\b", lambda m, now: _weekend(now)),
+    (r"\bthis weekend\b", lambda m, now: _this_weekend(now)),
     (r"\blast week\b", lambda m, now: _week(now, 1)),
     (r"\bthis week\b", lambda m, now: _week(now, 0)),
     (r"\blast month\b", lambda m, now: _months(now.year, now.month - 1, 1)),
@@ -184,7 +188,8 @@ _EN: list[tuple[str, _Build]] = [
         lambda m, now: _ago(now, m.group(1), m.group(2)),
     ),
     (
-        r"\b(?:in|during|on|back in) (" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")"
+        r"\b(?:in|during|on|back in) (?:(?:the )?(?:early|mid|late|start of|end of) )?"
+        r"(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")"
         r"(?: (\d{4}))?\b",
         lambda m, now: _months(
             int(m.group(2)) if m.group(2) else _before(now, _MONTHS[m.group(1)]),
@@ -193,7 +198,28 @@ _EN: list[tuple[str, _Build]] = [
         ),
     ),
     (r"\bin (\d{4})\b", lambda m, now: _months(int(m.group(1)), 1, 12)),
+    (
+        r"\b(?:(?:at|in) )?(?:the )?(?:start|beginning) of (?:the|this) year\b",
+        lambda m, now: _months(now.year, 1, 2),
+    ),
+    (r"\b(?:(?:over|at|during|around|for) )?christmas\b", lambda m, now: _christmas(now)),
 ]
+
+
+def _christmas(now: dt.datetime) -> Range:
+    """The last Christmas holidays begun before ``now``: December 20 to January 3."""
+    year = now.year if now >= dt.datetime(now.year, 12, 20, tzinfo=dt.UTC) else now.year - 1
+    start = dt.datetime(year, 12, 20, tzinfo=dt.UTC)
+    return start, start + dt.timedelta(days=14)
+
+
+def _spring_festival(now: dt.datetime, year: str | None) -> Range:
+    """The weeks the Spring Festival falls in (late January to late February; its day moves
+    with the moon) of this year, or of last year where ``year`` is 去年 or they are to come."""
+    start = dt.datetime(now.year, 1, 20, tzinfo=dt.UTC)
+    if year == "去年" or start > now:
+        start = start.replace(year=start.year - 1)
+    return start, start + dt.timedelta(days=35)
 
 
 def _ago(now: dt.datetime, count: str, unit: str) -> Range:
@@ -212,19 +238,23 @@ _ZH: list[tuple[str, _Build]] = [
     (r"前天", lambda m, now: _day(now, 2)),
     (r"昨天|昨晚", lambda m, now: _day(now, 1)),
     (r"今天|今晚", lambda m, now: _day(now, 0)),
-    (r"上个?周末|上个?星期六|这个?周末", lambda m, now: _weekend(now)),
+    (r"上个?周末|上个?星期六", lambda m, now: _weekend(now)),
+    (r"这个?周末", lambda m, now: _this_weekend(now)),
     (r"上个?(?:周|星期|礼拜)", lambda m, now: _week(now, 1)),
     (r"(?:这|本)个?(?:周|星期|礼拜)", lambda m, now: _week(now, 0)),
     (r"上上个?月", lambda m, now: _months(now.year, now.month - 2, 1)),
     (r"上个?月", lambda m, now: _months(now.year, now.month - 1, 1)),
     (r"(?:这|本)个?月", lambda m, now: _months(now.year, now.month, 1)),
+    (r"(去年|今年)?(?:春节|过年)", lambda m, now: _spring_festival(now, m.group(1))),
+    (r"(去年|今年)?年初", lambda m, now: _months(now.year - (m.group(1) == "去年"), 1, 2)),
+    (r"圣诞", lambda m, now: _christmas(now)),
     (
-        r"(去年|今年)?(春|夏|秋|冬)(?:天|季)",
+        r"(去年|今年)?(春|夏|秋|冬)(?:天|季|初|末)",
         lambda m, now: _zh_season(now, m.group(1), _ZH_SEASONS[m.group(2)]),
     ),
     (r"前年", lambda m, now: _months(now.year - 2, 1, 12)),
     (
-        r"(去年|今年)?(十[一二]|[一二三四五六七八九十]|1[0-2]|[1-9])月(?!份?以)",
+        r"(去年|今年)?(十[一二]|[一二三四五六七八九十]|1[0-2]|[1-9])月(?!份?以)份?",
         lambda m, now: _zh_month(now, m.group(1), m.group(2)),
     ),
     (r"去年", lambda m, now: _months(now.year - 1, 1, 12)),
@@ -275,19 +305,31 @@ def _zh_month(now: dt.datetime, year: str | None, month: str) -> Range:
     return _months(_before(now, number), number, 1)
 
 
+# NOTE: a request or a plan ("what should I cook tonight", "recommend a film for this
+# weekend", "这周末推荐去哪玩") names a time to come, not the time of what it needs: a range
+# that holds ``now`` is then not read as a filter.
+_PLAN_EN = re.compile(
+    r"\b(?:should|shall|recommend|suggest|plan|planning|going to|gonna|will|want to|to try|"
+    r"ideas?|can you|could you)\b"
+)
+_PLAN_ZH = re.compile(r"推荐|建议|应该|打算|准备|计划|想要|要不要")
+
+
 def when_in_query(q: str, now: dt.datetime) -> tuple[Range | None, str]:
     """The range of dates a time named in ``q`` covers, against ``now`` (widened by
     ``MARGIN`` on each side and never past ``now``), and ``q`` without that expression; or
     ``(None, q)`` when ``q`` names no time this module reads. The first expression found
-    counts."""
+    counts. A range that holds ``now`` in a request or a plan (``_PLAN_EN``, ``_PLAN_ZH``) is
+    a time to come, not read."""
     lower = q.lower()
+    plans = _PLAN_EN.search(lower) is not None or _PLAN_ZH.search(lower) is not None
     for pattern, build in (*_EN, *_ZH):
         match = re.search(pattern, lower)
         if match is None:
             continue
         try:
             start, end = build(match, now.astimezone(dt.UTC))
-            if start >= now:
+            if start >= now or (plans and end > now):
                 continue
             found = (start - MARGIN, min(end + MARGIN, now + dt.timedelta(seconds=1)))
         except (OverflowError, ValueError):

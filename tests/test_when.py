@@ -66,3 +66,50 @@ def test_times_named_in_english_and_chinese(q, days):
 )
 def test_questions_without_a_calendar_time_name_none(q):
     assert when.when_in_query(q, NOW) == (None, q)
+
+
+@pytest.mark.parametrize(
+    ("q", "days"),
+    [
+        ("what did I cook in early March?", ("2026-03-01", "2026-04-01")),
+        ("what did I plant in late April", ("2026-04-01", "2026-05-01")),
+        ("how much did I weigh at the start of the year?", ("2026-01-01", "2026-03-01")),
+        ("what book was I reading over Christmas?", ("2025-12-20", "2026-01-03")),
+        ("年初的时候我有多重？", ("2026-01-01", "2026-03-01")),
+        ("春节那几天我在看什么书？", ("2026-01-20", "2026-02-24")),
+        ("去年春节我在哪", ("2025-01-20", "2025-02-24")),
+        ("三月份我给爸爸买了什么？", ("2026-03-01", "2026-04-01")),
+        # A season still to come this year names nothing before now: this year, then.
+        ("今年夏初我做了什么菜？", ("2026-01-01", "2027-01-01")),
+    ],
+)
+def test_more_times_named(q, days):
+    named, rest = when.when_in_query(q, NOW)
+    assert named is not None
+    start, end = (dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC) for day in days)
+    assert named == (start - when.MARGIN, min(end + when.MARGIN, NOW + dt.timedelta(seconds=1)))
+    # The expression leaves the text matched, 份 and the words around it included.
+    assert "份" not in rest and "christmas" not in rest.lower() and "start of" not in rest
+
+
+@pytest.mark.parametrize(
+    "q",
+    [
+        "Can you recommend a curry recipe for me to try this weekend?",
+        "What should I cook tonight?",
+        "这周末推荐去哪玩？",
+        "我今天应该穿什么？",
+    ],
+)
+def test_a_request_or_a_plan_for_a_time_around_now_is_not_a_filter(q):
+    assert when.when_in_query(q, NOW) == (None, q)
+
+
+def test_a_past_question_about_a_time_around_now_is_still_a_filter():
+    named, _ = when.when_in_query(
+        "What did I eat this weekend?", dt.datetime(2026, 5, 24, 12, tzinfo=dt.UTC)
+    )
+    assert named is not None
+    # A plan for a time that is over is read as that time.
+    named, _ = when.when_in_query("Which film did you recommend last week?", NOW)
+    assert named is not None

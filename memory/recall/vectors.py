@@ -1,33 +1,19 @@
-"""The turns' and facts' vectors in PostgreSQL with pgvector (``memory_turnvector`` and
-``memory_factvector``, migrations 0015 and 0016): whether the database has them, writing a
-batch, and the nearest of one owner's turns or facts to a query.
+"""The turns' and facts' vectors in PostgreSQL with pgvector (``memory_turnvector``,
+``memory_factvector``): whether the database has them, writing a batch, and the nearest of one
+owner's turns or facts to a query.
 
-Bounded work, two ways by the owner's size. An owner of up to ``INDEX_FROM`` embedded turns is
-searched exactly: a scan of their vectors only (the ``(owner_id, model)`` index), sorted by
-cosine distance keeping the best ``limit`` (a top-N heap sort), a few milliseconds. A larger
-owner is searched through the model's HNSW index (``vectors_index``, built by the owner's
-embedding run that passes ``INDEX_FROM``), walked with pgvector's iterative scan until
-``limit`` of the owner's own turns are found (at most ``hnsw.max_scan_tuples`` visited): on
-the bench's 50,000-turn owner the exact scan took 37-45 ms and the walk 2-11 ms, the nearest found
-approximately rather than exactly (docs/recall.md). Where the index is missing (still being
-built, pgvector older than 0.8) the exact scan serves every owner. The statements run inside
-the caller's search transaction, under its ``statement_timeout``.
-
-Turns are compared with a query centred on their owner's mean (``owner_centre``,
-``Centred``): what every turn of a history shares (its language, the assistant's manner, the
-embedder's own bias) is taken off both sides before the cosine, so that what a turn says
-apart from the rest decides. Measured on the quality set and LoCoMo, it took recall by
-meaning further than any other embedder could (docs/recall.md, "The embedders").
+Bounded work: an owner of up to ``INDEX_FROM`` embedded turns is searched exactly (a scan of its
+vectors, top-N sorted); a larger one through the model's HNSW index with pgvector's iterative scan,
+approximately (docs/recall.md). Without the index, the exact scan serves everyone. The statements
+run in the caller's search transaction, under its ``statement_timeout``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError, connections
@@ -43,8 +29,8 @@ INDEX_FROM = 10_000
 # Candidates the index walk keeps at least (pgvector's hnsw.ef_search), and per result asked.
 INDEX_EF_SEARCH = 100
 
-# Per database alias: true once seen true; else when it was last seen false (asked again after
-# ``RECHECK_SECONDS``, so that ``memory_embed --setup`` takes effect without a restart).
+# Per database alias: true once seen true; else when last seen false (asked again after
+# ``RECHECK_SECONDS``, so ``memory_embed --setup`` needs no restart).
 _READY: dict[str, bool] = {}
 _MISSING_AT: dict[str, float] = {}
 RECHECK_SECONDS = 30.0
@@ -55,9 +41,8 @@ _READY_SQL = (
     " AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector')"
 )
 
-# NOTE: only turns that still exist and still belong to the owner are written (a turn deleted
-# or moved by a link since it was read is skipped); a vector already there is replaced, owner
-# included, so that a row written for a turn's former owner is corrected.
+# NOTE: only turns that still exist and belong to the owner are written; an existing vector is
+# replaced, owner included, correcting a row of a former owner.
 _WRITE_SQL = """
 INSERT INTO memory_turnvector (turn_id, owner_id, model, vector)
 SELECT t.id, t.owner_id, %s, v.vector::halfvec
@@ -67,21 +52,20 @@ ON CONFLICT (turn_id) DO UPDATE
 SET owner_id = EXCLUDED.owner_id, model = EXCLUDED.model, vector = EXCLUDED.vector
 """
 
-# NOTE: the turn is joined on its owner too: a vector row is never trusted alone for whose
-# turn it is.
+# NOTE: joined on the owner too: a vector row is never trusted alone for whose turn it is.
 _NEAREST_SQL = """
-SELECT v.turn_id, {distance} AS distance
+SELECT v.turn_id, v.vector <=> %(vector)s::halfvec AS distance
 FROM memory_turnvector AS v {join}
 WHERE v.owner_id = %(owner)s::bigint AND v.model = %(model)s {filters}
 ORDER BY distance, v.turn_id DESC
 LIMIT %(limit)s
 """
-# NOTE: a search narrowed by seq or date reads the turn beside its vector.
+# A search narrowed by seq or date reads the turn beside its vector.
 _FILTER_JOIN = "JOIN memory_turn AS t ON t.id = v.turn_id AND t.owner_id = v.owner_id"
 
 
-# NOTE: a fact's vector is written only for the version it was computed from: a fact changed
-# (or moved to another owner by a link) since it was read is left for the next run.
+# NOTE: written only for the version it was computed from; a fact changed since waits for the next
+# run.
 _FACT_WRITE_SQL = """
 INSERT INTO memory_factvector (fact_id, owner_id, model, version, vector)
 SELECT f.id, f.owner_id, %s, f.version, v.vector::halfvec
@@ -102,8 +86,7 @@ ORDER BY f.id
 LIMIT %s
 """
 
-# NOTE: at most MEMORY["MAX_FACTS"] rows an owner: always the exact scan; a vector of a former
-# version is never compared.
+# NOTE: at most MEMORY["MAX_FACTS"] rows an owner: always the exact scan.
 _FACTS_NEAREST_SQL = """
 SELECT f.key, v.vector <=> %s::halfvec AS distance
 FROM memory_factvector AS v
@@ -113,9 +96,8 @@ ORDER BY distance, f.key
 LIMIT %s
 """
 
-# NOTE: an HNSW index needs vectors of one length: one partial index per model, on the vector
-# cast to that model's length; the model's name is a literal in the statement (and not a
-# parameter) so that the planner can match the index's predicate.
+# NOTE: HNSW needs one vector length: a partial index per model on the cast vector, the model a
+# literal so the planner can match the index's predicate.
 _INDEX_DDL = (
     "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON memory_turnvector"
     " USING hnsw ((vector::halfvec({dimensions})) halfvec_cosine_ops) WHERE model = {model}"
@@ -127,84 +109,19 @@ SELECT i.indisvalid,
 FROM pg_index AS i WHERE i.indexrelid = to_regclass(%s)
 """
 
-# NOTE: relaxed order: the walk returns the owner's turns nearly in order, and the outer sort
-# puts them in order; iterative scan (pgvector 0.8) goes on past ef_search until ``limit`` of
-# the owner's turns are found.
+# NOTE: relaxed order, sorted outside; the iterative scan (pgvector 0.8) goes past ef_search until
+# ``limit`` of the owner's turns are found.
 _NEAREST_INDEXED_SQL = """
-SELECT turn_id, {distance} AS distance FROM (
-  SELECT v.turn_id, v.vector
+SELECT turn_id, distance FROM (
+  SELECT v.turn_id,
+         v.vector::halfvec({dimensions}) <=> %(vector)s::halfvec({dimensions}) AS distance
   FROM memory_turnvector AS v {join}
   WHERE v.owner_id = %(owner)s::bigint AND v.model = {model} {filters}
-  ORDER BY v.vector::halfvec({dimensions}) <=> %(walk)s::halfvec({dimensions})
-  LIMIT %(walked)s
-) AS v
+  ORDER BY distance
+  LIMIT %(limit)s
+) AS near
 ORDER BY distance, turn_id DESC
-LIMIT %(limit)s
 """
-# NOTE: the walk goes by the centred query's direction, which orders the turns as the centred
-# cosine's numerator does; this many times the results asked are walked, then ranked exactly.
-INDEX_WALK_FACTOR = 2
-
-# The owner's mean is taken over at most this many of their vectors (the first embedded, in the
-# index's order): a component's error is then about a thousandth, on a history of any length,
-# and reading them a millisecond or two.
-CENTRE_SAMPLE = 500
-# An owner with fewer vectors than this is compared uncentred: the mean of a short history is
-# mostly its own few turns, and would take off what they say.
-CENTRE_FROM = 50
-# Per (database alias, owner pk, model): the owner's embedded turns when their centre was read,
-# and the centre. Read again when they have more, unless the sample was full then (the same
-# first CENTRE_SAMPLE vectors make it). At most CENTRE_CACHE owners, then forgotten at once.
-_CENTRES: dict[tuple[str, int, str], tuple[int, list[float] | None]] = {}
-CENTRE_CACHE = 4_096
-
-_CENTRE_SQL = """
-SELECT avg(s.vector)::text, count(*) FROM (
-  SELECT vector FROM memory_turnvector
-  WHERE owner_id = %s::bigint AND model = %s
-  LIMIT %s
-) AS s
-"""
-
-
-@dataclass(frozen=True)
-class Centred:
-    """A search query's vector and the centre its owner's turns are compared around.
-
-    The distance of a turn's vector ``p`` is one minus the cosine of ``p - c`` and ``q - c``
-    (``c`` the centre, ``q`` the query): ``(p.(q - c) - c.(q - c)) / (|p - c| |q - c|)``, two
-    of pgvector's operators a row (``<#>``, ``<->``). Without a centre it is the plain cosine
-    distance (``<=>``)."""
-
-    query: Sequence[float]
-    centre: Sequence[float] | None = None
-
-    def distance_sql(self, column: str) -> str:
-        """The SQL of the distance of ``column``'s vectors (``params`` holds its values)."""
-        if self.centre is None:
-            return f"({column} <=> %(vector)s::halfvec)"
-        return (
-            f"(1 - ((-({column} <#> %(centred)s::halfvec)) - %(offset)s)"
-            f" / (greatest({column} <-> %(centre)s::halfvec, 1e-6) * %(scale)s))"
-        )
-
-    def params(self) -> dict[str, Any]:
-        """The statement's parameters of ``distance_sql``, and ``walk``: the direction an
-        index walk goes."""
-        if self.centre is None:
-            text = vector_text(self.query)
-            return {"vector": text, "walk": text}
-        centred = [q - c for q, c in zip(self.query, self.centre, strict=True)]
-        scale = math.sqrt(sum(x * x for x in centred)) or 1e-6
-        text = vector_text(centred)
-        return {
-            "centred": text,
-            "walk": text,
-            "centre": vector_text(self.centre),
-            "offset": sum(x * c for x, c in zip(centred, self.centre, strict=True)),
-            "scale": scale,
-        }
-
 
 # Per (database alias, index name): true once seen valid; else when it was last seen missing.
 _INDEXED: dict[tuple[str, str], bool] = {}
@@ -217,8 +134,8 @@ def vector_text(vector: Sequence[float]) -> str:
 
 
 def vectors_ready(using: str) -> bool:
-    """Whether the database ``using`` has pgvector and the vector table: asked once per process
-    when true, at most every ``RECHECK_SECONDS`` while false."""
+    """Whether the database ``using`` has pgvector and the vector table: asked once per process when
+    true, at most every ``RECHECK_SECONDS`` while false."""
     if _READY.get(using):
         return True
     connection = connections[using]
@@ -255,7 +172,6 @@ def vectors_forget_ready() -> None:
     _MISSING_AT.clear()
     _INDEXED.clear()
     _UNINDEXED_AT.clear()
-    _CENTRES.clear()
 
 
 def index_name(model: str, dimensions: int) -> str:
@@ -265,10 +181,8 @@ def index_name(model: str, dimensions: int) -> str:
 
 
 def _index_state(using: str, name: str) -> str:
-    """What of the index ``name`` there is: ``valid``, ``building`` (a concurrent build in
-    progress), ``invalid`` (a build that failed or was killed), ``missing``, or ``old`` where
-    pgvector is older than 0.8 (no iterative scan: a walk filtered to one owner could come
-    back short, and no index is built)."""
+    """What of the index ``name`` there is: ``valid``, ``building``, ``invalid`` (a failed build),
+    ``missing``, or ``old`` (pgvector before 0.8: no iterative scan, no index built)."""
     with connections[using].cursor() as cursor:
         cursor.execute(
             "SELECT string_to_array(extversion, '.')::int[] >= '{0,8}'"
@@ -303,12 +217,9 @@ def vectors_indexed(using: str, model: str, dimensions: int) -> bool:
 
 
 def vectors_index(using: str, model: str, dimensions: int) -> bool:
-    """Build ``model``'s HNSW index where it is missing (``CREATE INDEX CONCURRENTLY``: appends,
-    searches and forgets go on meanwhile; a build left invalid by a crash is dropped and built
-    again); return whether it is there now. Only outside a transaction (a concurrent build
-    cannot run in one): inside, it only says whether the index is there. A failed build (say,
-    vectors of another length under the same model name) is logged, and the exact scan goes on
-    serving."""
+    """Build ``model``'s HNSW index where missing (``CREATE INDEX CONCURRENTLY``, an invalid one
+    rebuilt); return whether it is there now. Outside a transaction only: inside, it only says. A
+    failed build is logged, and the exact scan goes on serving."""
     name = index_name(model, dimensions)
     connection = connections[using]
     indexed = vectors_indexed(using, model, dimensions)
@@ -352,34 +263,6 @@ def vectors_write(
         return written
 
 
-def owner_centre(
-    using: str, owner_pk: int, model: str, *, embedded: int | None = None
-) -> list[float] | None:
-    """The centre the owner's turns are compared around (``Centred``): the mean of at most
-    ``CENTRE_SAMPLE`` of their vectors of ``model``; ``None`` for an owner with fewer than
-    ``CENTRE_FROM`` (compared uncentred). One indexed read of at most ``CENTRE_SAMPLE`` rows,
-    kept by the process for the owner's ``embedded`` count (their ``embedded_seq``) where it is
-    given: the next search reads it again only once the owner has more turns embedded and had
-    fewer than ``CENTRE_SAMPLE`` then."""
-    key = (using, owner_pk, model)
-    kept = _CENTRES.get(key) if embedded is not None else None
-    if kept is not None and embedded is not None:
-        seen, centre = kept
-        if embedded == seen or (seen >= CENTRE_SAMPLE and embedded > seen):
-            return centre
-    with connections[using].cursor() as cursor:
-        cursor.execute(_CENTRE_SQL, [owner_pk, model, CENTRE_SAMPLE])
-        mean, count = cursor.fetchone()
-    centre = None
-    if mean is not None and count >= CENTRE_FROM:
-        centre = [float(x) for x in mean.strip("[]").split(",")]
-    if embedded is not None:
-        if len(_CENTRES) >= CENTRE_CACHE:
-            _CENTRES.clear()
-        _CENTRES[key] = (embedded, centre)
-    return centre
-
-
 def vectors_nearest(
     using: str,
     owner_pk: int,
@@ -389,40 +272,30 @@ def vectors_nearest(
     *,
     embedded: int = 0,
     filters: Any = None,
-    centre: Sequence[float] | None = None,
 ) -> list[tuple[int, float]]:
     """The ``limit`` turns of owner ``owner_pk`` whose vectors (of ``model``) are nearest to
-    ``query``: ``(turn pk, distance)``, nearest first; the distance is the cosine distance,
-    centred on ``centre`` where given (``Centred``). ``embedded``: how many of the owner's
-    turns have been embedded (their ``embedded_seq``); past ``INDEX_FROM``, the model's HNSW
-    index serves where it exists, walked ``INDEX_WALK_FACTOR`` times deeper than ``limit``
-    and the turns it finds ranked exactly. ``filters`` (``memory.ranking.TurnFilters``) keeps
-    only the turns it allows."""
-    measure = Centred(query, centre)
+    ``query``: ``(turn pk, cosine distance)``, nearest first. Past ``INDEX_FROM`` ``embedded``
+    turns, the HNSW index serves where it exists; ``filters`` keeps only the turns it allows."""
+    text = vector_text(query)
     clauses, params = filters.sql("t") if filters else ("", {})
     join = _FILTER_JOIN if clauses else ""
-    params = {**params, **measure.params(), "owner": owner_pk, "model": model, "limit": limit}
+    params = {**params, "vector": text, "owner": owner_pk, "model": model, "limit": limit}
     with connections[using].cursor() as cursor:
         if embedded > INDEX_FROM and vectors_indexed(using, model, len(query)):
-            walked = limit * INDEX_WALK_FACTOR
             cursor.execute(
                 "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
                 " set_config('hnsw.ef_search', %s, true)",
-                [str(max(INDEX_EF_SEARCH, min(walked, 1000)))],
+                [str(max(INDEX_EF_SEARCH, min(limit, 1000)))],
             )
             statement = sql.SQL(_NEAREST_INDEXED_SQL).format(
                 dimensions=sql.Literal(len(query)),
                 model=sql.Literal(model),
                 join=sql.SQL(join),
                 filters=sql.SQL(clauses),
-                distance=sql.SQL(measure.distance_sql("v.vector")),
             )
-            cursor.execute(statement.as_string(cursor.connection), {**params, "walked": walked})
+            cursor.execute(statement.as_string(cursor.connection), params)
         else:
-            distance = measure.distance_sql("v.vector")
-            cursor.execute(
-                _NEAREST_SQL.format(join=join, filters=clauses, distance=distance), params
-            )
+            cursor.execute(_NEAREST_SQL.format(join=join, filters=clauses), params)
         return [(turn_id, float(distance)) for turn_id, distance in cursor.fetchall()]
 
 
@@ -470,8 +343,8 @@ def facts_nearest(
 
 
 def fact_text(key: str, value: Any) -> str:
-    """What is embedded of a fact: its key and its value, as words where they are words
-    (``likes: basketball, jazz``; an object's fields as ``name: value; ...``), else as JSON."""
+    """What is embedded of a fact: its key and value, as words where they are words (``likes:
+    basketball, jazz``), else as JSON."""
 
     def words(part: Any) -> str:
         if isinstance(part, str):

@@ -1,0 +1,270 @@
+"""Fusing what a search found into one ranking: the calibrated score of a turn (its cosine to
+the query, corrected for how close it is to every other candidate; the share of the query's
+words it holds; whether it was said by the side the question asks about; whether it says that
+something changed), and the order the results are chosen in (a better neighbour lifts a turn,
+the newer of two alike ranks first, a session's later turns and a turn saying again what a
+chosen one said yield to others). Pure Python over the candidates' features, no I/O."""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from typing import Any
+
+from memory.search import CJK_RUN_RE, cjk_grams, query_split
+
+# NOTE: the calibration of ``score``: a logistic model of "this turn holds evidence for the
+# question", fitted on the candidates of the team's quality set (docs/recall.md, "The score"):
+# per mode, the bias and the weights of the cosine similarity to the query, of the candidate's
+# crowding (the mean cosine of its ``CROWD_NEIGHBOURS`` nearest fellow candidates), of a
+# question with Chinese, Japanese or Korean text (whose cosines run higher), of the share of
+# the query's BM25 weight the turn matches, of the turn being said by the side the question
+# asks about (``role_asked``), and of a user's turn that says something changed
+# (``says_change``).
+CALIBRATION: dict[str, tuple[float, ...]] = {
+    #          bias   cosine  crowding  cjk    coverage  role  change
+    "hybrid": (-37.37, 60.36, -21.38, -0.94, 4.0, 2.4, 2.0),
+    "semantic": (-37.69, 61.05, -21.62, -1.01, 0.0, 2.4, 2.0),
+    "text": (-5.63, 0.0, 0.0, 0.0, 9.65, 1.0, 1.0),
+}
+# Fellow candidates whose mean cosine to a turn is its crowding: a turn like many others (a
+# question asked again and again, a stock reply) is like the query for no reason of its own
+# (hubness; the correction is CSLS's, Conneau et al. 2018).
+CROWD_NEIGHBOURS = 10
+# Added to a candidate's logit in proportion to how late it was said among the candidates
+# (0 the oldest, 1 the newest): of two turns that answer alike, the newer ranks first.
+RECENCY_WEIGHT = 0.1
+# Taken off a candidate's logit for each better turn of its session already chosen, so that
+# evidence spread over sessions is found together (the ``score`` shown is without it).
+SESSION_PENALTY = 0.1
+# Taken off a candidate's logit when a turn already chosen says nearly the same (at least
+# ``REPEAT_SHARE`` of the shorter one's terms in common): the same question asked in five
+# sessions takes one place of the results, not five.
+REPEAT_PENALTY = 2.0
+REPEAT_SHARE = 0.6
+# The results are chosen from the best this many times their number (at least 30).
+POOL_PER_RESULT = 3
+# A candidate gains this share of what its best neighbour in the session (the turn just before
+# or after) scores above it: the reply to a question that matches, the question of a reply.
+NEIGHBOUR_SHARE = 0.5
+# A match of the typo fallback counts as this share of the query's words.
+SIMILAR_COVERAGE = 0.5
+
+# NOTE: a question about what the assistant said names it doing so ("what did you suggest",
+# "you told me", "你上次说", "你推荐的"); any other question in the first person ("my", "we",
+# "我") asks about the user: a request ("can you recommend ... for me") included, since what
+# it needs is what the user said of themselves.
+_ASSISTANT_EN = re.compile(
+    r"\b(?:you|you've|you'd)\s+(?:\w+\s+)?(?:said|say|told|tell|suggested|suggest|recommended|"
+    r"mentioned|pointed|showed|show|gave|quoted|explained|proposed|named|listed|shared|taught|"
+    r"described|advised|warned|meant|called)\b|\bdid you\b|\bwas (?:the|that) \w+ you\b"
+)
+_ASSISTANT_ZH = re.compile(
+    r"你(?:上次|之前|以前|那次|刚才|前几天|当时)?(?:跟我|给我|帮我|对我|向我)?"
+    r"(?:说|讲|提|告诉|推荐|建议|教|介绍|给的|列|举)"
+)
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|my|me|mine|we|we're|we've|our|us)\b|我")
+
+
+def role_asked(q: str) -> str | None:
+    """The side whose turns answer ``q``: ``assistant`` for a question about what the
+    assistant said, ``user`` for another question in the first person, else ``None``."""
+    text = unicodedata.normalize("NFKC", q).lower()
+    if _ASSISTANT_EN.search(text) or _ASSISTANT_ZH.search(text):
+        return "assistant"
+    if _FIRST_PERSON.search(text):
+        return "user"
+    return None
+
+
+# NOTE: the words of a change: a state left for another ("sold the Golf and bought", "moved
+# to", "no longer", "我换了", "搬到了", "不再"). A user's turn that holds one says what is
+# true now, so it ranks above the statement it replaced when both match alike.
+_CHANGE_EN = re.compile(
+    r"\b(?:now|nowadays|these days|anymore|any more|no longer|instead|switched|switching to|"
+    r"changed|moved|relocated|sold|traded|replaced|upgraded|quit|left|resigned|retired|"
+    r"cancell?ed|gave up|stopped|dropped|took up|picked up|started|joined|became|"
+    r"transferred|finally|just (?:got|bought|started|moved|left|switched))\b"
+)
+_CHANGE_ZH = re.compile(
+    r"现在|如今|目前|不再|换了|换成|改成|改用|改为|搬到|搬去|搬家|卖了|卖掉|辞职|离职|跳槽|"
+    r"转去|转到|调到|退了|戒了|又开始|入职|升职|新买"
+)
+
+
+# NOTE: a question about a past time ("what did I weigh at the start of the year", "年初的时候")
+# asks for what was true then, not for what changed since: the words of a change count only
+# in a question about the present.
+_PAST_EN = re.compile(
+    r"\b(?:did|was|were|had|used to|ago|back in|back then|at the time|at first|originally|"
+    r"before|first|start of|beginning of)\b"
+)
+_PAST_ZH = re.compile(r"的时候|那时|当时|以前|之前|原来|最早|最初|年初|年底|刚开始|那会")
+
+
+def asks_present(q: str) -> bool:
+    """Whether ``q`` asks about the present: no word of a past time in it."""
+    text = unicodedata.normalize("NFKC", q).lower()
+    return not (_PAST_EN.search(text) or _PAST_ZH.search(text))
+
+
+def says_change(content: str) -> bool:
+    """Whether ``content`` holds a word of a change (``_CHANGE_EN``, ``_CHANGE_ZH``)."""
+    text = unicodedata.normalize("NFKC", content).lower()
+    return bool(_CHANGE_EN.search(text) or _CHANGE_ZH.search(text))
+
+
+_WORD_RE = re.compile(r"\w+")
+_COMMON_TEXT = (
+    "a an and are as at be but by can could did do does for from had has have how i if in is"
+    " it me my of on or our should so that the this to was we what when where which who will"
+    " with would you your"
+)
+_COMMON = frozenset(_COMMON_TEXT.split())
+
+
+def repeat_terms(content: str) -> frozenset[str]:
+    """The terms two turns share when they say the same: lower-cased words but common ones,
+    and CJK pairs."""
+    words, runs = query_split(content.lower())
+    terms = {word for word in _WORD_RE.findall(words) if word not in _COMMON}
+    for run in runs:
+        terms.update(cjk_grams(run).split())
+    return frozenset(terms)
+
+
+class Candidate:
+    """A turn a search found, with what ranks it: its row (``TURN_FIELDS``), its cosine to the
+    query and crowding (``None`` without a vector), and the share of the query's words it
+    holds."""
+
+    __slots__ = ("cosine", "coverage", "crowding", "logit", "pk", "row", "score_logit")
+
+    def __init__(
+        self,
+        pk: int,
+        row: tuple[Any, ...],
+        cosine: float | None,
+        coverage: float,
+        crowding: float | None = None,
+    ):
+        self.pk = pk
+        self.row = row
+        self.cosine = cosine
+        self.coverage = coverage
+        self.crowding = crowding
+        self.logit = 0.0
+        self.score_logit = 0.0
+
+    @property
+    def seq(self) -> int:
+        return int(self.row[0])
+
+    @property
+    def session_id(self) -> str:
+        return str(self.row[1])
+
+    @property
+    def role(self) -> str:
+        return str(self.row[2])
+
+    @property
+    def content(self) -> str:
+        return str(self.row[3])
+
+
+def candidate_logit(
+    mode: str, c: Candidate, *, asked: str | None, cjk: bool, present: bool = True
+) -> float:
+    """``c``'s calibrated logit of holding evidence (``CALIBRATION``), for a question asking
+    about ``asked``'s turns (``role_asked``), with CJK text or not, about the user's present
+    or not (only then does a change count); a turn without a vector (not embedded
+    yet, or a search by words) is judged by the ``text`` row."""
+    if c.cosine is None:
+        mode = "text"
+    bias, by_meaning, by_crowd, by_cjk, by_words, by_role, by_change = CALIBRATION[mode]
+    logit = bias + by_words * c.coverage
+    if c.cosine is not None:
+        # NOTE: a turn with no fellow candidate to compare with is as crowded as it is near.
+        crowding = c.cosine if c.crowding is None else c.crowding
+        logit += by_meaning * c.cosine + by_crowd * crowding + (by_cjk if cjk else 0.0)
+    if asked is not None and c.role == asked:
+        logit += by_role
+    if present and c.role == "user" and says_change(c.content):
+        logit += by_change
+    return logit
+
+
+def score_of(logit: float) -> float:
+    """A logit as the ``score`` a result carries: in [0, 1]."""
+    if logit < -30:
+        return 0.0
+    return 1.0 / (1.0 + math.exp(-logit))
+
+
+def ranked(
+    candidates: list[Candidate], mode: str, limit: int, q: str, *, dated: bool = False
+) -> list[Candidate]:
+    """The best ``limit`` of ``candidates`` for ``q`` (a search narrowed to a range of dates
+    where ``dated``: not about the present): by calibrated logit (``score_logit``),
+    lifted towards a better neighbour's (``NEIGHBOUR_SHARE``) and with the newer favoured
+    (``RECENCY_WEIGHT``), then chosen one by one, each session's later picks held back
+    (``SESSION_PENALTY``) and a turn that says again what a chosen one said held back more
+    (``REPEAT_PENALTY``)."""
+    if not candidates:
+        return []
+    asked = role_asked(q)
+    # NOTE: the user's own state: a question in the first person about the present.
+    present = asked == "user" and not dated and asks_present(q)
+    cjk = CJK_RUN_RE.search(unicodedata.normalize("NFKC", q)) is not None
+    # NOTE: a turn past the crowded ones read (fusion's features) is as crowded as they are.
+    known = [c.crowding for c in candidates if c.crowding is not None]
+    usual = sum(known) / len(known) if known else None
+    for c in candidates:
+        if c.crowding is None and c.cosine is not None and usual is not None:
+            c.crowding = usual
+    seqs = [c.seq for c in candidates]
+    low, high = min(seqs), max(seqs)
+    own = {
+        c.seq: (candidate_logit(mode, c, asked=asked, cjk=cjk, present=present), c.session_id)
+        for c in candidates
+    }
+    for c in candidates:
+        late = 0.0 if high == low else (c.seq - low) / (high - low)
+        logit = own[c.seq][0]
+        around = [own.get(c.seq - 1), own.get(c.seq + 1)]
+        near = [n[0] for n in around if n is not None and n[1] == c.session_id]
+        if near and max(near) > logit:
+            logit += NEIGHBOUR_SHARE * (max(near) - logit)
+        c.score_logit = logit
+        c.logit = logit + RECENCY_WEIGHT * late
+    # NOTE: the best ``POOL_PER_RESULT`` times ``limit`` are chosen from: the penalties are
+    # bounded, so a candidate further down comes in only past many repeats; each pick marks the
+    # ones that repeat it, so choosing is O(limit x pool) set comparisons.
+    pool = sorted(candidates, key=lambda c: (-c.logit, -c.seq))[: max(limit * POOL_PER_RESULT, 30)]
+    terms = {c.pk: repeat_terms(c.content) for c in pool}
+    repeated: set[int] = set()
+    chosen: list[Candidate] = []
+    taken: dict[str, int] = {}
+
+    def held_back(c: Candidate) -> tuple[float, int]:
+        logit = c.logit - SESSION_PENALTY * taken.get(c.session_id, 0)
+        if c.pk in repeated:
+            logit -= REPEAT_PENALTY
+        return logit, c.seq
+
+    while pool and len(chosen) < limit:
+        best = max(pool, key=held_back)
+        pool.remove(best)
+        chosen.append(best)
+        taken[best.session_id] = taken.get(best.session_id, 0) + 1
+        said = terms[best.pk]
+        for c in pool:
+            if c.pk not in repeated and terms[c.pk] and _repeats(terms[c.pk], said):
+                repeated.add(c.pk)
+    return chosen
+
+
+def _repeats(a: frozenset[str], b: frozenset[str]) -> bool:
+    return bool(b) and len(a & b) >= REPEAT_SHARE * min(len(a), len(b))

@@ -1,0 +1,161 @@
+"""memory.fusion: the side a question asks about, the words of a change, the candidates' crowding
+and the order results are chosen in; on the real PostgreSQL with pgvector and the built-in
+embedder where a search runs (the fixtures of tests/test_recall.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory import fusion, ranking, selectors
+from memory.models import Owner, Turn
+from memory.recall import embedders, vectors
+from memory.services import embeddings
+from tests.test_recall import e5, pgvector, say  # noqa: F401  (fixtures)
+
+
+@pytest.mark.parametrize(
+    ("q", "side"),
+    [
+        ("What did you suggest I listen to on the train?", "assistant"),
+        ("Which book did you recommend for sleep?", "assistant"),
+        ("Remind me what you told me about the oven temperature", "assistant"),
+        ("你上次说哪本书能帮我入睡？", "assistant"),
+        ("你给我介绍的那个动作叫什么？", "assistant"),
+        ("What breed did we end up adopting?", "user"),
+        ("Can you recommend a curry recipe for me?", "user"),
+        ("我平时怎么去公司？", "user"),
+        ("What is the capital of France?", None),
+    ],
+)
+def test_the_side_a_question_asks_about(q, side):
+    assert fusion.role_asked(q) == side
+
+
+@pytest.mark.parametrize(
+    ("content", "change"),
+    [
+        ("Sold the Pixel and bought an iPhone 15.", True),
+        ("We moved to Bristol last month.", True),
+        ("I no longer eat meat.", True),
+        ("我换了一部iPhone 15。", True),
+        ("上个月搬到了苏州。", True),
+        ("My Pixel 6 battery is dead by 3pm.", False),
+        ("在杭州住了三年。", False),
+    ],
+)
+def test_the_words_of_a_change(content, change):
+    assert fusion.says_change(content) is change
+
+
+def test_a_question_about_the_past_is_not_about_the_present():
+    assert fusion.asks_present("What car do I drive these days?")
+    assert fusion.asks_present("我现在住在哪个城市？")
+    assert not fusion.asks_present("What did I weigh at the start of the year?")
+    assert not fusion.asks_present("年初的时候我有多重？")
+
+
+def _candidate(seq: int, session: str, role: str, content: str, cosine: float, crowding=0.85):
+    return fusion.Candidate(seq, (seq, session, role, content), cosine, 0.0, crowding)
+
+
+def test_a_repeated_turn_takes_one_place_and_a_crowded_one_yields():
+    asked = "How do I take better notes in lectures?"
+    candidates = [
+        _candidate(10 * i, f"s{i}", "user", f"Quick question: {asked}", 0.83, 0.95)
+        for i in range(1, 5)
+    ]
+    answer = _candidate(
+        95, "s9", "user", "Tom and Aisha from the book club want a film night.", 0.82
+    )
+    other = _candidate(60, "s6", "user", "Can you check this text for typos?", 0.80)
+    chosen = fusion.ranked(
+        [*candidates, answer, other], "semantic", 3, "Who is in my reading group?"
+    )
+    # The answer is less like the query than the repeated question, but that question is like
+    # every other candidate (crowded) and said four times: it takes one place, not three.
+    assert chosen[0] is answer
+    assert sum(c.content.endswith(asked) for c in chosen) == 1
+    assert other in chosen
+
+
+def test_the_newer_statement_of_a_change_ranks_above_the_old():
+    old = _candidate(3, "s1", "user", "My 2011 Golf needs new brake pads.", 0.863)
+    new = _candidate(90, "s7", "user", "I let the old Golf go and picked up a used Kia.", 0.861)
+    q = "What car do I drive these days?"
+    assert fusion.ranked([old, new], "semantic", 2, q) == [new, old]
+    # A question about a past time asks for what was true then: the change counts for nothing.
+    past = "What car did I drive at the start of the year?"
+    assert fusion.ranked([old, new], "semantic", 2, past) == [old, new]
+    assert fusion.ranked([old, new], "semantic", 2, q, dated=True) == [old, new]
+
+
+def test_the_side_asked_about_ranks_first():
+    question = _candidate(20, "s2", "user", "Any podcast to learn Spanish on the train?", 0.86)
+    reply = _candidate(21, "s2", "assistant", "Try Coffee Break Spanish, 20 minutes each.", 0.84)
+    q = "What did you suggest I listen to on the train to learn Spanish?"
+    assert fusion.ranked([question, reply], "semantic", 2, q)[0] is reply
+    assert fusion.ranked([question, reply], "semantic", 2, "Spanish podcast")[0] is question
+
+
+@pytest.mark.usefixtures("e5")
+def test_crowding_is_read_for_the_candidates_with_vectors():
+    say(
+        "wang",
+        "I adopted a corgi named Mochi.",
+        "Lovely!",
+        "How do I fix a flat tyre?",
+        "Patch it.",
+    )
+    embeddings.turns_embed(owner_id="wang")
+    owner = Owner.objects.get(external_id="wang")
+    pks = list(Turn.objects.filter(owner=owner).order_by("seq").values_list("pk", flat=True))
+    embedder = embedders.embedder_get()
+    assert embedder is not None
+    vector = vectors.vector_text(embedders.query_embed(embedder, "what is my dog called?"))
+    rows = ranking.turns_features(
+        using="default",
+        owner_pk=owner.pk,
+        pks=pks,
+        terms=[],
+        model=embedders.embedder_name(embedder),
+        vector=vector,
+        crowd=2,
+    )
+    by_seq = {row[1]: row for row in rows}
+    embedded = {seq for seq, row in by_seq.items() if row[-2] is not None}
+    # An ack is worth no vector (embedders.passage_worth_embedding): no cosine, no crowding.
+    assert embedded and embedded < set(by_seq)
+    for seq, row in by_seq.items():
+        crowding = row[-1]
+        assert (crowding is None) is (seq not in embedded)
+        if crowding is not None:
+            assert -1.0 <= crowding <= 1.0
+    # Only the ``crowded`` nearest to the query have one.
+    fewer = ranking.turns_features(
+        using="default",
+        owner_pk=owner.pk,
+        pks=pks,
+        terms=[],
+        model=embedders.embedder_name(embedder),
+        vector=vector,
+        crowd=2,
+        crowded=2,
+    )
+    assert sum(row[-1] is not None for row in fewer) == 2
+
+
+@pytest.mark.usefixtures("e5")
+def test_the_newest_of_a_change_ranks_first_in_a_search():
+    say("wang", "My 2011 Golf needs new brake pads. Can I do it myself?", "Yes, with care.")
+    say("wang", "How do I make a sourdough starter?", "Flour and water.", session_id="tab-2")
+    say(
+        "wang",
+        "I sold the old Golf and bought a used Kia e-Niro last week.",
+        "Congratulations!",
+        session_id="tab-3",
+    )
+    embeddings.turns_embed(owner_id="wang")
+    found = selectors.turn_search(owner_id="wang", q="What car do I drive these days?", limit=3)
+    assert "Kia" in found[0]["content"]
+    assert any("brake pads" in turn["content"] for turn in found[1:])
+    assert all(0 <= turn["score"] <= 1 for turn in found)
