@@ -11,6 +11,7 @@ with extra_needed("memory.integrations.openai_agents", "openai-agents", "openai-
     from agents.memory.session_settings import coerce_session_settings
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
@@ -22,6 +23,7 @@ from memory import selectors, services
 from memory.conf import conf
 from memory.exceptions import database_guard
 from memory.payloads import TurnPayload
+from memory.selectors.turns import aturn_tail
 from memory.services.turns import aturns_prune
 from memory.validators import validate_owner_id, validate_session_id
 
@@ -122,10 +124,14 @@ def turn_from_item(item: Mapping[str, Any]) -> ItemTurn:
     answer a ``tool`` turn; anything else the model produced an ``assistant`` turn. The content is
     the item's one text, and the item is kept in ``metadata["openai_agents"]`` without it; else the
     content is a rendering and the item is kept whole. Raises ``ValueError`` for an item that is not
-    a JSON object with a message role or a type.
+    a JSON object with a message role or a type, and ``TypeError`` (``json.dumps``'s, as the SDK's
+    sessions raise it) for one holding a value JSON cannot.
     """
     if not isinstance(item, Mapping):
         raise ValueError(f"A session item is a JSON object, not a {type(item).__name__}.")
+    # NOTE: as the SDK's sessions, which store json.dumps(item): a value JSON cannot hold (an
+    # object, a set, bytes) is json's TypeError.
+    json.dumps(item)
     role = _item_role(item)
     path = _text_path(item)
     if path is None:
@@ -196,14 +202,13 @@ class MemorySession:
     """The OpenAI Agents SDK ``Session`` of one session of a memory owner (docs/agents.md).
 
     The history is the owner's: every session reads the same turns. ``get_items(limit)``: the newest
-    ``limit`` turns (default ``session_settings.limit``, else ``MEMORY["CONTEXT_TURNS"]``; at most
-    ``MAX_CONTEXT_TURNS``), oldest first, as SDK items. ``add_items`` appends the items as turns of
-    ``session_id`` in one transaction, all or none. ``pop_item()`` deletes and returns this
-    session's newest turn among the owner's newest ``MAX_CONTEXT_TURNS`` (``None``: none).
-    ``clear_session()`` deletes every turn of the owner and keeps the facts.
+    ``limit`` turns (default ``session_settings.limit``; with neither, every turn, as the SDK's own
+    sessions return all their items: ``turn_tail``, from the database; a limit up to
+    ``MAX_CONTEXT_TURNS`` reads the cached window), oldest first, as SDK items. ``close()`` closes
+    it as the SDK's sessions close: every later call raises ``RuntimeError``.
 
     ``add_items(items)`` appends each item as a turn of ``session_id`` (``turn_from_item``),
-    in one transaction: all of them or, for any refused item (``ValueError``,
+    in one transaction: all of them or, for any refused item (``ValueError``, ``TypeError``,
     ``ValidationError``: a text over ``MEMORY["MAX_TURN_CHARS"]``, an item over
     ``MEMORY["MAX_JSON_BYTES"]``), none. User messages go through the fact extractor as any
     user turn does.
@@ -215,7 +220,11 @@ class MemorySession:
     are one history (``memory.ops.turns_prune`` with ``keep_last=0``), and keeps the facts; to
     forget the user entirely, ``services.memory_forget``.
 
+    ``close()`` closes it as the SDK's sessions close: every later call raises
+    ``RuntimeError`` (``add_items([])`` too).
+
     Errors are the services' and selectors': ``ValidationError`` for a bad id, limit or turn,
+    ``TypeError`` for an item holding what JSON cannot (as ``json.dumps`` raises it),
     ``MemoryUnavailable`` when the database cannot be reached (then nothing was stored). Redis
     failures never reach the caller. The owner is the caller's to name (the authenticated
     user), never the model's.
@@ -247,28 +256,44 @@ class MemorySession:
             if session_settings is not None
             else SessionSettings()
         )
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"MemorySession(owner_id={self.owner_id!r}, session_id={self.session_id!r})"
 
-    def _limit(self, limit: int | None) -> int:
+    def _open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+
+    def close(self) -> None:
+        """Close the session, as the SDK's sessions close: every later call raises
+        ``RuntimeError``. It holds no connection of its own (the app's are Django's)."""
+        self._closed = True
+
+    def _limit(self, limit: int | None) -> int | None:
         if limit is None:
             limit = self.session_settings.limit
-        if limit is None:
-            limit = conf.CONTEXT_TURNS
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
             raise ValidationError({"limit": ["Ensure this value is an integer >= 0."]})
-        return min(limit, conf.MAX_CONTEXT_TURNS)
+        return limit
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        self._open()
         n = self._limit(limit)
         if n == 0:
             return []
-        context = await selectors.acontext_get(owner_id=self.owner_id, turns=n)
-        return _items(context["turns"])
+        if n is not None and n <= conf.MAX_CONTEXT_TURNS:
+            context = await selectors.acontext_get(owner_id=self.owner_id, turns=n)
+            return _items(context["turns"])
+        # NOTE: no limit is the whole history, as the SDK's sessions read it; from the database.
+        return _items(await aturn_tail(owner_id=self.owner_id, limit=n))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        # NOTE: every item is converted before the first is stored.
+        # NOTE: refused when closed before the empty list returns, as the SDK's sessions do;
+        # every item is converted before the first is stored.
+        self._open()
         turns = [turn_from_item(cast(Mapping[str, Any], item)) for item in items]
         if turns:
             await _aturns_append(self.owner_id, self.session_id, turns)
@@ -298,9 +323,11 @@ class MemorySession:
         return None
 
     async def pop_item(self) -> TResponseInputItem | None:
+        self._open()
         return await sync_to_async(self._pop, thread_sensitive=True)()
 
     async def clear_session(self) -> None:
+        self._open()
         await aturns_prune(owner_id=self.owner_id, keep_last=0)
 
 

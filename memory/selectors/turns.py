@@ -60,6 +60,27 @@ def turn_list(
 
 
 @database_guard()
+def turn_tail(*, owner_id: str, limit: int | None = None) -> list[TurnPayload]:
+    """The owner's newest ``limit`` turns, oldest first; every turn of the owner when
+    ``limit`` is ``None`` (what the Agents SDK's sessions return without a limit). From the
+    database, in one query, however many turns that is: bound it with ``limit`` where the
+    history may be long. Raises ``ValidationError`` ({"user_id" | "limit": messages}) for bad
+    input and ``MemoryUnavailable`` when the database cannot be reached."""
+    check_owner(owner_id)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValidationError({"limit": ["Ensure this value is an integer >= 0."]})
+    turns = Turn.objects.filter(owner_id=owner_pk(owner_id))
+    if limit is None:
+        rows = list(turns.order_by("seq").values_list(*TURN_FIELDS))
+    else:
+        rows = list(turns.order_by("-seq").values_list(*TURN_FIELDS)[:limit])[::-1]
+    return [turn_payload_from_row(row) for row in rows]
+
+
+aturn_tail = aio.twin(turn_tail)
+
+
+@database_guard()
 def turn_by_key_get(*, owner_id: str, idempotency_key: str) -> TurnPayload | None:
     """The owner's turn stored under ``idempotency_key``, or ``None``. Raises ``ValidationError``
     ({"user_id": messages}) for a bad owner id and ``MemoryUnavailable`` when the database cannot be

@@ -10,7 +10,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
@@ -224,17 +224,20 @@ class TTLMethods:
         return sweeper.stop(timeout)
 
 
-def event_loop_refused() -> None:
-    """Refuse a sync call in a running event loop, as LangGraph's async stores do: use the ``a...``
-    methods, or call from a thread."""
+def off_event_loop(call: Callable[[], T]) -> T:
+    """``call()``; in a running event loop, in a thread of its own, the loop waiting for it.
+
+    NOTE: a sync store call in an event loop blocks the loop, as ``InMemoryStore``'s and
+    ``PostgresStore``'s do (LangGraph's batching wrapper calls ``batch`` from its loop); Django's
+    database calls cannot run in that thread, so they run in another, whose connection
+    ``thread_connection`` closes. Await the ``a...`` methods to keep the loop free.
+    """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return
-    raise asyncio.InvalidStateError(
-        "MemoryStore's sync methods cannot run in an event loop: await its async methods "
-        "(store.aget, store.aput, ...) there, or call the sync ones from a thread."
-    )
+        return call()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-store") as pool:
+        return pool.submit(call).result()
 
 
 @contextlib.contextmanager

@@ -37,8 +37,8 @@ from memory.integrations.langgraph.indexing import (
     StoreIndex,
     Sweeper,
     TTLMethods,
-    event_loop_refused,
     langgraph_errors,
+    off_event_loop,
     refreshes_due,
     ttl_config_check,
     ttl_expiry,
@@ -420,7 +420,10 @@ class MemoryStore(TTLMethods, BaseStore):
         }
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        event_loop_refused()
+        ops = list(ops)
+        return off_event_loop(lambda: self._batch(ops))
+
+    def _batch(self, ops: list[Op]) -> list[Result]:
         with langgraph_errors():
             plan = _plan(ops, embedded=self.index is not None)
             # NOTE: the site's embedder runs before any lock, as LangGraph's stores embed before
