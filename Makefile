@@ -99,6 +99,10 @@ format: $(VENV)/.installed ## Sort imports and format the code with ruff
 	$(VENV)/bin/ruff check --select I --fix .
 	$(VENV)/bin/ruff format .
 
+.PHONY: prose-stats
+prose-stats: $(VENV)/.installed ## Comment and docstring density of memory/ and memoryproj/ (targets: CONTRIBUTING.md)
+	$(PY) scripts/prose-stats memory memoryproj
+
 services-up: ## Start PostgreSQL and Redis in docker (docker-compose.yml) and wait until healthy
 	docker compose up -d --wait
 

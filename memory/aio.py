@@ -33,13 +33,10 @@ def twin_of(fn: Callable[..., object]) -> Callable[[Callable[P, R]], Callable[P,
 
 
 def twin(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
-    """The async twin of ``fn``, named ``a<name>``: the same call, awaited.
+    """The async twin of ``fn``, named ``a<name>``: the same call, awaited; exceptions as they are.
 
-    NOTE: one hop per operation, and thread-sensitive, as Django runs an async view's sync code:
-    the database connection is the one of the thread that serves sync code, so that a
-    transaction, a row lock and its on-commit cache update stay in the one thread that opened
-    them. Exceptions come out of the await as they are (``ValidationError``,
-    ``FactVersionConflict``, ``MemoryUnavailable``...).
+    NOTE: one thread-sensitive hop per operation, as Django runs sync code: a transaction, its row
+    locks and its on-commit cache update stay in one thread.
     """
     hop = sync_to_async(fn, thread_sensitive=True)
 

@@ -1,7 +1,6 @@
-"""The pieces of an append that both its paths use, ``services.turns`` (the spec) and its
-PostgreSQL fast path (``memory.postgres.turn_append``): the checked input, the extraction's
-plan, its count for the summary, the check of an idempotent retry, a turn from a row, the
-warning of a fact past the cap."""
+"""The pieces of an append that both its paths use (``services.turns`` and its PostgreSQL fast
+path): the checked input, the extraction's plan, the summary count, the idempotent-retry check, a
+turn from a row, the warning of a fact past the cap."""
 
 from __future__ import annotations
 
@@ -38,9 +37,8 @@ class SummaryCount(NamedTuple):
 
 
 def summary_count(content: str) -> SummaryCount:
-    """The turn's ``SummaryCount``: counted by ``MEMORY["TOKEN_COUNTER"]`` while
-    ``MEMORY["SUMMARIZER"]`` is set. Never raises: a counter that fails is logged and the turn
-    counts nothing (the append is never refused for its summary's sake)."""
+    """The turn's ``SummaryCount`` by ``MEMORY["TOKEN_COUNTER"]`` while summaries are on. Never
+    raises: a failing counter is logged and the turn counts nothing."""
     if conf.SUMMARIZER is None:
         return SummaryCount()
     try:
@@ -61,10 +59,9 @@ def retry_checked(existing: Turn, new: TurnInput) -> Turn:
 
 @dataclass(frozen=True)
 class AppendPlan:
-    """What the extraction of a turn asks of its append, found before any write: a record for
-    a deferred extractor (``defer``), or what an inline one found (``found``, which the general
-    path merges under the lock) and the facts it changes, each with what the owner held when
-    they were read (``facts``, the JSON array ``memory_turn_append`` takes; ``None``: none)."""
+    """What a turn's extraction asks of its append, found before any write: a record for a deferred
+    extractor (``defer``), or what an inline one found and the facts it changes, each with what the
+    owner held when read (``facts``; ``None``: none)."""
 
     defer: bool = False
     found: tuple[ExtractedFact, ...] = ()

@@ -13,9 +13,8 @@ class MemoryConfig(AppConfig):
     name = "memory"
     verbose_name = "Conversation memory"
     default_auto_field = "django.db.models.BigAutoField"
-    # What wraps a delete of turns through the ORM (``Turn.delete``, ``TurnQuerySet.delete``):
-    # ``cache.orm_delete``, which marks their owners and drops their copies after commit, as a
-    # service write does.
+    # What wraps an ORM delete of turns: ``cache.orm_delete``, which marks the owners and drops
+    # their copies after commit.
     orm_delete_guard: Callable[[Callable[[], Iterable[int]]], AbstractContextManager[None]]
 
     def ready(self) -> None:

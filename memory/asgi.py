@@ -30,8 +30,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# The Accept headers (besides none) for which DRF picks the site's first renderer, which the
-# fast path answers only when that is the JSON renderer.
+# Accept headers (besides none) for which DRF picks the site's first renderer.
 JSON_ACCEPTS = frozenset({b"*/*", b"application/json"})
 # The headers of the view's answer that are the view's own (the site's middleware adds others).
 HEADERS = (
@@ -43,9 +42,8 @@ HEADERS = (
 
 
 def _probe() -> tuple[float, HealthPayload]:
-    """``selectors.health_get()`` as a request of its own would run it: the thread's old
-    connections closed before and after (``CONN_MAX_AGE``, Django's pool), as Django does
-    around each request; when it began (``time.monotonic()``), and what it found."""
+    """``selectors.health_get()`` as a request would run it, old connections closed before and
+    after; when it began (``time.monotonic()``) and what it found."""
     from memory import selectors
 
     began = time.monotonic()
@@ -59,36 +57,20 @@ def _probe() -> tuple[float, HealthPayload]:
             close_old_connections()
 
 
-# NOTE: thread-sensitive, as Django runs sync code: outside a request that is one thread of the
-# process for all such calls, whose connection this probe keeps or closes as above; called from
-# a sync thread (``async_to_sync``), it runs there, on that thread's connection.
+# NOTE: thread-sensitive, as Django runs sync code: one thread for all such calls outside a request,
+# or the calling sync thread's own.
 _aprobe = sync_to_async(_probe, thread_sensitive=True)
 
 
 class HealthFastPath:
     """``app``, with ``GET health/`` of the memory API answered on the event loop.
 
-    The answer is the view's: ``{"database", "cache", "latency_ms"}``, 200, or 503 when the
-    database is down, in the same JSON, with the view's own headers (not those the site's
-    middleware adds). It says what a probe (``selectors.health_get``: a ``SELECT 1`` and a
-    Redis ``PING``, in a thread) found, one that began at most ``max_age`` seconds before. A
-    request that finds the last probe older than half of that starts the next (one at a time)
-    and answers with the last while it is young enough; with none as young, it waits for the
-    next. ``max_age=0`` waits for a probe for each request, as the view does.
-
-    Answered here: a ``GET`` of the path where ``ROOT_URLCONF`` has ``memory:health``, with no
-    query string, no ``Accept`` or one of ``*/*`` and ``application/json``, and a host that
-    ``ALLOWED_HOSTS`` allows, while the site's first renderer is DRF's JSON renderer. It is
-    counted in ``memory_request_duration_seconds`` and ``memory_responses_total`` as the
-    view's answer is, and a 503 is logged to ``django.request`` as Django logs it; no
-    middleware runs and Django's request signals are not sent. Anything else goes to ``app``.
-
-    NOTE: served by Django under ASGI, ``health/`` hops between the event loop and a thread at
-    each sync step: in the demo 15 hops (the request's signals, its sync middleware, each
-    ``process_request`` and ``process_response`` of the others, the view, its rendering, the
-    response's close), each two waits for the interpreter's lock (5 ms, or a C call's length,
-    while another request computes). Under one user's heaviest reads its p99 was 90-190 ms on a
-    2-core machine; answered here from a young probe, it waits for the lock once (issue 23).
+    The answer is the view's (200, or 503 when the database is down, with the view's own headers),
+    from a probe begun at most ``max_age`` seconds before; a request finding the last probe older
+    than half that starts the next. ``max_age=0`` probes per request. Answered here only for a plain
+    ``GET`` (no query string, JSON ``Accept``, an allowed host) while DRF's JSON renderer is first;
+    counted in the metrics and logged as the view's answer. No middleware or request signal runs.
+    Anything else goes to ``app``. Why: docs/performance.md.
     """
 
     def __init__(self, app: ASGIApp, *, max_age: float = 0.25) -> None:
@@ -147,14 +129,13 @@ class HealthFastPath:
         try:
             request.get_host()
         except DisallowedHost:
-            # NOTE: Django answers it (400), as for any other view.
+            # Django answers it (400), as for any other view.
             return None
         return request, route[1]
 
     def _health_route(self) -> tuple[str, str] | None:
-        """Where ``health/`` is in ``ROOT_URLCONF`` (below the script prefix), and its view's
-        name; None when it is not there, or not the memory API's, or not answered in JSON by
-        default. Found once per ``ROOT_URLCONF``."""
+        """Where ``health/`` is in ``ROOT_URLCONF`` and its view's name; None when absent, not the
+        memory API's, or not JSON by default. Found once per ``ROOT_URLCONF``."""
         urlconf = str(settings.ROOT_URLCONF)
         if self._route is None or self._route[0] != urlconf:
             self._route = (urlconf, _find_health())

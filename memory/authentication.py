@@ -16,11 +16,9 @@ from memory.postgres.token_lookup import token_lookup
 
 
 class TokenAuthentication(authentication.TokenAuthentication):
-    """DRF's ``TokenAuthentication`` (``Authorization: Token <key>``, the same answers); on a
-    view that checks ``CanReachOwner``, one statement reads the token, its user and whether
-    that user holds ``memory.access_all_memories``, which DRF's query and the permission's
-    would take two statements (and the ORM's query building) to say. Anywhere else, with a
-    token model or user model of a site's own, or off PostgreSQL, it is DRF's class as is."""
+    """DRF's ``TokenAuthentication`` with the same answers; on a view that checks ``CanReachOwner``,
+    one statement reads the token, its user and whether they hold ``memory.access_all_memories``
+    (two with DRF). With a site's own token or user model, or off PostgreSQL, DRF's class as is."""
 
     def authenticate(self, request: Request) -> tuple[Any, Any] | None:
         # NOTE: DRF makes one instance per request, so the view may be kept on it till

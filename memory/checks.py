@@ -149,8 +149,7 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     errors += _check_resolver(values["OWNER_RESOLVER"])
     errors += _check_extractor(values["FACT_EXTRACTOR"])
     errors += _check_token_counter(values["TOKEN_COUNTER"])
-    # NOTE: left unset, the summarizer is the built-in one only where django-tasks is installed
-    # (memory.conf); so the check reads what conf makes of it.
+    # NOTE: left unset, the summarizer depends on django-tasks (memory.conf): check conf's value.
     errors += _check_summarizer(values["SUMMARIZER"] if "SUMMARIZER" in user else conf.SUMMARIZER)
     token = values["METRICS_TOKEN"]
     if token is not None and not (isinstance(token, str) and len(token) >= 16):
@@ -185,7 +184,7 @@ def check_memory_pooler(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             )
         )
     for alias in _app_databases():
-        # NOTE: the connection's own settings, as Django applies them.
+        # The connection's own settings, as Django applies them.
         config = connections[alias].settings_dict
         if not config.get("DISABLE_SERVER_SIDE_CURSORS"):
             errors.append(
@@ -200,8 +199,7 @@ def check_memory_pooler(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             )
         options = config.get("OPTIONS") or {}
         held = []
-        # NOTE: psycopg prepares only on Django's server-binding cursors; its client-binding
-        # one (the default) never does, whatever the threshold.
+        # NOTE: psycopg prepares only on Django's server-binding cursors, never on the default one.
         if (
             options.get("server_side_binding") is True
             and options.get("prepare_threshold") is not None
@@ -228,9 +226,8 @@ def check_memory_pooler(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
 @register(Tags.compatibility)
 def check_memory_asgi_connections(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Served under ASGI, no database of the app keeps connections (``CONN_MAX_AGE``) without
-    Django's pool: each request's sync code runs in a thread of its own there, whose kept
-    connection nothing closes. The project is taken as served under ASGI when it sets
-    ``ASGI_APPLICATION``, or (``asgi_request_started``) once an ASGI request reached it."""
+    Django's pool: each request's sync thread's connection is never closed there. ASGI means
+    ``ASGI_APPLICATION`` is set, or an ASGI request has reached the process."""
     if not (getattr(settings, "ASGI_APPLICATION", None) or _served.asgi):
         return []
     return persistent_connections()
@@ -269,9 +266,8 @@ _served = _Served()
 
 
 def asgi_request_started(sender: Any, **kwargs: Any) -> None:
-    """``request_started`` receiver: on the first request of Django's ASGI handler, log the
-    ``memory.W011`` warnings once (a site served by uvicorn need not set
-    ``ASGI_APPLICATION``), then stop listening."""
+    """``request_started`` receiver: on the first ASGI request, log the ``memory.W011`` warnings
+    once, then stop listening."""
     from django.core.handlers.asgi import ASGIHandler
     from django.core.signals import request_started
 
@@ -346,7 +342,7 @@ def _check_deferred(path: str) -> list[CheckMessage]:
     try:
         deferred = extractor_deferred(extractor_load(path))
     except Exception:
-        # NOTE: a factory that fails here fails at run time too, where it is logged per turn.
+        # A factory that fails here fails at run time too, where it is logged per turn.
         return []
     if not deferred:
         return []
@@ -423,11 +419,11 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         ]
     if alias is None:
         if "memory" not in settings.CACHES:
-            # NOTE: no cache is a supported set-up (every read from the database), not an error.
+            # No cache is a supported set-up (every read from the database), not an error.
             return []
         alias = "memory"
     if alias == "":
-        # NOTE: as in conf.CACHE_ALIAS, an empty alias turns the cache off explicitly.
+        # As in conf.CACHE_ALIAS, an empty alias turns the cache off explicitly.
         return []
     if alias not in settings.CACHES:
         return [
@@ -517,8 +513,8 @@ def _check_alias_prefix(
 def check_memory_dot_keys(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """No fact has a key made only of dots: a client's URL of such a fact collapses to the
-    owner's own (``facts/../``). Stored before the rule; ``memory_fact_keys --rename``."""
+    """No fact has a key made only of dots: its URL collapses to the owner's (``facts/../``). Fixed
+    by ``memory_fact_keys --rename``."""
     from django.db import DatabaseError, router
 
     from memory.exceptions import MemoryUnavailable
@@ -529,8 +525,7 @@ def check_memory_dot_keys(
     try:
         found = len(fact_dot_key_list(limit=101))
     except (DatabaseError, MemoryUnavailable):
-        # NOTE: migrate runs database checks before it migrates: no table yet, or no database,
-        # is nothing to warn of here.
+        # NOTE: migrate runs database checks before it migrates: no table yet is no warning.
         return []
     if not found:
         return []

@@ -11,16 +11,13 @@ from typing import Any
 import orjson
 from django_redis.serializers.base import BaseSerializer
 
-# NOTE: the magnitude from which Python (and orjson) write a float in exponent form with no
-# fraction digit ("1e+16"): Postgres jsonb keeps such a number as an integer, and reads it
-# back as one ("10000000000000000").
+# NOTE: from this magnitude floats are written as "1e+16", which jsonb keeps as an integer.
 _INTEGRAL_FLOAT = 1e16
 
 
 def dumps(value: Any) -> bytes:
-    """Encode a payload; non-ASCII stays as UTF-8, as the API writes it. Never fails on a value
-    read from the database: an integer past 64 bits (stored before the validators refused the
-    floats jsonb turns into one) is written as its exact digits (``wide_ints_as_fragments``)."""
+    """Encode a payload as UTF-8 JSON, as the API writes it. Never fails on a value read from the
+    database: an integer past 64 bits is written as its exact digits."""
     try:
         return orjson.dumps(value)
     except TypeError as e:
@@ -30,8 +27,7 @@ def dumps(value: Any) -> bytes:
 
 
 def wide_ints_as_fragments(value: Any) -> Any:
-    """``value`` with each integer past 64 bits as an ``orjson.Fragment`` of its digits, which
-    orjson writes as they are (and with everything else as it is)."""
+    """``value`` with each integer past 64 bits as an ``orjson.Fragment`` of its digits."""
     if isinstance(value, int) and not isinstance(value, bool):
         if not -(2**63) <= value < 2**64:
             return orjson.Fragment(str(value).encode())
@@ -47,28 +43,24 @@ def loads(value: bytes | str) -> Any:
     return orjson.loads(value)
 
 
-# NOTE: 19 digits in a row: the shortest integer past 64 bits (-9223372036854775809) has as
-# many. orjson reads such an integer as a float; json.loads, as Django's JSONField does, reads
-# it as the integer (jsonb keeps a float of 1e16 or more as one: ``_INTEGRAL_FLOAT``).
+# NOTE: 19 digits in a row, as in the shortest integer past 64 bits: orjson would read it as a
+# float, json.loads (and Django's JSONField) as the integer.
 _LONG_DIGITS = re.compile("[0-9]{19}")
 
 
 def loads_jsonb(text: str) -> Any:
-    """Decode the text of a ``jsonb`` column as Django's ``JSONField`` does (``json.loads``),
-    with orjson where the two agree: everywhere but an integer past 64 bits."""
+    """Decode a ``jsonb`` column's text as Django's ``JSONField`` does, with orjson where the two
+    agree (everywhere but an integer past 64 bits)."""
     return json.loads(text) if _LONG_DIGITS.search(text) else orjson.loads(text)
 
 
 def json_key(value: Any) -> Any:
-    """A form of the JSON ``value`` that is equal (``==``) for two values exactly when they
-    are the same JSON value: ``true``, ``1``, ``1.0`` and ``"1"`` are four values, recursively
-    through lists and objects (an object's key order does not count).
+    """A form of the JSON ``value`` equal (``==``) for two values exactly when they are the same
+    JSON value: ``true``, ``1``, ``1.0`` and ``"1"`` are four; an object's key order does not
+    count.
 
-    NOTE: Python's ``==`` takes ``True == 1 == 1.0``, which made a changed fact "unchanged"
-    and a different request an idempotent retry (issue 21). One exception, so that a value
-    compares equal to itself once stored: a float of 1e16 or more, which Postgres jsonb keeps
-    as the integer its shortest form denotes (``1e16`` is read back as ``10000000000000000``),
-    is that integer here too.
+    NOTE: Python's ``True == 1 == 1.0`` made a changed fact "unchanged". One exception: a float
+    of 1e16 or more is the integer jsonb stores it as, so a value equals itself once stored.
     """
     if value is None or isinstance(value, str):
         return value

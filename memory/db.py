@@ -1,8 +1,7 @@
-"""The app's few hot statements on PostgreSQL, run as prepared statements where that is safe
-(``prepared_fetchone``): never behind a transaction pooler unless told to, never inside a
-caller's transaction, never while queries are logged; a statement the server lost is sent again
-unprepared. A read-only one is also the connection's health check. Why and how:
-docs/performance.md, "Prepared statements"."""
+"""The app's few hot statements on PostgreSQL, run as prepared statements where safe
+(``prepared_fetchone``): not behind a transaction pooler, not inside a caller's transaction, not
+while queries are logged; a lost statement is sent again unprepared (docs/performance.md, "Prepared
+statements")."""
 
 from __future__ import annotations
 
@@ -18,10 +17,8 @@ from memory.conf import conf
 
 logger = logging.getLogger("memory.db")
 
-# NOTE: "prepared statement does not exist", "already exists", "cached plan must not change
-# result type" (a migration replaced a function under a connection that prepared a call of
-# it), and a bind that does not fit the statement of that name (another client prepared it,
-# behind a pooler). Each fails the statement before it runs.
+# NOTE: a prepared statement lost, duplicated, or changed under the connection (a migration), or
+# another client's under the same name behind a pooler: each fails before it runs.
 PREPARED_LOST = frozenset({"26000", "42P05", "0A000", "08P01"})
 
 # The attribute of a psycopg connection holding its cursor for prepared statements.
@@ -39,10 +36,9 @@ def prepared_fetchone(
 ) -> tuple[Any, ...] | None:
     """Run ``sql`` on the Django connection ``db`` (PostgreSQL) and return its first row.
 
-    Prepared when this module's rules allow it, else sent with server-side binding (the SQL
-    must type what the server cannot infer: ``%s::jsonb``). Raises what the statement raises,
-    as Django's errors. ``read_only``: the statement writes nothing, so that running it twice
-    is harmless; then it is the connection's health check too (see the module's docstring).
+    Prepared where the rules allow it, else with server-side binding (type what the server cannot
+    infer: ``%s::jsonb``). Raises what the statement raises, as Django's errors. ``read_only``: it
+    writes nothing, so it is also the connection's health check.
     """
     if read_only and _health_check_due(db):
         # NOTE: marked done first, so that nothing on the way sends Django's SELECT 1.
@@ -84,9 +80,8 @@ def _fetchone(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | Non
         try:
             return _prepared_run(db, sql, params)
         except DatabaseError as e:
-            # NOTE: a lost statement fails on a connection that goes on working. PgBouncer
-            # answers a statement it has no server connection for (query_wait_timeout, the
-            # database down) with 08P01 too, and closes the connection: that is an outage.
+            # NOTE: a lost statement leaves a working connection. PgBouncer also answers 08P01 for a
+            # database it cannot reach, and closes the connection: an outage.
             if getattr(e.__cause__, "sqlstate", None) not in PREPARED_LOST or _broken(db):
                 raise
             _Prepared.works = False
@@ -103,14 +98,12 @@ def _fetchone(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | Non
 
 
 def _prepared_run(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
-    """``sql`` as a prepared statement (psycopg names one per distinct SQL and connection).
+    """``sql`` as a prepared statement (psycopg names one per SQL and connection).
 
-    NOTE: psycopg prepares nothing on a connection whose ``prepare_threshold`` is None, as
-    Django leaves it: it is lifted for this statement only, which prepares by being asked to
-    (never by counting), and put back before anything else runs.
+    NOTE: Django leaves ``prepare_threshold`` None (psycopg prepares nothing); it is lifted for this
+    statement only, and put back.
     """
-    # NOTE: what db.cursor() does first: with CONN_HEALTH_CHECKS, a connection that died while
-    # idle (a database restart) is replaced here, not found dead by this statement.
+    # NOTE: with CONN_HEALTH_CHECKS a connection that died idle is replaced here, not found dead.
     db.close_if_health_check_failed()
     db.ensure_connection()
     db.validate_thread_sharing()
@@ -135,9 +128,8 @@ def _prepared_run(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] |
 
 @contextmanager
 def server_bound_cursor(db: Any) -> Iterator[Any]:
-    """A Django cursor of ``db`` (logged, wrapped and instrumented as any other) whose
-    parameters the server binds, instead of psycopg quoting them into the SQL text; the
-    default cursor under psycopg2."""
+    """A Django cursor of ``db`` whose parameters the server binds (psycopg2: the default
+    cursor)."""
     classes = _cursor_classes()
     if classes is None:
         with db.cursor() as cursor:
@@ -148,8 +140,7 @@ def server_bound_cursor(db: Any) -> Iterator[Any]:
 
 
 def _cursor_of(db: Any, cursor_class: type) -> Any:
-    """``db.cursor()`` (Django's wrapper, its checks and its connecting), on a psycopg cursor of
-    ``cursor_class`` instead of the connection's own class."""
+    """``db.cursor()`` (Django's wrapper and checks) on a psycopg cursor of ``cursor_class``."""
     db.ensure_connection()
     raw = db.connection
     default = raw.cursor_factory

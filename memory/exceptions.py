@@ -56,9 +56,8 @@ class FactVersionConflict(MemoryException):
 
 
 class IdempotencyKeyReused(MemoryException):
-    """An idempotency key came back with a different request (session, role, content or
-    metadata) than the turn first stored under it; nothing was stored. ``turn`` is that first
-    turn, for Python callers (the HTTP answer says only this message)."""
+    """An idempotency key came back with a different request than the turn first stored under it;
+    nothing was stored. ``turn`` is that first turn."""
 
     def __init__(self, key: str, turn: Any = None) -> None:
         super().__init__(
@@ -112,10 +111,9 @@ class _UnavailableLog:
 
 
 def unavailable_log(exc: BaseException) -> None:
-    """Log (``memory.db``, a warning) why the database counts as unavailable: ``exc``'s type,
-    its driver error's, and the first line of its message, which names no query, parameter,
-    owner or content. The same cause at most once per ``UNAVAILABLE_LOG_SECONDS`` per process,
-    then with how often it recurred meanwhile. Never raises."""
+    """Log (``memory.db``, a warning) why the database counts as unavailable: the error types and
+    the message's first line, which names no query or data. Once per ``UNAVAILABLE_LOG_SECONDS`` per
+    cause and process, with a count. Never raises."""
     kind = type(exc).__name__
     driver = exc.__cause__
     if driver is not None and type(driver) is not type(exc):

@@ -1,11 +1,9 @@
-"""Work in flight per caller: the slots a heavy read holds in this process while it runs, so
-that one caller can never occupy every thread of a server (``MEMORY["HEAVY_READS_PER_CALLER"]``).
+"""Work in flight per caller: the slots a heavy read holds in this process while it runs, so that
+one caller never occupies every thread (``MEMORY["HEAVY_READS_PER_CALLER"]``).
 
-A rate throttle counts requests; this counts what is running. The API's views take a slot for
-a search, and for a context, its messages or a turn page of more turns than the cached copy
-(``MEMORY["CACHE_TURNS"]``) or a default page holds; past the limit they answer 429 with
-``Retry-After`` at once. The Python API (``memory.selectors``) takes none: its callers are the
-host's own code.
+The API's views take a slot for a search, and for a context, messages or turn page beyond the
+cached copy or a default page; past the limit, 429 with ``Retry-After``. The Python API takes
+none.
 """
 
 from __future__ import annotations

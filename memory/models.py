@@ -16,28 +16,23 @@ from django.db.models.functions import Now
 class Owner(models.Model):
     """The end user a memory belongs to, by the chat product's external id.
 
-    Its row is the per-owner lock every write takes; ``last_seq`` hands out turn numbers and
-    ``stamp`` marks each committed change so that the cache can tell fresh from stale.
+    Its row is the per-owner write lock; ``last_seq`` numbers turns, ``stamp`` marks each committed
+    change for the cache.
     """
 
-    # NOTE: unique through a constraint rather than ``unique=True``, which would also add a
-    # ``LIKE`` index nothing reads, rewritten by every append (migration 0002).
+    # NOTE: a constraint rather than ``unique=True``, which would add a ``LIKE`` index nothing
+    # reads.
     external_id = models.CharField(max_length=128)
     last_seq = models.BigIntegerField(default=0)
-    # NOTE: ``stamp`` comes from one database-wide sequence, so it grows across a forget and
-    # a re-creation of the same external id; the cache compares stamps to refuse stale fills.
+    # NOTE: from one database-wide sequence, so it grows across a forget and a re-creation.
     stamp = models.BigIntegerField(default=0)
-    # NOTE: set in the same transaction as every write while a cache is configured, cleared
-    # once Redis confirmed the update: a transactional outbox for cache invalidations.
+    # NOTE: the cache's transactional outbox: set with every write, cleared once Redis confirmed.
     cache_dirty = models.BooleanField(default=False)
-    # NOTE: tokens (``MEMORY["TOKEN_COUNTER"]``) of the turns after the summary's
-    # ``through_seq``, added by each append in its own statement while summaries are on and
-    # taken off by each summary refresh: how an append knows, without reading a turn, that a
-    # refresh is due (``MEMORY["SUMMARY_AFTER_TOKENS"]``).
+    # NOTE: tokens of the turns after the summary's ``through_seq``: how an append knows, without
+    # reading a turn, that a refresh is due (``MEMORY["SUMMARY_AFTER_TOKENS"]``).
     summary_tokens = models.BigIntegerField(db_default=0)
-    # NOTE: the owner's turns up to this seq have their vectors (``TurnVector``), written by the
-    # embedding task; the turns after it are what the next run embeds. A database default, as
-    # for ``summary_tokens``: the append function inserts owners without naming it.
+    # NOTE: turns up to this seq have their vectors. A database default: the append function inserts
+    # owners without naming it.
     embedded_seq = models.BigIntegerField(db_default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -63,8 +58,8 @@ class Owner(models.Model):
 
 
 def _owner_key(related_name: str) -> models.ForeignKey[Owner, Owner]:
-    """The owner of a session, turn, fact or fact version. No index of its own: each of those
-    tables has a unique constraint that starts with the owner (migration 0002)."""
+    """The owner of a session, turn, fact or fact version; indexed by each table's unique
+    constraint."""
     return models.ForeignKey(
         Owner, on_delete=models.CASCADE, related_name=related_name, db_index=False
     )
@@ -113,8 +108,8 @@ class Session(models.Model):
             ),
         ]
         indexes = [
-            # NOTE: the keyset order of ``selectors.session_list`` (session_id breaks ties), so
-            # a page deep in a long list costs what the first does; its prefix serves the admin.
+            # NOTE: the keyset order of ``selectors.session_list``: a deep page costs what the first
+            # does.
             models.Index(
                 fields=["owner", "-last_seen", "session_id"], name="memory_session_page_idx"
             )
@@ -132,9 +127,8 @@ class Role(models.TextChoices):
 
 
 def orm_delete_guard(owner_pks: Callable[[], Iterable[int]]) -> AbstractContextManager[None]:
-    """What wraps a delete of turns made through the ORM: the app config's hook, which
-    ``MemoryConfig.ready()`` sets to ``memory.cache.orm_delete`` (the models import nothing
-    above them: the cache package imports the models)."""
+    """What wraps an ORM delete of turns: set to ``memory.cache.orm_delete`` by
+    ``MemoryConfig.ready()`` (the models import nothing above them)."""
     guard = getattr(django_apps.get_app_config("memory"), "orm_delete_guard", None)
     return guard(owner_pks) if guard is not None else nullcontext()
 
@@ -165,22 +159,18 @@ class Turn(models.Model):
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField()
 
-    # NOTE: the ORM safety net for deleted turns lives in ``delete`` here and in
-    # ``TurnQuerySet.delete``, not in a ``post_delete`` receiver: any delete receiver of Turn
-    # makes Django load every turn of an owner to forget it, instead of one DELETE (the
-    # cascade from the owner uses the base manager and sends nothing, and a forget drops
-    # the copy itself).
+    # NOTE: the ORM safety net for deletes lives in ``delete`` methods, not a ``post_delete``
+    # receiver: any delete receiver makes Django load every turn of an owner to forget it.
     objects = TurnQuerySet.as_manager()
 
-    # NOTE: on Postgres the table also has a generated ``search`` column and two GIN indexes
-    # (migration 0001, read by memory.search). Not a field: SQLite has no tsvector, and loading
-    # a turn never needs its search document.
+    # NOTE: on Postgres the table also has a generated ``search`` column and two GIN indexes (read
+    # by memory.search); not a field, as loading a turn never needs it.
 
     class Meta:
         ordering = ["owner_id", "seq"]
         default_permissions = ("view", "delete")
         constraints = [
-            # NOTE: also the index that keeps "the last N turns of one owner" flat as history grows.
+            # NOTE: also keeps "the last N turns of one owner" flat as history grows.
             models.UniqueConstraint(fields=["owner", "seq"], name="memory_turn_owner_seq_uniq"),
             models.UniqueConstraint(
                 fields=["owner", "idempotency_key"],
@@ -203,14 +193,14 @@ class Turn(models.Model):
 
     def delete(self, using: Any = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Delete the turn; outside the services, its owner's cached copy is dropped after
-        commit (``cache.orm_delete``). ``services.turn_delete`` also keeps its session's count."""
+        commit."""
         with orm_delete_guard(lambda: [self.owner_id]):
             return super().delete(using=using, keep_parents=keep_parents)
 
 
 class VectorField(models.Field):  # type: ignore[type-arg]
-    """A pgvector ``halfvec`` of any length, as a list of floats. Written and read by raw SQL
-    (``memory.recall.vectors``), which sends and takes pgvector's text form."""
+    """A pgvector ``halfvec`` of any length, as a list of floats; read and written by raw SQL
+    (``memory.recall.vectors``)."""
 
     description = "pgvector halfvec"
 
@@ -231,11 +221,8 @@ class VectorField(models.Field):  # type: ignore[type-arg]
 class TurnVector(models.Model):
     """The embedding of one turn (``MEMORY["EMBEDDER"]``), for search by meaning.
 
-    Only on PostgreSQL with pgvector: migration 0002 (or ``manage.py memory_embed --setup``,
-    after the extension is installed) creates the table, whose keys cascade in the database
-    (a deleted turn or owner takes its vectors along, with no query of Django's); elsewhere
-    there is no table and search stays textual. ``owner`` is the turn's, kept here so that a
-    search scans one owner's vectors without reading its turns.
+    Only on PostgreSQL with pgvector (else there is no table and search stays textual); its keys
+    cascade in the database. ``owner`` is kept so that a search scans one owner's vectors only.
     """
 
     turn = models.OneToOneField(
@@ -256,13 +243,11 @@ class TurnVector(models.Model):
 
 
 class FactVector(models.Model):
-    """The embedding of one fact's current version (its key and value as text), for the
-    store's search by meaning (``memory.integrations.langgraph``).
+    """The embedding of one fact's current version (key and value as text), for the LangGraph
+    store's search by meaning.
 
-    As ``TurnVector``: only on PostgreSQL with pgvector (migration 0002, or ``manage.py
-    memory_embed --setup``), keys that cascade in the database. ``version`` is the fact's
-    version it was computed from: a fact changed since is embedded again by the owner's next
-    run, and compared meanwhile by its words only.
+    As ``TurnVector``: PostgreSQL with pgvector only. ``version`` is the fact version it was
+    computed from; a fact changed since is compared by its words until re-embedded.
     """
 
     fact = models.OneToOneField(
@@ -333,8 +318,7 @@ class FactVersion(models.Model):
     source_turn_seq = models.BigIntegerField(null=True, blank=True)
     deleted = models.BooleanField(default=False)
     updated_at = models.DateTimeField()
-    # The fact's ``expires_at`` as this version set it (an export tells by it a fact that had
-    # expired from one deleted).
+    # The fact's ``expires_at`` as this version set it (an export tells expired from deleted).
     expires_at = models.DateTimeField(null=True, blank=True)
     # Who made the change: "extractor", "api:<username>", "admin:<username>", "expiry",
     # "python" (a direct call of the Python API), or what an imported document said.
@@ -357,8 +341,7 @@ class FactVersion(models.Model):
 class CacheInvalidation(models.Model):
     """A forgotten owner whose cached copy is still to be dropped; deleted once Redis confirmed.
 
-    Written in the forget's own transaction (a transactional outbox): the owner row, and with
-    it its dirty mark, is gone by then. Normally lives for milliseconds.
+    The forget's transactional outbox: the owner row, and its dirty mark, is gone by then.
     """
 
     external_id = models.CharField(max_length=128)
@@ -375,16 +358,12 @@ class CacheInvalidation(models.Model):
 
 
 class OwnerLink(models.Model):
-    """A link under way (``services.memory_link``): ``source``'s turns move into ``target`` a
-    batch per transaction, and this row remembers where each moved turn that a fact of the
-    source names went, so that a link cut off (a worker killed, a lost database) resumes with
-    nothing lost. Goes with the source, which the link's last batch forgets."""
+    """A link under way (``services.memory_link``): ``source``'s turns move into ``target`` a batch
+    per transaction; the row maps moved seqs so that a link cut off resumes with nothing lost."""
 
     source = models.OneToOneField(Owner, on_delete=models.CASCADE, related_name="+")
     target = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="+")
-    # NOTE: {source seq (as text, a JSON key): the seq it got on the target}, only for the
-    # seqs that the source's facts and fact versions name (``source_turn_seq``): bounded by
-    # them, not by the turns; the last batch points those at the new seqs.
+    # {source seq (as text): seq on the target}, only for the seqs the source's facts name.
     seqs = models.JSONField(default=dict)
     started_at = models.DateTimeField(db_default=Now())
 
@@ -398,15 +377,12 @@ class OwnerLink(models.Model):
 class PendingExtraction(models.Model):
     """A user turn whose deferred fact extraction has not run yet; deleted once it has.
 
-    Written in the turn's own transaction, so that a process that dies between the commit and
-    the task (or a queue that loses the task) leaves a turn to retry, never a turn silently
-    unextracted (docs/extraction.md). Normally lives for as long as the model call takes.
+    Written in the turn's own transaction, so that a lost task leaves a turn to retry, never a turn
+    silently unextracted (docs/extraction.md).
     """
 
-    # NOTE: no database constraint and no cascade: a forget or prune deletes turns in bulk
-    # (a cascade would make Django load every turn to delete its record); a record left
-    # without its turn is deleted by the task that finds it so. A link moves the turn, and
-    # the record follows it.
+    # NOTE: no constraint and no cascade: a cascade would make Django load every turn of a bulk
+    # delete. The task deletes a record whose turn is gone.
     turn = models.OneToOneField(
         Turn, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
     )
@@ -428,10 +404,8 @@ class PendingExtraction(models.Model):
 class PendingSummary(models.Model):
     """An owner whose summary refresh is due and not done yet; deleted once it is.
 
-    Written in the transaction of the append that took the owner's ``summary_tokens`` past
-    ``MEMORY["SUMMARY_AFTER_TOKENS"]`` (one row per owner: later appends add none), so that a
-    process that dies before its task, or a queue that loses it, leaves the refresh to retry
-    (``manage.py memory_summarize --pending``), never an owner silently unsummarised.
+    Written by the append that took ``summary_tokens`` past ``MEMORY["SUMMARY_AFTER_TOKENS"]``, so
+    that a lost task leaves the refresh to retry (``manage.py memory_summarize --pending``).
     """
 
     owner = models.OneToOneField(Owner, on_delete=models.CASCADE, related_name="+")
@@ -448,19 +422,15 @@ class PendingSummary(models.Model):
 
 
 class StoreVector(models.Model):
-    """The embedding of one field of a fact's current version by a LangGraph store's own
-    ``index`` configuration (``memory.integrations.langgraph.MemoryStore(index=...)``): its
-    ``embed`` and ``fields``, computed when the item is put, so the next search finds it.
+    """The embedding of one field of a fact by a LangGraph store's own ``index`` configuration,
+    computed when the item is put.
 
-    A plain list of floats (any length, any database); a search compares the vectors of one
-    owner's facts (at most ``MEMORY["MAX_FACTS"]``) in Python. ``version`` is the fact's
-    version it was computed from: a fact changed by another door is compared by its words
-    until the store puts it again. Goes with its fact and its owner.
+    A plain list of floats (any database), compared in Python over one owner's facts. ``version`` is
+    the fact version it was computed from.
     """
 
-    # NOTE: the key cascades in the database (migration 0017, on PostgreSQL), as the vector
-    # tables' do: a fact deleted by any door, or with its owner, takes its vectors along with
-    # no query of Django's.
+    # NOTE: the key cascades in the database (on PostgreSQL): a fact deleted by any door takes its
+    # vectors along with no query of Django's.
     fact = models.ForeignKey(
         "Fact", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
     )
@@ -484,9 +454,8 @@ class StoreVector(models.Model):
 
 
 class Checkpoint(models.Model):
-    """One LangGraph checkpoint of an owner's thread (``memory.integrations.langgraph``): the
-    checkpoint serialized by the saver's serde, without its channel values (``CheckpointBlob``).
-    A thread is a session of the owner: the graph's messages are mirrored as its turns."""
+    """One LangGraph checkpoint of an owner's thread, serialized by the saver's serde, without its
+    channel values (``CheckpointBlob``). A thread is a session of the owner."""
 
     owner = _owner_key("checkpoints")
     thread_id = models.CharField(max_length=128)

@@ -30,17 +30,15 @@ def owner_id_for(user: AbstractBaseUser | AnonymousUser) -> str | None:
 
 
 def _is_active_user(user: AbstractBaseUser | AnonymousUser) -> bool:
-    # NOTE: an inactive account reaches nothing, even when an authentication class (or a test's
-    # force_authenticate) let it through; ``is_active`` is optional on custom user models.
+    # NOTE: an inactive account reaches nothing, whatever let it through.
     return bool(user.is_authenticated and getattr(user, "is_active", True))
 
 
 MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
 
 
-# NOTE: where ``memory.authentication.TokenAuthentication`` leaves the answer of its one
-# statement on the user it authenticated: whether they hold ``ACCESS_ALL`` by row (directly or
-# through a group), for ``is_service_caller``; absent on a user any other way authenticated.
+# NOTE: set by ``memory.authentication.TokenAuthentication``: whether the user holds ``ACCESS_ALL``
+# (directly or by group), for ``is_service_caller``.
 HOLDS_ACCESS_ALL = "_memory_holds_access_all"
 
 
@@ -52,10 +50,8 @@ def is_service_caller(user: AbstractBaseUser | AnonymousUser) -> bool:
     if getattr(user, "is_superuser", False):
         return True
     if list(settings.AUTHENTICATION_BACKENDS) == [MODEL_BACKEND] and isinstance(user, User):
-        # NOTE: what ModelBackend.has_perm answers for this one permission, in one EXISTS
-        # query (memory.postgres.permission_held; or none, when the authentication's statement
-        # answered it already); has_perm loads every permission of the user and of their
-        # groups (two queries and a set of all their names), half of an API request's time.
+        # NOTE: ModelBackend.has_perm for this one permission in one EXISTS query (or none, when the
+        # authentication answered it): has_perm loads every permission, half a request's time.
         held = getattr(user, HOLDS_ACCESS_ALL, None)
         return held if held is not None else permission_held(user=user, permission=ACCESS_ALL)
     # NOTE: a custom user model without PermissionsMixin has no has_perm, as the stubs say.

@@ -1,6 +1,6 @@
-"""Ranking turns by their words: BM25 over the search document's terms (any word of the
-question, not all of them) in one statement on PostgreSQL, the same in Python elsewhere, the
-filters a search keeps, and the features both rankings of a hybrid search read."""
+"""Ranking turns by their words: BM25 over the search document's terms (any word of the question) in
+one statement on PostgreSQL, the same in Python elsewhere, the filters a search keeps, and the
+features both rankings of a hybrid search read."""
 
 from __future__ import annotations
 
@@ -19,20 +19,14 @@ from memory.search import cjk_grams, query_split
 if TYPE_CHECKING:
     from memory.recall.vectors import Centred
 
-# BM25's constants (Robertson's usual values): how fast a word's repeats stop counting, and how
-# much a long turn's length weighs against it.
+# BM25's usual constants: how fast a word's repeats stop counting, how much length weighs.
 BM25_K1 = 1.2
 BM25_B = 0.75
 
-# NOTE: ``q``'s terms are data: its English words through to_tsvector (stemmed, stop words
-# dropped) and its CJK pairs, each made a one-word query by plainto_tsquery; the candidates
-# match their disjunction (a turn need not hold every word), written as websearch_to_tsquery
-# reads "a or b" from words of letters and digits only (no operator can form), so that the
-# planner sees the query and walks the owner's turns backwards when a word is common. The
-# candidates are the newest ``window`` turns that hold any term; every turn of the owner
-# between the oldest candidate and ``top_seq`` that holds a term is then a candidate, so a
-# term's document frequency over that span is exact, and BM25 ranks against it (N the span's
-# length in turns).
+# NOTE: ``q``'s terms are data (words through to_tsvector, CJK pairs, each a plainto_tsquery);
+# candidates match any of them, as websearch_to_tsquery "a or b" so that the planner sees the query.
+# Every turn in the span from the oldest candidate to ``top_seq`` that holds a term is a candidate,
+# so document frequencies over that span are exact (N: its length in turns).
 _WORDS_SQL = """
 WITH usable AS MATERIALIZED (
   SELECT DISTINCT term, plainto_tsquery('pg_catalog.simple', term) AS tq
@@ -79,9 +73,8 @@ SELECT (SELECT coalesce(json_object_agg(term, idf), '{{}}') FROM idf),
 
 
 class WordRanking:
-    """What ``words_ranked`` found: each query term's idf, the turns' average length (in
-    distinct words) over the span ranked, and the best turns as ``(pk, bm25, length,
-    terms)``."""
+    """What ``words_ranked`` found: each term's idf, the average turn length (distinct words) over
+    the span, and the best turns as ``(pk, bm25, length, terms)``."""
 
     def __init__(
         self, idf: dict[str, float], avgdl: float, hits: list[tuple[int, float, int, list[str]]]
@@ -97,17 +90,16 @@ class WordRanking:
         return weight * (BM25_K1 + 1) / (1 + BM25_K1 * norm)
 
     def coverage(self, length: int, terms: list[str]) -> float:
-        """``bm25`` over the most a turn could score (every term of the query, in a turn of
-        no other words): in [0, 1], how much of what the query says the turn matches, and how
-        little else it says."""
+        """``bm25`` over the most a turn could score: in [0, 1], how much of the query the turn
+        matches, and how little else it says."""
         total = sum(self.idf.values()) * (BM25_K1 + 1) / (1 + BM25_K1 * (1 - BM25_B))
         if total <= 0:
             return 0.0
         return min(1.0, self.bm25(length, terms) / total)
 
 
-# NOTE: a CJK run of three characters or more is searched by its pairs; a turn that holds
-# them all but not the run as written (打篮 ... 篮球 for 打篮球) keeps this share of its match.
+# NOTE: a CJK run of three characters or more is searched by its pairs; a turn holding the pairs but
+# not the run as written keeps this share of its match.
 APART_SHARE = 0.7
 
 
@@ -145,13 +137,9 @@ def words_ranked(
     window: int | None = None,
     filters: TurnFilters | None = None,
 ) -> WordRanking:
-    """The owner's turns ranked by BM25 against ``q``'s words and CJK pairs (any of them, none
-    required), the best ``depth``; PostgreSQL only, in the caller's search transaction.
-
-    ``top_seq`` and ``low_seq`` are the highest and lowest seq the filters allow (the span's
-    ends). Bounded: at most the newest ``window`` turns holding a term are read (the
-    document's GIN index, or the (owner, seq) index backwards), scored in the same statement.
-    """
+    """The owner's turns ranked by BM25 against ``q``'s terms (any of them), the best ``depth``;
+    PostgreSQL only, in the caller's search transaction. ``top_seq``/``low_seq`` bound the span. At
+    most the newest ``window`` turns holding a term are read, scored in the same statement."""
     window = search.RANK_WINDOW if window is None else window
     words, grams = query_terms(q)
     any_word = " or ".join(w for w in _WORD_RE.findall(words) if w.lower() != "or")
@@ -340,8 +328,7 @@ def turns_features(
     ]
 
 
-# Words that say nothing of a turn's subject, for the ranking off PostgreSQL (which has its
-# English configuration's list).
+# Stop words for the ranking off PostgreSQL (which has its English configuration's).
 _STOP_WORDS_TEXT = (
     "a an and are as at be but by did do does for from had has have he her him his how i if"
     " in into is it its me my no not of on or our she so that the their them then there they"
@@ -370,9 +357,8 @@ def text_terms(text: str) -> list[str]:
 def words_ranked_python(
     turns: QuerySet[Turn], q: str, *, depth: int, window: int | None = None
 ) -> list[tuple[tuple[Any, ...], float]]:
-    """``words_ranked`` off PostgreSQL (the SQLite demo): the newest ``window`` turns of
-    ``turns`` scored by BM25 against ``q``'s terms in Python, the best ``depth`` as ``(row,
-    coverage)``, row ``(pk, *TURN_FIELDS)``; bounded by ``window``."""
+    """``words_ranked`` off PostgreSQL: the newest ``window`` turns scored by BM25 in Python, the
+    best ``depth`` as ``(row, coverage)``, row ``(pk, *TURN_FIELDS)``."""
     from memory.payloads import TURN_FIELDS
 
     wanted = set(text_terms(q))
@@ -394,7 +380,7 @@ def words_ranked_python(
         if terms
     ]
     if not scored:
-        # NOTE: no term matched (the start of a word, say): the substring match this path had.
+        # No term matched (the start of a word, say): the substring match this path had.
         needle = q.casefold()
         scored = [(row, SUBSTRING_COVERAGE) for row, *_ in held if needle in row[4].casefold()]
     scored.sort(key=lambda item: (-item[1], -item[0][1]))

@@ -1,15 +1,10 @@
-"""Searching turns by their content: the query side of the ``search`` column of migration 0003
-and of the owners' vocabulary of 0004, and the time limit every search statement runs under.
+"""Searching turns by their content: the query side of the ``search`` column and the owners'
+vocabulary, and the time limit every search statement runs under.
 
-``q`` is only ever data: it reaches Postgres as the argument of ``plainto_tsquery`` and
-``to_tsvector`` (which read words, never operators), of ``strpos`` and of key comparisons, so
-no input can form query syntax. Other databases (the SQLite demo) get a case-insensitive
-substring match.
-
-Bounded work, whatever ``q`` is: a search ranks at most the newest ``RANK_WINDOW`` turns that
-match (found through the document's GIN index, or the (owner, seq) index read backwards when
-matches are many), and the typo fallback looks each word up in the owner's vocabulary (B-tree
-probes of 0004's keys), never comparing it with the text of every turn.
+``q`` is only ever data (an argument of ``plainto_tsquery``, ``to_tsvector``, ``strpos`` and key
+comparisons): no input forms query syntax. Off PostgreSQL: a case-insensitive substring match. Work
+is bounded whatever ``q`` is: at most the newest ``RANK_WINDOW`` matches are ranked, and the typo
+fallback probes the owner's vocabulary, never every turn (docs/recall.md).
 """
 
 from __future__ import annotations
@@ -38,7 +33,7 @@ from memory.models import Turn
 
 MAX_QUERY_CHARS = 200
 MAX_RESULTS = 100
-# NOTE: the ranges of migration 0003's memory_search_document(): Han, kana, Hangul syllables.
+# The ranges of the database's memory_search_document(): Han, kana, Hangul syllables.
 CJK_RANGES = (
     "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
 )
@@ -46,13 +41,12 @@ CJK_RUN_RE = re.compile(f"[{CJK_RANGES}]+")
 UNSTORABLE_RE = re.compile(r"[\x00\ud800-\udfff]")
 # Shorter words are like too many others: the fallback matches them only as they are.
 MIN_SIMILAR_CHARS = 4
-# NOTE: ts_rank_cd divided by 1 + log(length): a short turn that says it beats a long one that
-# mentions it in passing, and words close together beat words far apart.
+# NOTE: ts_rank_cd / (1 + log(length)): a short turn that says it beats a long one that mentions it.
 RANK_NORMALIZATION = 1
 # Best first; among equals the newest (``pk`` tells apart equal seqs of different owners).
 ORDERING = ("-search_rank", "-seq", "-pk")
-# NOTE: the newest matches ranked, at most; a word in 20,000 of an owner's turns ranks the
-# newest 1,000 (2 ms) rather than all of them (60-100 ms on the bench's 50,000-turn owner).
+# NOTE: the newest matches ranked, at most: a common word ranks 1,000 turns (2 ms), not all of them
+# (60-100 ms at 50,000 turns).
 RANK_WINDOW = 1000
 # Similar words of the vocabulary that a misspelt word may stand for, the closest first.
 SIMILAR_WORDS = 12
@@ -61,7 +55,7 @@ QUERY_CANCELED = "57014"
 
 
 class TurnSearchDocument(Expression):
-    """The turn's ``search`` column, which Postgres computes (not a model field; see 0003)."""
+    """The turn's ``search`` column, which Postgres computes (not a model field)."""
 
     output_field = SearchVectorField()
 
@@ -112,13 +106,9 @@ def _uses_postgres(queryset: QuerySet[Turn]) -> bool:
     return connections[queryset.db].vendor == "postgresql"
 
 
-# NOTE: planner settings for the search's statements only, with the time limit. The planner
-# prices ``document @@ query`` as one cheap operator, but on each row it reads and matches a
-# tsvector: at the defaults it would rather filter all of an owner's 50,000 turns than walk
-# them backwards to the newest 1,000 matches (``_windowed``: 90-160 ms against 2-5 ms), and
-# random_page_cost 4 (spinning disks) pushes it the same way. At ten times cpu_operator_cost
-# and 1.1 it walks back for a common word and still reads a rare one's few matches off the
-# document's index. These plans are too short for JIT compilation (tens of ms) ever to pay.
+# NOTE: planner settings for the search's statements only. At the defaults the planner prices a
+# tsvector match as cheap and filters all of an owner's turns rather than walking back to the newest
+# matches (90-160 ms against 2-5 ms, docs/performance.md); JIT never pays here.
 PLANNER_SETTINGS = {"cpu_operator_cost": "0.025", "random_page_cost": "1.1", "jit": "off"}
 _NAMES = ("statement_timeout", *PLANNER_SETTINGS)
 _SET_SQL = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in _NAMES)
@@ -133,15 +123,13 @@ _GET_AND_SET_SQL = (
 
 @contextlib.contextmanager
 def search_transaction(*, using: str, milliseconds: int) -> Iterator[None]:
-    """Run the block in a transaction (a savepoint inside one) whose statements Postgres stops
-    after ``milliseconds`` each (``statement_timeout``), planned with ``PLANNER_SETTINGS``; a
-    statement stopped so raises ``SearchTimeout``.
+    """Run the block in a transaction (a savepoint inside one) whose statements Postgres stops after
+    ``milliseconds`` each, planned with ``PLANNER_SETTINGS``; a statement stopped so raises
+    ``SearchTimeout``.
 
-    ``SET LOCAL`` (``set_config(..., true)``, one statement): the settings end with the
-    transaction, and inside a caller's transaction the previous values are put back on the way
-    out (a savepoint rolled back restores them by itself), so they never outlive the block.
-    The transaction is rolled back on any error, so the connection stays usable. Other
-    databases: the block as it is.
+    The settings are ``SET LOCAL`` and restored on the way out, so they never outlive the block; the
+    transaction is rolled back on any error, so the connection stays usable. Other databases: the
+    block as it is.
     """
     connection = connections[using]
     if connection.vendor != "postgresql":
@@ -169,12 +157,11 @@ def search_transaction(*, using: str, milliseconds: int) -> Iterator[None]:
 def turns_matching(
     queryset: QuerySet[Turn], q: str, *, window: int | None = None
 ) -> QuerySet[Turn]:
-    """The turns of ``queryset`` whose content has every word and every CJK run of ``q``.
+    """The turns of ``queryset`` whose content has every word and every CJK run of ``q``, annotated
+    with ``search_rank``, best first, newest first among equals.
 
-    Annotated with ``search_rank`` and ordered best match first, newest first among equals.
-    English words match any form (``played`` finds ``play``); a CJK run matches where the
-    content holds it as it is, found through the index of its character pairs. With
-    ``window`` (for one owner's turns), only the newest ``window`` matches are ranked.
+    English words match any form; a CJK run matches as written, found through its character pairs.
+    With ``window`` (one owner's turns), only the newest ``window`` matches are ranked.
     """
     if not _uses_postgres(queryset):
         return (
@@ -189,8 +176,7 @@ def turns_matching(
     matches = queryset.alias(document=TurnSearchDocument()).filter(document=query)
     for run in runs:
         if len(run) > 2:
-            # NOTE: the pairs say which turns may hold the run; the text says which do. The
-            # normalised text is read only for a turn whose raw text does not hold it.
+            # NOTE: the pairs say which turns may hold the run; the text says which do.
             matches = matches.filter(
                 Q(GreaterThan(StrIndex("content", Value(run)), 0))
                 | Q(GreaterThan(StrIndex(_nfkc(F("content")), Value(run)), 0))
@@ -202,9 +188,8 @@ def _windowed(matches: QuerySet[Turn], window: int | None) -> QuerySet[Turn]:
     """``matches`` itself, or only its newest ``window`` turns (one owner's: by ``seq``)."""
     if window is None:
         return matches
-    # NOTE: the newest first along (owner, seq), then the rows by primary key: the planner
-    # reads matches off the GIN index when they are few, or walks the owner's turns backwards
-    # until it has ``window`` of them when they are many; either way it stops.
+    # NOTE: the planner reads few matches off the GIN index, or walks the owner's turns backwards
+    # until it has ``window`` of many; either way it stops.
     newest = matches.order_by("-seq").values("pk")[:window]
     return Turn.objects.using(matches.db).filter(pk__in=newest).alias(document=TurnSearchDocument())
 
@@ -215,17 +200,11 @@ def turns_similar(
     """The fallback for words that match no turn: turns with similar words, for the owner
     ``owner_pk`` whose turns ``queryset`` holds.
 
-    Every word of ``q`` but stop words must match a word of the turn: a word of four letters or
-    more matches itself, a word of the owner's vocabulary one typo away (a letter dropped,
-    added, changed, or two swapped: ``basktball``, ``memroy``) or a word it starts (``bask``),
-    the ``SIMILAR_WORDS`` closest of them in that order, each in any form; a shorter word
-    (``li``) only itself, since a few letters are like too many words. One statement reads the
-    similar words (B-tree probes of migration 0004's vocabulary); the turns are then those
-    whose document has one of each word's, through the document's index. Annotated with
-    ``search_rank`` and ordered best first; with ``window``, only the newest ``window`` are
-    ranked. ``None`` when there is no fallback: outside Postgres, or when ``q`` has CJK text.
-    A ``q`` of stop words only (``the``), or with a word like no word of the vocabulary,
-    matches nothing, and then no turn is read.
+    Every word but stop words must match: a word of four letters or more matches itself, a
+    vocabulary word one typo away, or a word it starts (the ``SIMILAR_WORDS`` closest); a shorter
+    word only itself. Annotated with ``search_rank``, best first; with ``window``, only the
+    newest are ranked. ``None`` when there is no fallback (off Postgres, or CJK in ``q``); a
+    ``q`` like no vocabulary word matches nothing, and reads no turn.
     """
     words, runs = query_split(q)
     if not _uses_postgres(queryset) or runs or not words:
@@ -244,10 +223,8 @@ def turns_similar(
     return _ranked(matches, window, query)
 
 
-# NOTE: the query's words as the vocabulary has them (lower-cased, as written) but stop words,
-# each with the closest of the owner's words that are not stop words: itself or one typo away
-# (a key in common, ``memory_search_keys``; 0), then words it starts (a range of the C-ordered
-# keys, bounded; 1). A short word looks nothing up.
+# NOTE: each query word but stop words, with the owner's closest non-stop words: itself or one typo
+# away (a shared key; rank 0), then the words it starts (a bounded key range; rank 1).
 _SIMILAR_SQL = """
 SELECT q.word, s.word
 FROM unnest(tsvector_to_array(to_tsvector('pg_catalog.simple', %(words)s))) AS q(word)

@@ -1,9 +1,6 @@
-"""Serializers of the HTTP API: input serializers that check requests with the rules of
-``memory.validators``, and output serializers that describe the contract's shapes in the schema.
-
-Views return the selectors' payload dicts as they are; the output serializers here exist for the
-OpenAPI schema, so that a large context is not converted field by field on every request.
-"""
+"""Serializers of the HTTP API: input serializers that check requests with ``memory.validators``'
+rules, and output serializers that describe the contract's shapes for the OpenAPI schema only (views
+return the selectors' payloads as they are)."""
 
 from __future__ import annotations
 
@@ -38,8 +35,8 @@ from memory.validators import (
 
 # Keys one ``PATCH facts/`` may set: it is one transaction under the owner's lock.
 MAX_FACTS_PER_MERGE = 256
-# NOTE: validators that the schema publishes as patterns; the checks themselves are also made
-# by memory.validators, with the same error code, so that each error is said once.
+# NOTE: validators the schema publishes as patterns; memory.validators makes the same checks with
+# the same code, so each error is said once.
 NO_NUL = RegexValidator(
     r"^[^\x00]*$", message="Null characters are not allowed.", code="null_characters_not_allowed"
 )
@@ -54,8 +51,8 @@ MAX_SEQ = 2**63 - 1
 
 
 class TextField(serializers.CharField):
-    """A JSON string (DRF's ``CharField`` would take ``12`` as ``"12"``), kept exactly as sent
-    and checked by DRF's own rules plus those of ``memory.validators``; each error code once."""
+    """A JSON string (DRF's ``CharField`` takes ``12`` as ``"12"``), kept exactly as sent, checked
+    by DRF's rules and ``memory.validators``'; each error code once."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("trim_whitespace", False)
@@ -86,8 +83,8 @@ class JSONValueField(serializers.JSONField):
         try:
             return super().to_internal_value(data)
         except RecursionError:
-            # NOTE: a body nested just shallowly enough to parse can still be too deep to
-            # re-encode from here; it is far past MAX_JSON_DEPTH anyway.
+            # NOTE: a body shallow enough to parse may be too deep to re-encode; past MAX_JSON_DEPTH
+            # anyway.
             self.fail("invalid")
 
 
@@ -110,8 +107,8 @@ class ContentField(TextField):
     )
 
     def __init__(self, **kwargs: Any) -> None:
-        # NOTE: DRF re-runs __init__ for every serializer instance (Field.__deepcopy__), so a
-        # changed MEMORY setting is seen on the next request, as conf promises.
+        # NOTE: DRF re-runs __init__ per serializer instance, so a changed setting is seen next
+        # request.
         kwargs.setdefault("help_text", self.DESCRIPTION)
         super().__init__(
             max_length=conf.MAX_TURN_CHARS,
@@ -154,8 +151,7 @@ class FactsMapField(serializers.DictField):
         super().__init__(child=JSONValueField(), **kwargs)
 
 
-# NOTE: Python's whitespace (``str.isspace``, what the server strips), spelled out so that
-# every regex engine reads the pattern alike.
+# NOTE: ``str.isspace``'s characters spelled out, so every regex engine reads the pattern alike.
 _SPACE = "\\t-\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
 QUERY_PATTERN = f"^[^\\x00]*[^\\x00{_SPACE}][^\\x00]*$"
 
@@ -179,8 +175,8 @@ class SearchModeField(serializers.ChoiceField):
 
 @extend_schema_field({"type": "string", "pattern": DATE_OR_DATE_TIME_PATTERN, "maxLength": 64})
 class MomentField(serializers.CharField):
-    """An ISO-8601 date (``2026-05-01``) or date-time with its offset; the server also takes
-    other ISO 8601 forms (``memory.when.when_parse``), and answers 400 for anything else."""
+    """An ISO-8601 date (``2026-05-01``) or date-time with its offset (other ISO 8601 forms are
+    taken too); anything else is a 400."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(max_length=64, **kwargs)
@@ -190,6 +186,13 @@ class MomentField(serializers.CharField):
 class ExpiresAtField(serializers.DateTimeField):
     """When a fact expires: a date and time with its offset (the server also takes other ISO
     8601 forms, such as one without seconds)."""
+
+
+class ScoreField(serializers.FloatField):
+    """A score from 0 to 1."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(min_value=0.0, max_value=1.0, **kwargs)
 
 
 class ContextTurnsField(serializers.IntegerField):
@@ -212,14 +215,12 @@ class TurnInputSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 def turn_input_accepted(data: Any) -> dict[str, Any] | None:
-    """What ``TurnInputSerializer(data=data)`` validates ``data`` to, when every field takes it
-    as it is (a string where a string is due, within the field's rules, metadata an object);
-    ``None`` for any other body, which the serializer must judge and word the errors of.
+    """What ``TurnInputSerializer(data=data)`` validates ``data`` to when every field takes it as it
+    is; ``None`` for any other body, which the serializer must judge.
 
-    NOTE: the append's body, checked without building the serializer: DRF deep-copies its
-    declared fields for every instance, most of the ~100 us validation took on each append.
-    Only ever a subset of what the serializer accepts, with the same result
-    (tests/test_serializers.py)."""
+    NOTE: the append's fast check: DRF deep-copies declared fields per instance, most of the ~100 us
+    validation took. A subset of what the serializer accepts, with the same result.
+    """
     if type(data) is not dict:
         return None
     session_id, role, content = data.get("session_id"), data.get("role"), data.get("content")
@@ -234,8 +235,7 @@ def turn_input_accepted(data: Any) -> dict[str, Any] | None:
     if role not in Role.values:
         return None
     try:
-        # NOTE: these are the fields' own rules, which also cover what DRF's CharField adds
-        # (NUL and surrogate characters, the lengths).
+        # NOTE: the fields' own rules, which cover what DRF's CharField adds.
         validate_session_id(session_id)
         validate_content(content)
         if "metadata" in accepted:
@@ -317,10 +317,8 @@ class ContextMessagesQuerySerializer(serializers.Serializer[dict[str, Any]]):
         help_text="ISO-8601: when the question is asked (default: the server's clock); a time "
         "named in query is read against it.",
     )
-    min_score = serializers.FloatField(
+    min_score = ScoreField(
         required=False,
-        min_value=0.0,
-        max_value=1.0,
         help_text="Recall only turns whose search score is at least this.",
     )
 
@@ -357,8 +355,7 @@ class FactsMergeInputSerializer(serializers.Serializer[dict[str, Any]]):
     )
     session_id = SessionIdField(required=False, allow_null=True)
 
-    # NOTE: a merge of the keys sent is not a partial update: "facts" is always required, for
-    # DRF and for the schema (drf-spectacular makes every PATCH body partial otherwise).
+    # NOTE: "facts" is always required: drf-spectacular would make every PATCH body partial.
     @property
     def partial(self) -> bool:
         return False
@@ -413,10 +410,8 @@ class SearchQuerySerializer(serializers.Serializer[dict[str, Any]]):
         help_text="ISO-8601: when the question is asked (default: the server's clock); a time "
         "named in q (last month, 上个月) is read against it.",
     )
-    min_score = serializers.FloatField(
+    min_score = ScoreField(
         required=False,
-        min_value=0.0,
-        max_value=1.0,
         help_text="Only results whose score (a calibrated relevance in [0, 1]) is at least this.",
     )
 
@@ -589,8 +584,8 @@ class TurnSearchSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class ExportSerializer(serializers.Serializer[dict[str, Any]]):
-    """The owner's whole memory, streamed: facts by key, their versions by key and version,
-    every turn in seq order, sessions most recently seen first, read from one snapshot."""
+    """The owner's whole memory, streamed from one snapshot: facts, their versions, turns in seq
+    order, sessions most recently seen first."""
 
     format = serializers.ChoiceField(choices=["memory-export"])
     version = serializers.ChoiceField(choices=[1])

@@ -1,6 +1,5 @@
-"""Token counters for ``MEMORY["TOKEN_COUNTER"]``: the default estimate, tiktoken's count when it
-works offline, and ``counter_get()``, which resolves the setting on each use and remembers the
-counts of long texts (a turn is counted once per process, not on every read of a context)."""
+"""Token counters for ``MEMORY["TOKEN_COUNTER"]``: the default estimate, tiktoken's offline count,
+and ``counter_get()``, which resolves the setting on each use and remembers long texts' counts."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ MAX_TOKENS = 10_000_000
 # The encoding ``tiktoken_counter`` counts with (GPT-4o and later models).
 TIKTOKEN_ENCODING = "o200k_base"
 
-# Characters of scripts written without spaces, each about one token (or more) to a model's
-# tokenizer: CJK ideographs and their extensions, radicals, kana, bopomofo, Hangul, CJK and
-# full-width punctuation.
+# Characters of scripts written without spaces, each about a token: CJK ideographs, radicals, kana,
+# bopomofo, Hangul, CJK and full-width punctuation.
 _CJK = (
     "\u1100-\u11ff\u2e80-\u2fdf\u2ff0-\u9fff\ua960-\ua97f\uac00-\ud7ff"
     "\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003ffff"
@@ -40,13 +38,9 @@ _PIECES = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|\S")
 def estimate_counter(text: str) -> int:
     """An estimate of ``text``'s tokens that needs no tokenizer (the default counter).
 
-    Each CJK character (Chinese, Japanese, Korean, and their punctuation) counts one; each run of
-    other letters and digits (a word) counts one per started four characters; every other
-    character that is not white space (punctuation, a symbol, an emoji) counts one; white space
-    counts nothing. It leans high for English (a 5-8 letter word counts two); for Chinese, real
-    tokenizers differ by model (about one token a character or fewer in o200k_base, often more
-    in cl100k_base). Where a budget is a hard limit, count with the model's own tokenizer.
-    Never raises for a string.
+    One per CJK character; one per started four characters of a word; one per other non-space
+    character. It leans high for English; real tokenizers differ by model for Chinese. Where a
+    budget is a hard limit, count with the model's own tokenizer. Never raises for a string.
     """
     # NOTE: a piece of one character counts one whatever it is; only words are longer.
     return sum((len(piece) + 3) // 4 for piece in _PIECES.findall(text))
@@ -65,11 +59,8 @@ def _tiktoken_cache_path(encoding: str) -> str | None:
 
 
 def tiktoken_unavailable() -> str | None:
-    """Why ``tiktoken_counter`` cannot count here, or ``None`` when it can.
-
-    It can when the ``tiktoken`` package is installed and the ``o200k_base`` encoding is in
-    tiktoken's cache (``TIKTOKEN_CACHE_DIR``), since the app never lets it fetch the file.
-    """
+    """Why ``tiktoken_counter`` cannot count here, or ``None`` when it can: tiktoken installed and
+    ``o200k_base`` in its cache (the app never lets it download)."""
     try:
         import tiktoken.registry
     except ImportError:
@@ -88,8 +79,7 @@ def tiktoken_unavailable() -> str | None:
 
 @functools.cache
 def _tiktoken_encoding() -> Any:
-    # NOTE: checked first, because tiktoken would download a missing encoding: the app reaches
-    # no outside host at run time. A failure is not cached; a success is, for the process.
+    # NOTE: checked first: tiktoken would download a missing encoding. Only a success is cached.
     problem = tiktoken_unavailable()
     if problem is not None:
         raise ImproperlyConfigured(f"memory.tokens.tiktoken_counter cannot count: {problem}.")
@@ -99,12 +89,9 @@ def _tiktoken_encoding() -> Any:
 
 
 def tiktoken_counter(text: str) -> int:
-    """``text``'s tokens in tiktoken's ``o200k_base`` encoding (GPT-4o and later).
-
-    Text that looks like a special token (``<|endoftext|>``) counts as plain text. Raises
-    ``ImproperlyConfigured`` when tiktoken is not installed or the encoding is not cached
-    (``tiktoken_unavailable()`` says which); it never downloads anything.
-    """
+    """``text``'s tokens in tiktoken's ``o200k_base`` encoding (GPT-4o and later); special tokens
+    count as plain text. Raises ``ImproperlyConfigured`` when tiktoken or the encoding is missing;
+    never downloads anything."""
     return len(_tiktoken_encoding().encode(text, disallowed_special=()))
 
 
@@ -121,10 +108,9 @@ MEMO_SIZE = 4096
 class _Memo:
     """Token counts of long texts, by counter and a digest of the text, least recently used out.
 
-    NOTE: a context's messages count every turn they may send, and the same turns come back
-    in every context of the owner: counting 200 turns of 32 KB took 150-350 ms of one core,
-    holding the interpreter's lock against every other request of the process (issue 23,
-    finding 3). A digest costs a fiftieth of that; the memo keeps digests, never the texts.
+    A context counts every turn it may send, the same turns each time: 200 turns of 32 KB took
+    150-350 ms of one core, holding the interpreter's lock. A digest costs a fiftieth of that; the
+    memo keeps digests, never texts.
     """
 
     def __init__(self) -> None:
@@ -156,12 +142,9 @@ memo = _Memo()
 
 
 def counter_get() -> TokenCounter:
-    """The callable ``MEMORY["TOKEN_COUNTER"]`` names (read on each call).
-
-    Raises ``ImproperlyConfigured``, naming the setting, when the path is not a string, cannot
-    be imported or names something that is not callable (``manage.py check`` says so first:
-    ``memory.E014``).
-    """
+    """The callable ``MEMORY["TOKEN_COUNTER"]`` names, read on each call. Raises
+    ``ImproperlyConfigured``, naming the setting, when it cannot be imported or called
+    (``memory.E016``)."""
     path = conf.TOKEN_COUNTER
     if not isinstance(path, str):
         raise ImproperlyConfigured(f"MEMORY['TOKEN_COUNTER'] must be a dotted path, not {path!r}.")
@@ -169,8 +152,7 @@ def counter_get() -> TokenCounter:
 
 
 def counter_remembering() -> TokenCounter:
-    """``counter_get()``'s counter, remembering the count of each text of ``MEMO_MIN_CHARS``
-    or more for the process (``memo``: a counter's count depends on its text alone). Raises as
-    ``counter_get``."""
+    """``counter_get()``'s counter, remembering the count of each text of ``MEMO_MIN_CHARS`` or more
+    for the process. Raises as ``counter_get``."""
     counter = counter_get()
     return functools.partial(memo.count, conf.TOKEN_COUNTER, counter)

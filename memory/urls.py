@@ -30,8 +30,7 @@ class OwnerIdConverter:
 class FactKeyConverter:
     """``<fact_key:key>``: 1-64 lower-case letters, digits and ``_ - .``, not only dots."""
 
-    # NOTE: FACT_KEY_RE inside a path: its "not only dots" lookahead ends at the segment's
-    # end, not the string's, so "facts/../" (sent as it is, or as %2E%2E) matches no fact URL.
+    # NOTE: the lookahead ends at the segment's end, so "facts/../" (or %2E%2E) matches no fact URL.
     regex = r"(?!\.+(?![a-z0-9_\-.]))[a-z0-9_\-.]{1,64}"
 
     def to_python(self, value: str) -> str:

@@ -15,24 +15,23 @@ from django.core.exceptions import ValidationError
 from memory.conf import conf
 
 OWNER_ID_RE = re.compile(r"^[A-Za-z0-9_\-.@:]{1,128}$")
-# NOTE: not made only of dots: "." and ".." are URL dot segments, which clients collapse, so a
-# delete of the fact "../" would go out as a delete of the user (issue 23).
+# NOTE: not only dots: "." and ".." are URL dot segments, which clients collapse (a delete of the
+# fact "../" would delete the user).
 FACT_KEY_RE = re.compile(r"^(?!\.+$)[a-z0-9_\-.]{1,64}$")
-# A key a fact may already hold: the rule before dots alone were refused. Keys made only of
-# dots are found by check memory.W010 and renamed by ``manage.py memory_fact_keys --rename``.
+# A key a fact may already hold (before dots alone were refused): found by memory.W010, renamed by
+# ``manage.py memory_fact_keys --rename``.
 HELD_FACT_KEY_RE = re.compile(r"^[a-z0-9_\-.]{1,64}$")
 IDEMPOTENCY_KEY_RE = re.compile(r"^[\x20-\x7e]{1,128}$")
 # NOTE: control characters (NUL above all: Postgres rejects it in text) have no place in a label.
 SESSION_ID_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
-# NOTE: a lone surrogate (a JSON "\\ud800" escape) cannot be encoded as UTF-8, so no database
-# stores it. Kept out of the patterns above, which the OpenAPI schema publishes as they are.
+# NOTE: a lone surrogate cannot be stored as UTF-8; kept out of the patterns above, which the
+# OpenAPI schema publishes.
 SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
 MAX_JSON_DEPTH = 32
 # Integers a JSON value may hold: signed 64 bits, which orjson (the cache's codec) writes.
 MIN_JSON_INT = -(2**63)
 MAX_JSON_INT = 2**63 - 1
-# NOTE: from this magnitude Python's and orjson's encoders write a float with no fraction digit
-# ("1e+16"), and Postgres jsonb keeps it as the integer that text denotes ("10000000000000000").
+# NOTE: from this magnitude floats are written as "1e+16", which jsonb keeps as an integer.
 INTEGRAL_FLOAT = 1e16
 NUMBER_RULE = (
     "Numbers must read back unchanged: integers within -9223372036854775808..9223372036854775807, "
@@ -147,11 +146,9 @@ def _json_walk(value: Any, depth: int) -> None:
 
 
 def number_round_trips(value: int | float) -> bool:
-    """Whether the JSON number ``value`` reads back as the same number (``==``) from Postgres
-    ``jsonb`` and the cache's codec: an integer within signed 64 bits; a finite float below
-    ``INTEGRAL_FLOAT`` in magnitude (jsonb keeps its digits and fraction); a larger one only
-    if the integer jsonb turns it into, the one its shortest text denotes, is exactly it and
-    within signed 64 bits (``1e20`` and ``1.2345678901234567e18`` are not)."""
+    """Whether the JSON number ``value`` reads back as the same number from ``jsonb`` and the
+    cache's codec: a signed 64-bit integer, a finite float below ``INTEGRAL_FLOAT``, or a larger
+    float only if it is exactly the 64-bit integer jsonb turns it into."""
     if isinstance(value, float):
         if not math.isfinite(value):
             return False
@@ -183,8 +180,7 @@ def validate_metadata(value: Any) -> None:
     validate_json_value(value)
 
 
-# Longest ``actor`` a fact version records (``"api:"`` and a username of up to 150 characters
-# fit; a longer username is cut).
+# Longest ``actor`` recorded (``"api:"`` and a 150-character username fit; longer is cut).
 MAX_ACTOR_CHARS = 200
 ACTOR_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
 
@@ -213,9 +209,8 @@ def validate_expires_at(value: Any, now: dt.datetime) -> None:
         raise ValidationError("Must be in the future.", code="expires_at_past")
 
 
-# NOTE: RFC 3339 date-times the server parses, as a pattern (JSON Schema's ``format`` is only
-# an annotation): real calendar days, years 1000-9998 so that no offset moves one out of
-# Python's range, at most microseconds, upper-case T and Z.
+# NOTE: the RFC 3339 date-times the server parses, as a pattern (JSON Schema's ``format`` is only an
+# annotation): real days, years 1000-9998, at most microseconds, upper-case T and Z.
 _LEAP_YEAR = "(?:[1-9][0-9](?:0[48]|[2468][048]|[13579][26])|(?:[13579][26]|[2468][048])00)"
 _MONTH_DAY = (
     "(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"

@@ -1,9 +1,7 @@
 """Times a search names: ``after``/``before``/``now`` checked, and the date expressions of a
-question in English and Chinese ("last month", "上个月") read as a range of dates against ``now``.
+question ("last month", "上个月") read as a range against ``now``.
 
-Only expressions that name a range by the calendar are read (a day, week, weekend, month,
-season or year, relative to ``now``, or a month by name); anything else ("the week before my
-trip", which needs to know when the trip was) is left to the search by words and meaning.
+Only calendar ranges are read; anything else is left to the search by words and meaning.
 """
 
 from __future__ import annotations
@@ -82,10 +80,9 @@ Range = tuple[dt.datetime, dt.datetime]
 
 
 def when_parse(value: Any, *, field: str) -> dt.datetime | None:
-    """An ISO-8601 date or date-time as an aware datetime (a date is its midnight: so
-    ``before=2026-05-01`` keeps turns of April, ``after=2026-05-01`` those from May 1 on);
-    ``None`` for ``None`` or ``""``. A date-time without an offset is in the current time
-    zone. Raises ``ValidationError({field: ...})`` for anything else."""
+    """An ISO-8601 date or date-time as an aware datetime (a date is its midnight); ``None`` for
+    ``None`` or ``""``; without an offset, the current time zone. Raises ``ValidationError({field:
+    ...})`` for anything else."""
     if value is None or value == "":
         return None
     if isinstance(value, dt.datetime):

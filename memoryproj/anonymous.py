@@ -1,12 +1,7 @@
-"""What bounds the chat page's anonymous memory: throttles on visitors' messages (DRF's throttle
-classes: per browser session, per client address, and new anonymous memories per address),
-caps on what one anonymous owner may hold, and the retention sweep's enqueue.
-
-An anonymous owner (``anon-`` and 32 random hex digits) exists from its visitor's first message
-and is named only by that visitor's Django session. The throttles count through the memory
-cache's breaker (``memory.throttling``): in Redis when the demo has one, per process while it
-is away or when there is none.
-"""
+"""What bounds the chat page's anonymous memory: throttles on visitors' messages (per session, per
+address, new anonymous memories per address), caps on what one anonymous owner holds, and the
+retention sweep's enqueue. An anonymous owner (``anon-`` and 32 hex digits) is named only by its
+visitor's Django session."""
 
 from __future__ import annotations
 
@@ -89,13 +84,12 @@ def throttle_wait(request: HttpRequest) -> int | None:
 
 
 def room_refusal(*, owner_id: str, message: str) -> str | None:
-    """Why the anonymous owner cannot take one more exchange (``message`` and its reply), past
-    ``MEMORYPROJ_ANON_MAX_TURNS`` turns or ``MEMORYPROJ_ANON_MAX_CHARS`` characters; ``None``
-    when it can. One query over its turns, which the caps bound.
+    """Why the anonymous owner cannot take one more exchange (past ``MEMORYPROJ_ANON_MAX_TURNS``
+    turns or ``MEMORYPROJ_ANON_MAX_CHARS`` characters); ``None`` when it can. One query over its
+    turns.
 
-    NOTE: checked before the exchange, not under the owner's lock: messages of one session in
-    flight at once may each pass it, so an owner may end a few turns over (at most those in
-    flight, each at most ``MEMORY["MAX_TURN_CHARS"]``); the session throttle bounds how many.
+    NOTE: checked outside the owner's lock: messages in flight may each pass it, so an owner may
+    end a few turns over (the session throttle bounds how many).
     """
     usage = ops.owner_usage_get(owner_id=owner_id)
     most_turns, most_chars = settings.MEMORYPROJ_ANON_MAX_TURNS, settings.MEMORYPROJ_ANON_MAX_CHARS

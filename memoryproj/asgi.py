@@ -20,9 +20,7 @@ os.environ["MEMORYPROJ_ASGI"] = "1"
 # NOTE: the server's access log without query strings and owner ids (memoryproj/logs.py).
 logs.install()
 
-# NOTE: WhiteNoise answers static files with a sync file iterator, which Django's ASGI handler
-# reads in a thread (fine for static files) and warns about on the first one; the project's
-# own streamed responses (the chat replies) are async iterators.
+# NOTE: WhiteNoise's sync file iterators are fine for static files; silence Django's warning.
 warnings.filterwarnings(
     "ignore",
     message="StreamingHttpResponse must consume synchronous iterators",
@@ -40,10 +38,9 @@ from django.urls import path  # noqa: E402
 from memory.integrations.mcp import mcp_mount  # noqa: E402
 from memoryproj.sockets import ChatConsumer  # noqa: E402
 
-# NOTE: request bodies capped before Django (or the MCP endpoint) reads them (memoryproj/bodies.py),
-# and the memory API's health/ answered on the event loop, ahead of Django (memory/asgi.py).
-# NOTE: Django's stubs type the handler's scope as a dict and its messages as Mappings, the
-# ASGI aliases here as MutableMappings (asgiref's); the same objects at run time.
+# NOTE: bodies capped before Django reads them (memoryproj/bodies.py); health/ answered on the event
+# loop (memory/asgi.py). The stubs' scope and message types differ from asgiref's; the same objects
+# at run time.
 http_application = bodies.CappedASGI(
     HealthFastPath(mcp_mount(django_application, path="/mcp/"))  # type: ignore[arg-type]
 )

@@ -1,12 +1,9 @@
 """Request bodies capped before anything reads them, under ASGI (``CappedASGI``) and WSGI
-(``CappedWSGI``), which the entry points put around Django's application.
+(``CappedWSGI``).
 
-The cap is ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (the demo's 1 MiB; ``None``: none), which Django
-applies itself only when a view reads the body, after the server read it (ASGI: all of it,
-into a temporary file) and after authentication. A ``Content-Length`` over the cap is a 413
-before a byte is read. A body without one (``Transfer-Encoding: chunked``) is read here up to
-the cap, a 413 past it, and else handed to Django with its ``Content-Length``: Django reads a
-body without one as empty.
+The cap is ``DATA_UPLOAD_MAX_MEMORY_SIZE``, which Django applies only once a view reads the body,
+after the server read it all. A ``Content-Length`` over the cap is a 413 before a byte is read; a
+chunked body is read here up to the cap (a 413 past it) and handed on with its ``Content-Length``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Settings of the demo project, read from the environment (every variable: docs/settings.md,
-"The demo project's environment"; a deployment's values: docs/production.md).
-
-``DATABASE_URL`` (default: SQLite in ``db.sqlite3``) and ``REDIS_URL``, ``REDIS_CLUSTER_URL`` or
-``REDIS_SENTINELS`` (default: unset, no cache) choose the storage. Safe by default: DEBUG is
-off unless ``DJANGO_DEBUG=1``, and with DEBUG off the project refuses to start without
-``DJANGO_SECRET_KEY``.
-"""
+"""Settings of the demo project, read from the environment (every variable: docs/settings.md; a
+deployment's values: docs/production.md). ``DATABASE_URL`` (default SQLite) and ``REDIS_URL``,
+``REDIS_CLUSTER_URL`` or ``REDIS_SENTINELS`` (default: no cache) choose the storage. DEBUG is off
+unless ``DJANGO_DEBUG=1``; with it off, ``DJANGO_SECRET_KEY`` is required."""
 
 from __future__ import annotations
 
@@ -34,9 +30,9 @@ def _env_list(name: str, default: str) -> list[str]:
 
 
 def _dev_secret_key() -> str:
-    """The key of a DEBUG demo without ``DJANGO_SECRET_KEY``: random, made once by the first
-    process and kept in ``DJANGO_DEV_SECRET_KEY_FILE`` (default ``.tmp/dev-secret-key``, which
-    git and the sdist leave out), so that every process of the demo signs with the same one."""
+    """The key of a DEBUG demo without ``DJANGO_SECRET_KEY``: random, made once and kept in
+    ``DJANGO_DEV_SECRET_KEY_FILE`` (default ``.tmp/dev-secret-key``), so every process signs
+    alike."""
     path = Path(
         os.environ.get("DJANGO_DEV_SECRET_KEY_FILE") or BASE_DIR / ".tmp" / "dev-secret-key"
     )
@@ -78,8 +74,8 @@ if not SECRET_KEY:
             "python -c 'import secrets; print(secrets.token_urlsafe(50))'), or DJANGO_DEBUG=1 "
             "for a local demo."
         )
-    # NOTE: no built-in key, even for DEBUG; and not one per process either, which logged a
-    # visitor out whenever the next request went to another gunicorn worker (issue 23).
+    # NOTE: no built-in key, even for DEBUG; and not one per process, which logs a visitor out
+    # whenever the next request reaches another worker.
     SECRET_KEY = _dev_secret_key()
 ALLOWED_HOSTS = _env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = _env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
@@ -154,9 +150,8 @@ TEMPLATES = [
 ]
 
 WSGI_APPLICATION = "memoryproj.wsgi.application"
-# NOTE: memoryproj/asgi.py sets MEMORYPROJ_ASGI=1 before the settings load: the project is then
-# served under ASGI, says so (ASGI_APPLICATION, which check memory.W011 reads) and pools its
-# database connections.
+# NOTE: memoryproj/asgi.py sets MEMORYPROJ_ASGI=1 before the settings load: the project then says so
+# (ASGI_APPLICATION, read by memory.W011) and pools its database connections.
 SERVED_BY_ASGI = _env_bool("MEMORYPROJ_ASGI", False)
 if SERVED_BY_ASGI:
     ASGI_APPLICATION = "memoryproj.asgi.application"
@@ -182,10 +177,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 DATABASE_POOLER = os.environ.get("DATABASE_POOLER", "").strip() or None
 if DATABASE_POOLER == "transaction":
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
-# NOTE: bounded connections under every server. Under WSGI each of gunicorn's threads keeps one
-# (CONN_MAX_AGE 60). Under ASGI each request's sync code runs in a thread of its own, and a
-# kept connection would stay open after it: Django's pool instead (psycopg_pool), up to
-# DATABASE_POOL_SIZE connections a process; behind PgBouncer, which pools them itself, none kept.
+# NOTE: bounded connections under every server: under WSGI one per gunicorn thread (CONN_MAX_AGE
+# 60); under ASGI Django's pool (DATABASE_POOL_SIZE a process), as each request's sync thread would
+# leave its connection open; behind PgBouncer, none kept.
 _POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 _POOL_SIZE = int(
     os.environ.get("DATABASE_POOL_SIZE")
@@ -214,9 +208,8 @@ if "replica" in DATABASES:
     # NOTE: the replica's connections are kept as the primary's are (not pooled).
     DATABASES["replica"]["CONN_MAX_AGE"] = int(_CONN_MAX_AGE or (0 if SERVED_BY_ASGI else 60))
 
-# NOTE: the "memory" alias is the app's cache; it exists only when REDIS_URL (one Redis),
-# REDIS_CLUSTER_URL (a seed node of a Redis Cluster) or REDIS_SENTINELS (Sentinel-managed
-# primary) is set, so a demo started with nothing configured reads everything from the database.
+# NOTE: the "memory" alias exists only when REDIS_URL, REDIS_CLUSTER_URL or REDIS_SENTINELS is set;
+# without, everything is read from the database.
 REDIS_URL = os.environ.get("REDIS_URL", "").strip()
 REDIS_CLUSTER_URL = os.environ.get("REDIS_CLUSTER_URL", "").strip()
 # host:port,host:port of the sentinels, and the name they monitor the primary under.
@@ -393,11 +386,9 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    # Requests per authenticated user (MEMORY_THROTTLE_USER, default 10000/hour) and per
-    # anonymous client address (MEMORY_THROTTLE_ANON, default 1000/hour); an empty value turns
-    # that limit off. A chat backend that calls as one service user for all its end users
-    # needs a higher user rate, or none. Counts live in the memory cache's Redis, through its
-    # breaker (memory.throttling): while Redis is away they are counted per process.
+    # Requests per authenticated user (MEMORY_THROTTLE_USER, default 10000/hour) and per anonymous
+    # address (MEMORY_THROTTLE_ANON, default 1000/hour); empty: no limit. A chat backend calling as
+    # one service user needs a higher user rate. Counted through the memory cache's breaker.
     "DEFAULT_THROTTLE_CLASSES": [
         "memory.throttling.AnonRateThrottle",
         "memory.throttling.UserRateThrottle",

@@ -29,6 +29,7 @@ from langgraph.store.base import (
     PutOp,
     SearchOp,
 )
+from langgraph.store.base.batch import AsyncBatchedBaseStore
 
 from memory import ops, selectors, services
 from memory.integrations.langgraph import MemoryStore, fact_key, item_address
@@ -635,12 +636,57 @@ def test_a_prefix_or_namespace_given_as_a_list_is_taken_as_postgresstore_takes_i
     assert store.list_namespaces(prefix=["wang"]) == [("wang", "prefs")]  # type: ignore[arg-type]
 
 
-def test_a_sync_call_in_an_event_loop_is_refused_as_langgraphs_async_stores_refuse_it():
-    async def main() -> None:
-        with pytest.raises(asyncio.InvalidStateError):
-            MemoryStore().get(("wang",), "k")
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_call_in_an_event_loop_runs_as_langgraphs_own_stores_run_it():
+    # NOTE: LangGraph's batching wrapper (AsyncBatchedBaseStore) calls the sync batch from its
+    # event loop; InMemoryStore and PostgresStore answer there, blocking the loop.
+    class Batched(AsyncBatchedBaseStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = MemoryStore()
 
-    asyncio.run(main())
+        def batch(self, ops: Any) -> list[Any]:
+            return self.inner.batch(ops)
+
+        async def abatch(self, ops: Any) -> list[Any]:
+            return self.inner.batch(ops)
+
+    async def main() -> tuple[Any, ...]:
+        store = MemoryStore()
+        store.put(("wang", "prefs"), "food", {"likes": "tea"})
+        with pytest.raises(InvalidNamespaceError):
+            store.put(("wang", "Bad"), "k", {"v": 1})
+        batched = Batched()
+        await batched.aput(("wang", "prefs"), "drink", {"likes": "water"})
+        found = await asyncio.gather(
+            batched.aget(("wang", "prefs"), "food"), batched.asearch(("wang",))
+        )
+        return store.get(("wang", "prefs"), "food"), *found
+
+    item, batched_item, found = run(main)
+    assert item.value == batched_item.value == {"likes": "tea"}
+    assert sorted(i.key for i in found) == ["drink", "food"]
+    assert selectors.fact_get(owner_id="wang", key="prefs.drink")["value"] == {"likes": "water"}
+
+
+@pytest.mark.django_db
+def test_a_dotted_filter_key_is_the_key_itself_else_a_path_through_nested_objects(write):
+    store = MemoryStore()
+    with write():
+        store.put(("wang",), "hyphen", {"access-level": "public", "user": {"access-level": "in"}})
+        store.put(("wang",), "digit", {"123abc": "ok", "user": {"123abc": "ok2"}})
+        store.put(("wang",), "literal", {"user.access-level": "dotted", "user": {}})
+
+    def keys(spec: dict[str, Any]) -> list[str]:
+        return sorted(i.key for i in store.search(("wang",), filter=spec))
+
+    assert keys({"access-level": "public"}) == ["hyphen"]
+    assert keys({"user.access-level": "in"}) == ["hyphen"]
+    assert keys({"user.123abc": "ok2"}) == ["digit"]
+    assert keys({"user.123abc": {"$ne": "ok2"}}) == ["hyphen", "literal"]
+    # NOTE: a key holding the dots is that key, as PostgresStore reads it.
+    assert keys({"user.access-level": "dotted"}) == ["literal"]
+    assert keys({"user.nothing.deeper": "x"}) == []
 
 
 @pytest.mark.django_db

@@ -4,6 +4,7 @@ scripted model (no network), across sessions, processes and a flushed Redis; and
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -341,9 +342,12 @@ def test_get_items_reads_the_owners_newest_turns_of_every_session_oldest_first(
     assert contents(get(2)) == ["turn 4", "turn 5"]
     assert get(0) == []
     with memory_settings(CONTEXT_TURNS=3, MAX_CONTEXT_TURNS=4):
-        assert contents(get()) == ["turn 3", "turn 4", "turn 5"]
-        # NOTE: the history is bounded: a larger limit reads MAX_CONTEXT_TURNS.
-        assert contents(get(100)) == ["turn 2", "turn 3", "turn 4", "turn 5"]
+        # NOTE: no limit is every turn, as in the SDK's own sessions; a limit past
+        # MAX_CONTEXT_TURNS is that many, read from the database.
+        assert contents(get()) == [f"turn {i}" for i in range(6)]
+        assert contents(get(5)) == [f"turn {i}" for i in range(1, 6)]
+        assert contents(get(100)) == [f"turn {i}" for i in range(6)]
+        assert contents(get(4)) == [f"turn {i}" for i in range(2, 6)]
     settled = MemorySession(
         owner_id="wang", session_id="s1", session_settings=SessionSettings(limit=1)
     )
@@ -354,6 +358,53 @@ def test_get_items_reads_the_owners_newest_turns_of_every_session_oldest_first(
             get(bad)
         assert e.value.message_dict == {"limit": ["Ensure this value is an integer >= 0."]}
     assert contents(sessions_of(MemorySession(owner_id="nobody", session_id="s").get_items)()) == []
+
+
+@pytest.mark.django_db
+def test_get_items_without_a_limit_returns_the_whole_history_past_every_window(
+    write, memory_settings
+):
+    session = MemorySession(owner_id="wang", session_id="tab")
+    with write(), memory_settings(CACHE_TURNS=5, CONTEXT_TURNS=5, MAX_CONTEXT_TURNS=10):
+        for i in range(25):
+            sessions_of(session.add_items)([{"role": "user", "content": f"msg-{i}"}])
+        items = sessions_of(session.get_items)()
+    assert [item["content"] for item in items] == [f"msg-{i}" for i in range(25)]
+
+
+@pytest.mark.django_db
+def test_a_closed_session_refuses_every_call_as_the_sdks_sessions_do(write):
+    session = MemorySession(owner_id="wang", session_id="tab")
+    with write():
+        sessions_of(session.add_items)([{"role": "user", "content": "Hello"}])
+    session.close()
+    calls = (
+        functools.partial(session.add_items, []),
+        functools.partial(session.add_items, [{"role": "user", "content": "again"}]),
+        session.get_items,
+        session.pop_item,
+        session.clear_session,
+    )
+    for call in calls:
+        with pytest.raises(RuntimeError, match=r"^MemorySession is closed$"):
+            sessions_of(call)()
+    # NOTE: closing a session is not forgetting: another session still reads the turn.
+    again = MemorySession(owner_id="wang", session_id="tab")
+    assert sessions_of(again.get_items)() == [{"role": "user", "content": "Hello"}]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("odd", [object(), {1, 2}, b"bytes"])
+def test_an_item_json_cannot_hold_is_jsons_type_error_and_nothing_is_stored(odd, write):
+    session = MemorySession(owner_id="wang", session_id="tab")
+    with pytest.raises(TypeError), write():
+        sessions_of(session.add_items)(
+            [{"role": "user", "content": "first"}, {"role": "user", "content": odd}]
+        )
+    assert selectors.context_get(owner_id="wang")["turns"] == []
+    with write():
+        sessions_of(session.add_items)([{"role": "user", "content": "after"}])
+    assert sessions_of(session.get_items)() == [{"role": "user", "content": "after"}]
 
 
 @pytest.mark.django_db

@@ -1,8 +1,6 @@
-"""The protocol's async front door: a warm read natively on ``redis.asyncio`` (``copy_aread``),
-with no thread hop; anything else (a miss, a refused copy, an outage, a suspect process) goes
-through the sync read path in one ``sync_to_async`` call. The same scripts, breaker, counters
-and validity step as the sync side: only the transport differs.
-"""
+"""The protocol's async front door: a warm read on ``redis.asyncio`` (``copy_aread``), with no
+thread hop; anything else goes through the sync read path in one ``sync_to_async`` call. Same
+scripts, breaker, counters and validity step as the sync side."""
 
 from __future__ import annotations
 
@@ -26,8 +24,7 @@ async def aread_through(*, owner_id: str, turns: int, load: Loader) -> tuple[Sna
         repairer_ensure()
         result = await copy_aread(owner_id=owner_id, turns=turns, epoch=epoch)
         if isinstance(result, Hit):
-            # NOTE: read once: another thread may see Redis down meanwhile, and a validity step
-            # that then queried would do so on the event loop.
+            # NOTE: read once: a validity step that queried would do so on the event loop.
             suspect = breaker.suspect()
             if suspect:
                 checked = await sync_to_async(copy_valid)(owner_id, result, suspect=True)

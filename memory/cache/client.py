@@ -35,10 +35,8 @@ logger = logging.getLogger("memory.cache")
 
 T = TypeVar("T")
 
-# NOTE: what "Redis is down" means. A script error, WRONGTYPE, an unknown command or an
-# argument Redis refuses are bugs, never outages: they are logged as errors naming the
-# command and do not open the breaker. Loading, read-only (a demoted primary during a Sentinel
-# failover) and cluster-down are transient states of a healthy deployment: outages.
+# NOTE: "down" means a transient state of a healthy deployment: connection errors, timeouts,
+# loading, read-only (a demoted primary), cluster-down. Script errors and refused commands are bugs.
 DOWN_ERRORS: tuple[type[BaseException], ...] = (
     redis_errors.ConnectionError,
     redis_errors.TimeoutError,
@@ -53,11 +51,10 @@ DOWN_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
 )
 
-# NOTE: after an outage error, reads skip Redis for this long so that a Redis that hangs costs
-# one socket timeout per process and second, not one per request. Writes never skip it.
+# NOTE: reads skip Redis this long after an outage error, so a hanging Redis costs one socket
+# timeout per process and second, not one per request. Writes never skip it.
 BREAKER_SECONDS = 1.0
-# The longest a write waits, in all, for other callers' probes of a Redis that was down (a
-# probe takes one connect and one socket timeout at most); then its update is left to repair.
+# The longest a write waits, in all, for other callers' probes; then its update is left to repair.
 PROBE_WAIT_SECONDS = 0.5
 # Counters go to Redis at most this often, in a call of their own.
 COUNTS_FLUSH_SECONDS = 1.0
@@ -109,26 +106,19 @@ class _Gate:
 class Breaker:
     """Per-process Redis health: outage logging, a circuit breaker with one probe, counters.
 
-    Closed: every call goes to Redis. After an outage error it opens: where the process has a
-    prober thread (the repairer), every request skips Redis from then on, a write leaving its
-    update to the repair, and that thread alone probes until Redis answers; a request never
-    waits on a Redis that is down. Without one it opens for ``BREAKER_SECONDS``: reads skip
-    Redis; then it is half-open: one caller at a time probes, the other readers keep skipping,
-    and writes wait for that probe (at most ``PROBE_WAIT_SECONDS``) or are the probe. Any answer
-    from Redis closes it.
-
-    On a cluster each node has a gate of its own (calls name the node their key's slot is on):
-    a node that is down or failing over costs only the owners whose keys it holds. The outage,
-    for logs, metrics and ``suspect``, lasts from the first gate that opens to the last that
-    closes.
+    Closed: every call goes to Redis. An outage error opens it: with a prober thread (the repairer)
+    requests skip Redis until that thread finds it back; without one, reads skip Redis for
+    ``BREAKER_SECONDS``, then one caller at a time probes and writes wait for that probe (at most
+    ``PROBE_WAIT_SECONDS``). Any answer closes it. On a cluster each node has its own gate
+    (docs/reliability.md).
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         # Called when a shard is found down and when Redis answers again (the repairer wakes).
         self.listeners: list[Callable[[], None]] = []
-        # NOTE: the thread that probes shards found down, off the request path (the repairer,
-        # which registers itself); without one, requests probe, one at a time.
+        # NOTE: the thread that probes shards found down (the repairer, which registers itself);
+        # without one, requests probe, one at a time.
         self.prober: threading.Thread | None = None
         self.reset()
 
@@ -155,8 +145,7 @@ class Breaker:
 
     @property
     def state(self) -> str:
-        """``"closed"``, ``"open"`` or ``"half-open"`` (for metrics and operators): open while
-        any shard's window runs."""
+        """``"closed"``, ``"open"`` or ``"half-open"``: open while any shard's window runs."""
         if self.down_since is None:
             return "closed"
         now = time.monotonic()
@@ -168,10 +157,9 @@ class Breaker:
     def admit(self, *, write: bool, shard: str = "") -> Pass | threading.Event | None:
         """Whether a call to ``shard`` may go to Redis now.
 
-        A ``Pass``: go (the shard's gate is closed, or this caller is its probe). ``None``: skip
-        (a read while open, or while another caller probes). An ``Event``: a write should wait
-        for that probe, then ask again. A probe's ``Pass`` must end in ``succeeded``,
-        ``failed``, ``bug`` or ``release``: ``Attempt`` sees to it.
+        A ``Pass``: go. ``None``: skip. An ``Event``: a write waits for that probe, then asks again.
+        A probe's ``Pass`` must end in ``succeeded``, ``failed``, ``bug`` or ``release``
+        (``Attempt`` sees to it).
         """
         if self.down_since is None:
             return _GO if not shard else Pass(shard=shard)
@@ -185,8 +173,8 @@ class Breaker:
                 and prober.is_alive()
                 and threading.current_thread() is not prober
             ):
-                # NOTE: a thread of the process probes (the repairer): a request neither waits
-                # for it nor probes itself; a write leaves its update to the repair.
+                # NOTE: the prober thread probes: a request neither waits nor probes; a write leaves
+                # its update to the repair.
                 return None
             if gate.probe is not None:
                 return gate.probe if write else None
@@ -197,7 +185,7 @@ class Breaker:
 
     def release(self, ticket: Pass) -> None:
         """Give back a probe whose call ended without an answer or a Redis error (cancelled,
-        interrupted): the next caller probes instead, and waiting writers ask again."""
+        interrupted): the next caller probes instead."""
         if ticket.probe is None:
             return
         with self.lock:
@@ -216,9 +204,8 @@ class Breaker:
             if gate is not None and gate.down_since is not None:
                 gate.down_since = None
                 probe, gate.probe = gate.probe, None
-            # NOTE: a node that no call has gone to for a window after its own ended (one that
-            # failed over and serves no slot now) no longer counts as down; a call that goes
-            # to it and fails opens its gate again.
+            # NOTE: a node no call has gone to for a window after its own ended (failed over, serves
+            # no slot) no longer counts as down.
             for other in self.gates.values():
                 if other.probe is None and now - other.retry_at > BREAKER_SECONDS:
                     other.down_since = None
@@ -279,8 +266,8 @@ class Breaker:
         self.succeeded(shard)
         if not due:
             return
-        # NOTE: a persistent error (WRONGTYPE on a key, NOPERM under an ACL) recurs on every
-        # retry: one line per kind and interval, with how often it recurred meanwhile.
+        # NOTE: a persistent error recurs on every retry: one line per kind and interval, with a
+        # count.
         again = f" ({repeats} more since the last report)" if repeats else ""
         logger.error("Redis refused %s: %s (a bug, not an outage)%s.", action, error, again)
 
@@ -334,10 +321,9 @@ def client() -> Any:
 class Attempt:
     """One call to Redis and the breaker's bookkeeping for it, however it ends.
 
-    ``with Attempt(action, ticket) as attempt:`` around the call (sync or awaited): an answer
-    closes the breaker; an outage error opens it and a Redis error counts as a bug, both
-    swallowed and left in ``attempt.outcome``; anything else (a cancelled task, an interrupt)
-    gives the probe back and propagates. The one place that keeps the breaker for a call.
+    An answer closes the breaker; an outage error opens it and a Redis error counts as a bug, both
+    swallowed and left in ``attempt.outcome``; anything else (a cancellation, an interrupt) gives
+    the probe back and propagates.
     """
 
     __slots__ = ("action", "outcome", "ticket")
@@ -356,8 +342,8 @@ class Attempt:
             breaker.succeeded(shard)
             return False
         if isinstance(error, RedisClusterException):
-            # NOTE: not a RedisError: a cluster no known node answers, or a slot no node
-            # serves, is down; any other (keys of several slots) is a mistake of the caller.
+            # NOTE: not a RedisError: a cluster no node answers, or a slot no node serves, is down;
+            # any other (keys of several slots) is the caller's mistake.
             cause = error.__cause__
             if isinstance(error, SlotNotCoveredError) or isinstance(cause, DOWN_ERRORS):
                 error = redis_errors.ConnectionError(str(error))
@@ -400,9 +386,8 @@ def redis_call(
 ) -> Answer[T] | Outcome:
     """Run ``fn(client)`` against Redis: its ``Answer``, or the ``Outcome`` that stopped it.
 
-    ``action`` names the call in logs; ``key``, the key it touches, names the cluster node
-    whose gate of the breaker it goes through. A write (``write=True``) never skips Redis for
-    the breaker; a read does while it is open. ``shard`` names the gate outright (a probe).
+    ``action`` names the call in logs; ``key`` picks the cluster node's gate (``shard`` names it
+    outright, for a probe). A write never skips Redis for the breaker; a read does while it is open.
     Never raises a Redis error.
     """
     if not enabled():
@@ -410,8 +395,7 @@ def redis_call(
     try:
         redis = client()
     except Exception:
-        # NOTE: a cluster no seed answers cannot even be built: the call below meets the
-        # same error inside its Attempt, which counts it.
+        # NOTE: a cluster no seed answers cannot be built: the call below counts the same error.
         redis, shard = None, shard or ""
     else:
         if shard is None:
@@ -433,8 +417,7 @@ def shard_for(key: str) -> str:
 
 
 def _shard(redis: Any, key: str) -> str:
-    """The cluster node ``key``'s slot is on, as this client's slot map has it ("" for a single
-    Redis, or a slot the map has no node for)."""
+    """The cluster node ``key``'s slot is on ("" for a single Redis, or a slot with no node)."""
     if not isinstance(redis, RedisCluster):
         return ""
     try:
@@ -444,10 +427,9 @@ def _shard(redis: Any, key: str) -> str:
 
 
 async def aredis_call(action: str, fn: Callable[[Any], Awaitable[T]]) -> Answer[T] | Outcome | None:
-    """``redis_call`` for a read from async code, on ``redis.asyncio``: the same breaker and
-    the same outcomes; ``None`` where this alias has no async client that matches the sync one
-    (the caller reads through the sync path). Never raises a Redis error; a cancellation
-    propagates, with the probe given back."""
+    """``redis_call`` for a read from async code, on ``redis.asyncio``, with the same breaker and
+    outcomes; ``None`` where the alias has no matching async client. Never raises a Redis error; a
+    cancellation propagates, with the probe given back."""
     if not enabled():
         return Outcome.DISABLED
     redis = async_client()
@@ -474,9 +456,8 @@ _ASYNC_POOLS: dict[type, type] = {
     sync_connection.BlockingConnectionPool: async_connection.BlockingConnectionPool,
 }
 
-# NOTE: what a sync connection holds besides its configuration: its parser, retry policy and
-# notification machinery, which redis.asyncio builds for itself. Any other setting the async
-# connection does not take means it cannot match the sync one: no async client then.
+# NOTE: what a sync connection holds besides its configuration (redis.asyncio builds its own); any
+# other setting the async connection does not take means no async client.
 _SYNC_MACHINERY = frozenset(
     {
         "parser_class",
@@ -504,10 +485,8 @@ def _async_parameters(cls: type) -> frozenset[str]:
 
 
 def _async_pool(sync_client: Any) -> Any | None:
-    """A ``redis.asyncio`` pool with the connection settings of ``sync_client``'s pool
-    (address, database, username and password, TLS, timeouts, ``CONNECTION_POOL_KWARGS``),
-    or ``None`` when it has none that redis.asyncio can match (Sentinel, Cluster, a custom
-    connection class, a setting only the sync connection knows)."""
+    """A ``redis.asyncio`` pool with the connection settings of ``sync_client``'s pool, or ``None``
+    where redis.asyncio cannot match them (Sentinel, Cluster, a custom connection class)."""
     pool = getattr(sync_client, "connection_pool", None)
     pool_class = _ASYNC_POOLS.get(type(pool))
     cls = _ASYNC_CONNECTIONS.get(getattr(pool, "connection_class", None))  # type: ignore[arg-type]
@@ -533,16 +512,16 @@ def _async_pool(sync_client: Any) -> Any | None:
     return pool_class(connection_class=cls, max_connections=pool.max_connections, **kwargs)
 
 
-# NOTE: a redis.asyncio pool belongs to the event loop it was made in: one per loop and alias,
-# made again when the alias's settings are another dict (``override_settings``, tests).
+# NOTE: a redis.asyncio pool belongs to its event loop: one per loop and alias, rebuilt when the
+# alias's settings change.
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, tuple[Any, Any]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
 def async_client() -> Any | None:
-    """This event loop's ``redis.asyncio`` client of the memory alias, built from the sync
-    client's configuration, or ``None`` where it cannot match it (see ``_async_pool``)."""
+    """This event loop's ``redis.asyncio`` client of the memory alias, or ``None`` where it cannot
+    match the sync client's configuration."""
     name = alias()
     assert name is not None
     params = settings.CACHES.get(name)
@@ -570,9 +549,8 @@ _FLUSH_ERRORS: tuple[type[BaseException], ...] = (*DOWN_ERRORS, redis_errors.Red
 def counts_flush(*, force: bool = False) -> None:
     """Add this process's counters to the shared ones in Redis, at most once a second.
 
-    NOTE: outside the breaker: on a cluster the counters' key is in a slot of its own, maybe on
-    a node that is down while the owner's answers; that must not fail a read whose own script
-    succeeded, nor open the breaker for every owner. Unflushed counts wait for the next flush.
+    NOTE: outside the breaker: on a cluster the counters' slot may be on a node that is down while
+    the owner's answers, which must neither fail a read nor open the breaker for every owner.
     """
     now = time.monotonic()
     with breaker.lock:

@@ -41,19 +41,14 @@ logger = logging.getLogger("memory.cache")
 def _mapped(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run ``call``, turning redis-py's cluster-only errors into its ordinary ones.
 
-    ``RedisClusterException`` is not a ``RedisError``: a slot whose primary just died
-    (``SlotNotCoveredError``) or a cluster no seed node answers would otherwise escape every
-    ``except RedisError`` of the cache layer. Those, and the cluster's own "failing over" replies
-    (CLUSTERDOWN, MASTERDOWN, TRYAGAIN), become ``ConnectionError`` (Redis is down, for these
-    owners); any other cluster-only error, such as keys of one command in several
-    slots, is a mistake of the caller and becomes ``ClusterCrossSlotError`` (a
-    ``ResponseError``), never an outage.
+    ``RedisClusterException`` is not a ``RedisError``. An uncovered slot, an unreachable cluster and
+    CLUSTERDOWN/MASTERDOWN/TRYAGAIN become ``ConnectionError`` (down); any other cluster-only error
+    (a cross-slot command) becomes ``ClusterCrossSlotError``, a bug, never an outage.
     """
     try:
         return call(*args, **kwargs)
     except (ClusterDownError, TryAgainError) as e:
-        # NOTE: CLUSTERDOWN/MASTERDOWN/TRYAGAIN are ResponseErrors in redis-py, but they mean
-        # a failover or a resharding in progress, still so after redis-py's own retries.
+        # NOTE: ResponseErrors in redis-py, but a failover or resharding in progress.
         raise RedisConnectionError(str(e)) from e
     except SlotNotCoveredError as e:
         raise RedisConnectionError(str(e)) from e
@@ -63,19 +58,16 @@ def _mapped(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise ClusterCrossSlotError(str(e)) from e
 
 
-# NOTE: how long the refresher waits between attempts to read the slot map of a cluster that
-# does not answer; each attempt asks the known nodes in turn, one socket timeout each at most.
+# NOTE: the pause between the refresher's attempts on a cluster that does not answer.
 REFRESH_RETRY_SECONDS = 0.5
 
 
 class _Refresher:
     """Rebuilds a cluster client's view of the cluster (nodes, slot map) in a thread of its own.
 
-    redis-py rebuilds it inside the failing command: one connect and read timeout per known node,
-    in the request, each time a node fails (9 s for a POST with six stalled nodes). Here a failing
-    command only asks for a rebuild and fails at once; the rebuild runs off the request path,
-    again every ``REFRESH_RETRY_SECONDS`` until the cluster answers, so that nodes that come
-    back, move or fail over are found without a restart.
+    redis-py rebuilds it inside the failing command, one timeout per known node, in the request.
+    Here a failing command only asks for a rebuild, retried every ``REFRESH_RETRY_SECONDS`` until
+    the cluster answers.
     """
 
     def __init__(self, initialize: Callable[..., Any]) -> None:
@@ -126,8 +118,7 @@ class MemoryRedisCluster(RedisCluster):
     whose view of the cluster is rebuilt off the request path (``_Refresher``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # NOTE: a MOVED reply patches the one slot it names (as redis-py does between its full
-        # rebuilds) and asks for a rebuild in the background, never inline.
+        # NOTE: a MOVED reply patches its one slot and asks for a rebuild in the background.
         kwargs.setdefault("reinitialize_steps", 2**31)
         super().__init__(*args, **kwargs)
         manager = self.nodes_manager
@@ -166,14 +157,13 @@ class MemoryRedisCluster(RedisCluster):
 class ClusterConnectionFactory(ConnectionFactory):  # type: ignore[misc]  # django-redis: no types
     """Hands out one ``RedisCluster`` per ``LOCATION`` and process, built from the OPTIONS.
 
-    ``SOCKET_TIMEOUT``/``SOCKET_CONNECT_TIMEOUT``/``PASSWORD`` apply to every node's
-    connections; ``CLUSTER_OPTIONS`` (a dict) is passed on to ``RedisCluster``. A cluster that no
-    seed answers raises redis-py's ``ConnectionError``, which the cache layer counts as down.
+    ``SOCKET_TIMEOUT``/``SOCKET_CONNECT_TIMEOUT``/``PASSWORD`` apply to every node;
+    ``CLUSTER_OPTIONS`` goes to ``RedisCluster``. A cluster no seed answers raises
+    ``ConnectionError`` (down).
     """
 
-    # NOTE: process-global like django-redis's own pools: Django builds a new cache client per
-    # request thread, and each RedisCluster holds a pool per node plus the slot table, which
-    # must not be rediscovered on every request.
+    # NOTE: process-global, like django-redis's pools: the slot table must not be rediscovered per
+    # request.
     _clusters: dict[str, RedisCluster] = {}
     _clusters_lock = threading.Lock()
 
@@ -194,17 +184,12 @@ class ClusterConnectionFactory(ConnectionFactory):  # type: ignore[misc]  # djan
             for key, value in parse_url(seeds[0]).items()
             if key in {"username", "password", "ssl", "ssl_cert_reqs", "ssl_ca_certs"}
         }
-        # NOTE: no ``load_balancing_strategy`` (nor the deprecated ``read_from_replicas``): every
-        # read and fill of the protocol goes to the slot's primary. A replica may lag behind
-        # the deltas and floors the primary acknowledged, and serving from it would bring back
-        # a copy that a write has already replaced. CLUSTER_OPTIONS must not set them either.
+        # NOTE: no replica reads (``load_balancing_strategy``, ``read_from_replicas``): a replica
+        # may lag behind the deltas and floors the primary acknowledged (docs/scaling.md).
         options: dict[str, Any] = {
-            # NOTE: the owners on the surviving primaries keep their cache while one
-            # primary's slots are being failed over.
+            # NOTE: owners on the surviving primaries keep their cache during a failover.
             "require_full_coverage": False,
-            # NOTE: no retry: the slot table is rebuilt in the background (``_Refresher``), and
-            # the cache layer's breaker handles the rest, so that an outage costs a request one
-            # socket timeout, not a retry loop over the nodes.
+            # NOTE: no retry: the refresher and the breaker bound an outage to one socket timeout.
             "retry": Retry(NoBackoff(), retries=0),
             **kwargs,
             **params,
@@ -230,8 +215,7 @@ class ClusterClient(DefaultClient):  # type: ignore[misc]  # django-redis has no
     def __init__(self, server: Any, params: dict[str, Any], backend: Any) -> None:
         options = params.setdefault("OPTIONS", {})
         options.setdefault("CONNECTION_FACTORY", "memory.cache.cluster.ClusterConnectionFactory")
-        # NOTE: several seeds are one cluster, not a primary and its replicas as DefaultClient
-        # would take them: they stay one LOCATION, and the factory makes them startup nodes.
+        # NOTE: several seeds are one cluster, not a primary and replicas: one LOCATION.
         if isinstance(server, (list, tuple, set)):
             server = ",".join(server)
         super().__init__([server], params, backend)

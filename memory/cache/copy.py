@@ -31,7 +31,7 @@ from memory.conf import conf
 from memory.payloads import FactPayload, SummaryPayload, TurnPayload
 
 # An owner's cached memory is one hash, so that eviction takes it whole or not at all:
-#   rev       stamp of the database state the payload reflects (absent: no payload, a miss)
+#   rev       stamp of the database state the payload reflects (absent: a miss)
 #   floor     highest stamp any writer announced; a fill older than it is refused
 #   complete  "1" if the cached turns are all of the owner's turns
 #   seqs      the cached turn seqs, oldest first, space-separated
@@ -52,8 +52,7 @@ LUA = Path(__file__).resolve().parent / "lua"
 
 
 def _script(name: str) -> Script:
-    # NOTE: registered with no client: each call passes the alias's client, which loads the
-    # script on its first NOSCRIPT (a restarted or flushed Redis) and runs EVALSHA after.
+    # NOTE: no client here: each call passes the alias's, which loads the script on NOSCRIPT.
     return Script(None, (LUA / f"{name}.lua").read_bytes())  # type: ignore[arg-type]
 
 
@@ -62,9 +61,8 @@ _FILL = _script("fill")
 _APPLY = _script("apply")
 _DROP = _script("drop")
 
-# NOTE: how long a floor outlives the payload it guards. It refuses a stale fill in Redis; it is
-# not load-bearing: a fill that finds the floor gone (with its own claim) is verified against
-# the database after it is stored.
+# NOTE: how long a floor outlives its payload. Not load-bearing: a fill that finds it gone is
+# verified against the database.
 GUARD_TTL = 60
 
 
@@ -121,8 +119,7 @@ def fact_pack(fact: FactPayload) -> bytes:
 
 def turns_unpack(payloads: bytes) -> list[TurnPayload]:
     """The turns of a JSON array of packed turns (``turn_pack``)."""
-    # NOTE: a literal per turn in TURN_FIELDS order, not dict(zip(TURN_FIELDS, ...)): 10 us
-    # against 26 us for 20 turns, on a warm read's path.
+    # NOTE: a literal per turn, not dict(zip(...)): 10 us against 26 us for 20 turns.
     return [
         {"seq": t[0], "session_id": t[1], "role": t[2], "content": t[3], "metadata": t[4],
          "created_at": t[5]}
@@ -319,8 +316,8 @@ def _hit_result(held: list[Any], want: int) -> ReadResult:
 
 
 class Fill(enum.Enum):
-    """What a fill did: stored over its own claim (nothing touched the hash since the miss
-    that took it), stored without it (``verify`` it against the database), or refused."""
+    """What a fill did: stored over its own claim, stored without it (``verify`` it against the
+    database), or refused."""
 
     REFUSED = 0
     CLAIMED = 1
@@ -337,10 +334,10 @@ def copy_fill(
 ) -> Fill | Outcome:
     """Store a copy read from the database, unless a writer announced a newer stamp.
 
-    ``snapshot.turns`` are the owner's last turns, oldest first; ``complete`` says they are all
-    of them; ``fill_token`` is the claim ``copy_read`` took before the database was read.
-    Returns what the fill did, or the ``Outcome`` that stopped it (after ``Outcome.TIMEOUT``
-    the copy may still be stored later: a paused Redis runs what it received). Never raises.
+    ``snapshot.turns`` are the owner's last turns, oldest first; ``complete``: all of them;
+    ``fill_token``: the claim ``copy_read`` took before the database was read. Returns what the fill
+    did, or the ``Outcome`` that stopped it (after ``TIMEOUT`` a paused Redis may still store it).
+    Never raises.
     """
     turns, facts = snapshot.turns, snapshot.facts
     packed = [turn_pack(turn) for turn in turns]
@@ -372,9 +369,8 @@ def copy_fill(
 
 
 class _Replicas:
-    """What this process's writes learned of the primaries' replicas, for ``_replicated``: how
-    many each primary had online at its last write (``ROLE``), and whether updates came up short.
-    """
+    """What this process's writes learned of each primary's replicas online (``ROLE``) and whether
+    updates came up short."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -451,8 +447,7 @@ def _replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
     wanted = conf.CACHE_REPLICAS
     if not wanted:
         return script(keys=[key], args=args, client=redis)
-    # NOTE: WAIT counts the writes of its own connection: on a cluster, a pipeline to the key's
-    # node (one connection), not the cluster client, which may route each command elsewhere.
+    # NOTE: WAIT counts its own connection's writes: on a cluster, a pipeline to the key's node.
     node = redis.get_redis_connection(redis.get_node_from_key(key)) if _is_cluster(redis) else redis
     kwargs = node.connection_pool.connection_kwargs
     name = f"{kwargs.get('host')}:{kwargs.get('port')}"
@@ -471,9 +466,9 @@ def _replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
                 raise
             node.script_load(script.script)
         except (redis_errors.MovedError, redis_errors.ConnectionError, redis_errors.TimeoutError):
-            # NOTE: the slot moved or its node is gone (a failover): this pipeline bypasses the
-            # cluster client's own routing, so have it learn the new map; the update counts as
-            # down and its repair finds the new primary.
+            # NOTE: the slot moved or its node is gone: this pipeline bypasses the cluster client's
+            # routing, so have it learn the new map; the update counts as down and its repair finds
+            # the new primary.
             if _is_cluster(redis):
                 _cluster_refresh(redis)
             raise
@@ -488,7 +483,7 @@ def _is_cluster(redis: Any) -> bool:
 
 
 def _cluster_refresh(redis: Any) -> None:
-    # NOTE: in the background: rebuilding the map asks every known node, one timeout each.
+    # NOTE: in the background: rebuilding the map asks every known node.
     refresh = getattr(redis, "refresh_later", None)
     if refresh is not None:
         refresh()
@@ -506,10 +501,9 @@ def copy_apply(
 ) -> bool:
     """Bring the copy from ``prev_stamp`` to ``stamp`` with this delta, in O(delta).
 
-    A copy at another stamp, or none, is replaced by a content-free floor at ``stamp``.
-    Call only after the write committed. Returns whether Redis confirmed (applied or dropped);
-    ``False``: the copy may be stale, and the caller must have it repaired. A write: the
-    breaker never skips it. Never raises.
+    Any other copy, or none, becomes a content-free floor at ``stamp``. Call only after commit.
+    Returns whether Redis confirmed; ``False``: the caller must have it repaired. The breaker never
+    skips it. Never raises.
     """
     args: list[Any] = [prev_stamp, stamp, conf.CACHE_TTL, GUARD_TTL, conf.CACHE_TURNS, len(turns)]
     for turn in turns:
@@ -559,8 +553,8 @@ def copy_evict(*, owner_id: str) -> bool:
 
 
 def ping() -> Literal["ok", "down", "disabled"]:
-    """The cache's state for the health endpoint: a PING, unless the breaker knows Redis is
-    down and a thread of the process probes it (then "down" at once). Never raises."""
+    """The cache's state for the health endpoint: a PING, or "down" at once while the breaker is
+    open and a thread probes. Never raises."""
     answer = redis_call("ping", lambda redis: redis.ping(), write=True)
     if answer is Outcome.DISABLED:
         return "disabled"
@@ -568,14 +562,14 @@ def ping() -> Literal["ok", "down", "disabled"]:
 
 
 def probe(shard: str) -> bool:
-    """PING the shard (a cluster node by name, "" for the whole Redis) through the breaker, as
-    its probe: whether it answered. For the prober thread. Never raises."""
+    """PING the shard (a cluster node, "" for the whole Redis) as its breaker probe: whether it
+    answered. For the prober thread. Never raises."""
 
     def ping_shard(redis: Any) -> Any:
         if shard and hasattr(redis, "get_node"):
             node = redis.get_node(node_name=shard)
             if node is None:
-                # NOTE: a node the slot map no longer has: nothing goes to it any more.
+                # A node the slot map no longer has: nothing goes to it any more.
                 return True
             return redis.ping(target_nodes=node)
         return redis.ping()
@@ -605,7 +599,7 @@ def stats() -> dict[str, Any]:
         shared = redis.hgetall(stats_key())
         keys = used = 0
         batch: list[bytes] = []
-        # NOTE: MEMORY USAGE pipelined by the thousand: one round trip per batch, not per key.
+        # NOTE: MEMORY USAGE pipelined by the thousand: one round trip per batch.
         for key in redis.scan_iter(match=key_pattern(), count=1000):
             batch.append(key)
             if len(batch) == 1000:

@@ -26,8 +26,8 @@ def owner_tag(owner_id: str) -> str:
     """The cluster hash tag of every key of the owner, ``{<digest>}``, on any history: the
     owner's slot (and shard) is a function of the owner alone, known without the database.
 
-    The tag is a digest of the owner id, not the id itself: key names show up in monitoring,
-    slow logs and ``--bigkeys`` output, and a forgotten owner's floor must not name them.
+    The tag is a digest, not the owner id, so that key names in monitoring and a forgotten owner's
+    floor do not name the owner.
     """
     digest = hashlib.blake2b(owner_id.encode(), digest_size=12).hexdigest()
     return f"{{{digest}}}"

@@ -1,11 +1,8 @@
-"""Request counters for rate limits (``memory.throttling``), in Redis through the breaker, and
-counted in the process while Redis cannot be reached.
+"""Request counters for rate limits (``memory.throttling``): a fixed window per key in Redis (one
+Lua ``INCR``), through the breaker.
 
-A count is one fixed window per key: one round trip (a Lua ``INCR`` that sets the window's
-expiry). Without a cache alias, and while Redis is down, skipped by the breaker, or failing,
-each process counts in its own memory instead, with the same limits: a client then gets at
-most the limit once per process (the direction the docs state), never an unbounded pass, and
-the request waits on no Redis. A flushed Redis starts its windows again.
+Without a cache, or while Redis is down, each process counts in its own memory with the same
+limits: a client gets at most the limit once per process, never an unbounded pass.
 """
 
 from __future__ import annotations
@@ -48,10 +45,9 @@ _local = _Local()
 
 
 def window_count(*, key: str, seconds: int) -> tuple[int, float]:
-    """Count one request for ``key`` in the current window of ``seconds``: the count in this
-    window so far (this one included) and the seconds until the window ends. Counted in Redis,
-    or in this process while Redis cannot be reached (``memory_throttle_local_total``). Never
-    raises."""
+    """Count one request for ``key`` in the current window of ``seconds``: the count so far (this
+    one included) and the seconds left. In Redis, or in this process while Redis cannot be reached.
+    Never raises."""
     seconds = max(int(seconds), 1)
     now = time.time()
     window = int(now // seconds)
@@ -61,8 +57,7 @@ def window_count(*, key: str, seconds: int) -> tuple[int, float]:
     answer = redis_call(
         "count",
         lambda redis: _COUNT(keys=[name], args=[seconds + 1], client=redis),
-        # NOTE: a read for the breaker: a count lost to a Redis that is down is counted here
-        # instead, never waited for.
+        # NOTE: a read for the breaker: a count Redis cannot take is counted here, never waited for.
         key=name,
     )
     if isinstance(answer, Answer):

@@ -41,8 +41,8 @@ FILL_POLL_MAX_SECONDS = 0.05
 
 
 class Refused:
-    """A copy that failed the validity step: this process holds an unconfirmed update of the
-    owner (``stale`` False), or the copy's stamp is not the database's (``stale`` True)."""
+    """A copy that failed the validity step: an unconfirmed update of this process (``stale``
+    False), or a stamp that is not the database's (``stale`` True)."""
 
     def __init__(self, *, stale: bool) -> None:
         self.stale = stale
@@ -53,11 +53,9 @@ def copy_valid(
 ) -> ReadResult | Refused:
     """The validity step every read served from a copy passes.
 
-    A copy is refused while this process holds an update of that owner that Redis did not
-    confirm; and, while this process saw Redis down within ``MEMORY["SUSPECT_WINDOW"]``
-    seconds, unless its stamp is the owner's stamp in the database (one query): an update
-    lost by another process may not be repaired yet. ``suspect``: that state, as the caller
-    read it (``None``: read it now); only a suspect step queries. Raises what the database
+    Refused while this process holds an unconfirmed update of the owner; and, while it is suspect
+    (``MEMORY["SUSPECT_WINDOW"]``), unless its stamp is the owner's in the database (one query).
+    ``suspect``: that state as the caller read it (``None``: read it now). Raises what the database
     raises.
     """
     if not isinstance(result, Hit):
@@ -84,8 +82,7 @@ def cache_lookup(
 
 
 class _Flights:
-    """The rehydrations this process is running, by owner: a reader that finds one waits on it
-    instead of polling Redis."""
+    """The rehydrations this process is running, by owner, for its readers to wait on."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -122,12 +119,7 @@ def fill_verify(owner_id: str, stamp: int, epoch: str | None = None) -> bool:
     stamp in the database; a fill that a write overtook is dropped again. Returns whether it
     stands.
 
-    NOTE: this, not the floor, is what keeps a stale fill out: a floor deleted, evicted or
-    flushed between the fill's database read and its store lets the fill in, and this catches
-    it. A fill that still finds its own claim needs no check: the claim was written into the
-    owner's hash before the database read, and every write's cache update and every loss of
-    the hash removes it whole. A write that commits after this check finds the copy at its
-    previous stamp or not at all.
+    NOTE: this, not the floor, keeps a stale fill out (a lost floor lets it in; this catches it).
     """
     try:
         current = stamp_get(owner_id)
@@ -170,8 +162,7 @@ def _rehydrate(
     if stored is Fill.UNCLAIMED:
         fill_verify(owner_id, snapshot.stamp, epoch)
     elif stored is Outcome.TIMEOUT:
-        # NOTE: a Redis that timed out may still run the fill once it answers again (one that
-        # refused the connection never got it, and leaves nothing to repair).
+        # NOTE: a Redis that timed out may still run the fill once it answers again.
         remember(Pending(owner_pk=None, owner_id=owner_id, stamp=snapshot.stamp))
     return result
 
@@ -185,8 +176,7 @@ def _wait_for_fill(owner_id: str, turns: int, epoch: str) -> ReadResult | Refuse
     """
     deadline = time.monotonic() + conf.FILL_WAIT_MS / 1000
     delay = FILL_POLL_SECONDS
-    # NOTE: a hundred threads polling every 10 ms kept the one rehydrating thread of their own
-    # process off the CPU until they all gave up and read the database (docs/performance.md).
+    # NOTE: waited on, not polled: pollers starved the rehydrating thread (docs/performance.md).
     while (remaining := deadline - time.monotonic()) > 0:
         running = _flights.get(owner_id)
         if running is not None:
@@ -214,14 +204,13 @@ def snapshot_live(snapshot: Snapshot) -> Snapshot:
 
 
 def read_through(*, owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, Source]:
-    """The owner's memory with its last ``turns`` turns, and where it was read from; its facts
-    exclude those expired by now (``snapshot_live``), whichever it was read from.
+    """The owner's memory with its last ``turns`` turns, and where it was read from; expired facts
+    excluded.
 
-    A valid copy answers in one Redis round trip and no query. A miss rehydrates: concurrent
-    readers of one owner wait (``FILL_WAIT_MS``) for a single reader's verified fill. A copy
-    with too few turns, a refused copy, or a Redis that is down, skipped or erring: the
-    database (``load``), with no fill unless the copy was stale. Raises what ``load`` raises;
-    never a Redis error.
+    A valid copy: one Redis round trip, no query. A miss rehydrates, one reader per owner, the
+    others waiting (``FILL_WAIT_MS``). Too few turns, a refused copy, or Redis down: the database
+    (``load``), with no fill unless the copy was stale. Raises what ``load`` raises; never a Redis
+    error.
     """
     snapshot, source = _read_through(owner_id, turns, load)
     return snapshot_live(snapshot), source

@@ -1,10 +1,8 @@
 """Repair: cache updates that did not land are made good as soon as Redis answers again.
 
-A write whose update Redis did not confirm is remembered here (its owner is also left dirty in
-the database). This process's repairer thread retries it every ``REPAIR_POLL`` seconds until
-Redis answers, and every ``RECONCILE_INTERVAL`` sweeps the database for owners any process left
-dirty (or forgot) more than ``RECONCILE_GRACE`` seconds ago, by the database's clock: writers
-that died between commit and cache update. A repair is always a drop to a floor, never a fill.
+An unconfirmed update is remembered (its owner stays dirty) and retried every ``REPAIR_POLL``
+seconds; every ``RECONCILE_INTERVAL`` the database is swept for owners left dirty (or forgotten)
+past ``RECONCILE_GRACE``, by the database's clock. A repair is always a drop, never a fill.
 """
 
 from __future__ import annotations
@@ -30,25 +28,21 @@ logger = logging.getLogger("memory.cache")
 
 # Most owners one sweep reads of each kind; the rest wait for the next sweep.
 BATCH = 500
-# NOTE: how often the repairer retries this process's own failed updates: it is also the probe
-# that finds Redis back, so this bounds how long a lost update outlives Redis's return.
+# NOTE: the retry is also the probe that finds Redis back: it bounds how long a lost update outlives
+# Redis's return.
 REPAIR_POLL = 0.1
-# NOTE: how long confirmed marks wait to be cleared, batched. A mark costs nothing while it
-# waits (an owner written within RECONCILE_GRACE is never swept), but each clear rewrites the
-# owner's row and its indexes: an owner written ten times a second is cleared twice, not ten
-# times. Well under RECONCILE_GRACE, so a confirmed copy is not dropped for its mark.
+# NOTE: confirmed marks are cleared batched (each clear rewrites the owner's row), well under
+# RECONCILE_GRACE so a confirmed copy is never swept.
 CLEAR_POLL = 0.5
-# NOTE: a repair that Redis refuses (WRONGTYPE on a key, NOPERM under an ACL) fails the same way
-# each time: its retries back off, doubling from REPAIR_POLL up to this. An outage does not
-# back off: the retry is the probe that finds Redis back.
+# NOTE: a repair Redis refuses (WRONGTYPE, NOPERM) backs off, doubling up to this; an outage does
+# not (the retry is the probe).
 REPAIR_BACKOFF_MAX = 2.0
 
 
 @dataclass(frozen=True)
 class Pending:
-    """A cache update of ``owner_id`` at ``stamp`` that Redis did not confirm: a write's (its
-    owner row ``owner_pk`` stays dirty), a forget's (its ``outbox_pk`` row stays), or a fill's
-    that timed out and may still land (neither)."""
+    """A cache update of ``owner_id`` at ``stamp`` that Redis did not confirm: a write's (owner
+    ``owner_pk`` stays dirty), a forget's (``outbox_pk`` row), or a timed-out fill's (neither)."""
 
     owner_pk: int | None
     owner_id: str
@@ -108,10 +102,8 @@ def remember(item: Pending) -> None:
 
 
 def confirmed(*, owner_pk: int, stamp: int, outbox_pk: int | None = None) -> None:
-    """Redis confirmed the update of the owner at ``stamp``: clear its mark (or its outbox row).
-
-    With the repairer running the mark is cleared by it, batched, off the request; else here.
-    """
+    """Redis confirmed the update of the owner at ``stamp``: clear its mark (or its outbox row),
+    batched by the repairer when it runs."""
     if outbox_pk is not None:
         outbox_done(outbox_pk)
         return
@@ -129,8 +121,8 @@ def _confirmed_flush() -> None:
 
 
 def _confirmed_flush_at_exit() -> None:
-    """At the process's normal exit, clear the marks it confirmed and had not cleared yet: else
-    the next process's sweep drops copies that were right, as if their writer had failed."""
+    """At normal exit, clear the confirmed marks not cleared yet, lest the next sweep drop good
+    copies."""
     if _state.pid != os.getpid():
         return
     with _state.lock:
@@ -147,8 +139,8 @@ atexit.register(_confirmed_flush_at_exit)
 def repair_pending() -> int:
     """Drop the copy of every owner whose update this process could not land; return how many.
 
-    A drop Redis does not confirm is left for the next round, and so are the other owners of a
-    shard (the Redis, or a cluster node) found down meanwhile. Never raises.
+    Unconfirmed drops, and other owners of a shard found down, wait for the next round. Never
+    raises.
     """
     with _state.lock:
         items = list(_state.pending.values())
@@ -170,12 +162,9 @@ def repair_pending() -> int:
 
 
 def sweep(*, grace: float | None = None) -> int:
-    """Drop the copy of every owner left dirty, or forgotten with its drop pending, for more
-    than ``grace`` seconds (default ``MEMORY["RECONCILE_GRACE"]``) of the database's clock:
-    its writer did not confirm the update, and may be gone. Returns how many were dropped.
-
-    Stops quietly while Redis is unreachable and when the database fails. Never raises.
-    """
+    """Drop the copy of every owner left dirty, or forgotten with its drop pending, for more than
+    ``grace`` seconds (default ``MEMORY["RECONCILE_GRACE"]``) of the database's clock. Returns how
+    many were dropped; stops quietly while Redis or the database fails. Never raises."""
     if not enabled():
         return 0
     _state.sweeps += 1
@@ -202,8 +191,7 @@ def sweep(*, grace: float | None = None) -> int:
     dirty_clear(cleared)
     if dropped:
         breaker.count("reconcile_drops", dropped)
-        # NOTE: a writer that confirmed its updates clears its marks before it exits: what is
-        # left is a writer that died, or an update Redis never took (logged there).
+        # What is left is a writer that died, or an update Redis never took.
         logger.info(
             "Reconciled %d cached cop%s: a writer ended before confirming its update, so the"
             " copy was dropped and is read from the database again.",
@@ -215,9 +203,8 @@ def sweep(*, grace: float | None = None) -> int:
 
 
 class _Round:
-    """The drops of one repair round or sweep: after one that found its shard (the Redis, or a
-    cluster node) down, the other owners of that shard wait for the next round, as they would
-    fail too; one that Redis answered with an error (a bug, too few replicas) stops nothing."""
+    """The drops of one round: after a drop found its shard down, the shard's other owners wait for
+    the next round; a Redis error (a bug, too few replicas) stops nothing."""
 
     def __init__(self) -> None:
         self.down: set[str] = set()
@@ -252,11 +239,8 @@ def _repairer_alive() -> bool:
 
 
 def repairer_ensure() -> None:
-    """Start this process's repairer thread if ``MEMORY["REPAIR_THREAD"]`` and none runs.
-
-    Called by every cache read and write; cheap once it runs. After a fork, the child starts
-    its own.
-    """
+    """Start this process's repairer thread if ``MEMORY["REPAIR_THREAD"]`` and none runs (again
+    after a fork). Called by every cache read and write; cheap once it runs."""
     if _repairer_alive() or not enabled() or not conf.REPAIR_THREAD:
         return
     with _state.lock:
@@ -278,8 +262,8 @@ def _repairer_loop() -> None:
         refused = False
         try:
             if breaker.down:
-                # NOTE: this thread is the breaker's prober: the requests skip a Redis found
-                # down (their writes left to this repair) until a probe here finds it back.
+                # NOTE: this thread is the breaker's prober: requests skip a Redis found down until
+                # it is back.
                 for shard in breaker.down_shards():
                     probe(shard)
             if _state.pending:
@@ -294,8 +278,7 @@ def _repairer_loop() -> None:
                 sweep()
         except Exception:  # the thread must outlive any bug it meets
             logger.exception("The cache repairer failed; it carries on.")
-        # NOTE: the thread keeps its connection between rounds, but not one that failed: the
-        # next round reconnects to a restarted database by itself.
+        # NOTE: drop a connection that failed, so the next round reconnects to a restarted database.
         if connection.errors_occurred:
             connection.close()
         with _state.lock:

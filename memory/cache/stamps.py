@@ -1,7 +1,5 @@
-"""The database side of the protocol: stamps drawn in each write's transaction, the dirty marks
-that outlive a lost cache update, and the owner's current stamp that every fill is checked
-against. Times here are the database's clock, never an app server's.
-"""
+"""The database side of the protocol: stamps drawn in each write's transaction, the dirty marks that
+outlive a lost cache update, and the owner's current stamp. Times are the database's clock."""
 
 from __future__ import annotations
 
@@ -24,15 +22,8 @@ def stamp_take(owner: Owner, *, turns: int = 0) -> int:
     """Give this change of ``owner`` (locked, in its write's transaction) a new stamp, reserve
     ``turns`` seqs, and mark it dirty while a cache is configured; return the previous stamp.
 
-    PostgreSQL draws the stamp from the sequence ``memory_stamp_seq``, so stamps grow across a
-    forget and a re-creation of the same owner id; other databases count per owner. The mark
-    commits with the write and is cleared once Redis confirmed the write's update: an owner
-    still dirty after ``MEMORY["RECONCILE_GRACE"]`` has its copy dropped by any process.
-
-    ``services.turn_append`` takes the same stamp inside the database function
-    ``memory_turn_append()`` (``memory/postgres/sql/turn_append.sql``): the same bump, after
-    the same row lock, with the dirty mark when its caller passes ``enabled()``; it returns the
-    previous stamp too.
+    On PostgreSQL the stamp comes from ``memory_stamp_seq``, so it grows across a forget and a
+    re-creation; elsewhere it counts per owner. ``memory_turn_append()`` does the same in SQL.
     """
     prev = owner.stamp
     dirty = enabled()
@@ -62,8 +53,8 @@ def stamp_take(owner: Owner, *, turns: int = 0) -> int:
 
 
 def stamp_take_by_pk(owner_pk: int) -> tuple[str, int] | None:
-    """``stamp_take`` for a write that bypassed the services and holds no owner row: marks
-    the owner dirty with a new stamp; returns its id and stamp (``None``: no such owner)."""
+    """``stamp_take`` for an ORM write that holds no owner row: returns the owner's id and new stamp
+    (``None``: no such owner)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(
@@ -85,7 +76,7 @@ def stamp_take_by_pk(owner_pk: int) -> tuple[str, int] | None:
 
 def stamp_get(owner_id: str) -> int:
     """The owner's current stamp in the database; 0 for an owner it does not hold."""
-    # NOTE: one statement of our own: building the queryset cost more than the query.
+    # NOTE: raw SQL: building the queryset cost more than the query.
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT stamp FROM {Owner._meta.db_table} WHERE external_id = %s", [owner_id]
@@ -95,19 +86,17 @@ def stamp_get(owner_id: str) -> int:
 
 
 def dirty_clear(confirmed: Iterable[tuple[int, int]], *, quiet: bool = False) -> None:
-    """Clear the dirty mark of each ``(owner pk, stamp)`` whose update Redis confirmed, unless
-    a later write marked it again. One statement for them all; never raises (a database error
-    is logged, unless ``quiet``: the marks then stay, for a sweep).
-    """
+    """Clear the dirty mark of each ``(owner pk, stamp)`` Redis confirmed, unless a later write
+    marked it again. One statement; never raises (an error is logged unless ``quiet``; the marks
+    stay)."""
     pairs = sorted(set(confirmed))
     if not pairs:
         return
     try:
         if connection.vendor == "postgresql" and not connection.in_atomic_block:
-            # NOTE: committed without waiting for the WAL flush, which took longer than the
-            # update itself (docs/performance.md). A crash may lose this update: the owner then
-            # stays marked and its copy is dropped by a later sweep, the safe direction.
-            # The setting is local to this statement's own transaction, hence not in a caller's.
+            # NOTE: no WAL flush wait (docs/performance.md): a crash may lose the clear, which
+            # leaves the owner marked, the safe direction. The setting is local to this statement's
+            # transaction.
             values = ", ".join(["(%s::bigint, %s::bigint)"] * len(pairs))
             with connection.cursor() as cursor:
                 cursor.execute(
@@ -136,9 +125,9 @@ def outbox_done(pk: int) -> None:
 def overdue(
     *, grace: float, limit: int
 ) -> tuple[list[tuple[int, str, int]], list[tuple[int, str, int]]]:
-    """Forgotten owners whose drop is pending, and owners still dirty, for more than ``grace``
-    seconds of the database's clock: ``(pk, owner id, stamp)`` each, oldest first, at most
-    ``limit`` of each. Raises ``DatabaseError``."""
+    """Forgotten owners with a pending drop, and dirty owners, older than ``grace`` seconds of the
+    database's clock: ``(pk, owner id, stamp)``, oldest first, at most ``limit`` of each. Raises
+    ``DatabaseError``."""
     cutoff = Now() - dt.timedelta(seconds=grace)
     forgotten = list(
         CacheInvalidation.objects.filter(created_at__lte=cutoff)

@@ -28,8 +28,7 @@ class Delta(TypedDict):
     deleted_keys: list[str]
 
 
-# NOTE: set while a service writes, so that the ORM safety net leaves the cache to the
-# service's own update (which knows the delta and costs no extra statement).
+# NOTE: set while a service writes: the ORM safety net leaves the cache to its own update.
 _in_service: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "memory_in_service", default=False
 )
@@ -55,12 +54,11 @@ def write_commit(
     drop: bool = False,
     outbox_pk: int | None = None,
 ) -> None:
-    """After the current transaction commits, bring the owner's copy from ``prev_stamp`` to
-    the owner's new stamp with this delta (or ``drop`` it), then clear the owner's dirty mark
-    (or its forget's ``outbox_pk`` row); if Redis does not confirm, have it repaired.
+    """After the current transaction commits, bring the owner's copy from ``prev_stamp`` to its new
+    stamp with this delta (or ``drop`` it), then clear the dirty mark (or the ``outbox_pk`` row); if
+    Redis does not confirm, have it repaired.
 
-    Call inside the write's transaction, after ``stamp_take``. A rolled-back write never
-    reaches Redis. Never raises.
+    Call inside the write's transaction, after ``stamp_take``. Never raises.
     """
     if not enabled():
         return
@@ -109,8 +107,8 @@ class OwnerWrite:
         facts: Sequence[FactPayload] = (),
         deleted_keys: Sequence[str] = (),
     ) -> None:
-        """The write appended ``turns``, wrote ``facts`` and deleted ``deleted_keys``: the copy
-        takes them as a delta. Called more than once, the deltas add up."""
+        """The write appended ``turns``, wrote ``facts`` and deleted ``deleted_keys``; deltas add
+        up."""
         delta: Delta = self._delta or {"turns": [], "facts": [], "deleted_keys": []}
         delta["turns"] += turns
         delta["facts"] += facts
@@ -130,11 +128,10 @@ def owner_write(
 ) -> Iterator[OwnerWrite]:
     """Write the memory of ``owner`` (locked, in its write's transaction) inside this block.
 
-    On entry the owner gets its new stamp, with ``turns`` seqs reserved (``owner.last_seq`` is
-    the last of them); a database function that took the stamp itself passes the previous one
-    as ``stamp_taken``. On exit the copy's update is scheduled for after commit: the delta the
-    block stated with ``write.delta(...)``, else (nothing stated, ``write.drop()``, or an
-    exception) a drop, which is never stale. A rolled-back write never reaches Redis.
+    On entry the owner gets its new stamp, with ``turns`` seqs reserved (a database function that
+    took the stamp itself passes the previous one as ``stamp_taken``). After commit the copy takes
+    the delta stated with ``write.delta(...)``, else (nothing stated, ``drop()``, an exception) it
+    is dropped. A rolled-back write never reaches Redis.
     """
     prev = stamp_take(owner, turns=turns) if stamp_taken is None else stamp_taken
     write = OwnerWrite()
@@ -157,17 +154,15 @@ def owner_changed(
     deleted_keys: Sequence[str] = (),
     stamp_taken: int | None = None,
 ) -> None:
-    """``owner_write`` in one call, for a change already made in the transaction: the owner
-    (locked) gets its new stamp and, after commit, its copy takes this delta."""
-    # NOTE: what ``owner_write`` does for a delta, without its generator: the append's path.
+    """``owner_write`` in one call, for a change already made in the transaction."""
+    # NOTE: ``owner_write`` without its generator: the append's path.
     prev = stamp_take(owner) if stamp_taken is None else stamp_taken
     write_commit(owner, prev, turns=turns, facts=facts, deleted_keys=deleted_keys)
 
 
 def owner_drop(owner: Owner, *, turns: int = 0, outbox_pk: int | None = None) -> None:
-    """``owner_write`` of a change the copy cannot take as a delta (turns moved or deleted):
-    the owner (locked, in its write's transaction) gets a new stamp (``turns`` seqs
-    reserved), and its copy is dropped after commit (with ``outbox_pk`` as ``OwnerWrite.drop``)."""
+    """``owner_write`` of a change the copy cannot take as a delta (turns moved or deleted): a new
+    stamp now, a drop after commit."""
     with owner_write(owner, turns=turns) as write:
         write.drop(outbox_pk=outbox_pk)
 
@@ -183,12 +178,11 @@ def owner_invalidate(owner_id: str) -> bool:
 
 
 def orm_write(owner_pk: int) -> None:
-    """A turn or fact of the owner was written through the ORM, not a service: give the owner
-    a new stamp and a dirty mark in the same transaction, and drop its copy after commit.
+    """A turn or fact was written through the ORM, not a service: give the owner a new stamp and a
+    dirty mark in the same transaction, and drop its copy after commit.
 
-    Called by the signal receivers of memory.signals; does nothing inside a service, or
-    without a cache. The mark is durable with the write when the write runs in a transaction
-    (``transaction.atomic``); in autocommit it follows the write's own statement.
+    Does nothing inside a service or without a cache. In autocommit the mark follows the write's own
+    statement.
     """
     owner = _orm_stamp(owner_pk)
     if owner is not None:
@@ -196,8 +190,7 @@ def orm_write(owner_pk: int) -> None:
 
 
 def _orm_stamp(owner_pk: int) -> Owner | None:
-    """Outside a service and with a cache: the owner, at the new stamp ``stamp_take_by_pk``
-    gave it (``None`` otherwise, or for an owner that is not there)."""
+    """The owner at its new stamp, outside a service and with a cache; else ``None``."""
     if _in_service.get() or not enabled():
         return None
     row = stamp_take_by_pk(owner_pk)
@@ -209,14 +202,10 @@ def _orm_stamp(owner_pk: int) -> Owner | None:
 
 @contextmanager
 def orm_delete(owner_pks: Callable[[], Iterable[int]]) -> Iterator[None]:
-    """Around a delete of turns through the ORM, not a service (``Turn.delete``,
-    ``TurnQuerySet.delete``): ``orm_write`` for each owner ``owner_pks()`` names, in one
-    transaction with the delete, so that each copy is dropped after the delete commits.
+    """Around an ORM delete of turns: ``orm_write`` for each owner ``owner_pks()`` names, in one
+    transaction with the delete. Does nothing inside a service or without a cache.
 
-    Does nothing inside a service, or without a cache (``owner_pks`` is not even called).
-    NOTE: the owners are marked first, in the order of their pks, as a service takes an
-    owner's lock before it touches the owner's turns; and in a transaction even in
-    autocommit, where an on-commit drop would otherwise run before the delete.
+    NOTE: owners are marked first, in pk order, as a service locks the owner before its turns.
     """
     if _in_service.get() or not enabled():
         yield
@@ -228,13 +217,9 @@ def orm_delete(owner_pks: Callable[[], Iterable[int]]) -> Iterator[None]:
 
 
 def orm_forget(owner_pk: int) -> None:
-    """An owner is being deleted through the ORM, not ``memory_forget``: give it a new stamp,
-    record its pending drop (``CacheInvalidation``, as a forget does: the owner row, and with
-    it its dirty mark, goes) in the delete's transaction, and drop its copy after commit.
-
-    Called by the ``pre_delete`` receiver of memory.signals; does nothing inside a service, or
-    without a cache.
-    """
+    """An owner is being deleted through the ORM: as ``memory_forget`` does, a new stamp and a
+    ``CacheInvalidation`` row in the delete's transaction, a drop after commit. Does nothing inside
+    a service or without a cache."""
     owner = _orm_stamp(owner_pk)
     if owner is not None:
         pending = CacheInvalidation.objects.create(external_id=owner.external_id, stamp=owner.stamp)

@@ -1,17 +1,9 @@
-"""Reading the public benchmark files a user has: LongMemEval (``longmemeval_s_cleaned.json``
-and its siblings) and LoCoMo (``locomo10.json``), into one shape (``EvalSet``).
+"""Reading the public benchmark files a user has, LongMemEval (``longmemeval_s_cleaned.json`` and
+its siblings) and LoCoMo (``locomo10.json``), into one shape (``EvalSet``).
 
-LongMemEval: a list of questions, each over a haystack of its own (``haystack_session_ids``,
-``haystack_dates``, ``haystack_sessions``: lists of ``{role, content, has_answer}``), with
-``answer_session_ids``. A turn's id is ``<session id>_<n>``, n its 1-based place in the
-session (as LongMemEval's retrieval code numbers them); the evidence turns are those with
-``has_answer``, the evidence sessions ``answer_session_ids``.
-
-LoCoMo: a list of conversations (``conversation``: ``speaker_a``, ``speaker_b``, ``session_N``
-lists of ``{speaker, dia_id, text}`` and ``session_N_date_time``), each with its ``qa``
-(``question``, ``evidence``: dia ids such as ``"D1:3"``, ``category``). A turn's id is its dia
-id, its session ``D<N>``; ``speaker_a`` is stored as the user, ``speaker_b`` as the assistant,
-each turn's content as ``<speaker>: <text>`` (with ``[shared <caption>]`` for a photo).
+Turn ids are the sets' own: LongMemEval's ``<session id>_<n>`` (n from 1, as its retrieval code
+numbers them), LoCoMo's dia ids (``"D1:3"``). LoCoMo's ``speaker_a`` is stored as the user,
+``speaker_b`` as the assistant, each turn as ``<speaker>: <text>`` (docs/recall.md).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Retrieval metrics as the public benchmarks compute them, and the baselines' own ranking.
 
-``retrieval_scores`` follows LongMemEval's ``src/retrieval/eval_utils.py``: of a ranking of the
-corpus's turn ids, ``recall_any@k`` (one evidence id among the top k), ``recall_all@k`` (all of
-them) and ``ndcg@k`` (a first result undiscounted, the next ones by log2 of their place, over
-the ideal order of the whole corpus); at session level the turn ids become their sessions' and
-k grows until the top holds k distinct sessions. ``evidence_recall`` is LoCoMo's: the share of
-a question's evidence turns among the top k. ``Bm25`` is Okapi BM25 (k1 1.2, b 0.75) over
-lower-cased words, and over single characters and pairs of them in Chinese, Japanese and
-Korean text: the word baseline the search is measured against.
+``retrieval_scores`` follows LongMemEval's ``src/retrieval/eval_utils.py`` (``recall_any@k``,
+``recall_all@k``, ``ndcg@k``, at turn and session level); ``evidence_recall`` is LoCoMo's. ``Bm25``
+is Okapi BM25 (k1 1.2, b 0.75) over lower-cased words and CJK characters and pairs: the word
+baseline the search is measured against.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Loading an ``EvalSet`` into throwaway owners and measuring the search on it (what
-``manage.py memory_eval`` runs).
+"""Loading an ``EvalSet`` into throwaway owners and measuring the search on it (``manage.py
+memory_eval``; docs/recall.md).
 
 Each conversation becomes an owner ``<prefix><its id>`` through ``services.memory_import``
 (the turns keep their sessions and dates; a turn longer than ``MEMORY["MAX_TURN_CHARS"]`` is
@@ -168,10 +168,9 @@ def eval_run(
     baselines: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> EvalRun:
-    """Load ``evalset`` into owners of ``prefix`` (each forgotten first), search each question
-    in ``modes`` (and the baselines), and forget the owners unless ``keep``. With ``reuse``, an
-    owner that holds the conversation's turns already (a run kept it) is searched as it is:
-    only its turns not embedded yet are embedded."""
+    """Load ``evalset`` into owners of ``prefix`` (each forgotten first), search each question in
+    ``modes`` (and the baselines), and forget the owners unless ``keep``. With ``reuse``, an owner
+    already holding the conversation is searched as it is."""
     from memory import selectors, services
     from memory.selectors.search import semantic_on
     from memory.services.embeddings import turns_embed
@@ -212,7 +211,7 @@ def eval_run(
                             owner_id=owner_id, q=q, mode=mode, limit=DEPTH, now=question.asked_at
                         )
                     except ValidationError:
-                        # NOTE: a question the search refuses (no words in it) finds nothing.
+                        # A question the search refuses (no words in it) finds nothing.
                         found = []
                         run.refused += 1
                     seconds = time.perf_counter() - started

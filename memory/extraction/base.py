@@ -44,20 +44,16 @@ class ExtractedFact:
 class FactExtractor(Protocol):
     """What ``MEMORY["FACT_EXTRACTOR"]`` names: such a class, a factory of one, or an instance.
 
-    One instance is made per dotted path and shared by every thread, so it must hold no
-    per-turn state. An extractor is *inline* unless it has a true ``deferred`` attribute: an
-    inline one (the built-in rules) runs once in the request, just before the turn's
-    transaction and holding no lock, and what it finds is written in that transaction; a
-    *deferred* one (``LLMExtractor``) runs after commit, as a task of a django-tasks worker
-    (``memory.services.deferred``), with no lock held while it works.
+    One instance per dotted path, shared by every thread: it holds no per-turn state. *Inline* (the
+    default) runs in the request before the turn's transaction, holding no lock; with a true
+    ``deferred`` attribute it runs after commit in a django-tasks worker.
     """
 
     def extract(self, text: str, *, facts: Mapping[str, Any]) -> Iterable[ExtractedFact]:
         """The facts ``text``, a user turn, states about its author.
 
-        ``facts`` are the owner's current facts ({key: value}); they are read from the
-        database only if the extractor looks at them. Any exception is logged and the turn is
-        stored without facts.
+        ``facts`` are the owner's current facts, read only if the extractor looks. Any exception is
+        logged and the turn is stored without facts.
         """
         ...
 

@@ -1,11 +1,8 @@
-"""The rules of the rule-based extractor for what changes in a user's life, English and Chinese:
-a thing sold and another bought ("I sold my Golf and bought a Kia", "我换了一部iPhone 15"), a
-move ("we moved to Bristol", "我们搬到了苏州"), a new job or workplace ("I started a new job as
-a data analyst", "I work at Acme", "我现在在小米工作"). Each writes the fact as it is now; the
-fact's versions keep what it was before.
+"""The rule-based extractor's rules for what changes in a user's life, English and Chinese: a thing
+sold and another bought, a move, a new job or workplace. Each writes the fact as it is now; its
+versions keep what it was.
 
-A thing goes to ``car`` or ``phone`` when the old or the new one is recognisably one (a word or
-a make: "Golf", "Kia", "iPhone", "比亚迪", "手机"), else it is added to the list ``owns``.
+A thing goes to ``car`` or ``phone`` when recognisably one (a word or a make), else to ``owns``.
 """
 
 from __future__ import annotations

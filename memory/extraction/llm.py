@@ -39,11 +39,9 @@ The user's message: {text}
 class LLMExtractor:
     """Ask a language model for the facts in a turn: ``complete(prompt) -> str`` returns JSON.
 
-    ``complete`` is any callable (an API client call with its own timeout). A reply that is
-    not JSON raises ``ValueError`` (the turn is then stored without facts); entries with an
-    unknown key, a bad op or a value that is not a short string are dropped. It is deferred:
-    it runs in a worker after the turn commits, never under the owner's lock; pass
-    ``deferred=False`` for a model fast enough to run inside the append.
+    A reply that is not JSON raises ``ValueError`` (the turn is stored without facts); entries with
+    an unknown key, a bad op or a value that is not a short string are dropped. Deferred: it runs in
+    a worker after commit; ``deferred=False`` runs it inside the append.
     """
 
     prompt = LLM_PROMPT

@@ -51,11 +51,8 @@ _ABBREVIATION = re.compile(
 _AFTER_ABBREVIATION_NEW = re.compile(r"\s*(?:I|I'm|My|Call|You|Please|And|But|Also)\b")
 _QUOTED = re.compile(r"\"[^\"\n]{4,}\"|“[^”\n]{4,}”|「[^」]*」|『[^』]*』|```.*?```", re.S)
 _QUOTE_LINE = re.compile(r"^\s*>.*$", re.M)
-# NOTE: every English rule starts at "I", "I'm"/"Im", "my", "call(s) me" or "the ... name is"
-# and "name's"; a clause without one of them is read only after a clause that had one (a
-# subject carried over, a list, "it's ..."). So ASCII text with none of these words states
-# nothing ("can you tell me ...", "a good name for a cat?" included), and many requests to an
-# assistant are answered without running a rule.
+# NOTE: every English rule starts at an anchor ("I", "my", "call me", "name is"...), or follows a
+# clause that had one: ASCII text with none states nothing, and skips every rule.
 _EN_ANCHOR = re.compile(r"\b(?:i|im|my|we|our|sold)\b|\bname(?:'s|\s+is)\b|\bcalls?\s+me\b", re.I)
 
 # NOTE: the rules of what changed first: they are specific, and an older rule would read "I

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 
 from memory.extraction.base import MAX_VALUE_CHARS
 
-# NOTE: matching runs on a folded copy of the text (full-width ASCII to ASCII, curly quotes to
-# straight, common traditional characters to simplified). Every fold maps one character to one
-# character, so offsets found in the copy cut the original: values keep what the user typed.
+# NOTE: rules match a folded copy (full-width to ASCII, curly quotes to straight, traditional to
+# simplified), one character for one, so offsets cut the original and values keep what was typed.
 _FOLD = {cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}
 _FOLD.update({0x2019: ord("'"), 0x2018: ord("'"), 0x201C: ord('"'), 0x201D: ord('"')})
 _FOLD[0x3000] = ord(" ")

@@ -25,9 +25,8 @@ from memory.extraction.words import (
     _ZH_SURNAMES,
 )
 
-# NOTE: a value need not be in its rule's script ("我叫Jim", "I speak 粤语"): the checks of
-# both languages live in this one module, so each hands such a value to the other's check
-# without the English and Chinese rules importing each other.
+# NOTE: a value need not be in its rule's script ("我叫Jim"): both languages' checks live here, so
+# neither rule module imports the other.
 
 # English
 _EN_NEG = re.compile(

@@ -1,7 +1,6 @@
 """LangChain over the memory: its chat history, ``MemoryChatMessageHistory(owner_id=...,
-session_id=...)``, and the model's tools, ``memory_tools(owner_id=...)``, sync and async. Needs
-the extra ``langchain``: ``pip install "$(echo dist/django_memory-*.whl)[langchain]"`` after
-``make dist``."""
+session_id=...)``, and the model's tools, ``memory_tools(owner_id=...)``, sync and async. Needs the
+extra ``langchain``."""
 
 from __future__ import annotations
 
@@ -50,12 +49,9 @@ CHAT_ROLES = {
 
 
 def message_role(message: BaseMessage) -> str:
-    """The turn role of a LangChain message: user, assistant, system or tool.
-
-    A ``ChatMessage`` keeps its own role when it is one of those (or ``human``, ``ai``). Raises
-    ``ValueError`` for any other message (a ``FunctionMessage``, a ``ChatMessage`` of another
-    role) or for content that is not text (a list of content blocks): a turn holds text only.
-    """
+    """The turn role of a LangChain message: user, assistant, system or tool (a ``ChatMessage``
+    keeps its own). Raises ``ValueError`` for another kind of message or for content that is not
+    text."""
     role = next((r for cls, r in ROLES.items() if isinstance(message, cls)), None)
     if isinstance(message, ChatMessage):
         role = CHAT_ROLES.get(message.role)
@@ -83,18 +79,12 @@ class MemoryChatMessageHistory(BaseChatMessageHistory):
     """The chat history of one session of a memory owner, for LangChain
     (``RunnableWithMessageHistory``'s ``get_session_history``).
 
-    ``messages`` is the owner's whole context, not this session's alone: the facts as a system
-    message (left out while the owner has none, so that a new history is empty), then the
-    owner's last turns of every session, oldest first (``selectors.context_messages`` with
-    ``turns`` and ``max_tokens``, as given here). ``add_messages`` appends each message as a
-    turn of ``session_id`` (``services.turn_append``): a ``HumanMessage`` as ``user``, an
-    ``AIMessage`` as ``assistant``, a ``SystemMessage`` as ``system``, a ``ToolMessage`` as
-    ``tool``. ``clear`` forgets the owner (``services.memory_forget``): every session's turns
-    and all facts, since a session owns nothing of its own.
-
-    The ``a...`` methods are the async twins. Errors are the services' and selectors':
-    ``ValidationError`` for a bad id or message, ``MemoryUnavailable`` when the database cannot
-    be reached; ``ValueError`` for a message that is not a text turn (``message_role``).
+    ``messages`` is the owner's whole context (``selectors.context_messages``): the facts as a
+    system message (none while there are none), then the last turns of every session.
+    ``add_messages`` appends each message as a turn of ``session_id``; ``clear`` forgets the owner
+    (``services.memory_forget``). The ``a...`` methods are the async twins. Raises
+    ``ValidationError`` for a bad id or message, ``MemoryUnavailable`` when the database cannot be
+    reached, ``ValueError`` for a message that is not a text turn.
     """
 
     def __init__(
@@ -163,23 +153,21 @@ class MemoryChatMessageHistory(BaseChatMessageHistory):
 
 
 def tool_error(error: ToolException) -> Any:
-    """A model's mistake as the result it reads, ``{"error": "..."}``, as ``memory.tools.call``
-    answers it: ``MemoryTool``'s ``handle_tool_error``."""
+    """A model's mistake as the result ``{"error": "..."}`` it reads: ``MemoryTool``'s
+    ``handle_tool_error``."""
     return {"error": str(error)}
 
 
 def _answered(result: dict[str, Any]) -> dict[str, Any]:
-    # NOTE: a mistake goes through LangChain's ToolException and comes back out of the tool's
-    # handle_tool_error as the same result; on the way it marks the ToolMessage answering a
-    # tool call status="error" (which langchain-anthropic sends as is_error).
+    # NOTE: through LangChain's ToolException, which marks the ToolMessage status="error".
     if "error" in result:
         raise ToolException(result["error"])
     return result
 
 
 class ToolInput(BaseModel):
-    """The arguments of one of the memory's tools as a pydantic model (``input_model``): its
-    JSON Schema is the tool's definition, exactly, whatever pydantic would write."""
+    """The arguments of one of the memory's tools as a pydantic model whose JSON Schema is the
+    tool's definition, exactly."""
 
     # NOTE: Python's re, as memory.tools': a fact key's pattern looks ahead.
     model_config = ConfigDict(extra="forbid", regex_engine="python-re")
@@ -208,11 +196,9 @@ ANNOTATIONS: dict[str | None, Any] = {
 
 
 def input_model(definition: ToolDefinition) -> type[BaseModel]:
-    """The pydantic model of a tool's arguments, built from its JSON Schema
-    (``definition["parameters"]``): a field per property, of its type (a string, an integer,
-    any JSON where the schema names no type), with its bounds, pattern, description and
-    default, required as the schema says, and no other argument (``extra="forbid"``);
-    integers are strict, as JSON's are. Its ``model_json_schema()`` is the definition's own."""
+    """The pydantic model of a tool's arguments, built from its JSON Schema: a field per property,
+    its bounds, pattern, description and default, no extra argument, strict integers. Its
+    ``model_json_schema()`` is the definition's own."""
     schema = definition["parameters"]
     required = set(schema.get("required", ()))
     fields: dict[str, Any] = {}
@@ -230,18 +216,13 @@ def input_model(definition: ToolDefinition) -> type[BaseModel]:
 
 
 class MemoryTool(BaseTool):
-    """One of the memory's tools (``memory.tools``) as a LangChain tool, on the memory of the
-    one owner it was made for (``memory_tools``).
+    """One of the memory's tools (``memory.tools``) as a LangChain tool, on one owner's memory.
 
-    ``invoke``/``ainvoke`` take one of the model's tool calls (an item of
-    ``AIMessage.tool_calls``, answered with a ``ToolMessage``: the result as JSON) or its
-    arguments alone, a dict (answered with the result itself). The arguments are checked as
-    ``memory.tools`` checks them, then by ``args_schema`` (``input_model``: the same JSON
-    Schema as a pydantic model), and run by ``memory.tools.call`` / ``acall`` with
-    ``owner_id``, which no argument can name or change. A model's mistake is the result
-    ``{"error": "..."}``, and stores nothing; its ``ToolMessage`` has ``status="error"``. A bad
-    ``owner_id`` is a ``ValidationError`` when the tool is made; a lost database raises
-    ``MemoryUnavailable`` out of ``invoke``, and nothing was stored.
+    ``invoke``/``ainvoke`` take a model's tool call (answered with a ``ToolMessage``) or its
+    arguments alone (answered with the result). Arguments are checked as ``memory.tools`` checks
+    them, then run with ``owner_id``, which no argument can change. A model's mistake is the result
+    ``{"error": "..."}`` (status ``"error"``) and stores nothing. A bad ``owner_id`` is a
+    ``ValidationError`` when the tool is made; a lost database raises ``MemoryUnavailable``.
     """
 
     owner_id: str
@@ -250,37 +231,31 @@ class MemoryTool(BaseTool):
     @field_validator("owner_id")
     @classmethod
     def _owner_valid(cls, owner_id: str) -> str:
-        # NOTE: Django's ValidationError ({"user_id": ...}), as Toolset raises it: pydantic
-        # passes on what is not a ValueError.
+        # NOTE: pydantic passes Django's ValidationError on (it is not a ValueError).
         return Toolset(owner_id=owner_id).owner_id
 
     @property
     def tool_call_schema(self) -> Any:
-        # NOTE: the arguments model itself (no argument is injected), so that what
-        # bind_tools sends a model is the definition's JSON Schema, not a copy pydantic wrote.
+        # NOTE: the arguments model itself, so bind_tools sends the definition's own JSON Schema.
         return self.args_schema
 
     def _to_args_and_kwargs(
         self, tool_input: str | dict[str, Any], tool_call_id: str | None
     ) -> tuple[tuple[str, ...], dict[str, Any]]:
-        # NOTE: memory.tools' checks first: a model's mistake is answered with their message
-        # (the one every door gives) before pydantic sees the arguments, and an argument sent
-        # to the tool of none is refused (LangChain skips the model of no field).
+        # NOTE: memory.tools' checks first, so a mistake gets the message every door gives.
         if isinstance(tool_input, Mapping):
             try:
                 tool_arguments(tool_get(self.name), tool_input)
             except ToolArgumentsInvalid as e:
                 raise ToolException(str(e)) from e
         args, kwargs = super()._to_args_and_kwargs(tool_input, tool_call_id)
-        # NOTE: an optional argument the caller did not give is absent, not the None that
-        # pydantic fills in for a field of no default (after, before, min_score).
+        # NOTE: an optional argument not given stays absent, not pydantic's None.
         if isinstance(tool_input, Mapping):
             kwargs = {k: v for k, v in kwargs.items() if v is not None or k in tool_input}
         return args, kwargs
 
-    # NOTE: ``self`` is positional-only and no other parameter is declared, so that every
-    # argument reaches ``call`` to be checked again and none is taken by LangChain's
-    # injection of ``run_manager`` or ``config``.
+    # NOTE: only ``self`` is declared, so every argument reaches ``call`` and none is taken by
+    # LangChain's injection of ``run_manager`` or ``config``.
     def _run(self, /, **arguments: Any) -> dict[str, Any]:
         with thread_connection():
             result = call(self.name, arguments, owner_id=self.owner_id)
@@ -291,14 +266,10 @@ class MemoryTool(BaseTool):
 
 
 def memory_tools(*, owner_id: str) -> list[BaseTool]:
-    """The five tools of ``memory.tools`` as LangChain tools on ``owner_id``'s memory (the user
-    the conversation is with, never a model's argument): ``model.bind_tools(memory_tools(...))``,
-    then ``invoke`` each of the reply's ``tool_calls`` on the tool of its name.
-
-    Each is a ``MemoryTool`` made from the one definition: its name, its description, and
-    ``args_schema`` the pydantic model of its arguments' JSON Schema (``input_model``). Raises
-    ``ValidationError`` ({"user_id": ...}) for a bad ``owner_id``.
-    """
+    """The five tools of ``memory.tools`` as ``MemoryTool`` instances on ``owner_id``'s memory (the
+    user the conversation is with, never a model's argument):
+    ``model.bind_tools(memory_tools(...))``. Raises ``ValidationError`` ({"user_id": ...}) for a bad
+    ``owner_id``."""
     return [
         MemoryTool(
             name=definition["name"],

@@ -2,25 +2,15 @@
 the same five tools as ``memory.tools``, on the same path (``tool_run``). Needs the extra
 ``mcp``: ``pip install "$(echo dist/django_memory-*.whl)[mcp]"`` after ``make dist``.
 
-- ``MemoryMCPServer``: an ``MCPServer`` with the tools. Made for one owner
-  (``MemoryMCPServer(owner_id=...)``) it serves that owner, as ``manage.py memory_mcp --user
-  USERNAME`` does over stdio; made without one, each call's owner is the one its HTTP request
-  was authenticated for.
-- ``mcp_app()``: the Streamable HTTP endpoint as an ASGI application. Each request is checked
-  (Host against ``ALLOWED_HOSTS``, Origin against the Host and ``CSRF_TRUSTED_ORIGINS``, as the
-  SDK's DNS-rebinding protection does), then authenticated with a DRF API token as a bearer
-  token (``Authorization: Bearer <key>``, the REST API's tokens): the owner is the caller's own
-  (``MEMORY["OWNER_RESOLVER"]``), or for a service caller (``memory.access_all_memories``) the
-  one the header ``X-Memory-User`` names, which it must send (else 400). No token: 401;
-  another's memory named by anyone else: 403. It runs the SDK's session manager in the ASGI
-  lifespan (or, where a server sends none, from its first request).
-- ``mcp_mount(application)``: ``application`` (a host's Django ASGI app) with ``mcp_app()`` at
-  ``/mcp/``, as ``memoryproj/asgi.py`` serves it.
+- ``MemoryMCPServer``: an ``MCPServer`` with the tools, bound to one owner (stdio, ``manage.py
+  memory_mcp``) or, unbound, to each HTTP request's authenticated owner.
+- ``mcp_app()``: the Streamable HTTP endpoint as an ASGI application: Host and Origin checked
+  against Django's settings, a DRF token as bearer (401 without), the caller's own owner or, for
+  a service caller, the one ``X-Memory-User`` names (400 without; 403 for anyone else).
+- ``mcp_mount(application)``: a Django ASGI application with ``mcp_app()`` at ``/mcp/``.
 
-Requests are stateless (any instance serves any request; no sticky sessions), and answers are
-JSON. The database is reached from async code only through ``sync_to_async`` hops (thread-
-sensitive: one for the token, one per call, in a thread of the request's own), and the
-request's connection is closed at its end, as Django closes a request's.
+Requests are stateless and answered with JSON; database work runs in a thread of the request's
+own, whose connection is closed at its end.
 """
 
 from __future__ import annotations
@@ -64,8 +54,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# Where an authenticated request carries its owner and its caller (``memory.limits``) to the
-# tool calls it holds.
+# Where an authenticated request carries its owner and caller to the tool calls it holds.
 OWNER_KEY = "memory.owner_id"
 CALLER_KEY = "memory.caller"
 # ... and the actor its fact versions record (``api:<username>``, as the REST API's).
@@ -89,8 +78,7 @@ INSTRUCTIONS = (
 def _call_in_request(
     name: str, arguments: Any, owner_id: str, caller: str | None, actor: str
 ) -> dict[str, Any]:
-    """One tool call, as Django runs a request: the connection closed before and after it
-    (unless ``CONN_MAX_AGE`` keeps it; Django's pool takes it back)."""
+    """One tool call, as Django runs a request: the connection closed before and after it."""
     close_old_connections()
     try:
         return tool_run(
@@ -107,23 +95,18 @@ _call_hop = sync_to_async(_call_in_request, thread_sensitive=True)
 
 class MemoryMCPServer(MCPServer):
     """The SDK's ``MCPServer`` serving the five tools of ``memory.tools``, with their own JSON
-    Schemas (not ones derived from Python signatures) and their results as structured content
-    (and as JSON text). A model's mistake is a tool result with ``isError`` (the ``{"error":
-    ...}`` of ``memory.tools.call``), which stores nothing; a lost database is an MCP error.
-
-    ``owner_id`` binds every call to that owner (stdio); without it, each call's owner is the
-    one ``mcp_app`` authenticated its HTTP request for, and a call without one is refused.
-    ``caller`` names who holds the heavy-read slots (``memory.limits``) of a bound server, and
-    ``actor`` what its fact versions record.
-    """
+    Schemas and structured results. A model's mistake is a result with ``isError`` that stores
+    nothing; a lost database is an MCP error. ``owner_id`` binds every call to that owner; without
+    it, a call without an authenticated request is refused. ``caller`` and ``actor`` as for the REST
+    API."""
 
     def __init__(
         self, *, owner_id: str | None = None, caller: str | None = None, actor: str = "python"
     ) -> None:
         if owner_id is not None:
             validate_owner_id(owner_id)
-        # NOTE: MCPServer() calls logging.basicConfig(), which would give the root logger of
-        # the host's process a handler and a level; with one there already, it does nothing.
+        # NOTE: MCPServer() calls logging.basicConfig(), which must not configure the host's root
+        # logger.
         root, guard = logging.getLogger(), logging.NullHandler()
         root.addHandler(guard)
         try:
@@ -231,11 +214,9 @@ def _origin_trusted(origin: str) -> bool:
 
 
 def transport_refusal(scope: Scope) -> Refusal | None:
-    """DNS-rebinding protection, as the SDK's ``TransportSecuritySettings`` has it (its answers:
-    421 for a Host, 403 for an Origin), with Django's own lists read per request: the Host must
-    pass ``ALLOWED_HOSTS`` (``validate_host``, so ``.example.com`` and ``*`` mean what they mean
-    to Django), and an Origin, when a browser sends one, must be the Host's own or one of
-    ``CSRF_TRUSTED_ORIGINS``."""
+    """DNS-rebinding protection as the SDK's (421 for a Host, 403 for an Origin), from Django's
+    lists read per request: the Host must pass ``ALLOWED_HOSTS``, an Origin must be the Host's own
+    or in ``CSRF_TRUSTED_ORIGINS``."""
     host = _header(scope, b"host")
     domain, _ = split_domain_port(host or "")
     if not host or not domain or not validate_host(domain, _allowed_hosts()):
@@ -253,8 +234,7 @@ def transport_refusal(scope: Scope) -> Refusal | None:
 def _caller_resolve(
     authorization: str | None, named: str | None, authentication: type[TokenAuthentication]
 ) -> tuple[str, str, str] | Refusal:
-    """The owner, the caller and the actor of a request with these headers, or why it is
-    refused."""
+    """The owner, caller and actor of a request with these headers, or why it is refused."""
     scheme, _, key = (authorization or "").strip().partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not key:
@@ -262,8 +242,7 @@ def _caller_resolve(
             401, "Authentication credentials were not provided: send Authorization: Bearer <token>."
         )
     authenticator = authentication()
-    # NOTE: the owner check follows (can_reach), as on the API's views: the token's statement
-    # may answer whether its user holds memory.access_all_memories too (memory.authentication).
+    # NOTE: the owner check follows (can_reach); the token's statement may answer it too.
     authenticator.reach_checked = True
     try:
         user, _ = authenticator.authenticate_credentials(key)
@@ -271,8 +250,7 @@ def _caller_resolve(
         return Refusal(401, str(e.detail))
     own = owner_id_for(user)
     if named is None:
-        # NOTE: the owner is never silent: a service caller reaches every memory, and its own
-        # account's is not the one it means by default.
+        # NOTE: a service caller must name the owner: its own account's memory is not a default.
         if is_service_caller(user):
             return Refusal(400, SERVICE_NAMES_NO_USER)
         if own is None:
@@ -326,8 +304,7 @@ class MCPApp:
     ) -> None:
         self.server = server
         self.authentication = authentication
-        # NOTE: with no settings given, this app checks Host and Origin itself from Django's
-        # settings (transport_refusal), and the SDK's check is off; given, the SDK makes it.
+        # NOTE: with no settings given, this app checks Host and Origin from Django's settings.
         self.check_transport = transport_security is None
         self.server.streamable_http_app(
             streamable_http_path="/",
@@ -367,8 +344,7 @@ class MCPApp:
                 return
 
     async def _ensure_running(self) -> None:
-        """Start the session manager from a request, where no lifespan started it (a server
-        run with its lifespan off, or a router that does not pass it on)."""
+        """Start the session manager from a request, where no lifespan started it."""
         if self._stack is not None:
             return
         if self._started is None:
@@ -381,7 +357,7 @@ class MCPApp:
                         self._started.set()
                         await asyncio.Event().wait()
                 finally:
-                    # NOTE: a manager that failed to start lets its waiters on, to fail there.
+                    # A manager that failed to start lets its waiters on, to fail there.
                     self._started.set()
 
             # NOTE: a task of its own, so that it outlives the request that started it.
@@ -393,10 +369,8 @@ class MCPApp:
         if refusal is not None:
             await self._refuse(send, refusal, text=True)
             return
-        # NOTE: like Django's own handler, a thread of this request's own for its sync code:
-        # the token lookup and the tool calls share it, and no request waits for another's.
-        # That thread ends with the request, so its connection is closed then (as Django's
-        # request_finished closes it; a pool takes it back).
+        # NOTE: a thread of this request's own for its sync code, as Django's handler does; its
+        # connection is closed when the request ends.
         async with ThreadSensitiveContext():
             try:
                 found = await _caller_hop(
@@ -435,15 +409,10 @@ def mcp_app(
     transport_security: TransportSecuritySettings | None = None,
     authentication: type[TokenAuthentication] = TokenAuthentication,
 ) -> MCPApp:
-    """The Streamable HTTP endpoint of the memory's tools, an ASGI application to mount where a
-    host serves it (``mcp_mount`` mounts it at ``/mcp/``); see the module for what it checks.
-
-    ``transport_security`` replaces the Host and Origin checks drawn from Django's settings with
-    the SDK's own, as given. ``authentication`` is the DRF token authentication whose
-    ``authenticate_credentials(key)`` reads a bearer token (``memory.authentication``'s by
-    default: ``rest_framework.authtoken`` tokens). Each call to it makes a new app, with its own
-    session manager; an ASGI server runs it in its lifespan.
-    """
+    """The Streamable HTTP endpoint of the memory's tools, an ASGI application (``mcp_mount`` mounts
+    it at ``/mcp/``). ``transport_security`` hands the Host and Origin checks to the SDK;
+    ``authentication`` is the DRF token authentication for bearer tokens. Each call makes a new app
+    with its own session manager."""
     return MCPApp(
         MemoryMCPServer(), transport_security=transport_security, authentication=authentication
     )

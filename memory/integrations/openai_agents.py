@@ -1,7 +1,5 @@
-"""The OpenAI Agents SDK's session over the memory: ``MemorySession(owner_id=...,
-session_id=...)``, the SDK's ``Session`` protocol (async). Needs the extra
-``openai-agents``: ``pip install "$(echo dist/django_memory-*.whl)[openai-agents]"`` after
-``make dist``."""
+"""The OpenAI Agents SDK's session over the memory: ``MemorySession(owner_id=..., session_id=...)``,
+the SDK's ``Session`` protocol (async). Needs the extra ``openai-agents``."""
 
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ with extra_needed("memory.integrations.openai_agents", "openai-agents", "openai-
     from agents.memory.session_settings import coerce_session_settings
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
@@ -24,6 +23,7 @@ from memory import selectors, services
 from memory.conf import conf
 from memory.exceptions import database_guard
 from memory.payloads import TurnPayload
+from memory.selectors.turns import aturn_tail
 from memory.services.turns import aturns_prune
 from memory.validators import validate_owner_id, validate_session_id
 
@@ -70,8 +70,8 @@ def _item_role(item: Mapping[str, Any]) -> str:
 
 
 def _text_path(item: Mapping[str, Any]) -> tuple[str | int, ...] | None:
-    """Where the item holds its one text, if it holds exactly one (a message's string content
-    or single text part, a tool's string output); ``None`` otherwise."""
+    """Where the item holds its one text (a string content, a single text part, a string output);
+    ``None`` otherwise."""
     if _is_message(item):
         content = item.get("content")
         if isinstance(content, str):
@@ -99,8 +99,8 @@ def _parts_text(content: Any) -> str:
 
 
 def _rendering(item: Mapping[str, Any]) -> str:
-    """The text of a turn stored from an item without one text: what another door (a context,
-    a search) shows of it, cut to ``MEMORY["MAX_TURN_CHARS"]``; the item itself is kept whole."""
+    """The text another door shows of an item without one text, cut to
+    ``MEMORY["MAX_TURN_CHARS"]``."""
     kind = item.get("type")
     if _is_message(item):
         text = _parts_text(item.get("content"))
@@ -120,18 +120,18 @@ def _rendering(item: Mapping[str, Any]) -> str:
 def turn_from_item(item: Mapping[str, Any]) -> ItemTurn:
     """The turn an SDK input item is stored as.
 
-    A message item (``{"role", "content"}``, ``"type": "message"``) becomes a turn of its role
-    (``developer`` as ``system``); a tool's or an approval's answer (``function_call_output``
-    and every other ``*_output``, ``mcp_approval_response``) a ``tool`` turn; anything else the
-    model produced (``function_call``, ``reasoning``, hosted tool calls...) an ``assistant``
-    turn. The turn's content is the item's text where it holds one (a string content, a single
-    text part, a string output), and the item is kept in ``metadata["openai_agents"]`` without
-    it, so the text is stored once; else the content is a rendering (``name(arguments)`` for a
-    function call, the texts of its parts, ``[type]``), and the item is kept whole. Raises
-    ``ValueError`` for an item that is not a JSON object with a message role or a type.
+    A message becomes a turn of its role (``developer`` as ``system``); a tool's or an approval's
+    answer a ``tool`` turn; anything else the model produced an ``assistant`` turn. The content is
+    the item's one text, and the item is kept in ``metadata["openai_agents"]`` without it; else the
+    content is a rendering and the item is kept whole. Raises ``ValueError`` for an item that is not
+    a JSON object with a message role or a type, and ``TypeError`` (``json.dumps``'s, as the SDK's
+    sessions raise it) for one holding a value JSON cannot.
     """
     if not isinstance(item, Mapping):
         raise ValueError(f"A session item is a JSON object, not a {type(item).__name__}.")
+    # NOTE: as the SDK's sessions, which store json.dumps(item): a value JSON cannot hold (an
+    # object, a set, bytes) is json's TypeError.
+    json.dumps(item)
     role = _item_role(item)
     path = _text_path(item)
     if path is None:
@@ -164,10 +164,8 @@ def _placed(item: Any, path: Any, text: str) -> bool:
 
 
 def item_from_turn(turn: TurnPayload) -> dict[str, Any]:
-    """The SDK input item of a turn: the item it was stored from (``turn_from_item``), exactly;
-    for a turn written by another door (REST, LangChain, the admin), ``{"role", "content"}``
-    with its role, but a ``tool`` turn, which keeps no call id, as a system message
-    ``"Tool output: ..."`` (the model API refuses a tool output without its call)."""
+    """The SDK input item of a turn: the item it was stored from, exactly; a turn from another door
+    as ``{"role", "content"}``, a ``tool`` turn as a system message (it keeps no call id)."""
     kept = turn["metadata"].get(METADATA_KEY)
     if isinstance(kept, dict) and isinstance(kept.get("item"), dict):
         item: dict[str, Any] = copy.deepcopy(kept["item"])
@@ -179,15 +177,13 @@ def item_from_turn(turn: TurnPayload) -> dict[str, Any]:
 
 
 def _items(turns: Sequence[TurnPayload]) -> list[TResponseInputItem]:
-    # NOTE: the window as it is, as the SDK's own sessions return theirs: a tool output whose
-    # call is before the window is dropped by the Runner, which pairs calls and outputs.
+    # NOTE: the window as it is, as the SDK's sessions return theirs: the Runner drops an output
+    # whose call is outside it.
     return [cast(TResponseInputItem, item_from_turn(turn)) for turn in turns]
 
 
 def _turns_append(owner_id: str, session_id: str, turns: Sequence[ItemTurn]) -> None:
-    # NOTE: one transaction around the services' own (savepoints): the items are stored all
-    # together or, when one is refused or the database fails, none of them; the cache
-    # updates run after the commit, in order.
+    # NOTE: one transaction around the services' own: all items stored, or none.
     with database_guard(), transaction.atomic():
         for turn in turns:
             services.turn_append(
@@ -203,23 +199,16 @@ _aturns_append = sync_to_async(_turns_append, thread_sensitive=True)
 
 
 class MemorySession:
-    """The OpenAI Agents SDK ``Session`` of one session of a memory owner
-    (``Runner.run(agent, input, session=MemorySession(owner_id=..., session_id=...))``).
+    """The OpenAI Agents SDK ``Session`` of one session of a memory owner (docs/agents.md).
 
-    The history is the **owner's**, as everywhere in this app: every session of a user reads
-    the same turns. ``get_items(limit)`` returns the owner's newest ``limit`` turns of every
-    session, oldest first, each as the SDK item it was stored from (``item_from_turn``; a turn
-    written by another door as ``{"role", "content"}``). ``session_settings`` is the SDK's
-    ``SessionSettings`` or a dict of its fields (another key is a ``TypeError``), by default
-    ``SessionSettings()``; ``limit`` defaults to ``session_settings.limit``, else
-    ``MEMORY["CONTEXT_TURNS"]`` (20), and is at most ``MEMORY["MAX_CONTEXT_TURNS"]`` (200):
-    the history is always bounded, never the whole log. A tool output whose call falls
-    before the window is returned as the SDK's sessions return it, and the Runner leaves it
-    out of what the model gets. The facts are not items: give them to the agent in its
-    instructions (``selectors.acontext_messages``).
+    The history is the owner's: every session reads the same turns. ``get_items(limit)``: the newest
+    ``limit`` turns (default ``session_settings.limit``; with neither, every turn, as the SDK's own
+    sessions return all their items: ``turn_tail``, from the database; a limit up to
+    ``MAX_CONTEXT_TURNS`` reads the cached window), oldest first, as SDK items. ``close()`` closes
+    it as the SDK's sessions close: every later call raises ``RuntimeError``.
 
     ``add_items(items)`` appends each item as a turn of ``session_id`` (``turn_from_item``),
-    in one transaction: all of them or, for any refused item (``ValueError``,
+    in one transaction: all of them or, for any refused item (``ValueError``, ``TypeError``,
     ``ValidationError``: a text over ``MEMORY["MAX_TURN_CHARS"]``, an item over
     ``MEMORY["MAX_JSON_BYTES"]``), none. User messages go through the fact extractor as any
     user turn does.
@@ -231,7 +220,11 @@ class MemorySession:
     are one history (``memory.ops.turns_prune`` with ``keep_last=0``), and keeps the facts; to
     forget the user entirely, ``services.memory_forget``.
 
+    ``close()`` closes it as the SDK's sessions close: every later call raises
+    ``RuntimeError`` (``add_items([])`` too).
+
     Errors are the services' and selectors': ``ValidationError`` for a bad id, limit or turn,
+    ``TypeError`` for an item holding what JSON cannot (as ``json.dumps`` raises it),
     ``MemoryUnavailable`` when the database cannot be reached (then nothing was stored). Redis
     failures never reach the caller. The owner is the caller's to name (the authenticated
     user), never the model's.
@@ -257,42 +250,57 @@ class MemorySession:
                 raise ValidationError({field: e.messages}) from e
         self.owner_id = owner_id
         self.session_id = session_id
-        # NOTE: as the SDK's own sessions: a dict becomes SessionSettings (an unknown key is a
-        # TypeError), and no settings are SessionSettings() (no limit of their own).
+        # NOTE: as the SDK's sessions: a dict becomes SessionSettings (an unknown key a TypeError).
         self.session_settings = (
             coerce_session_settings(cast(Any, session_settings))
             if session_settings is not None
             else SessionSettings()
         )
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"MemorySession(owner_id={self.owner_id!r}, session_id={self.session_id!r})"
 
-    def _limit(self, limit: int | None) -> int:
+    def _open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+
+    def close(self) -> None:
+        """Close the session, as the SDK's sessions close: every later call raises
+        ``RuntimeError``. It holds no connection of its own (the app's are Django's)."""
+        self._closed = True
+
+    def _limit(self, limit: int | None) -> int | None:
         if limit is None:
             limit = self.session_settings.limit
-        if limit is None:
-            limit = conf.CONTEXT_TURNS
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
             raise ValidationError({"limit": ["Ensure this value is an integer >= 0."]})
-        return min(limit, conf.MAX_CONTEXT_TURNS)
+        return limit
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        self._open()
         n = self._limit(limit)
         if n == 0:
             return []
-        context = await selectors.acontext_get(owner_id=self.owner_id, turns=n)
-        return _items(context["turns"])
+        if n is not None and n <= conf.MAX_CONTEXT_TURNS:
+            context = await selectors.acontext_get(owner_id=self.owner_id, turns=n)
+            return _items(context["turns"])
+        # NOTE: no limit is the whole history, as the SDK's sessions read it; from the database.
+        return _items(await aturn_tail(owner_id=self.owner_id, limit=n))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        # NOTE: every item is converted before the first is stored.
+        # NOTE: refused when closed before the empty list returns, as the SDK's sessions do;
+        # every item is converted before the first is stored.
+        self._open()
         turns = [turn_from_item(cast(Mapping[str, Any], item)) for item in items]
         if turns:
             await _aturns_append(self.owner_id, self.session_id, turns)
 
     def _last_turn(self) -> TurnPayload | None:
-        """This session's newest turn among the owner's newest ``MAX_CONTEXT_TURNS``: first
-        in the cached window (``CACHE_TURNS``), then in the longest context."""
+        """This session's newest turn among the owner's newest ``MAX_CONTEXT_TURNS``: first in the
+        cached window, then in the longest context."""
         for n in dict.fromkeys(
             (min(conf.CACHE_TURNS, conf.MAX_CONTEXT_TURNS), conf.MAX_CONTEXT_TURNS)
         ):
@@ -309,16 +317,17 @@ class MemorySession:
             turn = self._last_turn()
             if turn is None:
                 return None
-            # NOTE: by seq, under the owner's lock; False when another pop or a prune took it
-            # since the read: then look again.
+            # NOTE: False when another pop or a prune took it since the read: look again.
             if services.turn_delete(owner_id=self.owner_id, seq=turn["seq"]):
                 return cast(TResponseInputItem, item_from_turn(turn))
         return None
 
     async def pop_item(self) -> TResponseInputItem | None:
+        self._open()
         return await sync_to_async(self._pop, thread_sensitive=True)()
 
     async def clear_session(self) -> None:
+        self._open()
         await aturns_prune(owner_id=self.owner_id, keep_last=0)
 
 

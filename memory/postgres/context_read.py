@@ -73,13 +73,9 @@ def context_read(
     """``memory.selectors.context.django_read`` in one round trip, with the payloads built straight
     from the rows: the same snapshot and completeness.
 
-    NOTE: building the querysets cost the ORM more than the database took to answer
-    them, and parsing timestamps only to format them again cost as much (docs/performance.md).
-    So the SQL is written once; psycopg's pipeline mode sends the four statements together;
-    timestamps arrive as text. The owner's pk is a scalar subquery, so that no statement waits
-    for another and the turns are still read backwards along the (owner, seq) index. Facts
-    expired at ``at`` are left out by a parameter, not the database's ``now()``: one clock,
-    the one the cached copy is filtered by.
+    NOTE: the ORM's query building and timestamp parsing cost more than the database
+    (docs/performance.md): the SQL is written once, sent in pipeline mode, timestamps as text.
+    Expired facts are left out by ``at``, not ``now()``: the one clock the cached copy uses.
     """
     owner_sql, turns_sql, facts_sql, summary_sql = _context_read_sql()
     conn = connections[using]
@@ -100,9 +96,7 @@ def context_read(
     if not owner_rows:
         return cache.Snapshot(stamp=0, turns=[], facts=[]), True
     rows.reverse()
-    # NOTE: jsonb arrives as text (Django's loader). Decoded as Django's JSONField decodes it
-    # (codec.loads_jsonb: orjson, but json.loads for an integer past 64 bits, which a float of
-    # 1.8e19 or more is once stored; orjson read it as a float, found by tests/test_postgres.py).
+    # NOTE: jsonb arrives as text, decoded as Django's JSONField decodes it (codec.loads_jsonb).
     turn_list: list[TurnPayload] = [
         {
             "seq": seq,

@@ -22,10 +22,9 @@ def permission_held(*, user: User, permission: str) -> bool:
 
 @functools.cache
 def holds_sql(user_id: str) -> str:
-    """An SQL boolean: whether the ``auth.User`` whose id is the SQL ``user_id`` holds the
-    permission named by two parameters, app label then codename, directly or through a group
-    (what ``ModelBackend`` reads for an active non-superuser). ``user_id`` is a column of an
-    enclosing query, or ``%s``: then the user's id is the third and the fourth parameter."""
+    """An SQL boolean: whether the ``auth.User`` whose id is ``user_id`` (a column of an enclosing
+    query, or ``%s``: then the third and fourth parameter) holds the permission named by two
+    parameters, app label then codename, directly or through a group."""
     q = connection.ops.quote_name
     permission = q(Permission._meta.db_table)
     content_type = q(ContentType._meta.db_table)

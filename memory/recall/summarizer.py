@@ -14,8 +14,7 @@ from memory.extraction.base import STRING_KEYS
 from memory.extraction.rules import RuleBasedExtractor
 from memory.payloads import TurnPayload
 
-# ``(previous_summary, turns) -> text``: the summary of everything ``previous_summary`` covered
-# and then ``turns`` (oldest first).
+# ``(previous_summary, turns) -> text``: the summary of ``previous_summary`` and then ``turns``.
 Summarizer = Callable[[str | None, Sequence[TurnPayload]], str]
 
 # The longest summary the built-in summarizer writes, and the most lines (sentences) it keeps.
@@ -55,9 +54,9 @@ def _cut(text: str) -> str:
 
 
 def _scored(text: str, position: int) -> _Sentence | None:
-    """A sentence with how much it matters: 4 states a fact of one value (a name, a city), 3 a
-    fact of a list (a like), 2 any other statement about the user; ``None`` for a question, a
-    sentence too short to say anything, or one that is not about the user."""
+    """A sentence with how much it matters: 4 a one-value fact (a name, a city), 3 a list fact (a
+    like), 2 another statement about the user; ``None`` for a question, a fragment, or one not about
+    the user."""
     if len(_normal(text)) < 3 or _QUESTION.search(text):
         return None
     facts = _extractor.extract(text)
@@ -72,14 +71,10 @@ def _scored(text: str, position: int) -> _Sentence | None:
 def summarize(previous_summary: str | None, turns: Sequence[TurnPayload]) -> str:
     """The built-in summarizer: the user's own sentences that state something about them.
 
-    Extractive and deterministic, offline, for English and Chinese: each line of the previous
-    summary and each sentence of the user's turns (oldest first) is kept or dropped by what it
-    states: facts the built-in extractor reads (a name, a city, a like: "My name is Wang
-    Jianguo", "我喜欢打篮球") first, then other statements about the user ("I adopted a corgi
-    called Mochi"); questions, assistant turns and small talk go. A later statement of a
-    one-value fact (a new name, a move) outranks the earlier one. At most
-    ``MAX_SUMMARY_LINES`` lines and ``MAX_SUMMARY_CHARS`` characters, the most important kept
-    (the newest among equals), in the order they were said, one ``- sentence`` a line.
+    Extractive, deterministic, offline, English and Chinese: facts the built-in extractor reads
+    first, then other statements about the user; questions, assistant turns and small talk go, and a
+    later one-value fact outranks the earlier. At most ``MAX_SUMMARY_LINES`` lines and
+    ``MAX_SUMMARY_CHARS`` characters, in the order said, one ``- sentence`` a line.
     """
     candidates: list[_Sentence] = []
     position = 0
@@ -96,7 +91,7 @@ def summarize(previous_summary: str | None, turns: Sequence[TurnPayload]) -> str
             continue
         key = _normal(sentence.text)
         if key in seen:
-            # NOTE: said again: it counts from its latest saying.
+            # Said again: it counts from its latest saying.
             candidates[seen[key]] = candidates[seen[key]]._replace(position=sentence.position)
             continue
         seen[key] = len(candidates)
@@ -146,13 +141,9 @@ The conversation since, oldest first:
 
 
 class LLMSummarizer:
-    """Ask a language model for the summary: ``complete(prompt) -> str`` returns its text.
-
-    ``complete`` is any callable (an API client call with its own timeout). It runs in the
-    summary refresh's worker, never in a request and never under the owner's lock. A reply
-    that is empty raises ``ValueError`` (the refresh then stays due and is retried); a reply
-    longer than ``max_chars`` is cut there.
-    """
+    """Ask a language model for the summary: ``complete(prompt) -> str`` (any callable, with its own
+    timeout), run in the refresh's worker, never under a lock. An empty reply raises ``ValueError``
+    (the refresh stays due); a reply past ``max_chars`` is cut."""
 
     prompt = LLM_SUMMARY_PROMPT
 
@@ -177,9 +168,8 @@ def _summarizer_import(path: str) -> Summarizer:
 
 
 def summarizer_get() -> Summarizer | None:
-    """The callable ``MEMORY["SUMMARIZER"]`` names (read on each call), or ``None`` when
-    summaries are off. Raises ``ImproperlyConfigured``, naming the setting, when the path
-    cannot be imported or names something not callable (``manage.py check``: ``memory.E024``).
-    """
+    """The callable ``MEMORY["SUMMARIZER"]`` names (read on each call), or ``None`` when off. Raises
+    ``ImproperlyConfigured``, naming the setting, when it cannot be imported or called
+    (``memory.E024``)."""
     path = conf.SUMMARIZER
     return None if path is None else _summarizer_import(path)

@@ -1,23 +1,16 @@
-"""The turns' and facts' vectors in PostgreSQL with pgvector (``memory_turnvector`` and
-``memory_factvector``, migrations 0015 and 0016): whether the database has them, writing a
-batch, and the nearest of one owner's turns or facts to a query.
+"""The turns' and facts' vectors in PostgreSQL with pgvector (``memory_turnvector``,
+``memory_factvector``): whether the database has them, writing a batch, and the nearest of one
+owner's turns or facts to a query.
 
-Bounded work, two ways by the owner's size. An owner of up to ``INDEX_FROM`` embedded turns is
-searched exactly: a scan of their vectors only (the ``(owner_id, model)`` index), sorted by
-cosine distance keeping the best ``limit`` (a top-N heap sort), a few milliseconds. A larger
-owner is searched through the model's HNSW index (``vectors_index``, built by the owner's
-embedding run that passes ``INDEX_FROM``), walked with pgvector's iterative scan until
-``limit`` of the owner's own turns are found (at most ``hnsw.max_scan_tuples`` visited): on
-the bench's 50,000-turn owner the exact scan took 37-45 ms and the walk 2-11 ms, the nearest found
-approximately rather than exactly (docs/recall.md). Where the index is missing (still being
-built, pgvector older than 0.8) the exact scan serves every owner. The statements run inside
-the caller's search transaction, under its ``statement_timeout``.
+Bounded work: an owner of up to ``INDEX_FROM`` embedded turns is searched exactly (a scan of its
+vectors, top-N sorted); a larger one through the model's HNSW index with pgvector's iterative scan,
+approximately (docs/recall.md). Without the index, the exact scan serves everyone. The statements
+run in the caller's search transaction, under its ``statement_timeout``.
 
-Turns are compared with a query centred on their owner's mean (``owner_centre``,
-``Centred``): what every turn of a history shares (its language, the assistant's manner, the
-embedder's own bias) is taken off both sides before the cosine, so that what a turn says
-apart from the rest decides. Measured on the quality set and LoCoMo, it took recall by
-meaning further than any other embedder could (docs/recall.md, "The embedders").
+Turns are compared centred on their owner's mean (``owner_centre``, ``Centred``): what every
+turn of a history shares (its language, the assistant's manner, the embedder's own bias) is
+taken off both sides before the cosine, so that what a turn says apart from the rest decides
+(docs/recall.md, "By meaning: centred on the owner").
 """
 
 from __future__ import annotations
@@ -43,8 +36,8 @@ INDEX_FROM = 10_000
 # Candidates the index walk keeps at least (pgvector's hnsw.ef_search), and per result asked.
 INDEX_EF_SEARCH = 100
 
-# Per database alias: true once seen true; else when it was last seen false (asked again after
-# ``RECHECK_SECONDS``, so that ``memory_embed --setup`` takes effect without a restart).
+# Per database alias: true once seen true; else when last seen false (asked again after
+# ``RECHECK_SECONDS``, so ``memory_embed --setup`` needs no restart).
 _READY: dict[str, bool] = {}
 _MISSING_AT: dict[str, float] = {}
 RECHECK_SECONDS = 30.0
@@ -55,9 +48,8 @@ _READY_SQL = (
     " AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector')"
 )
 
-# NOTE: only turns that still exist and still belong to the owner are written (a turn deleted
-# or moved by a link since it was read is skipped); a vector already there is replaced, owner
-# included, so that a row written for a turn's former owner is corrected.
+# NOTE: only turns that still exist and belong to the owner are written; an existing vector is
+# replaced, owner included, correcting a row of a former owner.
 _WRITE_SQL = """
 INSERT INTO memory_turnvector (turn_id, owner_id, model, vector)
 SELECT t.id, t.owner_id, %s, v.vector::halfvec
@@ -67,8 +59,7 @@ ON CONFLICT (turn_id) DO UPDATE
 SET owner_id = EXCLUDED.owner_id, model = EXCLUDED.model, vector = EXCLUDED.vector
 """
 
-# NOTE: the turn is joined on its owner too: a vector row is never trusted alone for whose
-# turn it is.
+# NOTE: joined on the owner too: a vector row is never trusted alone for whose turn it is.
 _NEAREST_SQL = """
 SELECT v.turn_id, {distance} AS distance
 FROM memory_turnvector AS v {join}
@@ -76,12 +67,12 @@ WHERE v.owner_id = %(owner)s::bigint AND v.model = %(model)s {filters}
 ORDER BY distance, v.turn_id DESC
 LIMIT %(limit)s
 """
-# NOTE: a search narrowed by seq or date reads the turn beside its vector.
+# A search narrowed by seq or date reads the turn beside its vector.
 _FILTER_JOIN = "JOIN memory_turn AS t ON t.id = v.turn_id AND t.owner_id = v.owner_id"
 
 
-# NOTE: a fact's vector is written only for the version it was computed from: a fact changed
-# (or moved to another owner by a link) since it was read is left for the next run.
+# NOTE: written only for the version it was computed from; a fact changed since waits for the next
+# run.
 _FACT_WRITE_SQL = """
 INSERT INTO memory_factvector (fact_id, owner_id, model, version, vector)
 SELECT f.id, f.owner_id, %s, f.version, v.vector::halfvec
@@ -102,8 +93,7 @@ ORDER BY f.id
 LIMIT %s
 """
 
-# NOTE: at most MEMORY["MAX_FACTS"] rows an owner: always the exact scan; a vector of a former
-# version is never compared.
+# NOTE: at most MEMORY["MAX_FACTS"] rows an owner: always the exact scan.
 _FACTS_NEAREST_SQL = """
 SELECT f.key, v.vector <=> %s::halfvec AS distance
 FROM memory_factvector AS v
@@ -113,9 +103,8 @@ ORDER BY distance, f.key
 LIMIT %s
 """
 
-# NOTE: an HNSW index needs vectors of one length: one partial index per model, on the vector
-# cast to that model's length; the model's name is a literal in the statement (and not a
-# parameter) so that the planner can match the index's predicate.
+# NOTE: HNSW needs one vector length: a partial index per model on the cast vector, the model a
+# literal so the planner can match the index's predicate.
 _INDEX_DDL = (
     "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON memory_turnvector"
     " USING hnsw ((vector::halfvec({dimensions})) halfvec_cosine_ops) WHERE model = {model}"
@@ -127,9 +116,8 @@ SELECT i.indisvalid,
 FROM pg_index AS i WHERE i.indexrelid = to_regclass(%s)
 """
 
-# NOTE: relaxed order: the walk returns the owner's turns nearly in order, and the outer sort
-# puts them in order; iterative scan (pgvector 0.8) goes on past ef_search until ``limit`` of
-# the owner's turns are found.
+# NOTE: relaxed order, sorted outside; the iterative scan (pgvector 0.8) goes past ef_search until
+# ``limit`` of the owner's turns are found.
 _NEAREST_INDEXED_SQL = """
 SELECT turn_id, {distance} AS distance FROM (
   SELECT v.turn_id, v.vector
@@ -223,8 +211,8 @@ def vector_text(vector: Sequence[float]) -> str:
 
 
 def vectors_ready(using: str) -> bool:
-    """Whether the database ``using`` has pgvector and the vector table: asked once per process
-    when true, at most every ``RECHECK_SECONDS`` while false."""
+    """Whether the database ``using`` has pgvector and the vector table: asked once per process when
+    true, at most every ``RECHECK_SECONDS`` while false."""
     if _READY.get(using):
         return True
     connection = connections[using]
@@ -271,10 +259,8 @@ def index_name(model: str, dimensions: int) -> str:
 
 
 def _index_state(using: str, name: str) -> str:
-    """What of the index ``name`` there is: ``valid``, ``building`` (a concurrent build in
-    progress), ``invalid`` (a build that failed or was killed), ``missing``, or ``old`` where
-    pgvector is older than 0.8 (no iterative scan: a walk filtered to one owner could come
-    back short, and no index is built)."""
+    """What of the index ``name`` there is: ``valid``, ``building``, ``invalid`` (a failed build),
+    ``missing``, or ``old`` (pgvector before 0.8: no iterative scan, no index built)."""
     with connections[using].cursor() as cursor:
         cursor.execute(
             "SELECT string_to_array(extversion, '.')::int[] >= '{0,8}'"
@@ -309,12 +295,9 @@ def vectors_indexed(using: str, model: str, dimensions: int) -> bool:
 
 
 def vectors_index(using: str, model: str, dimensions: int) -> bool:
-    """Build ``model``'s HNSW index where it is missing (``CREATE INDEX CONCURRENTLY``: appends,
-    searches and forgets go on meanwhile; a build left invalid by a crash is dropped and built
-    again); return whether it is there now. Only outside a transaction (a concurrent build
-    cannot run in one): inside, it only says whether the index is there. A failed build (say,
-    vectors of another length under the same model name) is logged, and the exact scan goes on
-    serving."""
+    """Build ``model``'s HNSW index where missing (``CREATE INDEX CONCURRENTLY``, an invalid one
+    rebuilt); return whether it is there now. Outside a transaction only: inside, it only says. A
+    failed build is logged, and the exact scan goes on serving."""
     name = index_name(model, dimensions)
     connection = connections[using]
     indexed = vectors_indexed(using, model, dimensions)
@@ -398,11 +381,9 @@ def vectors_nearest(
     centre: Sequence[float] | None = None,
 ) -> list[tuple[int, float]]:
     """The ``limit`` turns of owner ``owner_pk`` whose vectors (of ``model``) are nearest to
-    ``query``: ``(turn pk, distance)``, nearest first; the distance is the cosine distance,
-    centred on ``centre`` where given (``Centred``). ``embedded``: how many of the owner's
-    turns have been embedded (their ``embedded_seq``); past ``INDEX_FROM``, the model's HNSW
-    index serves where it exists, walked ``INDEX_WALK_FACTOR`` times deeper than ``limit``
-    and the turns it finds ranked exactly. ``filters`` (``memory.ranking.TurnFilters``) keeps
+    ``query``: ``(turn pk, distance)``, nearest first: the cosine distance, centred on ``centre``
+    where given (``Centred``). Past ``INDEX_FROM`` ``embedded`` turns, the HNSW index serves where
+    it exists, walked ``INDEX_WALK_FACTOR`` times deeper and ranked exactly; ``filters`` keeps
     only the turns it allows."""
     measure = Centred(query, centre)
     clauses, params = filters.sql("t") if filters else ("", {})
@@ -476,8 +457,8 @@ def facts_nearest(
 
 
 def fact_text(key: str, value: Any) -> str:
-    """What is embedded of a fact: its key and its value, as words where they are words
-    (``likes: basketball, jazz``; an object's fields as ``name: value; ...``), else as JSON."""
+    """What is embedded of a fact: its key and value, as words where they are words (``likes:
+    basketball, jazz``), else as JSON."""
 
     def words(part: Any) -> str:
         if isinstance(part, str):

@@ -1,6 +1,5 @@
-"""Reads of an owner's LangGraph threads (``memory.integrations.langgraph``'s checkpointer):
-a checkpoint with its channel values and pending writes, a thread's checkpoints newest first,
-one channel's value at a checkpoint. Bytes as stored; the framework deserializes."""
+"""Reads of an owner's LangGraph threads (the checkpointer of ``memory.integrations.langgraph``):
+checkpoints, their channel values and pending writes, as stored bytes."""
 
 from __future__ import annotations
 
@@ -106,10 +105,9 @@ def checkpoint_list(
     limit: int | None = None,
     offset: int = 0,
 ) -> Iterator[CheckpointRecord]:
-    """The owner's checkpoints, newest first (by checkpoint id), of one thread, namespace and
-    checkpoint where given, whose metadata holds every key and value of ``metadata``, with
-    ids before ``before``, at most ``limit`` after the first ``offset``; read a page at a
-    time, so a long thread costs bounded memory. Errors as ``checkpoint_get``'s."""
+    """The owner's checkpoints, newest first, of one thread, namespace and checkpoint where given,
+    whose metadata holds all of ``metadata``, with ids before ``before``, at most ``limit`` after
+    ``offset``; read a page at a time. Errors as ``checkpoint_get``'s."""
     _owner_check(owner_id)
     rows = Checkpoint.objects.filter(owner__external_id=owner_id)
     if thread_id is not None:

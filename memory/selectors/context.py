@@ -47,8 +47,8 @@ def _context(
 def database_read(
     owner_id: str, turns: int, at: dt.datetime | None = None
 ) -> tuple[cache.Snapshot, bool]:
-    """The owner's stamp, last ``turns`` turns, facts not expired at ``at`` (default: now, on
-    this process's clock) and summary; and whether those are all its turns.
+    """The owner's stamp, last ``turns`` turns, facts not expired at ``at`` (default: now) and
+    summary; and whether those are all its turns.
 
     Four queries whatever the history length (the (owner, seq) index serves the turns); on
     PostgreSQL with psycopg 3 they go in one round trip (``memory.postgres.context_read``).
@@ -108,13 +108,11 @@ def django_read(
 def context_get(*, owner_id: str, turns: int | None = None) -> ContextPayload:
     """What a chat backend puts before the model: the owner's facts and last ``turns`` turns.
 
-    ``turns`` defaults to ``MEMORY["CONTEXT_TURNS"]`` and may be 0..``MAX_CONTEXT_TURNS``.
-    A warm cache answers in one Redis call and no query (``source: "cache"``). A miss, an
-    expired, evicted or flushed key, or a Redis that fails all give the same facts and turns
-    from the database (``source: "database"``), a bounded number of queries whatever the
-    history length; the copy is then rehydrated. Concurrent cold reads of one owner wait for a
-    single rehydration. An unknown owner has an empty context. Raises ``ValidationError`` for a
-    bad owner id or turn count and ``MemoryUnavailable`` when the database cannot be reached.
+    ``turns`` defaults to ``MEMORY["CONTEXT_TURNS"]``, 0..``MAX_CONTEXT_TURNS``. A warm cache
+    answers with no query (``source: "cache"``); a miss or a failing Redis gives the same answer
+    from the database (``source: "database"``) in a bounded number of queries. An unknown owner has
+    an empty context. Raises ``ValidationError`` for a bad owner id or turn count and
+    ``MemoryUnavailable`` when the database cannot be reached.
     """
     return _context(owner_id, *_read(owner_id, turns))
 
@@ -148,8 +146,7 @@ def _context_turns(owner_id: str, turns: int | None) -> int:
 
 @aio.twin_of(context_get)
 async def acontext_get(*, owner_id: str, turns: int | None = None) -> ContextPayload:
-    # NOTE: not aio.twin(context_get): a warm read is natively async (memory.cache.aio, no
-    # thread hop); a cold one takes one hop into the same sync read path.
+    # NOTE: not aio.twin: a warm read is natively async; a cold one takes one thread hop.
     return _context(owner_id, *await _aread(owner_id, turns))
 
 
@@ -170,13 +167,8 @@ def _messages_turns(max_tokens: int | None, turns: int | None) -> int | None:
 
 
 def _facts_text(facts: dict[str, Any]) -> str:
-    """The owner's facts as the text of the context's system message, one ``- key: value``
-    line per fact, by key.
-
-    A string is written as it is, Chinese included, unless it holds a line break or another
-    control character: then, like any other value, it is written as JSON (non-ASCII kept), so
-    that no value can pose as another line.
-    """
+    """The owner's facts as the context's system message: ``- key: value`` lines, by key. A string
+    with a control character is written as JSON, so no value can pose as another line."""
     if not facts:
         return "Known facts about the user: none yet."
     lines = ["Known facts about the user:"]
@@ -198,15 +190,15 @@ def summary_text(summary: SummaryPayload) -> str:
 def _newest_fitting(
     turns: list[TurnPayload], count: tokens.TokenCounter, budget: int | None
 ) -> tuple[list[TurnPayload], int]:
-    """The newest of ``turns`` that fit in ``budget`` tokens (all of them without one), whole
-    and in order, and what they count."""
+    """The newest of ``turns`` that fit in ``budget`` tokens (all without one), whole and in order,
+    and what they count."""
     kept: list[TurnPayload] = []
     used = 0
     for turn in reversed(turns):
         cost = count(turn["content"])
         if budget is not None and used + cost > budget:
-            # NOTE: the newest turns that fit, with no gap: an older, shorter turn after one
-            # that did not fit would be a reply without its question.
+            # NOTE: no gap: an older turn after one that did not fit would be a reply without its
+            # question.
             break
         used += cost
         kept.append(turn)
@@ -215,8 +207,8 @@ def _newest_fitting(
 
 
 def recalled_line(turn: TurnPayload) -> str:
-    """One recalled turn as a line of the context's third system message: its seq, date,
-    session and role, then its content."""
+    """One recalled turn as a line of the third system message: seq, date, session, role,
+    content."""
     return (
         f"- turn {turn['seq']} ({turn['created_at'][:10]}, session {turn['session_id']}), "
         f"{turn['role']}: {turn['content']}"
@@ -234,8 +226,8 @@ def recalled_text(turns: list[TurnPayload]) -> str:
 
 
 class _Plan:
-    """What ``context_messages`` sends: the system messages so far, the budget left, the
-    newest turns kept, and what they count."""
+    """What ``context_messages`` sends: the system messages, the budget left, the turns kept and
+    what they count."""
 
     def __init__(self, memory: cache.Snapshot, context: ContextPayload, max_tokens: int | None):
         self.count = tokens.counter_remembering()
@@ -264,8 +256,7 @@ class _Plan:
                 self.through_seq = summary["through_seq"]
 
     def _take(self, text: str) -> bool:
-        """Add a system message of ``text`` if it fits; the newest turns that still fit beside
-        it are kept (fewer, so they still do not reach back to what it covers)."""
+        """Add a system message of ``text`` if it fits, keeping the newest turns that still fit."""
         cost = self.count(text)
         if self.budget is not None and cost > self.budget:
             return False
@@ -281,9 +272,8 @@ class _Plan:
         return self.kept[0]["seq"] if self.kept else None
 
     def recall(self, found: list[TurnPayload]) -> None:
-        """Add the best of ``found`` (best first, all older than the window) as the third
-        message: as many as fit in a third of the budget left, or without a budget at most
-        ``MEMORY["RECALL_TURNS"]``."""
+        """Add the best of ``found`` as the third message: as many as fit in a third of the budget
+        left, or without one at most ``MEMORY["RECALL_TURNS"]``."""
         share = None if self.budget is None else self.budget // 3
         chosen: list[TurnPayload] = []
         spent = 0
@@ -300,7 +290,7 @@ class _Plan:
             if self._take(recalled_text(chosen)):
                 self.recalled = [turn["seq"] for turn in chosen]
                 return
-            # NOTE: the heading did not fit with them: one turn fewer, the least relevant.
+            # The heading did not fit with them: one turn fewer, the least relevant.
             chosen = sorted(chosen, key=lambda turn: found.index(turn))[:-1]
 
     def payload(self, context: ContextPayload) -> ContextMessagesPayload:
@@ -322,8 +312,7 @@ def _recall_check(now: Any, min_score: Any) -> None:
     clean_min_score(min_score)
 
 
-# Most turns a context's recall searches for when it has a token budget: the budget then
-# says how many of them it sends.
+# Most turns a context's recall searches for under a token budget.
 RECALL_CANDIDATES = 20
 
 
@@ -351,34 +340,18 @@ def context_messages(
 ) -> ContextMessagesPayload:
     """The owner's context as the messages an LLM chat API takes, oldest first.
 
-    The first message is ``{"role": "system", "content": ...}``, the facts as text (``- key:
-    value`` lines, by key; "none yet" when there are none); then, when the owner has a summary
-    and the turns sent do not reach back to its ``through_seq`` (the oldest sent is newer, or
-    none is sent), a second system message with the summary (``summary_text``), if it fits
-    beside the facts, and ``summary_through_seq`` names it (else ``None``); then, with a
-    ``query``, a system message of the older turns most relevant to it that are not among the
-    turns sent (``recalled_text``: each with its seq, date and session, oldest first; found as
-    ``turn_search`` finds, in its default mode: by meaning and words where embeddings are on, a
-    time the query names read against ``now``, none scored below ``min_score``), as many as fit
-    in a third of the tokens left (without ``max_tokens``, at most ``MEMORY["RECALL_TURNS"]``),
-    and ``recalled`` lists their seqs (else ``[]``); then one ``{"role", "content"}`` per
-    turn, content kept exactly.
-    Without ``max_tokens``, the turns are the last ``turns`` (as for ``context_get``). With
-    ``max_tokens`` (1..``tokens.MAX_TOKENS``), they are the newest of the last ``turns``
-    (default: ``MEMORY["MAX_CONTEXT_TURNS"]``) that fit in ``max_tokens`` together with the
-    system messages: whole turns, the newest first, stopping at the first one that does not
-    fit, in their order. ``tokens`` is what the messages' contents count by
-    ``MEMORY["TOKEN_COUNTER"]`` (roles and a chat API's per-message overhead are not counted);
-    with ``max_tokens`` it is never above it. ``facts`` and ``source`` are the context's (the
-    recall is a search: it reads the database, whatever ``source`` says).
+    A system message of the facts (``- key: value`` lines; "none yet"); the owner's summary, when
+    the turns sent do not reach back to it and it fits (``summary_through_seq``); with ``query``,
+    the older turns ``turn_search`` finds most relevant, in a third of the tokens left or at most
+    ``MEMORY["RECALL_TURNS"]`` (``recalled``); then one message per turn, content kept exactly. With
+    ``max_tokens`` the turns are the newest that fit beside the system messages, whole and without
+    gaps; ``tokens`` (by ``MEMORY["TOKEN_COUNTER"]``) never exceeds it. Read through ``context_get``
+    (docs/python-api.md).
 
-    Read through ``context_get`` (cache first, the same facts and turns when Redis fails).
-    Raises ``ValidationError`` for a bad owner id, turn count, ``max_tokens`` or ``query`` (1-200
-    characters, as a search's ``q``), ``now`` (ISO-8601) or ``min_score`` (0-1), and
-    (``{"max_tokens": ...}``) when the facts' message alone
-    exceeds ``max_tokens``: facts are never cut. Raises ``MemoryUnavailable`` when the database
-    cannot be reached, ``SearchTimeout`` when the recall's search ran past its limit, and
-    ``ImproperlyConfigured`` for a bad ``MEMORY["TOKEN_COUNTER"]``.
+    Raises ``ValidationError`` for a bad owner id, ``turns``, ``max_tokens``, ``query``, ``now`` or
+    ``min_score``, and ({"max_tokens": ...}) when the facts alone exceed ``max_tokens`` (facts are
+    never cut); ``MemoryUnavailable`` when the database cannot be reached, ``SearchTimeout`` when
+    the recall ran past its limit, ``ImproperlyConfigured`` for a bad ``MEMORY["TOKEN_COUNTER"]``.
     """
     _max_tokens_check(max_tokens)
     _recall_check(now, min_score)

@@ -36,14 +36,12 @@ from memory.selectors.pages import check_owner
 
 EXPORT_FORMAT = "memory-export"
 EXPORT_VERSION = 1
-# Rows read per query, and so the most held in memory at once: with turns of the longest
-# content (``MEMORY["MAX_TURN_CHARS"]``, 32768 characters by default) a page is a few MB.
+# Rows read per query, the most held in memory at once (a few MB at the longest turns).
 EXPORT_PAGE_ROWS = 500
 
 
 def _export_summary(snapshot: _Snapshot, owner_pk: int | None) -> SummaryPayload | None:
-    """The owner's summary for the document, read on the export's snapshot; ``None`` while it
-    has none."""
+    """The owner's summary for the document, read on the export's snapshot; ``None`` if none."""
     if owner_pk is None:
         return None
     rows = snapshot.rows(Summary.objects.filter(owner_id=owner_pk).values_list(*SUMMARY_FIELDS))
@@ -56,12 +54,11 @@ class _Snapshot:
 
     def __init__(self) -> None:
         alias = router.db_for_read(Turn)
-        # NOTE: a new connection made as this thread's connection of the alias is (the same
-        # settings dict, which a site or a test may have pointed elsewhere).
+        # NOTE: a new connection with this thread's settings for the alias (a test may repoint
+        # them).
         current = connections[alias]
         self.connection = type(current)(dict(current.settings_dict), alias)
-        # NOTE: under ASGI the chunks are read from whichever thread the hops land on; the
-        # connection is this stream's alone and used by one chunk at a time.
+        # NOTE: under ASGI the chunks are read from whichever thread a hop lands on, one at a time.
         self.connection.inc_thread_sharing()
         try:
             with self.connection.cursor() as cursor:
@@ -70,8 +67,8 @@ class _Snapshot:
                     cursor.execute("SELECT transaction_timestamp()")
                     (self.taken_at,) = cursor.fetchone()
                 else:
-                    # NOTE: SQLite (the demo's default): a read transaction keeps one snapshot
-                    # from its first read on (WAL), or holds off writers (rollback journal).
+                    # NOTE: SQLite keeps one snapshot from the first read (WAL), or holds off
+                    # writers.
                     cursor.execute("BEGIN")
                     self.taken_at = timezone.now()
         except BaseException:
@@ -79,8 +76,7 @@ class _Snapshot:
             raise
 
     def rows(self, queryset: QuerySet[Any]) -> list[tuple[Any, ...]]:
-        """The rows of a ``values_list`` queryset, read on this snapshot's connection (with the
-        fields' own conversions, as the queryset would make them)."""
+        """The rows of a ``values_list`` queryset, read on this snapshot's connection."""
         compiler = queryset.query.get_compiler(connection=self.connection)
         return [tuple(row) for row in compiler.results_iter(tuple_expected=True)]
 
@@ -96,8 +92,7 @@ class _Snapshot:
 
 
 def _dumps(items: list[Any]) -> bytes:
-    """``items`` as JSON, UTF-8, as the API writes them (orjson; Python's encoder for what
-    orjson cannot write, an integer past 64 bits)."""
+    """``items`` as JSON, UTF-8, as the API writes them (orjson; Python's encoder past 64 bits)."""
     try:
         return orjson.dumps(items)
     except TypeError:
@@ -110,8 +105,8 @@ def _pages(
     key: Callable[[tuple[Any, ...]], tuple[Any, ...]],
     payload: Callable[[tuple[Any, ...]], Any],
 ) -> Iterator[bytes]:
-    """The items of one list of the document, a page per chunk: ``page(after)`` is the
-    keyset query of the page after the ordering key ``after`` (``None``: the first)."""
+    """The items of one list of the document, a page per chunk; ``page(after)`` is the keyset query
+    after ``after`` (``None``: the first)."""
     after: tuple[Any, ...] | None = None
     first = True
     while True:
@@ -208,12 +203,11 @@ def _document(snapshot: _Snapshot, owner_id: str) -> Generator[bytes, None, None
 
 
 class ExportStream:
-    """The chunks of one owner's export document (bytes, concatenated: the JSON document),
-    read from a snapshot held until the last chunk was read or ``close()`` was called.
+    """The chunks of one owner's export document (bytes; concatenated, the JSON document), read from
+    a snapshot held until the last chunk or ``close()``.
 
-    ``read()`` gives the next chunk or ``None`` at the end (for a hop per chunk from async
-    code); iterating gives the same chunks. Close it when done with it early: its snapshot is
-    a database connection of its own.
+    ``read()`` gives the next chunk or ``None`` at the end; iterating gives the same chunks.
+    Close it when done early: its snapshot holds a database connection.
     """
 
     _snapshot: _Snapshot | None = None
@@ -265,34 +259,23 @@ class ExportStream:
             snapshot.close()
 
     def __del__(self) -> None:
-        # NOTE: a stream dropped unread (an ASGI client that went away, which Django does not
-        # close the response of) still ends its transaction.
+        # NOTE: a stream dropped unread (an ASGI client gone) still ends its transaction.
         self.close()
 
 
 def owner_export(*, owner_id: str) -> ExportStream:
     """The owner's whole memory as the contract's export document, in chunks of JSON bytes:
-    ``{"format": "memory-export", "version": 1, "user_id", "exported_at", "facts",
-    "fact_history", "turns", "sessions", "summary"}``; facts by key, versions by (key,
-    version), turns by seq, sessions most recently seen first. An owner the database does not
-    hold gives the document with empty lists (nothing is stored of them).
+    ``{"format": "memory-export", "version": 1, "user_id", "exported_at", "facts", "fact_history",
+    "turns", "sessions", "summary"}``. An unknown owner gives empty lists.
 
-    **Snapshot.** Every row comes from one read-only REPEATABLE READ transaction on a
-    connection of the stream's own, begun here and held until the last chunk was read or the
-    stream closed: each write commits in one transaction, so it is wholly in the document or
-    wholly out, whatever commits while the chunks are read; ``exported_at`` is the snapshot's
-    instant. Holding it costs what a long transaction does: one database connection, and
-    vacuum held back for its length; a server's ``idle_in_transaction_session_timeout`` that
-    is shorter than a slow reader's pauses ends it (the rest of the stream then fails).
+    Every row comes from one read-only REPEATABLE READ snapshot on a connection of the stream's own,
+    held until the last chunk or ``close()``: each write is wholly in or wholly out. ``exported_at``
+    is the snapshot's instant. Pages of ``EXPORT_PAGE_ROWS`` rows bound the memory
+    (docs/data-requests.md).
 
-    **Memory.** Pages of ``EXPORT_PAGE_ROWS`` rows, keyset on the index that orders each
-    list ((owner, key), (owner, key, version), (owner, seq), (owner, last_seen, session_id)):
-    one page in memory at a time, every page as fast as the first.
-
-    Raises ``ValidationError`` ({"user_id": messages}) for a bad owner id and
-    ``MemoryUnavailable`` when the database cannot be reached, here, before any chunk; a
-    database lost later raises ``MemoryUnavailable`` from the iteration (a reader then holds a
-    truncated document, which is not valid JSON: never a complete-looking partial one).
+    Raises ``ValidationError`` ({"user_id": messages}) for a bad owner id and ``MemoryUnavailable``
+    when the database cannot be reached, before any chunk; a database lost later raises
+    ``MemoryUnavailable`` from the iteration (a truncated document is never valid JSON).
     """
     check_owner(owner_id)
     return ExportStream(owner_id)

@@ -31,10 +31,8 @@ from memory.validators import validate_held_fact_key
 
 @database_guard()
 def fact_list(*, owner_id: str) -> list[FactPayload]:
-    """All facts of the owner, by key; read through the cached copy as ``context_get`` reads.
-
-    Raises ``MemoryUnavailable`` when the database is needed and cannot be reached.
-    """
+    """All facts of the owner, by key, read through the cached copy. Raises ``MemoryUnavailable``
+    when the database is needed and cannot be reached."""
     check_owner(owner_id)
     memory, _ = cache.read_through(
         owner_id=owner_id, turns=0, load=functools.partial(database_read, owner_id)
@@ -68,11 +66,11 @@ def _fact_pick(facts: list[FactPayload], key: str) -> FactPayload:
 
 
 def fact_get(*, owner_id: str, key: str) -> FactPayload:
-    """The owner's current fact ``key``, read through the cached copy as ``fact_list`` reads.
+    """The owner's current fact ``key``, read through the cached copy.
 
-    Raises ``FactNotFound`` when the owner has no such fact (or it expired), ``ValidationError``
-    ({"user_id" | "key": messages}) for a bad id or key, and ``MemoryUnavailable`` when the
-    database is needed and cannot be reached.
+    Raises ``FactNotFound`` when there is none (or it expired), ``ValidationError`` ({"user_id" |
+    "key": messages}) for bad input, and ``MemoryUnavailable`` when the database is needed and
+    cannot be reached.
     """
     check_owner(owner_id)
     _fact_key_check(key)
@@ -90,12 +88,11 @@ async def afact_get(*, owner_id: str, key: str) -> FactPayload:
 def fact_history(
     *, owner_id: str, key: str, limit: int = DEFAULT_PAGE_SIZE, cursor: str | None = None
 ) -> Page[FactVersionPayload]:
-    """A page of the versions of one fact of the owner, newest first, and the cursor of the
-    next page (``None`` on the last one). The first page is empty only if the key never existed.
+    """A page of the versions of one fact of the owner, newest first, and the next page's cursor
+    (``None`` on the last). The first page is empty only if the key never existed.
 
-    ``limit`` is 1-500; ``cursor`` is a ``next_cursor`` of an earlier page. Keyset pagination on
-    (owner, key, version), served by that unique index: every page costs the same however
-    deep. Raises ``ValidationError`` ({"user_id" | "key" | "limit" | "cursor": messages}) for
+    ``limit`` is 1-500; ``cursor`` a ``next_cursor`` of an earlier page; every page costs the same
+    (keyset). Raises ``ValidationError`` ({"user_id" | "key" | "limit" | "cursor": messages}) for
     bad input and ``MemoryUnavailable`` when the database cannot be reached.
     """
     check_owner(owner_id)
@@ -120,12 +117,8 @@ DOT_KEYS = tuple("." * n for n in range(1, 65))
 
 @database_guard()
 def fact_dot_key_list(*, limit: int = 1000) -> list[tuple[str, str]]:
-    """Up to ``limit`` facts whose key is made only of dots, written before that rule, as
-    ``(owner_id, key)`` pairs by owner id and key (``manage.py memory_fact_keys`` renames them).
-
-    One statement over the fact table (it has no index on the key alone: a scan). Raises
-    ``MemoryUnavailable`` when the database cannot be reached.
-    """
+    """Up to ``limit`` ``(owner_id, key)`` pairs of facts whose key is only dots, by owner and key
+    (one scan). Raises ``MemoryUnavailable`` when the database cannot be reached."""
     facts = Fact.objects.filter(key__in=DOT_KEYS).order_by("owner__external_id", "key")
     return list(facts.values_list("owner__external_id", "key")[:limit])
 
@@ -134,9 +127,9 @@ afact_dot_key_list = aio.twin(fact_dot_key_list)
 
 
 def store_vectors_get(*, owner_id: str, model: str) -> dict[str, list[list[float]]]:
-    """The vectors of ``model`` (``services.store_vectors_put``) of the owner's facts, by fact
-    key, only those of each fact's current version. Raises ``ValidationError`` for a bad owner
-    id, ``MemoryUnavailable`` when the database cannot be reached."""
+    """The owner's vectors of ``model`` by fact key, of each fact's current version only. Raises
+    ``ValidationError`` for a bad owner id, ``MemoryUnavailable`` when the database cannot be
+    reached."""
     check_owner(owner_id)
     found: dict[str, list[list[float]]] = {}
     with database_guard():

@@ -105,7 +105,7 @@ def health_get() -> HealthPayload:
         if conf.READ_DATABASE is not None:
             health["read_replica"] = _read_replica(conf.READ_DATABASE)
     if conf.CACHE_REPLICAS and state != "disabled":
-        # NOTE: what this process's last replicated update found, not a probe of its own.
+        # What this process's last replicated update found, not a probe of its own.
         health["cache_replicas"] = cache.replicas_state()
     return health
 

@@ -25,10 +25,8 @@ from memory.selectors.pages import check_owner, owner_pk
 
 @database_guard()
 def owner_dirty_count(*, limit: int) -> int:
-    """How many owners have a cache update Redis has not confirmed, counted up to ``limit``
-    (one index-only scan of the partial index on ``cache_dirty``). Raises
-    ``MemoryUnavailable`` when the database cannot be reached (``DatabaseError`` for another
-    failure of it)."""
+    """How many owners have a cache update Redis has not confirmed, counted up to ``limit`` (an
+    index-only scan). Raises ``MemoryUnavailable`` when the database cannot be reached."""
     return Owner.objects.filter(cache_dirty=True)[:limit].count()
 
 
@@ -54,10 +52,9 @@ class OwnerUsage(NamedTuple):
 
 @database_guard()
 def owner_usage_get(*, owner_id: str) -> OwnerUsage:
-    """How many turns the owner holds and how many characters their contents have together
-    (``OwnerUsage(0, 0)`` for an unknown owner): one query over the owner's turns, so as slow
-    as they are long; for checking a cap before a write, where the cap bounds it. Raises
-    ``MemoryUnavailable`` when the database cannot be reached."""
+    """How many turns the owner holds and their contents' characters (``OwnerUsage(0, 0)`` for an
+    unknown owner): one query, as slow as the history is long. Raises ``MemoryUnavailable`` when the
+    database cannot be reached."""
     check_owner(owner_id)
     totals = Turn.objects.filter(owner_id=owner_pk(owner_id)).aggregate(
         turns=Count("pk"), chars=Sum(Length("content"))
@@ -101,12 +98,8 @@ class StatsPayload(TypedDict):
 
 @database_guard()
 def owner_summary_get(*, owner_id: str) -> OwnerSummary | None:
-    """How much the database holds of the owner, or ``None`` when it holds nothing.
-
-    One query per table; counting turns reads the owner's slice of the (owner, seq) index, so
-    it takes longer, not more queries, as history grows. Raises ``MemoryUnavailable`` when the
-    database cannot be reached.
-    """
+    """How much the database holds of the owner, or ``None`` when it holds nothing: one query per
+    table. Raises ``MemoryUnavailable`` when the database cannot be reached."""
     owner = Owner.objects.filter(external_id=owner_id).first()
     if owner is None:
         return None
@@ -128,9 +121,7 @@ aowner_summary_get = aio.twin(owner_summary_get)
 @database_guard()
 def owner_recent_list(*, limit: int) -> list[str]:
     """The ids of the ``limit`` owners written to most recently, newest first (one index scan).
-
-    Raises ``MemoryUnavailable`` when the database cannot be reached.
-    """
+    Raises ``MemoryUnavailable`` when the database cannot be reached."""
     owners = Owner.objects.order_by("-updated_at").values_list("external_id", flat=True)
     return list(owners[:limit])
 
@@ -139,12 +130,9 @@ aowner_recent_list = aio.twin(owner_recent_list)
 
 
 def owner_id_iter(*, min_last_seq: int = 0, chunk_size: int = 1000) -> Iterator[str]:
-    """Every owner id whose ``last_seq`` is above ``min_last_seq``, in primary-key order.
-
-    Reads ``chunk_size`` ids per query (keyset on the primary key), so that a long walk holds
-    no cursor or transaction open and sees owners created meanwhile. Raises
-    ``MemoryUnavailable`` when the database cannot be reached.
-    """
+    """Every owner id whose ``last_seq`` is above ``min_last_seq``, in primary-key order, read
+    ``chunk_size`` per query (no cursor held open). Raises ``MemoryUnavailable`` when the database
+    cannot be reached."""
     after: int | None = 0
     while after is not None:
         ids, after = _chunk_ids(_owner_id_chunk(min_last_seq, after, chunk_size), chunk_size)
@@ -182,13 +170,9 @@ async def aowner_id_iter(*, min_last_seq: int = 0, chunk_size: int = 1000) -> As
 
 @database_guard()
 def stats_get() -> StatsPayload:
-    """Row counts of the app's tables, and the cache's state, counters and memory in Redis.
-
-    Counts are exact (``COUNT(*)``), as slow as a scan of each table. ``cache`` is
-    ``cache.stats()``: ``{"cache": "disabled"}``, ``{"cache": "down", ...}`` or ``{"cache": "ok",
-    "keys", "memory_bytes", "counters", ...}``; Redis failures never raise. Raises
-    ``MemoryUnavailable`` when the database cannot be reached.
-    """
+    """Row counts of the app's tables (exact, a scan each), and ``cache.stats()``: the cache's
+    state, counters and memory in Redis, which never raises. Raises ``MemoryUnavailable`` when the
+    database cannot be reached."""
     return {
         "owners": Owner.objects.count(),
         "sessions": Session.objects.count(),

@@ -21,8 +21,8 @@ from memory.validators import validate_owner_id
 # Items on one page of ``session_list`` and ``fact_history``: by default, and at most.
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
-# Longest cursor accepted: a session id of 128 characters of 4 UTF-8 bytes each, in base64,
-# and the signature: an HMAC-SHA256 in unpadded URL-safe base64.
+# Longest cursor accepted: a 128-character session id of 4-byte characters in base64, and its
+# HMAC-SHA256 signature.
 MAX_CURSOR_CHARS = 1024
 SIGNATURE_CHARS = 43
 
@@ -56,15 +56,13 @@ def cursor_encode(scope: tuple[str, ...], *key: Any) -> str:
 
 
 def cursor_decode(cursor: str, scope: tuple[str, ...], shape: tuple[type, ...]) -> list[Any]:
-    """The ordering key a cursor of ``cursor_encode`` for ``scope`` holds; a
-    ``ValidationError`` if it is anything else (a cursor is opaque: clients only hand back the
-    one from ``next``, of the same listing)."""
+    """The ordering key a cursor of ``cursor_encode`` for ``scope`` holds; ``ValidationError`` for
+    anything else."""
     try:
         if not isinstance(cursor, str) or not SIGNATURE_CHARS < len(cursor) <= MAX_CURSOR_CHARS:
             raise ValueError(cursor)
         payload, signature = cursor[:-SIGNATURE_CHARS], cursor[-SIGNATURE_CHARS:]
-        # NOTE: signed, so that a cursor is only ever one this site handed out for this owner's
-        # listing (and this fact's): made up, changed or taken from another listing, it is a 400.
+        # NOTE: signed, so a cursor made up, changed or taken from another listing is a 400.
         signer = _cursor_signer(scope)
         if not any(
             constant_time_compare(signature, signer.signature(payload, key))
@@ -85,8 +83,8 @@ def cursor_decode(cursor: str, scope: tuple[str, ...], shape: tuple[type, ...]) 
 
 
 def owner_pk(owner_id: str) -> Subquery:
-    # NOTE: a scalar subquery, not a join: with the owner's pk a parameter of the plan, the
-    # index's order is the query's order, and a LIMIT stops the scan (a join sorted every row).
+    # NOTE: a scalar subquery, not a join: the index's order is the query's, and LIMIT stops the
+    # scan.
     return Subquery(Owner.objects.filter(external_id=owner_id).values("pk")[:1])
 
 

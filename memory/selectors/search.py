@@ -35,16 +35,14 @@ logger = logging.getLogger("memory.recall")
 
 
 def owner_turns(owner_pk: int) -> QuerySet[Turn]:
-    # NOTE: a bigint, not a bare number: Postgres reads 42 as an integer, and the GIN indexes
-    # (btree_gin's bigint class) serve ``owner_id = 42::bigint`` only.
+    # NOTE: a bigint, not a bare number: the GIN indexes (btree_gin) serve ``owner_id =
+    # 42::bigint``.
     return Turn.objects.filter(owner_id=Cast(Value(owner_pk), BigIntegerField()))
 
 
 # The ways ``turn_search`` ranks: by words, by meaning (embeddings), or both fused.
 MODES = ("text", "semantic", "hybrid")
-# NOTE: each ranking hybrid fuses is this long at most; reciprocal rank fusion's usual constant
-# (Cormack et al., 2009): a turn first in one ranking and absent from the other still beats a
-# turn tenth in both.
+# NOTE: each ranking hybrid fuses is this long at most (reciprocal rank fusion, Cormack et al.).
 FUSION_CANDIDATES = 50
 FUSION_K = 60
 
@@ -85,9 +83,9 @@ def semantic_off_reason() -> str:
 
 
 def search_mode(mode: str | None) -> str:
-    """``mode`` checked: the default is ``hybrid`` where search by meaning is on, else ``text``.
-    Raises ``ValidationError`` ({"mode": ...}) for an unknown mode, and for ``semantic`` or
-    ``hybrid`` where embeddings are off."""
+    """``mode`` checked: default ``hybrid`` where search by meaning is on, else ``text``. Raises
+    ``ValidationError`` ({"mode": ...}) for an unknown mode, or one that needs embeddings where they
+    are off."""
     if mode is None or mode == "":
         return "hybrid" if semantic_on() else "text"
     if mode not in MODES:
@@ -106,8 +104,7 @@ def search_mode(mode: str | None) -> str:
     return mode
 
 
-# NOTE: a hybrid search embeds its query on one of these threads while its text search runs
-# in the database (the built-in embedder's engine lets the GIL go): the two overlap.
+# NOTE: a hybrid search embeds its query here while its text search runs in the database.
 _EMBED_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memory-query-embed")
 
 # A query's vector, or its embedding under way (a hybrid search's).
@@ -117,9 +114,8 @@ OwnerRow = tuple[int, int, int]
 
 
 def _query_vector(q: str, mode: str) -> tuple[str, QueryVector]:
-    """The vector of ``q`` for a search by meaning: ``semantic`` embeds it here, before any
-    transaction opens, and raises ``SearchUnavailable`` where the embedder fails; ``hybrid``
-    starts embedding it on a thread of its own (``_resolved`` waits for it)."""
+    """The vector of ``q``: ``semantic`` embeds it here, before any transaction, and raises
+    ``SearchUnavailable`` where the embedder fails; ``hybrid`` starts it on a thread."""
     if mode == "text":
         return mode, None
     embedder = embedders.embedder_get()
@@ -134,8 +130,7 @@ def _query_vector(q: str, mode: str) -> tuple[str, QueryVector]:
 
 
 def _resolved(query: QueryVector) -> list[float] | None:
-    """The vector, once its embedding is done; None where it failed (logged: the hybrid
-    search goes on by words)."""
+    """The vector, once embedded; None where that failed (logged; hybrid goes on by words)."""
     if not isinstance(query, Future):
         return query
     try:
@@ -224,8 +219,8 @@ def _candidates(
 
 
 def _with_context(owner_pk: int, results: list[TurnPayload]) -> None:
-    """Give each result ``context``: the turns just before and after it in its session (the
-    question a reply answers, the reply to a question), but those among the results."""
+    """Give each result ``context``: the turns just before and after it in its session, but those
+    among the results."""
     if not results:
         return
     shown = {turn["seq"] for turn in results}
@@ -252,10 +247,8 @@ def ranked_turns(
     min_score: float | None = None,
     context: bool = True,
 ) -> list[TurnPayload]:
-    """The owner's best ``limit`` turns for ``q`` by ``mode``, in the caller's search
-    transaction; ``owner`` is their ``(pk, embedded_seq, last_seq)`` (``_owner_read``).
-    ``filters`` narrows the turns searched; ``min_score`` drops results scored below it;
-    ``context`` gives each result its neighbouring turns (``_with_context``)."""
+    """The owner's best ``limit`` turns for ``q`` by ``mode``, in the caller's search transaction;
+    ``owner`` as ``_owner_read`` returns it."""
     filters = filters or ranking.TurnFilters()
     depth = max(limit * 3, FUSION_CANDIDATES)
     candidates, mode = _candidates(owner, q, mode, query, depth, filters)
@@ -290,12 +283,10 @@ def search_filters(
     now: Any = None,
     before_seq: int | None = None,
 ) -> tuple[ranking.TurnFilters, str]:
-    """The turns a search of ``q`` keeps and the text it matches: ``after``/``before`` (ISO-8601
-    dates or date-times; ``after`` inclusive, ``before`` exclusive), narrowed further by a
-    time ``q`` names against ``now`` (default: this server's clock; ``when.when_in_query``),
-    whose expression then leaves the text matched. Raises ``ValidationError`` ({"after" |
-    "before" | "now": ...}) for a bad date; a range with ``after`` not before ``before`` keeps
-    nothing (an empty answer, as for any range in which nothing was said)."""
+    """The turns a search of ``q`` keeps and the text it matches: ``after`` (inclusive) and
+    ``before`` (exclusive) as ISO-8601, narrowed by a time ``q`` names against ``now`` (default:
+    this server's clock), whose words then leave the text matched. Raises ``ValidationError``
+    ({"after" | "before" | "now": ...}) for a bad date; an empty range keeps nothing."""
     after_at = when.when_parse(after, field="after")
     before_at = when.when_parse(before, field="before")
     now_at = when.when_parse(now, field="now") or timezone.now()
@@ -303,7 +294,7 @@ def search_filters(
     if named is not None:
         start = named[0] if after_at is None else max(after_at, named[0])
         end = named[1] if before_at is None else min(before_at, named[1])
-        # NOTE: a time named in words that the explicit range excludes yields to the range.
+        # A time named in words that the explicit range excludes yields to the range.
         if start < end:
             after_at, before_at = start, end
         else:
@@ -313,8 +304,8 @@ def search_filters(
 
 
 def clean_min_score(min_score: Any) -> float | None:
-    """``min_score`` itself (``None`` for none); ``ValidationError({"min_score": ...})``
-    unless a number in [0, 1]."""
+    """``min_score`` itself (``None`` for none); ``ValidationError({"min_score": ...})`` unless a
+    number in [0, 1]."""
     if min_score is None:
         return None
     if isinstance(min_score, bool) or not isinstance(min_score, (int, float)):
@@ -336,41 +327,21 @@ def turn_search(
     now: Any = None,
     min_score: float | None = None,
 ) -> list[TurnPayload]:
-    """The owner's turns most relevant to ``q``, best first, each with its ``score`` and its
-    ``context`` (the turns just before and after it in its session).
+    """The owner's turns most relevant to ``q``, best first, each with its ``score`` (calibrated, in
+    [0, 1]) and its ``context`` (the turns just before and after it in its session).
 
-    ``mode`` says how they are found (``MODES``): ``text`` by the words, ranked by BM25 over
-    the owner's turns (a turn need not hold every word; English words match any form, Chinese,
-    Japanese and Korean text by its character pairs, with no spaces needed; a query whose words
-    match no turn falls back to turns with similar words, a typo or the start of a word);
-    ``semantic`` by meaning, the cosine similarity of the turns' vectors
-    (``MEMORY["EMBEDDER"]``) to the query's, centred on the owner's mean
-    (``vectors.Centred``); ``hybrid`` by both. The default is ``hybrid``
-    where search by meaning is on (``semantic_on()``), else ``text``; ``semantic`` or
-    ``hybrid`` where it is off is a ``ValidationError`` ({"mode": ...}). ``score`` is a
-    calibrated relevance in [0, 1] (``fusion.SCORE``, docs/recall.md), the same scale for every
-    query of a mode; ``min_score`` (0-1) drops results below it, so that a question nothing
-    answers gets none. Of two turns that answer alike the newer ranks first, and a session's
-    later turns yield to other sessions' (the order, not the score).
+    ``mode`` (``MODES``): ``text`` by words (BM25, any word form, CJK by character pairs, similar
+    words as a fallback), ``semantic`` by the cosine of ``MEMORY["EMBEDDER"]`` vectors (centred
+    on the owner's mean), ``hybrid`` by both; the default is ``hybrid`` where ``semantic_on()``,
+    else ``text``. ``min_score`` drops results whose ``score`` (``fusion.SCORE``) is below it.
+    ``after``/``before`` (ISO-8601) keep turns created in that range, narrowed by a time ``q``
+    names against ``now``. ``q`` is 1-200 characters of free text, never query syntax;
+    ``limit`` is 1-100. Bounded work, each statement under ``MEMORY["SEARCH_TIMEOUT_MS"]``
+    (docs/recall.md).
 
-    ``after`` and ``before`` (ISO-8601 date or date-time) keep the turns created in that range;
-    a time ``q`` names ("last month", "上个月") narrows it against ``now`` (ISO-8601, default the
-    server's clock) (``search_filters``). The query is embedded in this process (about 25 ms
-    for the built-in embedder): before the search's transaction opens for ``semantic``, and
-    for ``hybrid`` on a thread of its own while the words are ranked; a turn appended since the
-    owner's last embedding run is found by its words only.
-
-    ``q`` is 1-200 characters of free text, stripped, and never query syntax; ``limit`` is
-    1-100. Only the owner's own turns are searched; an unknown owner has none. Bounded work:
-    the newest 1,000 turns that hold a word of ``q`` are ranked by words
-    (``search.RANK_WINDOW``), by meaning one scan (or index walk) of the owner's vectors keeps
-    the nearest, and one statement reads the candidates; each statement is served by an index
-    that leads with the owner, in one transaction whose statements each run under
-    ``MEMORY["SEARCH_TIMEOUT_MS"]``. Raises ``ValidationError`` ({"q" | "limit" | "mode" |
-    "after" | "before" | "now" | "min_score" | "user_id": messages}) for bad input,
-    ``SearchTimeout`` when a statement ran past that limit (Postgres stopped it; nothing is
-    held, the connection stays usable), ``SearchUnavailable`` when ``semantic`` was asked and
-    the embedder failed, and ``MemoryUnavailable`` when the database cannot be reached.
+    Raises ``ValidationError`` ({field: messages}) for bad input or a mode whose embeddings are off,
+    ``SearchTimeout`` when a statement ran past its limit, ``SearchUnavailable`` when ``semantic``
+    could not embed the query, and ``MemoryUnavailable`` when the database cannot be reached.
     """
     check_owner(owner_id)
     q = search.clean_query(q)
@@ -398,9 +369,8 @@ def turns_recalled(
     now: Any = None,
     min_score: float | None = None,
 ) -> list[TurnPayload]:
-    """The owner's turns before ``before_seq`` (all, when ``None``) most relevant to ``query``,
-    best first, at most ``limit``, without their ``context``: ``turn_search`` in its default
-    mode, bounded as it is (a time the query names counts against ``now``). Raises
+    """The owner's turns before ``before_seq`` (all when ``None``) most relevant to ``query``, best
+    first, at most ``limit``, without ``context``: ``turn_search`` in its default mode. Raises
     ``ValidationError`` ({"query": ...}) for a query ``turn_search`` would refuse."""
     try:
         q = search.clean_query(query)
@@ -423,12 +393,9 @@ aturns_recalled = aio.twin(turns_recalled)
 
 @database_guard()
 def facts_similar(*, owner_id: str, query: str, limit: int) -> dict[str, float]:
-    """The cosine similarity to ``query`` of the owner's ``limit`` nearest facts, by key:
-    those whose current version has a vector of the embedder (``services.facts_embed``); an
-    empty dict where search by meaning is off, for an unknown owner, or where the embedder
-    failed on the query (logged). Bounded: one scan of at most the owner's facts, under the
-    search's statement timeout. Raises ``ValidationError`` ({"q": ...}) for a query
-    ``turn_search`` would refuse."""
+    """The cosine similarity to ``query`` of the owner's ``limit`` nearest facts, by key; empty
+    where search by meaning is off, the owner is unknown, or the embedder failed (logged). Raises
+    ``ValidationError`` ({"q": ...}) for a query ``turn_search`` would refuse."""
     check_owner(owner_id)
     q = search.clean_query(query)
     if not semantic_on():
@@ -447,7 +414,7 @@ def facts_similar(*, owner_id: str, query: str, limit: int) -> dict[str, float]:
         nearest = vectors.facts_nearest(
             Turn.objects.db, owner[0], embedders.embedder_name(embedder), vector, limit
         )
-    # NOTE: cosine similarity, 1 - distance: 1 the same direction, 0 unrelated.
+    # Cosine similarity, 1 - distance: 1 the same direction, 0 unrelated.
     return {key: 1.0 - distance for key, distance in nearest}
 
 
@@ -456,14 +423,11 @@ afacts_similar = aio.twin(facts_similar)
 
 @database_guard()
 def turn_search_queryset(*, q: str, queryset: QuerySet[Turn] | None = None) -> QuerySet[Turn]:
-    """The turns of ``queryset`` (every owner's by default) that match ``q`` as in
-    ``turn_search``, annotated with ``search_rank`` and ordered best first (for the admin).
+    """The turns of ``queryset`` (every owner's by default) that match ``q`` by words, annotated
+    with ``search_rank``, best first (for the admin).
 
-    The words must match as they are (any form, any case): the similar-words fallback looks
-    up one owner's vocabulary, and these turns may be anyone's. The result is a lazy queryset
-    that ranks every match; nothing runs before it is read (the async twin reads it in its
-    hop, so that async code may iterate it with ``for`` or ``async for``: narrow ``queryset``
-    to bound it). Raises ``ValidationError`` ({"q": messages}) for a bad ``q``, and
+    A lazy queryset, with no similar-words fallback (the turns may be anyone's); narrow
+    ``queryset`` to bound it. Raises ``ValidationError`` ({"q": messages}) for a bad ``q``, and
     ``MemoryUnavailable`` when the database cannot be reached while the rows are read.
     """
     q = search.clean_query(q)
@@ -474,8 +438,7 @@ def turn_search_queryset(*, q: str, queryset: QuerySet[Turn] | None = None) -> Q
 @database_guard()
 def _turn_search_queryset_read(*, q: str, queryset: QuerySet[Turn] | None) -> QuerySet[Turn]:
     turns = turn_search_queryset(q=q, queryset=queryset)
-    # NOTE: len() fills the queryset's result cache, here in the sync thread: iterating it
-    # afterwards (``for``, ``async for``, ``len``, an index) runs no query in async code.
+    # NOTE: fill the result cache in the sync thread, so async code iterating it runs no query.
     len(turns)
     return turns
 
@@ -487,6 +450,6 @@ _aturn_search_queryset_read = sync_to_async(_turn_search_queryset_read, thread_s
 async def aturn_search_queryset(
     *, q: str, queryset: QuerySet[Turn] | None = None
 ) -> QuerySet[Turn]:
-    # NOTE: not aio.twin: a lazy queryset out of the hop would run its query in the caller's
-    # async code on a plain ``for`` (SynchronousOnlyOperation, issue 21).
+    # NOTE: not aio.twin: a lazy queryset out of the hop would query in async code
+    # (SynchronousOnlyOperation).
     return await _aturn_search_queryset_read(q=q, queryset=queryset)

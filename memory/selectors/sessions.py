@@ -24,16 +24,14 @@ from memory.selectors.pages import DEFAULT_PAGE_SIZE, Page
 def session_list(
     *, owner_id: str, limit: int = DEFAULT_PAGE_SIZE, cursor: str | None = None
 ) -> Page[SessionPayload]:
-    """A page of the owner's sessions, most recently seen first (by ``session_id`` among equal
-    ``last_seen``), and the cursor of the next page (``None`` on the last one).
+    """A page of the owner's sessions, most recently seen first (ties by ``session_id``), and the
+    next page's cursor (``None`` on the last).
 
-    ``limit`` is 1-500; ``cursor`` is a ``next_cursor`` of an earlier page. Following the
-    cursors yields every session once. Keyset pagination on (owner, last_seen desc,
-    session_id), served by the index ``memory_session_page_idx``: every page costs the same
-    however deep. A session that gets a turn while a walk is under way moves to the front, so
-    that walk may miss it (it is on the first page now). Raises ``ValidationError``
-    ({"user_id" | "limit" | "cursor": messages}) for bad input and ``MemoryUnavailable`` when
-    the database cannot be reached.
+    ``limit`` is 1-500; ``cursor`` a ``next_cursor`` of an earlier page; every page costs the
+    same (keyset on ``memory_session_page_idx``). A session that gets a turn during a walk moves
+    to the front, where the walk may miss it. Raises ``ValidationError`` ({"user_id" | "limit" |
+    "cursor": messages}) for bad input and ``MemoryUnavailable`` when the database cannot be
+    reached.
     """
     pages.check_owner(owner_id)
     pages.check_limit(limit)
@@ -46,8 +44,7 @@ def session_list(
                 raise ValueError(last_seen)
         except ValueError as e:
             raise ValidationError({"cursor": ["Invalid cursor."]}) from e
-        # NOTE: the redundant ``last_seen <= seen`` is the index condition that starts the scan
-        # at the cursor; the OR alone would be a filter over every newer session.
+        # NOTE: the redundant ``last_seen <= seen`` starts the index scan at the cursor.
         sessions = sessions.filter(
             Q(last_seen__lt=seen) | Q(last_seen=seen, session_id__gt=session_id),
             last_seen__lte=seen,

@@ -13,15 +13,9 @@ from memory.selectors.pages import check_owner
 
 @database_guard()
 def summary_get(*, owner_id: str) -> SummaryPayload | None:
-    """The owner's summary of its turns 1..``through_seq``, or ``None`` while it has none.
-
-    Part of the owner's cached copy (``cache.Snapshot.summary``): a warm cache answers in one
-    Redis call and no query; a miss, a flushed Redis or one that fails reads the database and
-    rehydrates the copy, as ``context_get`` does. A refresh, a forget or a link drops the copy
-    in its own transaction's cache update, so no read serves a summary older than the
-    database's. Raises ``ValidationError`` for a bad owner id and ``MemoryUnavailable`` when
-    the database cannot be reached.
-    """
+    """The owner's summary of its turns 1..``through_seq``, or ``None`` while it has none; read
+    through the cached copy as ``context_get`` reads. Raises ``ValidationError`` for a bad owner id
+    and ``MemoryUnavailable`` when the database cannot be reached."""
     check_owner(owner_id)
     memory, _ = cache.read_through(
         owner_id=owner_id, turns=0, load=functools.partial(database_read, owner_id)

@@ -34,13 +34,11 @@ def turn_list(
 ) -> tuple[list[TurnPayload], bool]:
     """A page of the owner's turns, oldest first, with ``seq > after``; and whether more follow.
 
-    Keyset pagination on (owner, seq): every page costs the same however deep it is.
-    ``session_id`` keeps only the turns labelled with it; ``limit`` is 1-500, as in the API.
-    With ``max_bytes`` the page also ends before its turns' contents pass that many bytes
-    (characters off PostgreSQL), but holds at least one turn: one more query, of the sizes
-    alone (PostgreSQL reads them without the contents), and a long page costs what its bytes do.
-    Raises ``ValidationError`` ({"user_id" | "after" | "limit" | "max_bytes": messages}) for
-    bad input and ``MemoryUnavailable`` when the database cannot be reached.
+    Keyset pagination: every page costs the same. ``session_id`` keeps that session's turns;
+    ``limit`` is 1-500. With ``max_bytes`` the page also ends before its contents pass that many
+    bytes, holding at least one turn (one more query). Raises ``ValidationError`` ({"user_id" |
+    "after" | "limit" | "max_bytes": messages}) for bad input and ``MemoryUnavailable`` when the
+    database cannot be reached.
     """
     check_owner(owner_id)
     if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
@@ -62,10 +60,31 @@ def turn_list(
 
 
 @database_guard()
+def turn_tail(*, owner_id: str, limit: int | None = None) -> list[TurnPayload]:
+    """The owner's newest ``limit`` turns, oldest first; every turn of the owner when
+    ``limit`` is ``None`` (what the Agents SDK's sessions return without a limit). From the
+    database, in one query, however many turns that is: bound it with ``limit`` where the
+    history may be long. Raises ``ValidationError`` ({"user_id" | "limit": messages}) for bad
+    input and ``MemoryUnavailable`` when the database cannot be reached."""
+    check_owner(owner_id)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValidationError({"limit": ["Ensure this value is an integer >= 0."]})
+    turns = Turn.objects.filter(owner_id=owner_pk(owner_id))
+    if limit is None:
+        rows = list(turns.order_by("seq").values_list(*TURN_FIELDS))
+    else:
+        rows = list(turns.order_by("-seq").values_list(*TURN_FIELDS)[:limit])[::-1]
+    return [turn_payload_from_row(row) for row in rows]
+
+
+aturn_tail = aio.twin(turn_tail)
+
+
+@database_guard()
 def turn_by_key_get(*, owner_id: str, idempotency_key: str) -> TurnPayload | None:
-    """The owner's turn stored under ``idempotency_key``, or ``None`` when there is none (one
-    query on the key's unique index). Raises ``ValidationError`` ({"user_id": messages}) for a
-    bad owner id and ``MemoryUnavailable`` when the database cannot be reached."""
+    """The owner's turn stored under ``idempotency_key``, or ``None``. Raises ``ValidationError``
+    ({"user_id": messages}) for a bad owner id and ``MemoryUnavailable`` when the database cannot be
+    reached."""
     check_owner(owner_id)
     row = (
         Turn.objects.filter(owner_id=owner_pk(owner_id), idempotency_key=idempotency_key)
@@ -80,9 +99,8 @@ aturn_by_key_get = aio.twin(turn_by_key_get)
 
 @database_guard()
 def owner_last_seq(*, owner_id: str) -> int:
-    """The ``seq`` of the owner's last turn appended (0 when there is none): the next append
-    gets this plus one unless another writes first. Raises ``ValidationError`` for a bad owner
-    id and ``MemoryUnavailable`` when the database cannot be reached."""
+    """The ``seq`` of the owner's last turn (0 when none). Raises ``ValidationError`` for a bad
+    owner id and ``MemoryUnavailable`` when the database cannot be reached."""
     check_owner(owner_id)
     last = Owner.objects.filter(external_id=owner_id).values_list("last_seq", flat=True).first()
     return last or 0
@@ -114,9 +132,8 @@ aturn_list = aio.twin(turn_list)
 def turn_page_queryset(
     owner_id: str, *, session_id: str | None, after: int | None
 ) -> QuerySet[Turn]:
-    # NOTE: the owner's pk as a scalar subquery (``owner_pk``), not a join on the owner: with
-    # a join Postgres sorted every turn of the owner after ``after`` for each page; this way it
-    # walks the (owner, seq) or (owner, session_id, seq) index and stops at ``limit``.
+    # NOTE: the owner's pk as a scalar subquery, not a join: with a join Postgres sorted every turn
+    # after ``after`` per page; this way it walks the index and stops at ``limit``.
     turns = Turn.objects.filter(owner_id=owner_pk(owner_id))
     if session_id is not None:
         turns = turns.filter(session_id=session_id)

@@ -1,6 +1,5 @@
-"""Writes of an owner's LangGraph threads (``memory.integrations.langgraph``'s checkpointer):
-checkpoints with their channel values, pending writes, and the thread's messages mirrored as
-the owner's turns. Bytes in, bytes kept: the framework serializes, the app stores."""
+"""Writes of an owner's LangGraph threads (the checkpointer of ``memory.integrations.langgraph``):
+checkpoints, channel values, pending writes, and the thread's messages mirrored as turns."""
 
 from __future__ import annotations
 
@@ -47,8 +46,7 @@ class WriteInput(NamedTuple):
 
 
 class MirrorTurn(NamedTuple):
-    """A message of the thread to keep as the owner's turn, once: ``key`` is its idempotency
-    key (the same message put again stores nothing)."""
+    """A message of the thread to keep as the owner's turn, once (``key``: its idempotency key)."""
 
     key: str
     role: str
@@ -57,9 +55,8 @@ class MirrorTurn(NamedTuple):
 
 
 def _owner_row(owner_id: str) -> Owner:
-    """The owner's row, created if need be. NOTE: not locked: a checkpoint is no change of
-    the memory the cache copies, and the turns it mirrors take the lock themselves (their
-    extraction runs before it); a forget that commits first makes the insert fail on its key."""
+    """The owner's row, created if need be. NOTE: not locked: a checkpoint changes nothing the cache
+    copies, and mirrored turns lock for themselves."""
     return Owner.objects.get_or_create(external_id=owner_id)[0]
 
 
@@ -80,12 +77,13 @@ def checkpoint_put(
     blobs: Sequence[BlobInput],
     turns: Sequence[MirrorTurn] = (),
 ) -> None:
-    """Store a checkpoint of the owner's thread with the channel values it changed, and
-    append ``turns`` that the owner does not hold yet (by their keys) as turns of the session
-    ``thread_id``, in order, in one transaction: all of it or nothing. A checkpoint put again
-    replaces the stored one; a blob already stored at its version is kept. Raises
-    ``ValidationError`` for a bad owner or thread id (a thread id is a session id, 1-128
-    characters) or turn, ``MemoryUnavailable`` when the database cannot be reached."""
+    """Store a checkpoint of the owner's thread with the channel values it changed, and append the
+    ``turns`` the owner does not hold yet (by key) to the session ``thread_id``; one transaction.
+
+    A checkpoint put again replaces the stored one; a blob stored at its version is kept. Raises
+    ``ValidationError`` for a bad owner id, thread id (a session id) or turn, ``MemoryUnavailable``
+    when the database cannot be reached.
+    """
     _address_check(address)
     with service_transaction():
         owner = _owner_row(address.owner_id)
@@ -148,9 +146,8 @@ def checkpoint_writes_put(
     writes: Sequence[WriteInput],
     replace: bool,
 ) -> None:
-    """Store a task's pending writes to a checkpoint, keyed by ``(task_id, idx)``: with
-    ``replace`` a write stored before under its key is replaced, else kept (a retry stores
-    nothing twice). Errors as ``checkpoint_put``'s."""
+    """Store a task's pending writes to a checkpoint, keyed by ``(task_id, idx)``; with ``replace``
+    a stored write is replaced, else kept. Errors as ``checkpoint_put``'s."""
     _address_check(address)
     if not writes:
         return
@@ -203,9 +200,8 @@ def _threads_delete(owner: Owner, threads: Q) -> None:
 
 
 def checkpoint_threads_delete(*, owner_id: str, thread_ids: Sequence[str]) -> None:
-    """Delete every checkpoint, channel value and pending write of the owner's threads (the
-    turns mirrored from them stay: they are the owner's history). A thread that holds none
-    is nothing. Raises ``ValidationError`` for a bad owner id, ``MemoryUnavailable`` when the
+    """Delete every checkpoint, channel value and pending write of the owner's threads (mirrored
+    turns stay). Raises ``ValidationError`` for a bad owner id, ``MemoryUnavailable`` when the
     database cannot be reached."""
     with service_transaction():
         owner = _owner(owner_id)

@@ -78,9 +78,8 @@ def sessions_uncount(owner: Owner, removed: Mapping[str, int]) -> None:
 
 def facts_cap_check(owner: Owner, keys: Collection[str], *, field: str) -> None:
     """Raise ``ValidationError`` ({field: message}) if setting ``keys`` would leave the owner
-    with more than ``MEMORY["MAX_FACTS"]`` facts. Call under the owner's row lock, so that no
-    other write can add a fact between this count and the commit. An expired fact, absent
-    from every read, is not counted: setting its key again replaces it."""
+    with more than ``MEMORY["MAX_FACTS"]`` facts (expired ones not counted). Call under the
+    owner's lock."""
     facts = Fact.objects.filter(fact_live(timezone.now()), owner=owner)
     new = len(set(keys) - set(facts.filter(key__in=keys).values_list("key", flat=True)))
     if not new:
@@ -108,16 +107,15 @@ def fact_write(
     actor: str,
     expires_at: Any = None,
 ) -> tuple[Fact, bool] | None:
-    """Set one fact under the owner lock, its version recording ``actor``; ``None`` when the
-    value and expiry are unchanged. A write replaces the fact: without ``expires_at`` the fact
-    no longer expires. A fact expired but not swept yet is absent: setting its key again
-    "creates" it (a new version whatever its value)."""
+    """Set one fact under the owner lock, its version recording ``actor``; ``None`` when value
+    and expiry are unchanged. Without ``expires_at`` it no longer expires; an expired fact is set
+    anew."""
     fact = Fact.objects.filter(owner=owner, key=key).first()
     expired = fact is not None and fact.expires_at is not None and fact.expires_at <= timezone.now()
     created = fact is None or expired
     if fact is None:
-        # NOTE: a key deleted before continues its version count, so its history stays unique
-        # and an If-Match naming a version of the deleted fact can never match the new one.
+        # NOTE: a deleted key's versions go on, so an If-Match of the old fact never matches the
+        # new.
         last = (
             FactVersion.objects.filter(owner=owner, key=key)
             .order_by("-version")
@@ -126,7 +124,7 @@ def fact_write(
         )
         fact = Fact(owner=owner, key=key, version=(last or 0) + 1)
     elif not expired and codec.json_equal(fact.value, value) and fact.expires_at == expires_at:
-        # NOTE: JSON's equality, not Python's: ``true`` over ``1`` is a change (issue 21).
+        # NOTE: JSON's equality, not Python's: ``true`` over ``1`` is a change.
         return None
     else:
         fact.version += 1
@@ -174,8 +172,7 @@ def admin_log_scrub(owner: Owner) -> int:
         Q(object_id=str(owner.pk)) | Q(object_repr=owner.external_id)
     )
     for model in (Session, Turn, Fact, FactVersion):
-        # NOTE: LogEntry.object_id is text; one subquery per model, bounded by the owner's rows
-        # (which the forget deletes anyway).
+        # NOTE: LogEntry.object_id is text; one subquery per model, bounded by the owner's rows.
         pks = model.objects.filter(owner=owner).values_list(Cast("pk", TextField()))
         about |= Q(content_type=types[model], object_id__in=pks)
     deleted, _ = LogEntry.objects.filter(about).delete()

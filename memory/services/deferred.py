@@ -1,13 +1,9 @@
-"""Deferred work: the django-tasks tasks that run a deferred extractor, a summary refresh and an
-owner's embedding run in a worker, their enqueueing after the commit that made them due, and the
-re-enqueueing of the records whose task never ran; and the sweep of expired facts as a task
-(``facts_expire_run``).
+"""Deferred work: the django-tasks tasks for a deferred extractor, a summary refresh, an owner's
+embedding run and the expiry sweep; their enqueueing after commit, and the re-enqueueing of records
+whose task never ran.
 
-Needs the ``django-tasks`` backport (the extra ``deferred``:
-``pip install "$(echo dist/django_memory-*.whl)[deferred]"`` after ``make dist``) and a task
-backend in ``TASKS``: its database backend (``django_tasks_db``, worker ``manage.py
-db_worker``) or any other (RQ, Celery). Imported only when a task is due (``turns`` imports it
-inside the function that enqueues), never by ``memory.services``.
+Needs django-tasks (the extra ``deferred``) and a task backend in ``TASKS``. Imported only when a
+task is due, never by ``memory.services``.
 """
 
 from __future__ import annotations
@@ -33,11 +29,8 @@ BATCH = 500
 @task()
 def extraction_run(pending_pk: int) -> int:
     """Extract the facts of the turn of ``PendingExtraction`` ``pending_pk``; return how many
-    changed. Runs in the worker; a record already done or gone does nothing.
-
-    Raises ``MemoryUnavailable`` when the database cannot be reached; the record stays and
-    ``memory_extract --pending`` enqueues it again.
-    """
+    changed. A record done or gone does nothing. Raises ``MemoryUnavailable`` when the database
+    cannot be reached; the record stays for ``memory_extract --pending``."""
     with database_guard():
         turn = (
             PendingExtraction.objects.filter(pk=pending_pk)
@@ -45,8 +38,7 @@ def extraction_run(pending_pk: int) -> int:
             .first()
         )
         if turn is None:
-            # NOTE: done already, or its turn is gone (deleted, forgotten): the join finds
-            # no turn for a record left behind, which goes now.
+            # Done already, or its turn is gone: the record goes.
             PendingExtraction.objects.filter(pk=pending_pk).delete()
             return 0
     owner_id, seq = turn
@@ -79,13 +71,11 @@ def _enqueue(run: Any, pending_pk: int, what: str, command: str) -> bool:
 
 
 def pending_enqueue(*, grace: dt.timedelta) -> int:
-    """Enqueue again every pending extraction last enqueued more than ``grace`` ago; return
-    how many were handed to the task backend.
+    """Enqueue again every pending extraction last enqueued more than ``grace`` ago; return how many
+    the task backend took.
 
-    For turns whose process died between commit and enqueue, or whose task was lost or failed.
-    Each record is claimed (its ``enqueued_at`` moved to now) before its task is enqueued, so
-    two runs at once do not both enqueue it; a record enqueued twice is still extracted once.
-    Raises ``MemoryUnavailable`` when the database cannot be reached.
+    Each record is claimed before its task is enqueued, so concurrent runs enqueue it once. Raises
+    ``MemoryUnavailable`` when the database cannot be reached.
     """
     return _pending_enqueue(PendingExtraction, grace, extraction_enqueue)
 
@@ -95,9 +85,8 @@ def _pending_enqueue(
     grace: dt.timedelta,
     enqueue: Callable[..., bool],
 ) -> int:
-    """The loop of ``pending_enqueue`` and ``summaries_pending_enqueue`` over ``model``'s
-    records: claim a batch (``enqueued_at`` moved to now, skipping rows another run holds),
-    then hand each to ``enqueue``; return how many the backend took."""
+    """``pending_enqueue``'s loop over ``model``'s records: claim a batch (skipping locked rows),
+    hand each to ``enqueue``; return how many the backend took."""
     enqueued = 0
     last_pk = 0
     while True:
@@ -148,10 +137,8 @@ def summary_enqueue(*, pending_pk: int) -> bool:
 
 
 def summaries_pending_enqueue(*, grace: dt.timedelta) -> int:
-    """Enqueue again every pending summary refresh last enqueued more than ``grace`` ago; return
-    how many were handed to the task backend (``pending_enqueue``'s rules, for summaries).
-    Raises ``MemoryUnavailable`` when the database cannot be reached.
-    """
+    """``pending_enqueue`` for summary refreshes. Raises ``MemoryUnavailable`` when the database
+    cannot be reached."""
     return _pending_enqueue(PendingSummary, grace, summary_enqueue)
 
 
@@ -169,10 +156,8 @@ def embedding_run(owner_id: str) -> int:
 
 
 def embedding_enqueue(*, owner_id: str, delay: float = 0.0) -> bool:
-    """Hand the owner's embedding run to the task backend, to start after ``delay`` seconds
-    where the backend can defer; return whether it took it. Called after an append's commit.
-    Never raises: a backend that fails is logged, and the turns wait for ``memory_embed``.
-    """
+    """Hand the owner's embedding run to the task backend, after ``delay`` seconds where it can
+    defer; return whether it took it. Never raises: a failing backend is logged."""
     try:
         run = embedding_run
         if delay > 0 and run.get_backend().supports_defer:

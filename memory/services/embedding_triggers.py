@@ -1,17 +1,9 @@
 """What makes an owner's embedding run due: an append (or a link's moved turns), and the task's
-enqueue after commit, debounced per owner and process. Apart from ``embeddings`` so that the
-task's module, which imports the run, is imported only from here.
+enqueue after commit, debounced per owner and process.
 
-On the request path this costs a dictionary lookup and, at most once per owner and process
-every ``DEBOUNCE_SECONDS``, a set insertion after commit: the process's handoff thread
-(``MEMORY["ENQUEUE_THREAD"]``) gathers the owners due for ``DEBOUNCE_SECONDS`` and enqueues
-their runs, each a write to the task backend (about 1 ms each with the database backend) that
-no request waits for. With the thread off, the append enqueues after its own commit.
-
-Vectors are derived data, and a run embeds everything after the owner's ``embedded_seq``: a run
-that was never enqueued (the process exited with owners still pending, an enqueue debounced
-while the owner's last run was already finishing) is made up by the owner's next run or by
-``manage.py memory_embed``.
+On the request path: a dictionary lookup and at most one set insertion per owner every
+``DEBOUNCE_SECONDS``; the handoff thread (``MEMORY["ENQUEUE_THREAD"]``) enqueues the runs. A run
+never enqueued is made up by the owner's next run or ``manage.py memory_embed``.
 """
 
 from __future__ import annotations
@@ -29,9 +21,8 @@ from memory.recall import vectors
 
 logger = logging.getLogger("memory.recall")
 
-# An append enqueues its owner's embedding run at most this often per process: a burst of
-# appends costs one task. The run is handed to the backend to start after this delay where the
-# backend can defer, so that it finds the burst's turns committed.
+# An append enqueues its owner's run at most this often per process, delayed as long where the
+# backend can defer, so the run finds the burst's turns committed.
 DEBOUNCE_SECONDS = 1.0
 # Owners remembered by the debounce, at most; past it the oldest half is let go.
 DEBOUNCE_OWNERS = 10_000
@@ -45,10 +36,8 @@ _thread: threading.Thread | None = None
 
 
 def embedding_due(owner_id: str) -> None:
-    """After the current transaction commits, have the owner's embedding run enqueued (by the
-    handoff thread, or here with ``MEMORY["ENQUEUE_THREAD"]`` off), unless this process did
-    within ``DEBOUNCE_SECONDS``. Called by every append; costs a dictionary lookup when
-    embeddings are off or the owner's run is already on its way."""
+    """After commit, have the owner's embedding run enqueued, unless this process did within
+    ``DEBOUNCE_SECONDS``. Called by every append."""
     if find_spec("django_tasks") is None or not vectors.embeddings_on(DEFAULT_DB_ALIAS):
         return
     now = time.monotonic()
@@ -75,7 +64,7 @@ def _hand_off(owner_id: str) -> None:
     with _due_lock:
         if len(_pending) < DEBOUNCE_OWNERS:
             _pending.add(owner_id)
-        # NOTE: a forked child starts with none (_after_fork).
+        # A forked child starts with none (_after_fork).
         if _thread is None or not _thread.is_alive():
             _thread = threading.Thread(
                 target=_handoff_loop, name="memory-embed-enqueue", daemon=True
@@ -111,8 +100,7 @@ def handoff_flush() -> int:
 
 
 def _after_fork() -> None:
-    # NOTE: a forked child has none of the parent's threads, and a lock one of them held stays
-    # held in the child: each of these starts anew there (the pending owners are the parent's).
+    # NOTE: after a fork a lock a parent's thread held stays held: start each anew.
     global _due_lock, _wake, _thread
     _due_lock = threading.Lock()
     _wake = threading.Event()

@@ -1,12 +1,6 @@
-"""Writes of the turns' vectors: an owner's embedding run, in bounded batches each its own
-transaction, run by the deferred task of ``memory.services.deferred`` (or ``manage.py
-memory_embed``).
-
-Nothing here is on the request path (an append's enqueue is ``embedding_triggers``'). Vectors are
-derived data: a turn whose task never ran (a worker down, an enqueue debounced while the last
-run was already finishing) is embedded by the owner's next run or by ``memory_embed``, which
-pages every owner behind.
-"""
+"""Writes of the turns' vectors: an owner's embedding run, in bounded batches of one transaction
+each, run by a deferred task (``memory.services.deferred``) or ``manage.py memory_embed``. Vectors
+are derived data: a turn whose task never ran is embedded by a later run."""
 
 from __future__ import annotations
 
@@ -34,11 +28,8 @@ logger = logging.getLogger("memory.recall")
 
 
 class _RecentVectors:
-    """The vectors of the last texts this process embedded, by model and text (at most
-    ``size``, the oldest out first; texts up to ``longest`` characters): a turn repeating one
-    (an assistant's stock answer, a line pasted twice) reuses its vector instead of running the
-    model again. The embedder answers the same vector for the same text, so nothing differs
-    but the time."""
+    """The vectors of the last texts this process embedded, by model and text (at most ``size``,
+    oldest out first): a repeated text reuses its vector."""
 
     def __init__(self, size: int = 1024, longest: int = 2000) -> None:
         self.size = size
@@ -57,7 +48,7 @@ class _RecentVectors:
     def put(self, model: str, text: str, vector: Sequence[float]) -> None:
         if len(text) > self.longest:
             return
-        # NOTE: float32, as the model computes them (and halfvec stores fewer bits still).
+        # NOTE: float32, as the model computes them.
         kept = array("f", vector)
         with self._lock:
             self._items[(model, text)] = kept
@@ -72,10 +63,9 @@ _recent = _RecentVectors()
 def batch_vectors(
     embedder: Any, model: str, rows: Sequence[tuple[int, str]]
 ) -> tuple[list[int], list[list[float]], dict[str, int]]:
-    """The vectors of a batch of turns ``(pk, content)``: ``(pks, vectors, counts)``, where an
-    ack-only turn (``embedders.passage_worth_embedding``) gets none, and a text met already (in
-    the batch, or among the process's last embedded texts) is embedded once. ``counts``: how
-    many turns were ``embedded``, ``duplicate`` (a vector reused), ``skipped``."""
+    """The vectors of a batch of turns ``(pk, content)``: ``(pks, vectors, counts)``. An ack-only
+    turn gets none; a text met already is embedded once. ``counts``: ``embedded``, ``duplicate``,
+    ``skipped``."""
     pks: list[int] = []
     texts: list[str] = []
     for pk, content in rows:
@@ -113,20 +103,12 @@ def _owner_state(owner_id: str) -> tuple[int, int, int] | None:
 
 
 def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
-    """Embed the owner's turns after its ``embedded_seq``, oldest first, and first their facts
-    that have no vector of their current version (``facts_embed``); return how many turn
-    vectors were written. Stops after ``limit`` turns when given (``memory_embed`` pages so).
+    """Embed the owner's turns after its ``embedded_seq``, oldest first, after their facts
+    (``facts_embed``); return how many turn vectors were written, at most ``limit`` when given.
 
-    Reads ``MEMORY["EMBED_BATCH_TURNS"]`` turns at a time and embeds them outside any
-    transaction (appends go on); each batch's vectors and its new ``embedded_seq`` are written
-    in one transaction, so a run stopped anywhere (a killed worker) resumes after its last
-    batch, and a run racing another writes each vector once more at worst (the write replaces).
-    An ack-only turn gets no vector and a text met moments before is embedded once
-    (``batch_vectors``); each batch's counts and lag go to the metrics (``memory.counters``).
-    A turn deleted meanwhile gets no vector; a forgotten owner ends the run. A run that takes
-    the owner past ``vectors.INDEX_FROM`` turns builds the model's HNSW index where it is
-    missing (concurrently, outside any transaction), which their searches then walk. Does
-    nothing while
+    Embeds ``MEMORY["EMBED_BATCH_TURNS"]`` turns at a time outside any transaction, then writes the
+    batch and its ``embedded_seq`` in one: a run stopped anywhere resumes after its last batch. Past
+    ``vectors.INDEX_FROM`` turns it builds the model's HNSW index where missing. Does nothing while
     ``vectors.embeddings_on`` is false. Raises ``ValidationError`` for a bad owner id,
     ``MemoryUnavailable`` when the database cannot be reached, and what the embedder raises
     (``ImproperlyConfigured`` for vectors of the wrong shape).
@@ -159,8 +141,7 @@ def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
                 .order_by("seq")
                 .values_list("pk", "seq", "content", "created_at")[:size]
             )
-        # NOTE: every turn up to last_seq is committed (the seq and the turn commit together),
-        # so a short batch covers the rest: the turns after it were deleted.
+        # NOTE: every turn up to last_seq is committed, so a short batch covers the rest.
         through = rows[-1][1] if len(rows) == size else last_seq
         pks, found, counts = batch_vectors(
             embedder, model, [(pk, content) for pk, _, content, _ in rows]
@@ -174,7 +155,7 @@ def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
                         embedded_seq=Greatest("embedded_seq", through)
                     )
             except IntegrityError:
-                # NOTE: the owner was forgotten between the read and the write.
+                # The owner was forgotten between the read and the write.
                 return written
         if rows:
             oldest = min(created_at for _, _, _, created_at in rows)
@@ -184,8 +165,7 @@ def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
         if not moved:
             return written
         if through > vectors.INDEX_FROM and found:
-            # NOTE: past INDEX_FROM the owner's searches walk the model's HNSW index: the run
-            # that takes an owner there builds it, once, where it is missing.
+            # NOTE: the run that takes an owner past INDEX_FROM builds the HNSW index, once.
             with database_guard():
                 vectors.vectors_index(DEFAULT_DB_ALIAS, model, len(found[0]))
     return written
@@ -195,13 +175,11 @@ aturns_embed = aio.twin(turns_embed)
 
 
 def facts_embed(owner_pk: int, embedder: Any, model: str) -> int:
-    """Embed the owner's facts whose current version has no vector of ``model`` (new facts,
-    changed ones, those a link moved), in batches of ``MEMORY["EMBED_BATCH_TURNS"]`` each
-    written in its own transaction; return how many were written. Bounded by the owner's
-    facts (``MEMORY["MAX_FACTS"]``, and the expired ones not swept yet); a fact changed while
-    it was embedded is left for the next run. Part of the owner's embedding run."""
+    """Embed the owner's facts whose current version has no vector of ``model``, in batches of
+    ``MEMORY["EMBED_BATCH_TURNS"]`` of one transaction each; return how many were written. A fact
+    changed while embedded is left for the next run."""
     written = 0
-    # NOTE: the facts a pass could not write (changed meanwhile) are not read again by it.
+    # NOTE: the facts a pass could not write (changed meanwhile) are not read again.
     for _ in range(conf.MAX_FACTS // conf.EMBED_BATCH_TURNS + 2):
         with database_guard():
             due = vectors.facts_due(DEFAULT_DB_ALIAS, owner_pk, model, conf.EMBED_BATCH_TURNS)
@@ -221,13 +199,8 @@ def facts_embed(owner_pk: int, embedder: Any, model: str) -> int:
 
 
 def embeddings_backfill(*, limit: int | None = None) -> int:
-    """Embed the turns of every owner behind (``embedded_seq`` below ``last_seq``), owners in
-    pk order, at most ``limit`` turns in all; return how many were embedded.
-
-    Pages the owners 500 at a time. What is done is kept in each owner's ``embedded_seq``, so a
-    run stopped anywhere (Ctrl-C, a killed worker) loses at most one batch, and the next run
-    goes on from there.
-    """
+    """Embed the turns of every owner behind (``embedded_seq`` below ``last_seq``), in pk order, at
+    most ``limit`` turns in all; return how many. A run stopped anywhere loses at most one batch."""
     done = 0
     after_pk = 0
     while limit is None or done < limit:
@@ -248,9 +221,8 @@ def embeddings_backfill(*, limit: int | None = None) -> int:
 
 
 def embeddings_restale() -> int:
-    """Make every owner's vectors due again (after ``MEMORY["EMBEDDER"]`` changed model):
-    ``embedded_seq`` back to 0, in pages; return how many owners. Search compares only vectors
-    of the current model, so the old ones are ignored until each is replaced."""
+    """Make every owner's vectors due again (after ``MEMORY["EMBEDDER"]`` changed model); return how
+    many owners. Old vectors are ignored until replaced."""
     total = 0
     after = 0
     while True:

@@ -1,6 +1,5 @@
-"""The sweep of expired facts: ``facts_expire`` deletes, in bounded pages, the facts whose
-``expires_at`` has passed (every read leaves them out already), each leaving a last ``deleted``
-version by ``"expiry"``; ``manage.py memory_expire`` and the task ``facts_expire_run`` run it."""
+"""The sweep of expired facts (every read omits them already): ``facts_expire`` deletes them in
+bounded pages, each leaving a last ``deleted`` version by ``"expiry"``."""
 
 from __future__ import annotations
 
@@ -20,18 +19,14 @@ EXPIRE_BATCH = 500
 
 
 def facts_expire(*, batch_size: int = EXPIRE_BATCH, limit: int | None = None) -> int:
-    """Delete every fact expired by now (the instant the sweep starts), each leaving a last
-    ``deleted`` version with actor ``"expiry"``, as ``fact_delete`` does; return how many went.
+    """Delete every fact expired when the sweep starts, as ``fact_delete`` does (actor
+    ``"expiry"``); return how many went.
 
-    Pages through the expired facts by (``expires_at``, id), ``batch_size`` rows a statement,
-    on the partial index of the facts that expire: each page costs the same however many facts
-    there are. A page's facts of one owner go in one short transaction under that owner's
-    lock, re-read there (a fact written again meanwhile no longer expires, or later, and
-    stays), and the owner's cached copy takes the delete after commit (``cache.owner_changed``).
-    Reads never wait for it: an expired fact is absent from every read already. With ``limit``,
-    stops after the page that reached it. Raises ``ValidationError`` for a bad ``batch_size``
-    or ``limit`` and ``MemoryUnavailable`` when the database cannot be reached; the facts
-    deleted before that stay deleted, the others wait for the next sweep.
+    Pages of ``batch_size`` on the partial index of expiring facts; one short transaction per
+    owner, re-read under its lock (a fact written again meanwhile stays). With ``limit``, stops
+    after the page that reached it. Raises ``ValidationError`` for a bad ``batch_size`` or
+    ``limit`` and ``MemoryUnavailable`` when the database cannot be reached; deleted facts stay
+    deleted.
     """
     for name, number in (("batch_size", batch_size), ("limit", limit)):
         if number is not None and (

@@ -54,15 +54,13 @@ def fact_put(
 ) -> tuple[Fact, bool]:
     """Set one fact of the owner; return it and whether it was created.
 
-    Its ``version`` grows by one on every change (the version records ``actor``); the same
-    value and expiry again change nothing. A write replaces the fact: with ``expires_at`` (an
-    aware datetime in the future) the fact is absent from every read from that instant and
-    ``facts_expire`` deletes it later; without, it never expires. A fact expired but not swept
-    yet counts as absent (setting it again creates it). With ``expected_version``, raises
-    ``FactVersionConflict`` unless the fact is at that version. Raises ``ValidationError`` for
-    bad input (``{"expires_at": ...}`` for a time not in the future), or ({"key": message})
-    when a new key would pass ``MEMORY["MAX_FACTS"]``, and ``MemoryUnavailable`` when the
-    database cannot be reached; then nothing was stored.
+    Each change is a new ``version`` recording ``actor``; the same value and expiry change nothing.
+    With ``expires_at`` (aware, in the future) the fact is absent from every read from that instant;
+    without, it never expires. An expired fact not swept yet counts as absent. Raises
+    ``FactVersionConflict`` unless the fact is at ``expected_version`` (when given),
+    ``ValidationError`` for bad input or ({"key": message}) for a new key past
+    ``MEMORY["MAX_FACTS"]``, and ``MemoryUnavailable`` when the database cannot be reached; then
+    nothing was stored.
     """
     field_check("user_id", validate_owner_id, owner_id)
     field_check("key", validate_fact_key, key)
@@ -113,13 +111,10 @@ def facts_merge(
 ) -> list[Fact]:
     """Set several facts of the owner in one transaction; return all its facts, by key.
 
-    Each changed key gets a new version (recording ``actor``), and no longer expires; unchanged
-    values and other keys stay as they are; expired facts are not returned.
-    The result is bounded: at most ``MEMORY["MAX_FACTS"]`` facts of at most
-    ``MEMORY["MAX_JSON_BYTES"]`` each. Raises ``ValidationError`` ({"facts": {key: messages}})
-    for bad input, or ({"facts": message}) when the new keys would take the owner past
-    ``MAX_FACTS`` (the whole merge is refused), and ``MemoryUnavailable`` when the database
-    cannot be reached; then nothing was stored.
+    Each changed key gets a new version (recording ``actor``) and no longer expires; other keys
+    stay. Raises ``ValidationError`` ({"facts": {key: messages}}) for bad input, or ({"facts":
+    message}) when the new keys would pass ``MAX_FACTS`` (the whole merge is refused), and
+    ``MemoryUnavailable`` when the database cannot be reached; then nothing was stored.
     """
     field_check("user_id", validate_owner_id, owner_id)
     field_check("actor", validate_actor, actor)
@@ -157,13 +152,11 @@ afacts_merge = aio.twin(facts_merge)
 def fact_delete(
     *, owner_id: str, key: str, expected_version: int | None = None, actor: str = "python"
 ) -> None:
-    """Delete one fact of the owner, leaving a last ``deleted`` version (recording ``actor``)
-    in its history.
+    """Delete one fact of the owner, leaving a last ``deleted`` version (recording ``actor``).
 
-    Raises ``FactNotFound`` when there is none (an expired fact is none: the sweep deletes
-    it), ``FactVersionConflict`` when
-    ``expected_version`` is not current, ``MemoryUnavailable`` when the database cannot be
-    reached; then nothing changed.
+    Raises ``FactNotFound`` when there is none (or it expired), ``FactVersionConflict`` when
+    ``expected_version`` is not current, ``MemoryUnavailable`` when the database cannot be reached;
+    then nothing changed.
     """
     field_check("user_id", validate_owner_id, owner_id)
     field_check("key", validate_held_fact_key, key)
@@ -194,16 +187,12 @@ def _dot_key_new(key: str, held: Collection[str]) -> str:
 
 
 def fact_dot_keys_rename(*, owner_id: str, actor: str = "python") -> dict[str, str]:
-    """Rename the owner's facts whose key is made only of dots (stored before keys of dots
-    alone were refused): ``.`` -> ``dot``, ``..`` -> ``dotdot``, three or more -> ``dots-<n>``,
-    with ``-2``, ``-3``, ... after it where the owner holds that key already. Return
-    ``{old key: new key}``, empty when there were none.
+    """Rename the owner's facts whose key is made only of dots: ``.`` -> ``dot``, ``..`` ->
+    ``dotdot``, more -> ``dots-<n>`` (``-2``, ``-3``... where taken). Return ``{old key: new
+    key}``.
 
-    Each renamed fact leaves history as a delete of the old key and a put of the new one would:
-    a last ``deleted`` version of the old key, and the value (its session id and source turn
-    kept) as a new version of the new key. One transaction under the owner's lock; the cached
-    copy is updated after commit. Raises ``MemoryUnavailable`` when the database cannot be
-    reached; then nothing changed.
+    History records a delete of the old key and a put of the new one, in one transaction. Raises
+    ``MemoryUnavailable`` when the database cannot be reached; then nothing changed.
     """
     field_check("user_id", validate_owner_id, owner_id)
     field_check("actor", validate_actor, actor)

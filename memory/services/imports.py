@@ -55,8 +55,8 @@ FIELDS = {
     "turns": TURN_FIELDS,
     "sessions": SESSION_FIELDS,
 }
-# Fields an item may lack (a document exported before them): a fact's ``expires_at`` (then it
-# never expires) and a version's ``actor`` (then ``"import"``).
+# Fields an item may lack (older documents): a fact's ``expires_at`` (never expires) and a version's
+# ``actor`` (``"import"``).
 OPTIONAL = {"facts": ("expires_at",), "fact_history": ("actor", "expires_at")}
 
 
@@ -174,8 +174,8 @@ RULES: dict[str, dict[str, Callable[[Any], None]]] = {
 def _fields(
     errors: _Errors, path: str, item: Any, fields: tuple[str, ...], optional: tuple[str, ...] = ()
 ) -> bool:
-    """Whether ``item`` is an object of exactly ``fields`` (those of ``optional`` may be
-    missing); each difference is an error."""
+    """Whether ``item`` is an object of exactly ``fields`` (those of ``optional`` may be missing);
+    each difference is an error."""
     if not isinstance(item, dict):
         errors.add(path, "Must be a JSON object.")
         return False
@@ -184,8 +184,7 @@ def _fields(
             errors.add(f"{path}.{name}" if path != "document" else name, "This field is required.")
     for name in item:
         if name not in fields:
-            # NOTE: refused, not ignored: an import that dropped a field would not give back
-            # the document it was given.
+            # NOTE: refused, not ignored: a dropped field would not give back the document given.
             where = f"{path}.{name}" if path != "document" else str(name)
             errors.add(where, "Unknown field: this version imports only " + ", ".join(fields))
     return all(name in item or name in optional for name in fields) and all(
@@ -232,9 +231,8 @@ def _history_check(
     versions: list[dict[str, Any]],
     exported_at: dt.datetime | None,
 ) -> None:
-    """Each key's versions are 1, 2, ... in order; a current fact is its key's last version,
-    a key without one ends with a deleted version, or one that had expired by ``exported_at``
-    (an export leaves expired facts out; they are not imported as current facts)."""
+    """Each key's versions are 1, 2, ... in order; a current fact is its key's last version, and a
+    key without one ends deleted or expired by ``exported_at``."""
     last: dict[str, tuple[int, dict[str, Any]]] = {}
     for i, version in enumerate(versions):
         key = version["key"]
@@ -308,8 +306,8 @@ def _summary_check(errors: _Errors, summary: Any) -> dict[str, Any] | None:
 
 
 def _document_check(document: Any, owner_id: str | None) -> _Checked:
-    """The document's items, once every rule holds; else ``ValidationError`` naming each bad
-    item (up to ``MAX_ERRORS`` of them)."""
+    """The document's items, once every rule holds; else ``ValidationError`` naming each bad item
+    (up to ``MAX_ERRORS``)."""
     errors = _Errors()
     checked = None
     try:
@@ -361,24 +359,16 @@ def _memory_held(owner: Owner) -> bool:
 
 
 def memory_import(*, document: Mapping[str, Any], owner_id: str | None = None) -> ImportResult:
-    """Load an export document (``selectors.owner_export``'s, parsed) into the owner it names,
-    or into ``owner_id``; return what was stored.
+    """Load an export document (``selectors.owner_export``'s, parsed) into the owner it names, or
+    into ``owner_id``; return what was stored.
 
-    Every item is checked first by the rules the API applies to its writes (owner ids, fact
-    keys, session ids, contents, JSON values, ``MEMORY["MAX_FACTS"]``...), and the document as
-    a whole: turns in seq order, each seq once (gaps are kept: pruned turns leave them), every
-    turn's session listed, each key's versions 1, 2, ... with its current fact the last of
-    them. Then one transaction under the owner's lock stores it all as it was: seqs,
-    timestamps, versions (``source_turn_seq``, ``deleted``, ``actor``: ``"import"`` where a
-    version has none), facts' ``expires_at`` (a fact expired already is absent from every read
-    and swept as any) and sessions; the owner's next
-    turn follows its last seq. After commit the owner's cached copy is dropped
-    (``cache.owner_drop``), so the next read rehydrates the imported memory. Turns keep no
-    idempotency key (the document has none), and no fact extraction runs on them.
-
-    Raises ``ValidationError`` ({"turns[17].role": messages, ...}, up to 20 items) for a bad
-    document, or ({"user_id": message}) when the owner already has memory; then nothing
-    changed. Raises ``MemoryUnavailable`` when the database cannot be reached.
+    Every item is checked first by the rules the API applies to writes, and the document as a
+    whole (seq order, sessions listed, versions 1, 2, ...). Then one transaction stores it as it
+    was: seqs, timestamps, versions, expiries, sessions; the cached copy is dropped after commit.
+    Turns get no idempotency key and no fact extraction. Raises ``ValidationError``
+    ({"turns[17].role": messages, ...}, up to 20 items) for a bad document, or ({"user_id":
+    message}) when the owner already has memory; then nothing changed. Raises
+    ``MemoryUnavailable`` when the database cannot be reached.
     """
     checked = _document_check(document, owner_id)
     with service_transaction():
@@ -395,7 +385,7 @@ def memory_import(*, document: Mapping[str, Any], owner_id: str | None = None) -
         _store(owner, checked)
         last_seq = checked.turns[-1]["seq"] if checked.turns else 0
         cache.owner_drop(owner, turns=max(last_seq - owner.last_seq, 0))
-        # NOTE: the imported turns and facts are found by meaning too, once the run is done.
+        # The imported turns and facts are found by meaning too, once the run is done.
         embedding_due(checked.owner_id)
     return ImportResult(
         checked.owner_id,

@@ -55,11 +55,10 @@ from memory.validators import (
 def memory_forget(*, owner_id: str) -> bool:
     """Forget the owner: delete every turn, fact, fact version and session, then its cache.
 
-    Returns whether there was anything to forget. The admin's log entries about the owner and
-    its rows go in the same transaction, so "Recent actions" never names a forgotten owner (the
-    admin records the forget itself without the id). After commit the cached copy is replaced
-    by a content-free floor for a minute, so that a rehydration in flight cannot bring it back.
-    Raises ``MemoryUnavailable`` when the database cannot be reached; then nothing changed.
+    Returns whether there was anything to forget. The admin's log entries about the owner go in the
+    same transaction. After commit the cached copy becomes a content-free floor, so no rehydration
+    in flight brings it back. Raises ``MemoryUnavailable`` when the database cannot be reached; then
+    nothing changed.
     """
     field_check("user_id", validate_owner_id, owner_id)
     with service_transaction():
@@ -75,8 +74,8 @@ def _forget_locked(owner: Owner) -> None:
     owner_id = owner.external_id
     admin_log_scrub(owner)
     with cache.owner_write(owner) as write:
-        # NOTE: the owner row goes, and with it its dirty mark; this row is the durable record
-        # that its cached copy must still go, deleted once Redis confirmed.
+        # NOTE: the owner row, and its dirty mark, goes: this row is the durable record that its
+        # cached copy must still go.
         pending = CacheInvalidation.objects.create(external_id=owner_id, stamp=owner.stamp)
         write.drop(outbox_pk=pending.pk)
     owner.delete()
@@ -93,16 +92,13 @@ IDLE_PAGE = 500
 
 
 def owners_forget_idle(*, prefix: str, idle_for: dt.timedelta, limit: int | None = None) -> int:
-    """Forget, as ``memory_forget`` does, every owner whose id starts with ``prefix`` and that
-    no write touched for longer than ``idle_for`` (``Owner.updated_at``, which every write
-    sets; reads do not); return how many went.
+    """Forget, as ``memory_forget`` does, every owner whose id starts with ``prefix`` and that no
+    write touched for longer than ``idle_for``; return how many went.
 
-    For a retention rule on owners nobody will come back to, such as the demo's anonymous
-    visitors (``anon-``). Oldest first, one transaction per owner, its idleness checked again
-    under its row lock: an owner written meanwhile stays. At most ``limit`` owners when given.
-    Raises ``ValidationError`` for an empty ``prefix`` or a ``idle_for`` that is not positive,
-    and ``MemoryUnavailable`` when the database cannot be reached (the owners forgotten before
-    it stay forgotten).
+    Oldest first, one transaction per owner, idleness checked again under its lock; at most
+    ``limit`` owners when given. Raises ``ValidationError`` for an empty ``prefix`` or a
+    non-positive ``idle_for``, and ``MemoryUnavailable`` when the database cannot be reached
+    (owners already forgotten stay forgotten).
     """
     if not isinstance(prefix, str) or not prefix:
         raise ValidationError({"prefix": ["Give the prefix of the owner ids to forget."]})
@@ -157,14 +153,13 @@ class LinkResult(NamedTuple):
 
 
 def _source_turn_seqs_follow(owner: Owner, seqs: Mapping[int, int]) -> None:
-    """Point the owner's ``source_turn_seq`` values at the seqs its turns got (``seqs``: old to
-    new); a value that ``seqs`` does not name (its turn was deleted since) becomes NULL."""
+    """Point the owner's ``source_turn_seq`` values at their turns' new seqs (``seqs``: old to new);
+    a seq ``seqs`` lacks (a deleted turn) becomes NULL."""
     sources = [
         model.objects.filter(owner=owner, source_turn_seq__isnull=False)
         for model in (Fact, FactVersion)
     ]
-    # NOTE: one statement per table, so that a new seq is never taken for an old one; a turn
-    # deleted since leaves NULL rather than a number that now names another turn.
+    # NOTE: one statement per table, so a new seq is never mistaken for an old one.
     source_turn_seq = (
         Case(
             *[When(source_turn_seq=old, then=Value(new)) for old, new in seqs.items()],
@@ -193,10 +188,8 @@ def _referenced_seqs(owner: Owner) -> set[int]:
 def _facts_link(source: Owner, target: Owner) -> int:
     """Give ``target`` the facts of ``source`` it lacks or has older; return how many.
 
-    A fact taken brings its history, renumbered after the target's versions of its key, and
-    becomes the target's current version. Where the target's value stays, the source's history
-    of that key is left to be forgotten with the source. An expired fact is none: the source's
-    is not offered (its history is), and the target's gives way to any.
+    A fact taken brings its history, renumbered after the target's versions. An expired fact is
+    none: the source's is not offered, and the target's gives way to any.
     """
     now = timezone.now()
     kept = {fact.key: fact for fact in Fact.objects.filter(owner=target)}
@@ -242,12 +235,11 @@ def _facts_link(source: Owner, target: Owner) -> int:
 
 
 def _turns_renumber(ids: list[int], target: Owner) -> list[tuple[int, int]]:
-    """Give the turns ``ids`` to ``target`` as seqs after its last, in their order; return each
-    one's (old seq, new seq). The caller holds both owners' row locks."""
+    """Give the turns ``ids`` to ``target`` as seqs after its last, in order; return each one's (old
+    seq, new seq). The caller holds both owners' row locks."""
     table = connection.ops.quote_name(Turn._meta.db_table)
     if connection.vendor == "postgresql":
-        # NOTE: one statement renumbers and moves the batch, so a turn appended to either owner
-        # meanwhile cannot slip in between (it waits for the row locks this batch holds).
+        # NOTE: one statement renumbers and moves the batch: no append can slip in between.
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {table} SET owner_id = %s, seq = %s + ranked.rn"
@@ -257,8 +249,7 @@ def _turns_renumber(ids: list[int], target: Owner) -> list[tuple[int, int]]:
                 [target.pk, target.last_seq, *ids],
             )
             return [(int(old), int(new)) for old, new in cursor.fetchall()]
-    # NOTE: SQLite (the demo's default) cannot name the FROM clause's table in RETURNING: the
-    # old seqs are read first, in this transaction, which holds SQLite's one write lock.
+    # NOTE: SQLite cannot name the FROM table in RETURNING: read the old seqs first.
     olds = list(Turn.objects.filter(pk__in=ids).order_by("seq").values_list("pk", "seq"))
     news = {pk: target.last_seq + rank for rank, (pk, _) in enumerate(olds, start=1)}
     Turn.objects.filter(pk__in=ids).update(
@@ -272,9 +263,9 @@ def _turns_renumber(ids: list[int], target: Owner) -> list[tuple[int, int]]:
 
 
 def _turns_link(source: Owner, target: Owner, limit: int) -> list[tuple[int, int]]:
-    """Move the ``limit`` oldest turns of ``source`` to ``target`` as seqs after the target's
-    last, in order, with their sessions' counts; return each moved turn's (old seq, new seq).
-    Idempotency keys the target already uses are cleared on the moved turns."""
+    """Move the ``limit`` oldest turns of ``source`` to ``target`` after the target's last, with
+    their sessions' counts; return each moved turn's (old seq, new seq). Idempotency keys the target
+    already uses are cleared."""
     ids = list(
         Turn.objects.filter(owner=source).order_by("seq").values_list("pk", flat=True)[:limit]
     )
@@ -325,8 +316,8 @@ def _link_step(owner_id: str, from_owner_id: str) -> _LinkStep:
     with service_transaction():
         if not Owner.objects.filter(external_id=from_owner_id).exists():
             return _LinkStep(0, 0, True)
-        # NOTE: every link locks its two owners in this one order, so links never wait on each
-        # other in a cycle; appends and other writes hold one owner's lock only.
+        # NOTE: links lock their two owners in one order, so they never wait on each other in a
+        # cycle.
         locked = {
             oid: owner_lock(oid, create=oid == owner_id)
             for oid in sorted((owner_id, from_owner_id))
@@ -334,12 +325,11 @@ def _link_step(owner_id: str, from_owner_id: str) -> _LinkStep:
         source, target = locked[from_owner_id], locked[owner_id]
         assert target is not None
         if source is None:
-            # NOTE: linked or forgotten meanwhile; undo creating the target, if this did.
+            # Linked or forgotten meanwhile; undo creating the target, if this did.
             transaction.set_rollback(True)
             return _LinkStep(0, 0, True)
         offered = list(Fact.objects.filter(owner=source).values_list("key", flat=True))
-        # NOTE: a key made only of dots (stored before keys of dots alone were refused) is not
-        # written into the owner: the link is refused, before any batch, until it was renamed.
+        # NOTE: a key made only of dots is refused, before any batch, until it was renamed.
         dotted = sorted(key for key in offered if dots_only(key))
         if dotted:
             raise ValidationError(
@@ -355,8 +345,7 @@ def _link_step(owner_id: str, from_owner_id: str) -> _LinkStep:
         # before this batch, as any write past it is (this batch moves nothing).
         facts_cap_check(target, offered, field="from_user_id")
         progress = OwnerLink.objects.filter(source=source).first()
-        # NOTE: a link into another owner, cut off, starts over here: the turns it moved stay
-        # where they went, and the facts that name them will name none.
+        # NOTE: a link into another owner, cut off, starts over: moved turns stay where they went.
         seqs = progress.seqs if progress is not None and progress.target_id == target.pk else {}
         referenced = _referenced_seqs(source)
         moved = _turns_link(source, target, conf.LINK_BATCH_TURNS)
@@ -377,14 +366,13 @@ def _link_step(owner_id: str, from_owner_id: str) -> _LinkStep:
 
 
 def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
-    """Merge the memory of ``from_owner_id`` (an anonymous visitor) into ``owner_id``, then
-    forget ``from_owner_id``; return how many turns and facts this call moved.
+    """Merge the memory of ``from_owner_id`` (an anonymous visitor) into ``owner_id``, then forget
+    ``from_owner_id``; return how many turns and facts this call moved.
 
-    The turns follow the owner's in order; for a key both hold, the value updated last wins.
-    In batches of ``MEMORY["LINK_BATCH_TURNS"]`` turns, each its own transaction; a link cut
-    off is finished by linking again, and linking again after that moves nothing
-    (docs/python-api.md, "Linking"). Raises ``ValidationError`` for a bad id, a link to itself,
-    a dot-only fact key or a link past ``MEMORY["MAX_FACTS"]`` (then nothing changed), and
+    Turns follow the owner's in order; for a key both hold, the value updated last wins. In batches
+    of ``MEMORY["LINK_BATCH_TURNS"]`` turns, one transaction each; linking again finishes a link cut
+    off (docs/python-api.md, "Linking"). Raises ``ValidationError`` for a bad id, a link to itself,
+    a dot-only fact key or a link past ``MEMORY["MAX_FACTS"]`` (nothing changed), and
     ``MemoryUnavailable`` when the database cannot be reached (committed batches stay moved).
     """
     field_check("user_id", validate_owner_id, owner_id)
@@ -397,8 +385,7 @@ def memory_link(*, owner_id: str, from_owner_id: str) -> LinkResult:
         turns_moved += step.turns_moved
         if step.done:
             if turns_moved:
-                # NOTE: the moved turns' vectors went with the anonymous owner (their rows name
-                # it); the target's run embeds them again under their new seqs.
+                # NOTE: the moved turns' vectors went with the anonymous owner: embed them again.
                 embedding_due(owner_id)
             return LinkResult(turns_moved, step.facts_moved)
 

@@ -18,9 +18,8 @@ def store_vectors_put(
     model: str,
     vectors: Mapping[str, Sequence[tuple[str, list[float]]]],
 ) -> None:
-    """Replace the vectors of ``model`` of the owner's facts ``vectors`` names (fact key ->
-    ``(field path, vector)`` list; an empty list leaves the fact without one), each tied to the
-    fact's current version; a key the owner holds no fact of is skipped. Raises
+    """Replace the owner's vectors of ``model`` for the facts ``vectors`` names (key -> ``(field
+    path, vector)`` list), tied to each fact's current version; unknown keys are skipped. Raises
     ``ValidationError`` for a bad owner id, ``MemoryUnavailable`` when the database cannot be
     reached; then nothing changed."""
     field_check("user_id", validate_owner_id, owner_id)

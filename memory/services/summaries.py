@@ -30,14 +30,12 @@ LOCK_CLASS = 0x6D656D73
 
 @contextmanager
 def _refresh_lock(owner_pk: int) -> Iterator[bool]:
-    """Whether this process holds the owner's refresh lock inside the block: a session-level
-    advisory lock on PostgreSQL, which the server lets go when the connection does (a worker
-    killed mid-refresh holds nothing). Elsewhere, or behind a transaction pooler, always (the
-    batches' checks still hold)."""
+    """Whether this process holds the owner's refresh lock inside the block: a session advisory lock
+    on PostgreSQL, released with the connection. Elsewhere, or behind a transaction pooler, always
+    (the batch check still writes each batch once)."""
     if connection.vendor != "postgresql" or conf.POOLER == "transaction":
-        # NOTE: behind a transaction pooler a session's lock may outlive it on a server
-        # connection another client then uses; without it, two refreshes at once may both call
-        # the summarizer, and the batch check still writes one of them (nothing twice).
+        # NOTE: behind a transaction pooler a session lock may outlive its session; two refreshes
+        # may then both call the summarizer, and the batch check writes one.
         yield True
         return
     key = [LOCK_CLASS, owner_pk % 2147483647]
@@ -55,20 +53,13 @@ def _refresh_lock(owner_pk: int) -> Iterator[bool]:
 def summary_refresh(*, owner_id: str) -> int:
     """Bring the owner's summary up to its newest turn; return how many batches were written.
 
-    Reads the turns after the summary's ``through_seq`` ``MEMORY["SUMMARY_BATCH_TURNS"]`` at a
-    time, oldest first, and hands each batch with the summary so far to ``MEMORY["SUMMARIZER"]``,
-    outside any transaction and holding no row lock (appends go on). Each result is written in
-    one transaction under the owner's row lock with its new ``through_seq``, its tokens taken off
-    the owner's ``summary_tokens``, a new stamp, and the cached copy dropped after commit; it is
-    written only if the summary is still the one the batch was read after, so no turn is
-    summarised twice or skipped, whatever crashes or runs at once. One refresh per owner at a
-    time (an advisory lock; a second returns 0 at once). Ends, deleting the owner's
-    ``PendingSummary``, once the owner's tokens after the summary are below
-    ``MEMORY["SUMMARY_AFTER_TOKENS"]``; turns appended meanwhile past that are summarised too.
-
-    Runs in a worker, never in a request. Raises ``ValidationError`` for a bad owner id,
-    ``MemoryUnavailable`` when the database cannot be reached, and what the summarizer raises:
-    then the batches written stay, the record stays, and a rerun continues after them.
+    Hands ``MEMORY["SUMMARY_BATCH_TURNS"]`` turns at a time, with the summary so far, to
+    ``MEMORY["SUMMARIZER"]``, outside any transaction; each result is written under the owner's lock
+    only if the summary has not moved, so no turn is summarised twice or skipped. One refresh per
+    owner at a time (a second returns 0). Ends, deleting ``PendingSummary``, once the tokens after
+    the summary are below ``MEMORY["SUMMARY_AFTER_TOKENS"]``. Raises ``ValidationError`` for a bad
+    owner id, ``MemoryUnavailable`` when the database cannot be reached, and what the summarizer
+    raises; written batches stay, and a rerun continues after them.
     """
     field_check("user_id", validate_owner_id, owner_id)
     summarizer = summarizer_get()
@@ -107,7 +98,7 @@ def _refresh_locked(owner_pk: int, summarizer: recall.Summarizer) -> int:
         if not rows:
             if _refresh_done(owner_pk, target):
                 return written
-            # NOTE: appends while this ran took the owner past the threshold again.
+            # Appends while this ran took the owner past the threshold again.
             target = None
             continue
         turns = [turn_payload_from_row(row) for row in rows]
@@ -129,7 +120,7 @@ def _batch_write(
             return False
         stored = Summary.objects.select_for_update().filter(owner=owner).first()
         if (stored.through_seq if stored is not None else 0) != through:
-            # NOTE: another refresh (run by hand beside the task) got there first.
+            # Another refresh got there first.
             return False
         Summary.objects.update_or_create(
             owner=owner,

@@ -1,7 +1,5 @@
-"""What makes a summary refresh due: an append's count passing the threshold (the ORM path;
-the database function does the same), a link's moved turns; the record and the task's enqueue
-after commit. Apart from ``summaries`` so that the task's module, which imports the refresh,
-is imported only from here."""
+"""What makes a summary refresh due: an append's count passing the threshold (the ORM path), a
+link's moved turns; the record and the task's enqueue after commit."""
 
 from __future__ import annotations
 
@@ -21,8 +19,7 @@ def _summary_enqueue(pending_pk: int) -> None:
     if find_spec("django_tasks") is None:
         # NOTE: memory.W012 says so at startup; the record waits for memory_summarize.
         return
-    # NOTE: imported here, as for extraction: django-tasks only where a refresh is due. A crash
-    # before the enqueue leaves the record for ``memory_summarize --pending``.
+    # NOTE: imported here: django-tasks only where a refresh is due.
     from memory.services.deferred import summary_enqueue
 
     transaction.on_commit(lambda: summary_enqueue(pending_pk=pending_pk), robust=True)
@@ -39,10 +36,8 @@ def _summary_due(owner: Owner, at: dt.datetime) -> None:
 
 
 def _summary_link(source: Owner, target: Owner, moved: list[int], *, last: bool) -> None:
-    """In a link's batch (both owners locked): add the tokens of the turns it moved (their new
-    seqs, ``moved``) to the target's count; in its last batch, make the target's refresh due
-    when its count passed the threshold or the source had a summary (which goes with the
-    source): the target's summary is then rebuilt over the turns it gained."""
+    """In a link's batch (both owners locked): add the moved turns' tokens to the target's count; in
+    the last batch, make its refresh due past the threshold or when the source had a summary."""
     if conf.SUMMARIZER is None:
         return
     if moved:

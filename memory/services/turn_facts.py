@@ -24,13 +24,8 @@ from memory.validators import validate_fact_key, validate_json_value, validate_o
 
 
 def _facts_savepoint_failed(message: str, turn: Turn, owner_id: str) -> None:
-    """Log ``message`` (with the turn's seq and owner) for a turn's facts that failed in their
-    savepoint, in an ``except`` block: the turn is stored without them. Re-raises when the
-    connection failed with them.
-
-    NOTE: the savepoint rolled back only the facts; a connection that failed with them cannot
-    commit the turn either, so that failure is the caller's (MemoryUnavailable).
-    """
+    """Log ``message`` for a turn's facts that failed in their savepoint: the turn is stored without
+    them. Re-raises when the connection failed too (the turn cannot commit either)."""
     if transaction.get_rollback() or connection.closed_in_transaction:
         raise
     extraction_logger.exception(message, turn.seq, owner_id)
@@ -87,19 +82,11 @@ def _turn_facts_write(
 def turn_facts_extract(*, owner_id: str, seq: int) -> list[Fact]:
     """Run the deferred fact extraction of the owner's turn ``seq``; return the facts it changed.
 
-    Called by the worker's task (``memory.services.deferred``), never inside a request. The
-    extractor runs with no transaction open and no lock held; the owner's row lock is taken
-    only for the short write after it, which goes through the same path as an inline
-    extraction (facts with the turn's ``session_id`` and ``source_turn_seq``, then the same
-    cache update). Turns of the owner still pending before ``seq`` are extracted first, so
-    facts land in the order the user stated them; a fact changed after the turn (by a later
-    turn or a direct write) is not overwritten by it.
-
-    Idempotent: a turn whose extraction is done (or that is gone: deleted, its owner
-    forgotten) writes nothing and returns ``[]``; a turn linked to another owner meanwhile is
-    extracted for that owner. An extractor that raises is logged and the turn is left without
-    facts, as inline. Raises ``MemoryUnavailable`` when the database cannot be reached; then
-    the turn stays pending and is retried.
+    Runs in a worker: the extractor with no transaction or lock, then a short write under the
+    owner's lock, as inline. The owner's earlier pending turns go first; a fact changed after the
+    turn is not overwritten. Idempotent: a turn done or gone writes nothing and returns ``[]``; a
+    turn linked meanwhile is extracted for its new owner. A failing extractor is logged. Raises
+    ``MemoryUnavailable`` when the database cannot be reached; the turn stays pending.
     """
     field_check("user_id", validate_owner_id, owner_id)
     changed: list[Fact] = []
@@ -119,8 +106,7 @@ def turn_facts_extract(*, owner_id: str, seq: int) -> list[Fact]:
             )
             if target is None:
                 break
-            # NOTE: one turn at a time, the owner's oldest pending first; each round either
-            # deletes a record or finds it moved or gone, so the loop ends.
+            # NOTE: each round deletes a record or finds it moved or gone, so the loop ends.
             pending = (
                 PendingExtraction.objects.filter(turn__owner_id=target[0], turn__seq__lte=target[1])
                 .select_related("turn", "turn__owner")
@@ -178,8 +164,7 @@ def _pending_extract(pending: PendingExtraction) -> list[Fact]:
                 fact_live(timezone.now()), owner=owner, key__in={f.key for f in found}
             ).values_list("key", "value", "source_turn_seq", "updated_at")
         )
-        # NOTE: a value set after this turn (by a later turn, or a direct write) stays, as
-        # it would have had the extraction run inline.
+        # NOTE: a value set after this turn stays, as it would inline.
         newer = {
             key
             for key, _, source, at in rows

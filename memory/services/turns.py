@@ -1,6 +1,5 @@
-"""Writes of turns: append (one statement when nothing else is written) with the extraction of
-its facts (inline, or a record and a task for a deferred extractor), an operator's delete and
-prune. The write of extracted facts and the deferred run are in ``turn_facts``."""
+"""Writes of turns: append, with the extraction of its facts (inline, or a record and a task for a
+deferred extractor), an operator's delete and prune."""
 
 from __future__ import annotations
 
@@ -68,12 +67,10 @@ def turn_append(
 ) -> Turn:
     """Append a turn to the owner's history and return it, with the owner's next ``seq``.
 
-    ``seq`` is 1, 2, 3... per owner in commit order, with no gap or repeat under concurrent
-    writers. A repeated ``idempotency_key`` with the same input returns the turn first stored
-    and stores nothing; with other input it raises ``IdempotencyKeyReused``. A user turn goes
-    through ``MEMORY["FACT_EXTRACTOR"]`` (docs/python-api.md, "Appending a turn"). While
-    summaries are on, its tokens count toward the owner's next summary refresh, recorded in
-    the same transaction and enqueued after commit once due (docs/summaries.md). Raises
+    ``seq`` is 1, 2, 3... per owner in commit order, with no gap or repeat under concurrent writers.
+    A repeated ``idempotency_key`` with the same input returns the turn first stored; with other
+    input it raises ``IdempotencyKeyReused``. A user turn goes through ``MEMORY["FACT_EXTRACTOR"]``
+    (docs/python-api.md) and counts toward the next summary refresh (docs/summaries.md). Raises
     ``ValidationError`` ({field: messages}) for bad input and ``MemoryUnavailable`` when the
     database cannot be reached; then nothing was stored.
     """
@@ -98,9 +95,8 @@ def _turn_append(
     *,
     fast: bool,
 ) -> Turn:
-    """``turn_append``: its checks and its extraction plan, then, with ``fast``, the one call
-    (``memory.postgres.turn_append``) unless a fact moved meanwhile, else ``_turn_append_django``.
-    """
+    """``turn_append`` after its checks and extraction plan: with ``fast`` the one-statement path
+    unless a planned fact moved meanwhile, else ``_turn_append_django``."""
     metadata = dict(metadata) if metadata is not None else {}
     field_check("user_id", validate_owner_id, owner_id)
     field_check("session_id", validate_session_id, session_id)
@@ -112,7 +108,7 @@ def _turn_append(
         field_check("idempotency_key", validate_idempotency_key, idempotency_key)
     # NOTE: on every path, once and before any lock: the general path below (SQLite, or
     # Postgres after a fact moved meanwhile) merges what it found under the lock, and never
-    # runs the extractor again (issue 21: it ran under the lock, and twice after a conflict).
+    # runs the extractor again.
     plan = _turn_facts_plan(owner_id, role, content)
     new = TurnInput(owner_id, session_id, role, content, metadata, idempotency_key)
     count = summary_count(content)
@@ -145,8 +141,8 @@ def _turn_append_django(new: TurnInput, plan: AppendPlan, count: SummaryCount) -
     with service_transaction():
         owner = owner_lock(new.owner_id, create=True)
         if new.idempotency_key is not None:
-            # NOTE: under the owner's lock, so a duplicate in flight waits for the first to
-            # commit and then finds its turn here: one turn is stored, however many race.
+            # NOTE: under the owner's lock: a racing duplicate waits for the first to commit, then
+            # finds it.
             existing = Turn.objects.filter(owner=owner, idempotency_key=new.idempotency_key)
             if (found := existing.first()) is not None:
                 return retry_checked(found, new)
@@ -171,8 +167,7 @@ _NOTHING = AppendPlan()
 
 def _extraction_enqueue(pending_pk: int) -> None:
     """Enqueue the task of a ``PendingExtraction`` after the current transaction commits."""
-    # NOTE: imported here, so that django-tasks is needed only by a site with a deferred
-    # extractor. A crash before the enqueue leaves the record for ``memory_extract --pending``.
+    # NOTE: imported here: only a site with a deferred extractor needs django-tasks.
     from memory.services.deferred import extraction_enqueue
 
     transaction.on_commit(lambda: extraction_enqueue(pending_pk=pending_pk), robust=True)
@@ -180,8 +175,8 @@ def _extraction_enqueue(pending_pk: int) -> None:
 
 def _turn_summary_count(owner: Owner, count: SummaryCount, at: Any) -> None:
     """Add the turn's tokens to the owner's (locked) ``summary_tokens``; once they reach
-    ``count.after``, record the refresh due (one record per owner) and enqueue it after commit.
-    The ORM twin of what ``memory_turn_append()`` does in its ``UPDATE``."""
+    ``count.after``, record the refresh due and enqueue it after commit (the ORM twin of
+    ``memory_turn_append()``'s ``UPDATE``)."""
     if count.after is None:
         return
     owner.summary_tokens += count.tokens
@@ -191,14 +186,9 @@ def _turn_summary_count(owner: Owner, count: SummaryCount, at: Any) -> None:
 
 
 def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
-    """Run the inline extractor on a user turn, before the turn's transaction and holding no
-    lock, and merge what it finds into the owner's current facts of those keys (read here, in
-    one query unless the extractor read them all): the one call then writes them under the
-    owner's lock, provided none of those facts changed meanwhile (else the general path merges
-    ``found`` again under the lock, ``_turn_facts_merge``). A fact with a bad key or value is
-    logged and dropped here; an extractor that fails is logged, and the turn is stored without
-    facts.
-    """
+    """Run the inline extractor on a user turn, before the transaction and holding no lock, and
+    merge its findings into the owner's current facts of those keys. A bad fact is logged and
+    dropped; a failing extractor is logged, and the turn is stored without facts."""
     if role != Role.USER:
         return _NOTHING
     try:
@@ -214,8 +204,7 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
                 ).values_list("key", "value")
             )
         )
-        # NOTE: inside a caller's transaction, a query that fails must not abort it; in
-        # autocommit (the usual request) it aborts nothing and costs nothing.
+        # NOTE: inside a caller's transaction, a failing query must not abort it.
         with transaction.atomic() if connection.in_atomic_block else nullcontext():
             found = list(extractor.extract(content, facts=held))
             if not found:
@@ -254,16 +243,12 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
 
 
 def _turn_facts_merge(owner: Owner, turn: Turn, plan: AppendPlan) -> list[Fact]:
-    """On the general path, under the owner's lock: write what the extraction planned before
-    it (``_turn_facts_plan``) for this turn; return the facts that changed.
+    """On the general path, under the owner's lock: write what ``_turn_facts_plan`` planned for this
+    turn; return the facts that changed.
 
-    What an inline extractor found is merged into the owner's facts as they are now, and each
-    changed value written, in a savepoint: a fact write that fails is logged to
-    ``memory.extraction`` and rolled back alone, so that the turn still commits. A fact with a
-    bad key or value is logged and skipped, and so is a new key once the owner holds
-    ``MEMORY["MAX_FACTS"]`` facts (the cap never fails a turn). A deferred extractor gets a
-    ``PendingExtraction`` record, and after commit a task for it (``turn_facts_extract`` in a
-    worker).
+    Each fact is written in a savepoint: a failing one is logged to ``memory.extraction`` and rolled
+    back alone, so the turn still commits; a bad fact, or a new key past ``MEMORY["MAX_FACTS"]``, is
+    skipped. A deferred extractor gets a ``PendingExtraction`` and, after commit, a task.
     """
     if plan.defer:
         # NOTE: outside a savepoint: the turn and its record commit together, or neither does.
@@ -299,10 +284,9 @@ def _turn_extraction_defer(turn: Turn) -> None:
 def turn_delete(*, owner_id: str, seq: int) -> bool:
     """Delete one turn (an operator's correction); return whether it existed.
 
-    The other turns keep their ``seq``; the turn's session count drops by one (a session left
-    with no turn goes). The cached copy
-    is dropped after commit, so the next read rehydrates. Raises ``MemoryUnavailable`` when the
-    database cannot be reached.
+    The other turns keep their ``seq``; the session's count drops by one (an empty session goes).
+    The cached copy is dropped after commit. Raises ``MemoryUnavailable`` when the database cannot
+    be reached.
     """
     field_check("user_id", validate_owner_id, owner_id)
     with service_transaction():
@@ -336,11 +320,11 @@ def _keep_last_floor(owner: Owner, keep_last: int | None) -> int | None:
     if keep_last is None:
         return None
     if keep_last == 0:
-        # NOTE: keep nothing; every seq is below this one.
+        # Keep nothing; every seq is below this one.
         return owner.last_seq + 1
     newest = Turn.objects.filter(owner=owner).order_by("-seq").values_list("seq", flat=True)
     floor = list(newest[keep_last - 1 : keep_last])
-    # NOTE: an owner with at most ``keep_last`` turns keeps them all (0 is below every seq).
+    # An owner with at most ``keep_last`` turns keeps them all (0 is below every seq).
     return floor[0] if floor else 0
 
 
@@ -354,14 +338,11 @@ def turns_prune(
 ) -> int:
     """Delete the owner's turns created before ``before`` and not among its last ``keep_last``.
 
-    Each criterion given must hold for a turn to go; at least one is required. Returns how
-    many turns were deleted (with ``dry_run``, how many would be, and nothing changes). Deletes
-    at most ``batch_size`` turns per transaction, oldest first, each under the owner's row lock
-    (so appends of that owner wait for one batch at most, and no table lock is taken); each
-    batch lowers its sessions' ``turn_count``, bumps the owner's stamp and drops its cached copy
-    after commit, so the next read rehydrates. The other turns keep their ``seq``. Raises
-    ``ValidationError`` for bad input and ``MemoryUnavailable`` when the database cannot be
-    reached; batches committed before that stay deleted.
+    Each criterion given must hold; at least one is required. Returns how many turns were deleted
+    (with ``dry_run``, would be; nothing changes). At most ``batch_size`` turns per transaction,
+    oldest first, under the owner's row lock; each batch drops the cached copy after commit. The
+    other turns keep their ``seq``. Raises ``ValidationError`` for bad input and
+    ``MemoryUnavailable`` when the database cannot be reached; committed batches stay deleted.
     """
     field_check("user_id", validate_owner_id, owner_id)
     if before is None and keep_last is None:
@@ -389,8 +370,8 @@ def turns_prune(
                 return deleted
             if owner_pk is None:
                 owner_pk = owner.pk
-                # NOTE: fixed at the first batch: turns appended during the prune are newer
-                # than every turn it removes, so they only add to what is kept.
+                # NOTE: fixed at the first batch: turns appended during the prune only add to what
+                # is kept.
                 below_seq = _keep_last_floor(owner, keep_last)
             rows = list(
                 _prunable_turns(owner, before=before, below_seq=below_seq)

@@ -63,9 +63,8 @@ class StrictNumberField(serializers.FloatField):
 
 
 class StrictIntegerField(serializers.IntegerField):
-    """A JSON integer: DRF's ``IntegerField`` also takes ``"5"`` and ``true`` (as 5 and 1),
-    which the JSON Schema ``"type": "integer"`` refuses. A float with no fraction (``5.0``) is
-    an integer to JSON Schema, and to this field."""
+    """A JSON integer: DRF's ``IntegerField`` also takes ``"5"`` and ``true``, which JSON Schema's
+    ``"type": "integer"`` refuses; ``5.0`` is an integer to both."""
 
     def to_internal_value(self, data: Any) -> int:
         if isinstance(data, bool) or not isinstance(data, (int, float)):
@@ -96,12 +95,12 @@ class ToolArguments(serializers.Serializer[dict[str, Any]]):
 
     @classmethod
     def accepted(cls, data: Mapping[str, Any]) -> dict[str, Any] | None:
-        """What the serializer validates ``data`` to, where every argument is plainly as its
-        field takes it; ``None`` for anything else, which the serializer must judge and word.
+        """What the serializer validates ``data`` to where every argument is plainly as its field
+        takes it; ``None`` for anything else, which the serializer must judge.
 
-        NOTE: checked without building the serializer (DRF deep-copies its fields for each
-        instance), as ``memory.serializers.turn_input_accepted`` checks an append: only ever a
-        subset of what the serializer accepts, with the same result (tests/test_tools.py)."""
+        NOTE: a fast check without building the serializer (DRF deep-copies its fields): a subset
+        of what the serializer accepts, with the same result.
+        """
         return None
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:

@@ -92,9 +92,8 @@ class MemoryView(APIView):
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
-        # NOTE: every query parameter of the API is single-valued: "?turns=1&turns=x" would
-        # otherwise be read as its last value and the first one ignored. After the owner check,
-        # so that it tells a stranger nothing.
+        # NOTE: every query parameter is single-valued: a repeat is refused, not read as its last
+        # value. After the owner check, so it tells a stranger nothing.
         repeated = sorted({k for k, v in request.query_params.lists() if len(v) > 1})
         if repeated:
             raise exceptions.ValidationError({k: ["Give this parameter once."] for k in repeated})
@@ -105,9 +104,8 @@ class MemoryView(APIView):
             self._heavy = False
             response = super().dispatch(request, *args, **kwargs)
             if self._heavy:
-                # NOTE: rendered while the slot is held: the JSON of a long page or context is
-                # much of its work (Django renders again only what is not rendered yet).
-                # APIView.dispatch's response is finalize_response's, a Response here.
+                # NOTE: rendered while the slot is held: the JSON of a long page is much of its
+                # work.
                 response.render()  # type: ignore[attr-defined]
         match = request.resolver_match
         counters.request_observed(
@@ -119,10 +117,9 @@ class MemoryView(APIView):
         return response
 
     def heavy_read(self, request: Request, user_id: str) -> None:
-        """Hold one of the caller's heavy-read slots (``memory.limits``) until this response is
-        rendered; raises ``ReadsInFlight`` (a 429) when they are all held. The caller is the
-        user, or for a service caller reaching another's memory, that owner: a chat backend
-        calling for all its end users gets slots per end user."""
+        """Hold one of the caller's heavy-read slots until this response is rendered; raises
+        ``ReadsInFlight`` (a 429) when all are held. A service caller's slots count per owner
+        reached."""
         self._slots.enter_context(self.heavy_slot(request, user_id))
         self._heavy = True
 

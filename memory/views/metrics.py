@@ -1,8 +1,6 @@
-"""The Prometheus scrape of the memory app and its view: ``metrics_view``, which the host mounts
-(the demo at ``/metrics``). The counters it exposes live in ``memory.counters``, which the cache
-layer and the views push to as things happen. Nothing here talks to Redis: the one scrape-time
-value, the dirty-owner gauge, is a bounded database query (docs/metrics.md).
-"""
+"""The Prometheus scrape of the memory app: ``metrics_view``, which the host mounts (the demo at
+``/metrics``). Counters live in ``memory.counters``; the one scrape-time value, the dirty-owner
+gauge, is a bounded database query (docs/metrics.md)."""
 
 from __future__ import annotations
 

@@ -36,10 +36,8 @@ from memory.validators import (
 
 # Fields ------------------------------------------------------------------------------------
 
-# NOTE: the JSON value the server stores, as JSON Schema 2020-12 (OpenAPI 3.1) can say it,
-# recursively. Depth and size are left to the description; floats from 1e16 on, which the
-# server takes only when jsonb gives them back exact, are left out (a client may send them
-# as integers).
+# NOTE: the JSON value the server stores, recursively, as JSON Schema 2020-12 can say it; depth,
+# size and floats from 1e16 on are left to the description.
 _NO_NUL = {"not": {"pattern": "\\u0000"}}
 JSON_VALUE_SCHEMA: dict[str, Any] = {
     "description": JSON_RULES,
@@ -86,9 +84,8 @@ class JSONValueFieldSchema(OpenApiSerializerFieldExtension):
     target_class = JSONValueField
 
     def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        # NOTE: an ``anyOf`` of one, so that drf-spectacular adds null to it (the field takes
-        # null) as one more ``anyOf`` branch, where a bare reference would become ``oneOf``
-        # the reference and null, which null, a JsonValue itself, would match twice.
+        # NOTE: an ``anyOf`` of one, so drf-spectacular adds null as another branch: a ``oneOf`` of
+        # the reference and null would match null twice.
         if openapi_31():
             return {"anyOf": [json_value_ref(auto_schema)], "description": JSON_RULES}
         return {"nullable": True, "description": JSON_RULES}
@@ -124,9 +121,9 @@ class MetadataFieldSchema(OpenApiSerializerFieldExtension):
 class ContentFieldSchema(OpenApiSerializerFieldExtension):
     """The schema of ``ContentField``: one string with its pattern, the empty one included.
 
-    NOTE: drf-spectacular would publish a blank-allowed field with a pattern as ``oneOf`` the
-    pattern and an empty string; the empty string matches both, which ``oneOf`` makes invalid,
-    so the schema refused a turn the server stores (a schemathesis negative-data case)."""
+    NOTE: drf-spectacular would write ``oneOf`` the pattern and an empty string, both of which the
+    empty string matches: the schema would refuse a turn the server stores.
+    """
 
     target_class = ContentField
 
@@ -142,9 +139,8 @@ class ContentFieldSchema(OpenApiSerializerFieldExtension):
 
 
 class FactsMapFieldSchema(OpenApiSerializerFieldExtension):
-    """The schema of ``FactsMapField``: its keys' rule as ``propertyNames`` where the OpenAPI
-    version has it (3.1, JSON Schema 2020-12); OpenAPI 3.0 has no keyword for it, so there
-    only the field's description states the rule."""
+    """The schema of ``FactsMapField``: its keys' rule as ``propertyNames`` in OpenAPI 3.1; in 3.0
+    only the description states it."""
 
     target_class = FactsMapField
 
@@ -282,8 +278,7 @@ def _fact_link(operation_id: str, description: str) -> dict[str, Any]:
     }
 
 
-# NOTE: OpenAPI links from a write to the reads that show it (for a schema-driven tester's
-# stateful runs); those of a delete say that the history stays (a 200), not a 404.
+# NOTE: OpenAPI links from a write to the reads that show it; a delete's say the history stays.
 def _owner_link(operation_id: str, description: str) -> dict[str, Any]:
     return {
         "operationId": operation_id,

@@ -1,11 +1,7 @@
 """Chat over a websocket with Django Channels: ``MemoryChatConsumer`` (or ``MemoryChatMixin`` on a
-site's own consumer) stores each message and its reply in the socket owner's memory, streams the
-reply as it is produced, and gives a client that reconnects, to any instance, every turn it
-missed exactly once and in order. docs/websocket.md states the protocol and its bounds.
-
-Installed with the extra ``channels`` (Django Channels, and ``channels-redis`` for a channel
-layer shared by several instances).
-"""
+site's consumer) stores each message and its reply in the owner's memory, streams the reply, and
+gives a client that reconnects, to any instance, every turn it missed once and in order
+(docs/websocket.md). Needs the extra ``channels``."""
 
 from __future__ import annotations
 

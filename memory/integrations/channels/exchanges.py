@@ -49,9 +49,8 @@ INSTANCE = uuid.uuid4().hex
 # The first key of the Postgres advisory lock that serializes the exchanges of one owner.
 LOCK_NAMESPACE = 0x6D656D  # "mem"
 
-# Exchanges running in this process, kept here so that none is collected or cancelled with the
-# socket that started it; and the text produced so far of each reply in production, by owner
-# and the seq the reply will have (what a client that reconnects is sent first).
+# Exchanges running in this process (so none is collected with its socket), and the text so far of
+# each reply in production, by owner and the reply's seq (sent first to a client that reconnects).
 _exchanges: set[asyncio.Task[None]] = set()
 _exchanges_by_owner: dict[str, int] = {}
 # The exchange of each (owner, message id) running here: a resend joins it instead of another.
@@ -60,17 +59,16 @@ _replies: dict[str, dict[int, list[str]]] = {}
 # The sockets of this process, by owner.
 _sockets: dict[str, weakref.WeakSet[ChatSocket]] = {}
 _owner_locks: dict[str, asyncio.Lock] = {}
-# Connections this process holds for exchange locks at most (a pool: each an owner with a reply in
-# production); an exchange past it waits for one. A connection idle for LOCK_CONNECTION_IDLE
-# seconds is closed: the database's connections are shared with every other process.
+# Connections held for exchange locks at most (an exchange past it waits); one idle for
+# LOCK_CONNECTION_IDLE seconds is closed, as the database's connections are shared.
 MAX_LOCK_CONNECTIONS = 12
 LOCK_CONNECTION_IDLE = 30.0
 _lock_pool_open: Any = None
 
 
 def group_name(owner_id: str) -> str:
-    """The channel layer group of an owner's sockets (a hash: owner ids hold ``@`` and ``:``,
-    which group names may not)."""
+    """The channel layer group of an owner's sockets (a hash: group names may not hold ``@`` or
+    ``:``)."""
     return "memory-chat." + hashlib.blake2b(owner_id.encode(), digest_size=16).hexdigest()
 
 
@@ -81,8 +79,8 @@ def _lock_key(owner_id: str) -> int:
 
 
 async def _db(fn: Callable[..., T], /, **kwargs: Any) -> T:
-    """``fn(**kwargs)`` in a worker thread, its database connection closed (returned to the pool)
-    at the end: a socket holds no connection between two of its reads."""
+    """``fn(**kwargs)`` in a worker thread, its connection closed at the end: a socket holds no
+    connection between reads."""
 
     def run() -> T:
         try:
@@ -97,10 +95,9 @@ async def _db(fn: Callable[..., T], /, **kwargs: Any) -> T:
 async def owner_exchange_lock(owner_id: str, *, timeout: float) -> AsyncIterator[None]:
     """Hold the owner's exchange lock: one exchange of an owner at a time, across every instance.
 
-    On PostgreSQL, a transaction-level advisory lock on a connection of a pool of its own
-    (released by the rollback at the end, or by Postgres when the process dies); elsewhere
-    (SQLite: one instance) a lock of this process. Raises ``MemoryUnavailable`` when the
-    database cannot be reached or the lock is not had within ``timeout`` seconds.
+    On PostgreSQL a transaction-level advisory lock on a pooled connection of its own; elsewhere a
+    lock of this process. Raises ``MemoryUnavailable`` when the database cannot be reached or the
+    lock is not had within ``timeout`` seconds.
     """
     local = _owner_locks.setdefault(owner_id, asyncio.Lock())
     try:
@@ -126,13 +123,13 @@ async def owner_exchange_lock(owner_id: str, *, timeout: float) -> AsyncIterator
                     )
                     yield
                 finally:
-                    # NOTE: the lock goes with the transaction; the connection back to the pool.
+                    # The lock goes with the transaction; the connection back to the pool.
                     with contextlib.suppress(psycopg.Error):
                         await conn.rollback()
         except (psycopg.Error, OSError) as e:
             raise MemoryUnavailable("The owner's exchange lock was not had.") from e
         except TimeoutError as e:
-            # NOTE: psycopg_pool's PoolTimeout is a psycopg.OperationalError, caught above.
+            # psycopg_pool's PoolTimeout is a psycopg.OperationalError, caught above.
             raise MemoryUnavailable("The owner's exchange lock was not had in time.") from e
     finally:
         local.release()
@@ -172,9 +169,9 @@ def _lock_connection_params() -> dict[str, Any]:
 
 
 class _LayerOut:
-    """Everything this process publishes on the channel layer, sent in order by one task; while
-    the layer does not answer (a send past ``timeout``), sends are dropped for ``pause``
-    seconds: the other instances' sockets catch up from the database instead."""
+    """Everything this process publishes on the channel layer, sent in order by one task; while the
+    layer does not answer, sends are dropped for ``pause`` seconds (sockets catch up from the
+    database)."""
 
     timeout = 1.0
     pause = 2.0
@@ -252,59 +249,71 @@ async def reply_chunks(
     )
 
 
-def _user_append(*, owner_id: str, session_id: str, content: str, message_id: str) -> TurnPayload:
-    """The user's turn of a message, stored once per message id: a resend (even labelled with
-    another session) returns the turn first stored. ``IdempotencyKeyReused`` for the same id
-    with other content."""
+def _append_once(
+    *,
+    owner_id: str,
+    session_id: str,
+    role: Role,
+    content: str,
+    metadata: dict[str, Any],
+    key: str,
+    resend_must_match: bool,
+) -> TurnPayload:
+    """A turn of a websocket message, stored once under the idempotency key ``key``: a resend
+    returns the turn first stored; with ``resend_must_match``, only when it has the same role and
+    content (else ``IdempotencyKeyReused``)."""
     try:
         turn = services.turn_append(
             owner_id=owner_id,
             session_id=session_id,
-            role=Role.USER.value,
+            role=role.value,
             content=content,
-            metadata={"channel": "websocket", "message_id": message_id},
-            idempotency_key=f"ws:{message_id}:user",
+            metadata={"channel": "websocket", **metadata},
+            idempotency_key=key,
         )
     except IdempotencyKeyReused as e:
-        if e.turn is None or e.turn.content != content or e.turn.role != Role.USER.value:
+        if resend_must_match and (
+            e.turn is None or e.turn.content != content or e.turn.role != role.value
+        ):
             raise
         turn = e.turn
     return turn_payload(turn)
+
+
+def _user_append(*, owner_id: str, session_id: str, content: str, message_id: str) -> TurnPayload:
+    """The user's turn of a message, stored once per message id (a resend returns the first).
+    ``IdempotencyKeyReused`` for the same id with other content."""
+    return _append_once(
+        owner_id=owner_id,
+        session_id=session_id,
+        role=Role.USER,
+        content=content,
+        metadata={"message_id": message_id},
+        key=f"ws:{message_id}:user",
+        resend_must_match=True,
+    )
 
 
 def _reply_append(
     *, owner_id: str, session_id: str, content: str, message_id: str, reply_to: int, source: str
 ) -> TurnPayload:
     """The reply's assistant turn, stored once per message id (the one first stored stands)."""
-    try:
-        turn = services.turn_append(
-            owner_id=owner_id,
-            session_id=session_id,
-            role=Role.ASSISTANT.value,
-            content=content,
-            metadata={
-                "channel": "websocket",
-                "message_id": message_id,
-                "reply_to": reply_to,
-                "context_source": source,
-            },
-            idempotency_key=f"ws:{message_id}:reply",
-        )
-    except IdempotencyKeyReused as e:
-        turn = e.turn
-    return turn_payload(turn)
+    return _append_once(
+        owner_id=owner_id,
+        session_id=session_id,
+        role=Role.ASSISTANT,
+        content=content,
+        metadata={"message_id": message_id, "reply_to": reply_to, "context_source": source},
+        key=f"ws:{message_id}:reply",
+        resend_must_match=False,
+    )
 
 
 def _exchange_open(
     *, owner_id: str, session_id: str, content: str, message_id: str
 ) -> tuple[TurnPayload, TurnPayload | None, int, ContextPayload | None]:
-    """Under the owner's exchange lock, in one thread hop: the user's turn stored (once per
-    message id); then the reply already made for it, if any; else the seq the reply will have
-    and the context to produce it from.
-
-    NOTE: the exchange lock is held, so no exchange of this owner appends before the reply: the
-    reply will be turn last_seq + 1, and the deltas say so (docs/websocket.md).
-    """
+    """Under the owner's exchange lock, in one thread hop: the user's turn stored; then the reply
+    already made for it, if any; else the reply's seq-to-be and the context to produce it from."""
     sent = _user_append(
         owner_id=owner_id, session_id=session_id, content=content, message_id=message_id
     )
@@ -396,7 +405,7 @@ class Exchange:
         )
         _publish(owner_id, {"type": "turn", "turn": sent})
         if done is not None:
-            # NOTE: a resend of a message already answered: the reply first made, never another.
+            # A resend of a message already answered: the reply first made, never another.
             _publish(owner_id, {"type": "turn", "turn": done})
             return
         assert context is not None
@@ -427,8 +436,8 @@ class Exchange:
             if not owner_replies:
                 _replies.pop(owner_id, None)
         if reply["seq"] != seq:
-            # NOTE: a writer outside the exchange lock (the REST API, the HTTP chat page) took
-            # the seq meanwhile; the reply's turn frame still closes the deltas (its reply_to).
+            # NOTE: a writer outside the exchange lock took the seq; the turn frame still closes the
+            # deltas.
             logger.warning(
                 "A websocket reply was stored at %s, its deltas named %s (reply to %s).",
                 reply["seq"],

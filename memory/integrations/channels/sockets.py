@@ -70,32 +70,30 @@ def _is_seq(value: Any) -> TypeGuard[int]:
 class MemoryChatMixin:
     """The chat protocol of docs/websocket.md on an ``AsyncWebsocketConsumer``.
 
-    The owner is ``owner_resolve(scope)`` (by default the mapping of ``scope["user"]``, as
-    Channels' ``AuthMiddlewareStack`` sets it); a socket without one is closed with 4401. The
-    reply comes from ``responder`` (``astream(*, context, message)`` or ``respond``). A site
-    overrides ``owner_resolve``, ``message_refusal`` or ``throttles`` for its own rules.
+    The owner is ``owner_resolve(scope)`` (a socket without one is closed with 4401); the reply
+    comes from ``responder``. A site overrides ``owner_resolve``, ``message_refusal`` or
+    ``throttles`` for its own rules.
     """
 
     responder: Any = None
     # Longest text frame taken, in bytes; a longer one closes the socket (1009), nothing stored.
     max_frame_bytes: ClassVar[int | None] = None
-    # Messages of one socket whose reply it has not had yet, and exchanges of one owner running
-    # in one process; past either, a message is refused (``too_many_in_flight``).
+    # Messages of one socket without their reply yet, and exchanges of one owner in one process;
+    # past either, a message is refused (``too_many_in_flight``).
     max_in_flight: ClassVar[int] = 4
     max_owner_in_flight: ClassVar[int] = 16
-    # Seconds between two reads of the database while a socket waits for a turn (or the channel
-    # layer is away): the bound on a turn's delivery without the layer.
+    # Seconds between database reads while a socket waits for a turn: the bound on delivery without
+    # the channel layer.
     poll_seconds: ClassVar[float] = 1.0
-    # Seconds between two reads of the database by a socket that waits for nothing: the bound
-    # on a turn's delivery if the channel layer lost the message that carried it.
+    # Seconds between database reads of an idle socket: the bound on a turn the layer lost.
     idle_poll_seconds: ClassVar[float] = 5.0
     reply_timeout: ClassVar[float] = 120.0
     lock_timeout: ClassVar[float] = 150.0
     default_session_id: ClassVar[str] = "ws"
     # Seconds a socket waits for the client's first frame before it sends what is published.
     start_grace: ClassVar[float] = 2.0
-    # The channel layer this consumer uses (read by itself, so that a layer that does not
-    # answer never stops the socket); ``None``: this process's sockets only.
+    # The channel layer this consumer reads itself, so one that does not answer never stops the
+    # socket; ``None``: this process's sockets only.
     memory_layer_alias: ClassVar[str | None] = "default"
     # Channels' own handling of the layer is off: see memory_layer_alias.
     channel_layer_alias = "memory.integrations.channels:none"
@@ -133,9 +131,8 @@ class MemoryChatMixin:
         self._stale = False
         self._synced_at: dict[int, float] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        # NOTE: nothing goes out before the client's first frame (or start_grace s): a resume
-        # sets the cursor first, so that no turn published meanwhile goes out ahead of the ones
-        # it missed.
+        # NOTE: nothing goes out before the client's first frame (or start_grace s): a resume sets
+        # the cursor first.
         self._started = asyncio.Event()
         self._first_resume: tuple[int, tuple[int, int] | None] | None = None
         self._layer: Any = None
@@ -145,8 +142,8 @@ class MemoryChatMixin:
             owner_id = await self.owner_resolve(self.scope)
         except MemoryUnavailable:
             owner_id = None
-        # NOTE: accepted, then closed with a code the client can read (a refused handshake
-        # is only a 403 to a browser, which would try again and again).
+        # NOTE: accepted, then closed with a readable code: a refused handshake is only a 403, which
+        # a browser retries.
         if owner_id is None:
             await self.accept()  # type: ignore[attr-defined]
             await self.close(code=CLOSE_NO_OWNER)  # type: ignore[attr-defined]
@@ -312,9 +309,8 @@ class MemoryChatMixin:
             await self.send(text_data=json.dumps(frame, ensure_ascii=False))  # type: ignore[attr-defined]
 
     async def _pump(self) -> None:
-        """Every frame goes out from here, one at a time: turns in seq order with none twice
-        (a gap is filled from the database first), deltas only where they extend what this
-        socket has of their reply."""
+        """Every frame goes out from here, one at a time: turns in seq order, none twice (a gap
+        filled from the database first), deltas only where they extend this socket's reply."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.start_grace):
                 await self._started.wait()
@@ -456,8 +452,8 @@ class MemoryChatMixin:
                 self._put(("poll", None))
 
     async def _listen(self) -> None:
-        """This socket's events from the other instances, through the channel layer; a layer
-        that fails is joined again a second later (the database catch-up covers the gap)."""
+        """This socket's events from the other instances, through the channel layer; a failing layer
+        is joined again a second later."""
         assert self.owner_id is not None
         layer = self._layer
         while True:

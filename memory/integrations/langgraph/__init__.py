@@ -1,8 +1,6 @@
-"""LangGraph over the memory: ``MemoryStore()``, a ``BaseStore`` (the long-term store) over the
-owners' facts, and ``MemoryCheckpointSaver(owner_id=...)``, a ``BaseCheckpointSaver`` (the
-threads' persistence) on the app's database whose threads are the owner's sessions. Needs the
-extra ``langgraph``: ``pip install "$(echo dist/django_memory-*.whl)[langgraph]"`` after
-``make dist``."""
+"""LangGraph over the memory: ``MemoryStore()``, a ``BaseStore`` over the owners' facts, and
+``MemoryCheckpointSaver(owner_id=...)``, a ``BaseCheckpointSaver`` whose threads are the owner's
+sessions. Needs the extra ``langgraph``."""
 
 from __future__ import annotations
 

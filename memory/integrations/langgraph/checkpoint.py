@@ -52,8 +52,7 @@ ALIST_PAGE = 50
 
 
 def _json_safe(value: Any) -> Any:
-    """``value`` as JSON that PostgreSQL's jsonb takes: no NUL in strings, anything that is
-    not JSON as its text."""
+    """``value`` as JSON jsonb takes: no NUL in strings, anything not JSON as its text."""
     if isinstance(value, str):
         return value.replace("\x00", "")
     if isinstance(value, dict):
@@ -74,8 +73,8 @@ def _clean_text(text: str) -> str:
 
 
 def _message_fields(message: Any) -> tuple[str | None, str | None, str, list[Any]]:
-    """``(id, role, text, tool calls)`` of a LangChain message or a message dict; a role of
-    ``None`` for what is not a conversation message (a ``RemoveMessage``...)."""
+    """``(id, role, text, tool calls)`` of a LangChain message or a message dict; role ``None`` for
+    what is not a conversation message."""
     if isinstance(message, BaseMessage):
         kind = message.type
         if kind == "chat":
@@ -99,8 +98,7 @@ def _message_fields(message: Any) -> tuple[str | None, str | None, str, list[Any
 
 
 def message_identity(message: Any, position: int) -> str:
-    """What tells a message of a thread from the others: its id, or for a message without
-    one (a plain list channel) its position and a digest of its text."""
+    """What tells a thread's message from the others: its id, or its position and a text digest."""
     ident, role, text, _ = _message_fields(message)
     if ident:
         return ident
@@ -109,14 +107,13 @@ def message_identity(message: Any, position: int) -> str:
 
 
 def turn_from_message(message: Any, *, thread_id: str, identity: str) -> MirrorTurn | None:
-    """The turn a thread's message is kept as, ``None`` for what is no conversation message.
+    """The turn a thread's message is kept as; ``None`` for what is no conversation message.
 
-    A human message is a ``user`` turn, an AI message ``assistant``, a system (or developer)
-    message ``system``, a tool message ``tool``; the content is the message's text, or for
-    an AI message that only calls tools ``name(arguments)`` per call, cut to
-    ``MEMORY["MAX_TURN_CHARS"]``. The metadata keeps ``{"langgraph": {"message_id": ...}}``
-    and the calls. The key is the same for the same message of the same thread, so a
-    checkpoint put again, or a replay, stores it once."""
+    Human, AI, system (or developer) and tool messages become ``user``, ``assistant``, ``system``
+    and ``tool`` turns of the message's text (an AI message that only calls tools:
+    ``name(arguments)`` per call), cut to ``MEMORY["MAX_TURN_CHARS"]``. Its idempotency key is
+    stable per thread and message, so a replay stores it once.
+    """
     _, role, text, calls = _message_fields(message)
     if role is None:
         return None
@@ -139,27 +136,16 @@ def turn_from_message(message: Any, *, thread_id: str, identity: str) -> MirrorT
 
 
 class MemoryCheckpointSaver(BaseCheckpointSaver[str]):
-    """A LangGraph checkpointer of one memory owner
-    (``graph.compile(checkpointer=MemoryCheckpointSaver(owner_id=...))``), on the app's own
-    database through the ORM, sync and async.
+    """A LangGraph checkpointer of one memory owner, on the app's database, sync and async
+    (``graph.compile(checkpointer=MemoryCheckpointSaver(owner_id=...))``).
 
-    The owner is the one the saver was made for (the authenticated user), never a value of
-    the run's config: a ``thread_id`` names one of **that owner's** sessions (1-128
-    characters, a session id), and two owners' threads of the same id never meet. Every
-    checkpoint of the root graph mirrors the messages of ``messages_channel`` (default
-    ``"messages"``; ``None`` turns it off) that its parent did not hold as the owner's turns
-    of the session ``thread_id``, in the checkpoint's own transaction, once each (keyed by the
-    thread and the message id: a checkpoint put again or a replay adds nothing), so the admin,
-    summaries, recall, search and export see the conversation as any other; user messages go
-    through the fact extractor. The turns are the owner's history: deleting a thread's
-    checkpoints keeps them, and ``services.memory_forget`` erases both.
-
-    Implements ``put``, ``put_writes``, ``get_tuple``, ``list``, ``delete_thread``, and
-    ``delete_for_runs``, ``copy_thread`` (within the owner), ``prune`` (``"keep_latest"`` per
-    namespace, ``"delete"``; LangGraph's beta ``DeltaChannel`` needs the ancestors that
-    ``keep_latest`` drops: do not prune such threads), each with its async twin. Errors:
-    ``ValidationError`` for a thread id that is not a session id or an owner id that is not
-    one, ``MemoryUnavailable`` when the database cannot be reached (then nothing was stored).
+    The owner is the saver's, never the run's config: a ``thread_id`` names one of that owner's
+    sessions. Each root checkpoint mirrors the new messages of ``messages_channel`` (``None``: off)
+    as the owner's turns, in the checkpoint's transaction, once each; deleting checkpoints keeps
+    them. Implements LangGraph's saver methods and their async twins, ``prune`` included (do not
+    prune threads with a ``DeltaChannel``; docs/agents.md). Raises ``ValidationError`` for a bad
+    thread or owner id, ``MemoryUnavailable`` when the database cannot be reached (then nothing was
+    stored).
     """
 
     def __init__(
@@ -399,8 +385,8 @@ class MemoryCheckpointSaver(BaseCheckpointSaver[str]):
             )
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
-        """The version after ``current``: a counter, zero-padded so versions sort as text,
-        and a random fraction, as LangGraph's own savers make them."""
+        """The version after ``current``: a zero-padded counter and a random fraction, as
+        LangGraph's own savers make them."""
         if current is None:
             number = 0
         elif isinstance(current, (int, float)):

@@ -10,7 +10,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
@@ -30,18 +30,16 @@ T = TypeVar("T")
 
 
 class StoreIndex:
-    """A store's own ``index`` configuration: its embedder (``embed``, LangChain's
-    ``Embeddings`` or a function of texts), the ``fields`` (paths, ``$`` the whole value)
-    embedded by default, and ``distance_type`` (``cosine`` by default, ``inner_product``,
-    ``l2``). ``model`` names the vectors it writes: vectors of another configuration are not
-    compared with its own."""
+    """A store's own ``index`` configuration: its embedder (``embed``), the ``fields`` embedded by
+    default, and ``distance_type`` (``cosine``, ``inner_product``, ``l2``). ``model`` names its
+    vectors: another configuration's are not compared."""
 
     def __init__(self, config: IndexConfig) -> None:
         if not isinstance(config, dict) or config.get("embed") is None:
             raise ValueError("A MemoryStore's index configuration names its embedder: 'embed'.")
         self.config = config
         self.embeddings = ensure_embeddings(config["embed"])
-        # NOTE: "text_fields" is SqliteStore's name for the same.
+        # "text_fields" is SqliteStore's name for the same.
         options: dict[str, Any] = dict(config)
         given = options.get("fields") or options.get("text_fields")
         self.fields: list[str] = list(given or ["$"])
@@ -92,9 +90,8 @@ def ttl_expiry(minutes: float | None, at: dt.datetime) -> dt.datetime | None:
 
 
 def ttl_refreshed(updated_at: str, expires_at: str | None, now: dt.datetime) -> dt.datetime | None:
-    """The new expiry of a fact read at ``now`` whose TTL a read refreshes: its TTL (the time
-    from its last write to its expiry) from now; ``None`` when it has no TTL or too little of
-    it has passed (``REFRESH_AFTER``)."""
+    """The new expiry of a fact read at ``now``: its TTL again from now; ``None`` without a TTL, or
+    before ``REFRESH_AFTER`` of it has passed."""
     if expires_at is None:
         return None
     written = dt.datetime.fromisoformat(updated_at)
@@ -132,7 +129,7 @@ class Sweeper:
                 try:
                     self.sweep()
                 except Exception:
-                    # NOTE: a lost database is tried again at the next interval.
+                    # A lost database is tried again at the next interval.
                     logger.exception("The LangGraph store's TTL sweep failed.")
         finally:
             self.future.set_result(None)
@@ -150,9 +147,8 @@ def refreshes_due(
     results: Sequence[Any],
     key_of: Callable[[tuple[str, ...], str], tuple[str, str]],
 ) -> dict[str, dict[str, tuple[Any, dt.datetime]]]:
-    """The facts whose TTL a batch's reads (``(op index, op, owner)``) refresh: owner -> key
-    -> (value, new expiry); never a key the batch writes. ``key_of`` folds an item's address
-    into ``(owner, fact key)``."""
+    """The facts a batch's reads refresh the TTL of: owner -> key -> (value, new expiry); never a
+    key the batch writes."""
     now = dt.datetime.now(dt.UTC)
     due: dict[str, dict[str, tuple[Any, dt.datetime]]] = {}
     for index, op, owner_id in reads:
@@ -228,17 +224,20 @@ class TTLMethods:
         return sweeper.stop(timeout)
 
 
-def event_loop_refused() -> None:
-    """Refuse a sync call in a running event loop, as LangGraph's async stores do (Django's
-    database calls cannot run there): use the ``a...`` methods, or call from a thread."""
+def off_event_loop(call: Callable[[], T]) -> T:
+    """``call()``; in a running event loop, in a thread of its own, the loop waiting for it.
+
+    NOTE: a sync store call in an event loop blocks the loop, as ``InMemoryStore``'s and
+    ``PostgresStore``'s do (LangGraph's batching wrapper calls ``batch`` from its loop); Django's
+    database calls cannot run in that thread, so they run in another, whose connection
+    ``thread_connection`` closes. Await the ``a...`` methods to keep the loop free.
+    """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return
-    raise asyncio.InvalidStateError(
-        "MemoryStore's sync methods cannot run in an event loop: await its async methods "
-        "(store.aget, store.aput, ...) there, or call the sync ones from a thread."
-    )
+        return call()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-store") as pool:
+        return pool.submit(call).result()
 
 
 @contextlib.contextmanager

@@ -50,13 +50,14 @@ def json_equal(value: Any, expected: Any) -> bool:
 
 def filter_matches(value: Any, expected: Any) -> bool:
     """Whether ``value`` matches ``expected`` as a LangGraph filter does: objects by their
-    keys (recursively), arrays element by element, operators (``$eq``, ``$ne``, ``$gt``,
-    ``$gte``, ``$lt``, ``$lte``; the last four match numbers only), else equal JSON."""
+    keys (recursively; a dotted key also as a path, ``field_at``), arrays element by element,
+    operators (``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``; the last four match
+    numbers only), else equal JSON."""
     if isinstance(expected, dict):
         if any(name.startswith("$") for name in expected):
             return all(operator_matches(value, name, operand) for name, operand in expected.items())
         return isinstance(value, dict) and all(
-            filter_matches(value.get(name), operand) for name, operand in expected.items()
+            filter_matches(field_at(value, name), operand) for name, operand in expected.items()
         )
     if isinstance(expected, (list, tuple)):
         return (
@@ -65,6 +66,20 @@ def filter_matches(value: Any, expected: Any) -> bool:
             and all(filter_matches(a, b) for a, b in zip(value, expected, strict=True))
         )
     return json_equal(value, expected)
+
+
+def field_at(value: dict[str, Any], name: str) -> Any:
+    """The field ``name`` of an object: its key ``name`` (as ``PostgresStore`` reads a filter
+    key), else, for a dotted name, the path through nested objects (as ``SqliteStore`` reads
+    ``"user.access-level"``); ``None`` when there is neither."""
+    if name in value or "." not in name:
+        return value.get(name)
+    found: Any = value
+    for part in name.split("."):
+        if not isinstance(found, dict) or part not in found:
+            return None
+        found = found[part]
+    return found
 
 
 def operator_matches(value: Any, name: str, operand: Any) -> bool:

@@ -37,8 +37,8 @@ from memory.integrations.langgraph.indexing import (
     StoreIndex,
     Sweeper,
     TTLMethods,
-    event_loop_refused,
     langgraph_errors,
+    off_event_loop,
     refreshes_due,
     ttl_config_check,
     ttl_expiry,
@@ -66,15 +66,12 @@ MAX_FACT_KEY_CHARS = 64
 
 
 def fact_key(namespace: tuple[str, ...], key: str) -> tuple[str, str]:
-    """The owner id and the fact key of the item at ``namespace`` and ``key``:
-    ``("wang", "prefs", "food")`` and ``"likes"`` are the fact ``prefs.food.likes`` of the
-    owner ``wang``; ``("wang",)`` and ``"name"`` the fact ``name``.
+    """The owner id and the fact key of the item at ``namespace`` and ``key``: ``("wang", "prefs",
+    "food")`` and ``"likes"`` are the fact ``prefs.food.likes`` of the owner ``wang``.
 
-    The first element of the namespace is an owner id (1-128 of letters, digits and
-    ``_ - @ :``; LangGraph refuses a ``.`` in any label). The other labels and the key are each
-    1 or more of ``a-z 0-9 _ -`` (so the ``.`` between them splits back), together at most 64
-    characters with the dots. Raises ``InvalidNamespaceError`` (a ``ValueError``) for a
-    namespace and ``ValueError`` for a key that do not fold so.
+    The first element is an owner id; the other labels and the key are each ``[a-z0-9_-]+``,
+    together at most 64 characters with the dots. Raises ``InvalidNamespaceError`` (a
+    ``ValueError``) for a namespace and ``ValueError`` for a key that do not fold so.
     """
     if isinstance(namespace, list):
         namespace = tuple(namespace)
@@ -110,9 +107,8 @@ def fact_key(namespace: tuple[str, ...], key: str) -> tuple[str, str]:
 
 
 def item_address(owner_id: str, key: str) -> tuple[tuple[str, ...], str] | None:
-    """The namespace and key of the owner's fact ``key`` (``fact_key`` backwards); ``None``
-    for a fact key that no item folds into (an empty part, as ``a..b`` or ``.a`` have, which
-    the REST API may write), which the store does not show."""
+    """The namespace and key of the owner's fact ``key`` (``fact_key`` backwards); ``None`` for a
+    key no item folds into (an empty part, as in ``a..b``), which the store does not show."""
     parts = key.split(SEPARATOR)
     if not all(LABEL_RE.fullmatch(part) for part in parts):
         return None
@@ -124,8 +120,7 @@ def _item(owner_id: str, fact: FactPayload, score: float | None = None) -> Searc
     if address is None:
         return None
     value = fact["value"]
-    # NOTE: an item's value is an object; a fact of another door (the extractor's "name")
-    # may hold any JSON value, shown as {"value": ...}.
+    # NOTE: an item's value is an object; another door's fact may hold any JSON: {"value": ...}.
     at = dt.datetime.fromisoformat(fact["updated_at"])
     return SearchItem(
         namespace=address[0],
@@ -148,8 +143,8 @@ def _plain(item: SearchItem) -> Item:
 
 
 def _owner_of(prefix: tuple[str, ...], what: str) -> str:
-    """The owner a search's or a listing's prefix (a tuple or, as PostgresStore takes it, a
-    list) names; its labels checked as ``fact_key``'s."""
+    """The owner a search's or listing's prefix (a tuple or a list) names; labels checked as
+    ``fact_key``'s."""
     if isinstance(prefix, list):
         prefix = tuple(prefix)
     if not isinstance(prefix, tuple) or not prefix or prefix[0] == "*":
@@ -177,8 +172,8 @@ class _Write(NamedTuple):
 
 @dataclass
 class _Plan:
-    """A batch checked: its reads (index, op, owner), the owners they read, and its writes
-    (owner -> fact key -> write; the last op on a key wins)."""
+    """A batch checked: its reads (index, op, owner), the owners they read, and its writes (owner ->
+    fact key -> write; the last op on a key wins)."""
 
     size: int
     reads: list[tuple[int, Op, str]] = field(default_factory=list)
@@ -245,8 +240,8 @@ def _search(
     similar: dict[str, float],
     scored: dict[str, float] | None,
 ) -> list[SearchItem]:
-    """The items of a search: with ``scored`` (a store's own index asked), scored by it, best
-    first, the items without a vector after them; else as ``MemoryStore.search`` says."""
+    """The items of a search: with ``scored`` (the store's own index), by its score, best first,
+    items without a vector last; else as ``MemoryStore.search`` says."""
     prefix = tuple(op.namespace_prefix)
     units = query_units(op.query) if op.query and scored is None else []
     found = []
@@ -264,7 +259,7 @@ def _search(
             if not item.score:
                 continue
         found.append(item)
-    # NOTE: best first, then the newest (as LangGraph's Postgres store), then by key.
+    # Best first, then the newest (as LangGraph's Postgres store), then by key.
     found.sort(key=lambda i: (i.namespace, i.key))
     if scored is not None:
         found.sort(key=lambda i: -i.updated_at.timestamp())
@@ -323,16 +318,14 @@ def _writes_apply(
     vectors: dict[str, dict[str, list[tuple[str, list[float]]]]],
     model: str | None,
 ) -> None:
-    # NOTE: one transaction around the services' own (savepoints): a batch's writes are stored
-    # all together or, when one is refused (MAX_FACTS, a value too large) or the database
-    # fails, none of them. Owners are locked in the order of their ids, so two batches never
-    # wait for each other in a circle.
+    # NOTE: one transaction around the services' own: all of a batch's writes or none. Owners are
+    # locked in id order, so two batches never wait for each other in a circle.
     now = timezone.now()
     with database_guard(), transaction.atomic():
         for owner_id in sorted(set(writes) | set(refreshes)):
             changes = writes.get(owner_id, {})
             for key in [key for key, write in changes.items() if write.value is None]:
-                # NOTE: a delete of nothing is nothing, as in LangGraph's stores.
+                # A delete of nothing is nothing, as in LangGraph's stores.
                 with contextlib.suppress(FactNotFound):
                     services.fact_delete(owner_id=owner_id, key=key)
             plain = {
@@ -362,36 +355,16 @@ class MemoryStore(TTLMethods, BaseStore):
     a node reads and writes it as ``runtime.store``). Take the owner from the run's config (the
     authenticated user), never from what a model wrote.
 
-    An item is a fact: the namespace's first element names the owner, and the other labels
-    and the key fold into the fact key with dots (``fact_key``); its value, a dict, is the
-    fact's value. Facts of other doors show too (a value that is not an object as ``{"value":
-    ...}``); ``created_at`` and ``updated_at`` are the fact's last write.
+    An item is a fact: the namespace's first element names the owner, and the other labels and
+    the key fold into the fact key (``fact_key``); its value is the fact's value. ``get``,
+    ``put``, ``delete``, ``search`` (``filter``, ``query``; with ``index=``, by the store's own
+    embeddings) and ``list_namespaces`` as LangGraph defines them, with ``ttl`` and its sweeper
+    (docs/agents.md). ``batch``/``abatch`` check every op first, read the memory as before the
+    batch's writes, then write in one transaction: all or none.
 
-    - ``get``, ``put``, ``delete``: one fact (``services.facts_merge``, ``fact_put``,
-      ``fact_delete``; a delete of nothing is nothing). ``ttl=`` minutes (or the ``ttl``
-      configuration's ``default_ttl``) sets the fact's ``expires_at``: from then on it is
-      absent from every read (expired items are always omitted), and a sweep deletes it
-      (``start_ttl_sweeper``, ``sweep_ttl``, or the app's own). A read with ``refresh_ttl``
-      (``refresh_on_read``) starts the TTL again once a tenth of it has passed: a write, a
-      new version of the fact.
-    - ``search(("wang", ...), query=, filter=, limit=, offset=)``: that owner's facts under
-      the prefix (at most ``MEMORY["MAX_FACTS"]``) matching ``filter`` (equality, ``$eq``,
-      ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``), at most ``limit``, newest first. With
-      ``index=`` (LangGraph's ``IndexConfig``: the site's ``embed``, ``fields``,
-      ``distance_type``), each put embeds the fields (or the put's ``index`` paths; none with
-      ``index=False``) before it is stored, so the next search finds it by meaning: a query
-      ranks by the best similarity, items without a vector last. Without it, a query ranks
-      by its words in the key or value plus the app's vectors (``selectors.facts_similar``),
-      and keeps what matches. An empty query is no query.
-    - ``list_namespaces(prefix=("wang", ...), suffix=, max_depth=, limit=, offset=)``: the
-      namespaces holding that owner's facts; a prefix naming the owner is required.
-
-    ``batch``/``abatch`` check every op first (a bad one raises and nothing runs), read the
-    memory as it was before the batch's writes (the last put of a key wins), then write in
-    one transaction: all or none. Errors are LangGraph's: ``InvalidNamespaceError`` for a
-    namespace that does not fold into a fact key, ``ValueError`` for a key, a value that is
-    not JSON or too large, a query, or writes past ``MEMORY["MAX_FACTS"]``;
-    ``MemoryUnavailable`` when the database cannot be reached. Then nothing was stored.
+    Raises ``InvalidNamespaceError`` for a namespace that does not fold into a fact key,
+    ``ValueError`` for a bad key, value or query, or writes past ``MEMORY["MAX_FACTS"]``, and
+    ``MemoryUnavailable`` when the database cannot be reached; then nothing was stored.
     """
 
     supports_ttl = True
@@ -447,11 +420,14 @@ class MemoryStore(TTLMethods, BaseStore):
         }
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        event_loop_refused()
+        ops = list(ops)
+        return off_event_loop(lambda: self._batch(ops))
+
+    def _batch(self, ops: list[Op]) -> list[Result]:
         with langgraph_errors():
             plan = _plan(ops, embedded=self.index is not None)
-            # NOTE: the site's embedder runs before any lock is taken, as LangGraph's stores
-            # embed a put before they write it.
+            # NOTE: the site's embedder runs before any lock, as LangGraph's stores embed before
+            # writing.
             texts = self._texts(plan)
             embedded = (
                 self.index.embeddings.embed_documents([t[3] for t in texts])
