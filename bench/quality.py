@@ -601,6 +601,25 @@ def quality_note(figures: dict[str, Any]) -> str:
     )
 
 
+def embedder_table(rows: list[tuple[str, dict[str, Any]]]) -> str:
+    """One row per embedder and mode of ``quality_summary``'s figures, as Markdown."""
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    lines = [
+        "| embedder | mode | R@5 | R@10 | en R@5 | zh R@5 | newest above old | AUC | p95 (ms) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for path, f in rows:
+        lines.append(
+            f"| {path} | {f['mode']} | {share(f['recall5'])} | {share(f['recall10'])} | "
+            f"{share(f['by_lang'].get('en'))} | {share(f['by_lang'].get('zh'))} | "
+            f"{share(f['newest_first'])} | {share(f['auc'])} | {f['p95'] * 1000:.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.quality", description=__doc__.split("\n\n")[0]
@@ -608,7 +627,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lang", choices=LANGS, action="append", help="one language (repeatable)")
     parser.add_argument("--mode", choices=MODES, action="append", help="one mode (repeatable)")
     parser.add_argument("--only", default="", help="comma-separated item ids or categories")
-    parser.add_argument("--embedder", default=EMBEDDER, help="dotted path of the embedder")
+    parser.add_argument(
+        "--embedder",
+        action="append",
+        help="dotted path of the embedder (repeatable: a summary row each, the last one's table)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the owners (quality-*)")
     parser.add_argument("--json", type=Path, help="also write the per-item results here")
     parser.add_argument("--misses", action="store_true", help="list the items hybrid misses at 5")
@@ -626,14 +649,20 @@ def main(argv: list[str] | None = None) -> int:
     call_command("migrate", verbosity=0, interactive=False)
     langs = tuple(args.lang or LANGS)
     modes = tuple(args.mode or MODES)
-    report = quality_run(
-        langs=langs,
-        modes=modes,
-        embedder=args.embedder,
-        keep=args.keep,
-        only=[x for x in args.only.split(",") if x],
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
-    )
+    paths = args.embedder or [EMBEDDER]
+    rows = []
+    for path in paths:
+        report = quality_run(
+            langs=langs,
+            modes=modes,
+            embedder=path,
+            keep=args.keep,
+            only=[x for x in args.only.split(",") if x],
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+        rows += [(path, figures) for figures in quality_summary(report)]
+    if len(paths) > 1:
+        print(embedder_table(rows) + "\n")
     print(quality_table(report, modes=modes, langs=langs))
     if args.misses:
         mode = "hybrid" if "hybrid" in modes else modes[-1]

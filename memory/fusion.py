@@ -14,19 +14,31 @@ from typing import Any
 
 from memory.search import CJK_RUN_RE, cjk_grams, query_split
 
-# NOTE: the calibration of ``score``: a logistic model of "this turn holds evidence for the
+# NOTE: the ranking's calibration: a logistic model of "this turn holds evidence for the
 # question", fitted on the candidates of the team's quality set (docs/recall.md, "The score"):
-# per mode, the bias and the weights of the cosine similarity to the query, of the candidate's
-# crowding (the mean cosine of its ``CROWD_NEIGHBOURS`` nearest fellow candidates), of a
-# question with Chinese, Japanese or Korean text (whose cosines run higher), of the share of
-# the query's BM25 weight the turn matches, of the turn being said by the side the question
-# asks about (``role_asked``), and of a user's turn that says something changed
-# (``says_change``).
+# per mode, the bias and the weights of the cosine similarity to the query (centred on the
+# owner's mean, ``vectors.Centred``; ``<mode> plain``: an owner compared uncentred), of the
+# candidate's crowding (the mean cosine of its ``CROWD_NEIGHBOURS`` nearest fellow candidates,
+# measured alike), of a question with Chinese, Japanese or Korean text (whose cosines run
+# higher), of the share of the query's BM25 weight the turn matches, of the turn being said by
+# the side the question asks about (``role_asked``), and of a user's turn that says something
+# changed (``says_change``).
 CALIBRATION: dict[str, tuple[float, ...]] = {
     #          bias   cosine  crowding  cjk    coverage  role  change
-    "hybrid": (-37.37, 60.36, -21.38, -0.94, 4.0, 2.4, 2.0),
-    "semantic": (-37.69, 61.05, -21.62, -1.01, 0.0, 2.4, 2.0),
+    "hybrid": (-6.51, 17.98, -9.78, -0.2, 4.0, 2.4, 2.0),
+    "semantic": (-6.51, 18.83, -10.0, -0.37, 0.0, 2.4, 2.0),
+    "hybrid plain": (-37.37, 60.36, -21.38, -0.94, 4.0, 2.4, 2.0),
+    "semantic plain": (-37.69, 61.05, -21.62, -1.01, 0.0, 2.4, 2.0),
     "text": (-5.63, 0.0, 0.0, 0.0, 9.65, 1.0, 1.0),
+}
+# NOTE: the ``score`` a result of a centred search shows: the same model fitted on the plain
+# cosine instead (no crowding), which tells a question about something never said apart
+# better than the centred one, which ranks better (docs/recall.md, "The score"). Its bias and
+# the weights of the plain cosine, of CJK text, of coverage, of the side asked, of a change.
+SCORE: dict[str, tuple[float, ...]] = {
+    #          bias   cosine  cjk    coverage  role  change
+    "hybrid": (-46.5, 49.3, -1.64, 4.0, 2.4, 2.0),
+    "semantic": (-46.16, 49.13, -1.72, 0.0, 2.4, 2.0),
 }
 # Fellow candidates whose mean cosine to a turn is its crowding: a turn like many others (a
 # question asked again and again, a stock reply) is like the query for no reason of its own
@@ -137,9 +149,9 @@ def repeat_terms(content: str) -> frozenset[str]:
 class Candidate:
     """A turn a search found, with what ranks it: its row (``TURN_FIELDS``), its cosine to the
     query and crowding (``None`` without a vector), and the share of the query's words it
-    holds."""
+    holds; ``plain``, its plain cosine where ``cosine`` is centred (``SCORE``)."""
 
-    __slots__ = ("cosine", "coverage", "crowding", "logit", "pk", "row", "score_logit")
+    __slots__ = ("cosine", "coverage", "crowding", "logit", "pk", "plain", "row", "score_logit")
 
     def __init__(
         self,
@@ -154,6 +166,7 @@ class Candidate:
         self.cosine = cosine
         self.coverage = coverage
         self.crowding = crowding
+        self.plain: float | None = None
         self.logit = 0.0
         self.score_logit = 0.0
 
@@ -196,6 +209,29 @@ def candidate_logit(
     return logit
 
 
+def candidate_score_logit(
+    mode: str, c: Candidate, *, asked: str | None, cjk: bool, present: bool = True
+) -> float:
+    """``c``'s logit as its ``score`` shows it: by ``SCORE`` from its plain cosine in a
+    centred search, else its ranking's (``candidate_logit``)."""
+    if mode not in SCORE or c.plain is None:
+        return candidate_logit(mode, c, asked=asked, cjk=cjk, present=present)
+    bias, by_meaning, by_cjk, by_words, by_role, by_change = SCORE[mode]
+    logit = bias + by_meaning * c.plain + (by_cjk if cjk else 0.0) + by_words * c.coverage
+    if asked is not None and c.role == asked:
+        logit += by_role
+    if present and c.role == "user" and says_change(c.content):
+        logit += by_change
+    return logit
+
+
+def _lifted(logit: float, near: list[float]) -> float:
+    """``logit`` lifted towards the best of its neighbours' (``NEIGHBOUR_SHARE``)."""
+    if near and max(near) > logit:
+        return logit + NEIGHBOUR_SHARE * (max(near) - logit)
+    return logit
+
+
 def score_of(logit: float) -> float:
     """A logit as the ``score`` a result carries: in [0, 1]."""
     if logit < -30:
@@ -207,8 +243,9 @@ def ranked(
     candidates: list[Candidate], mode: str, limit: int, q: str, *, dated: bool = False
 ) -> list[Candidate]:
     """The best ``limit`` of ``candidates`` for ``q`` (a search narrowed to a range of dates
-    where ``dated``: not about the present): by calibrated logit (``score_logit``),
-    lifted towards a better neighbour's (``NEIGHBOUR_SHARE``) and with the newer favoured
+    where ``dated``: not about the present): by calibrated logit (``candidate_logit``),
+    lifted towards a better neighbour's (``NEIGHBOUR_SHARE``; the score's logit, lifted alike,
+    is each one's ``score_logit``) and with the newer favoured
     (``RECENCY_WEIGHT``), then chosen one by one, each session's later picks held back
     (``SESSION_PENALTY``) and a turn that says again what a chosen one said held back more
     (``REPEAT_PENALTY``)."""
@@ -227,18 +264,20 @@ def ranked(
     seqs = [c.seq for c in candidates]
     low, high = min(seqs), max(seqs)
     own = {
-        c.seq: (candidate_logit(mode, c, asked=asked, cjk=cjk, present=present), c.session_id)
+        c.seq: (
+            candidate_logit(mode, c, asked=asked, cjk=cjk, present=present),
+            candidate_score_logit(mode, c, asked=asked, cjk=cjk, present=present),
+            c.session_id,
+        )
         for c in candidates
     }
     for c in candidates:
         late = 0.0 if high == low else (c.seq - low) / (high - low)
-        logit = own[c.seq][0]
+        logit, shown, _ = own[c.seq]
         around = [own.get(c.seq - 1), own.get(c.seq + 1)]
-        near = [n[0] for n in around if n is not None and n[1] == c.session_id]
-        if near and max(near) > logit:
-            logit += NEIGHBOUR_SHARE * (max(near) - logit)
-        c.score_logit = logit
-        c.logit = logit + RECENCY_WEIGHT * late
+        near = [n for n in around if n is not None and n[2] == c.session_id]
+        c.score_logit = _lifted(shown, [n[1] for n in near])
+        c.logit = _lifted(logit, [n[0] for n in near]) + RECENCY_WEIGHT * late
     # NOTE: the best ``POOL_PER_RESULT`` times ``limit`` are chosen from: the penalties are
     # bounded, so a candidate further down comes in only past many repeats; each pick marks the
     # ones that repeat it, so choosing is O(limit x pool) set comparisons.

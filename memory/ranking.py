@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 from django.db.models import QuerySet
@@ -15,6 +15,9 @@ from django.db.models import QuerySet
 from memory import codec, search
 from memory.models import Turn
 from memory.search import cjk_grams, query_split
+
+if TYPE_CHECKING:
+    from memory.recall.vectors import Centred
 
 # BM25's usual constants: how fast a word's repeats stop counting, how much length weighs.
 BM25_K1 = 1.2
@@ -225,7 +228,9 @@ class TurnFilters:
 # have vectors of the model) the cosine distance of each to the query's vector and, for the
 # ``crowded`` nearest to it, its crowding: the mean cosine similarity of its ``crowd`` nearest
 # among them (``fusion.CROWD_NEIGHBOURS``; 100 candidates are 9,900 distances between halfvecs,
-# a few milliseconds).
+# a few milliseconds). Both are measured as the vectors' search measured (``vectors.Centred``:
+# the vectors less their owner's mean, where the owner has one); the plain cosine distance is
+# read beside them (the ``score`` of a centred search reads it: ``fusion.SCORE``).
 # The turn is read on its owner too: a pk from a vector row is never trusted alone for whose
 # turn it is.
 _FEATURES_SQL = """
@@ -233,13 +238,14 @@ SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata, t.created_at,
        length(t.search),
        ARRAY(SELECT term FROM unnest(%(terms)s::text[]) AS term
              WHERE t.search @@ plainto_tsquery('pg_catalog.simple', term)),
-       NULL::float8, NULL::float8
+       NULL::float8, NULL::float8, NULL::float8
 FROM memory_turn AS t
 WHERE t.id = ANY(%(ids)s::bigint[]) AND t.owner_id = %(owner)s::bigint
 """
 _FEATURES_VECTOR_SQL = """
 WITH vec AS MATERIALIZED (
-  SELECT v.turn_id, v.vector, v.vector <=> %(vector)s::halfvec AS distance
+  SELECT v.turn_id, {point} AS vector, {distance} AS distance,
+         v.vector <=> %(vector)s::halfvec AS plain
   FROM memory_turnvector AS v
   WHERE v.turn_id = ANY(%(ids)s::bigint[]) AND v.owner_id = %(owner)s::bigint
     AND v.model = %(model)s
@@ -262,7 +268,7 @@ SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata, t.created_at,
        length(t.search),
        ARRAY(SELECT term FROM unnest(%(terms)s::text[]) AS term
              WHERE t.search @@ plainto_tsquery('pg_catalog.simple', term)),
-       v.distance, c.crowding
+       v.distance, v.plain, c.crowding
 FROM memory_turn AS t
 LEFT JOIN vec AS v ON v.turn_id = t.id
 LEFT JOIN crowd AS c ON c.turn_id = t.id
@@ -278,19 +284,33 @@ def turns_features(
     terms: list[str],
     model: str | None,
     vector: str | None,
+    measure: Centred | None = None,
     crowd: int = 10,
     crowded: int = 100,
 ) -> list[tuple[Any, ...]]:
     """For each of the owner's turns ``pks``: ``(pk, *TURN_FIELDS, length, terms held,
-    cosine distance or None, crowding or None)``; PostgreSQL only. ``vector`` is the query's
-    in pgvector's text form, ``model`` the embedder's name (no distance without them);
-    crowding, for the ``crowded`` turns nearest to the query, is the mean cosine similarity
-    of the turn's ``crowd`` nearest among them."""
-    statement = _FEATURES_SQL if vector is None or model is None else _FEATURES_VECTOR_SQL
+    distance or None, plain cosine distance or None, crowding or None)``; PostgreSQL only.
+    ``vector`` is the query's in pgvector's text form, ``model`` the embedder's name (no
+    distance without them); ``measure``, where given, is how the vectors' search compared them
+    (centred on the owner's mean: the distance and the crowding are then centred), else the
+    plain cosine. Crowding, for the ``crowded`` turns nearest to the query, is
+    the mean cosine similarity of the turn's ``crowd`` nearest among them."""
+    extra: dict[str, Any] = {} if measure is None else measure.params()
+    if vector is None or model is None:
+        statement = _FEATURES_SQL
+    elif measure is None:
+        statement = _FEATURES_VECTOR_SQL.format(
+            point="v.vector", distance="v.vector <=> %(vector)s::halfvec"
+        )
+    else:
+        statement = _FEATURES_VECTOR_SQL.format(
+            point=measure.point_sql("v.vector"), distance=measure.distance_sql("v.vector")
+        )
     with connections[using].cursor() as cursor:
         cursor.execute(
             statement,
             {
+                **extra,
                 "terms": terms,
                 "ids": pks,
                 "owner": owner_pk,

@@ -310,3 +310,18 @@ def test_the_quality_set_is_in_longmemevals_shape_and_deterministic():
         assert item["q"] not in {t["content"] for t in turns}
     again = quality.haystack_build(items[0])
     assert again.document == quality.haystack_build(items[0]).document
+
+
+def test_the_quality_bench_prints_a_row_per_embedder_and_mode():
+    from bench import quality
+
+    items = {item["cat"]: item for item in quality.quality_items(langs=["en"])}
+    report = quality.Report()
+    for mode, seqs in (("semantic", [3, 1]), ("hybrid", [1, 3])):
+        report.results.append(quality.Result(items["user"], mode, seqs, 0.9, 0.01, [{1}], [], []))
+        report.results.append(quality.Result(items["absent"], mode, [2], 0.1, 0.03, [], [], []))
+    rows = [("a.b", figures) for figures in quality.quality_summary(report)]
+    table = quality.embedder_table(rows).splitlines()
+    assert len(table) == 4
+    assert table[2].startswith("| a.b | semantic | 1.00 | 1.00 | 1.00 | - | - | 1.00 |")
+    assert table[3].startswith("| a.b | hybrid | 1.00 |")

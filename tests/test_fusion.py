@@ -5,6 +5,7 @@ embedder where a search runs (the fixtures of tests/test_recall.py)."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 from memory import fusion, ranking, selectors
 from memory.models import Owner, Turn
@@ -58,6 +59,28 @@ def _candidate(seq: int, session: str, role: str, content: str, cosine: float, c
     return fusion.Candidate(seq, (seq, session, role, content), cosine, 0.0, crowding)
 
 
+# NOTE: the candidates below have cosines on the plain cosine's scale: they are ranked by the
+# rows of an owner compared uncentred.
+
+
+def test_the_score_shown_reads_the_plain_cosine_where_the_ranking_is_centred():
+    near = _candidate(5, "s1", "user", "I adopted a corgi named Mochi.", 0.30, 0.05)
+    near.plain = 0.90
+    far = _candidate(9, "s2", "user", "How do I fix a flat tyre?", 0.32, 0.05)
+    far.plain = 0.80
+    q = "What is my dog called?"
+    # Ranked by the centred cosine; each shows the score of its plain one.
+    assert fusion.ranked([near, far], "semantic", 2, q) == [far, near]
+    assert near.score_logit > far.score_logit
+    shown = fusion.candidate_score_logit("semantic", near, asked="user", cjk=False)
+    assert near.score_logit == pytest.approx(shown)
+    bias, by_meaning, _, _, by_role, _ = fusion.SCORE["semantic"]
+    assert shown == pytest.approx(bias + by_meaning * 0.90 + by_role)
+    # An owner compared uncentred is ranked and scored alike.
+    plain = fusion.candidate_score_logit("semantic plain", near, asked="user", cjk=False)
+    assert plain == fusion.candidate_logit("semantic plain", near, asked="user", cjk=False)
+
+
 def test_a_repeated_turn_takes_one_place_and_a_crowded_one_yields():
     asked = "How do I take better notes in lectures?"
     candidates = [
@@ -69,7 +92,7 @@ def test_a_repeated_turn_takes_one_place_and_a_crowded_one_yields():
     )
     other = _candidate(60, "s6", "user", "Can you check this text for typos?", 0.80)
     chosen = fusion.ranked(
-        [*candidates, answer, other], "semantic", 3, "Who is in my reading group?"
+        [*candidates, answer, other], "semantic plain", 3, "Who is in my reading group?"
     )
     # The answer is less like the query than the repeated question, but that question is like
     # every other candidate (crowded) and said four times: it takes one place, not three.
@@ -82,19 +105,19 @@ def test_the_newer_statement_of_a_change_ranks_above_the_old():
     old = _candidate(3, "s1", "user", "My 2011 Golf needs new brake pads.", 0.863)
     new = _candidate(90, "s7", "user", "I let the old Golf go and picked up a used Kia.", 0.861)
     q = "What car do I drive these days?"
-    assert fusion.ranked([old, new], "semantic", 2, q) == [new, old]
+    assert fusion.ranked([old, new], "semantic plain", 2, q) == [new, old]
     # A question about a past time asks for what was true then: the change counts for nothing.
     past = "What car did I drive at the start of the year?"
-    assert fusion.ranked([old, new], "semantic", 2, past) == [old, new]
-    assert fusion.ranked([old, new], "semantic", 2, q, dated=True) == [old, new]
+    assert fusion.ranked([old, new], "semantic plain", 2, past) == [old, new]
+    assert fusion.ranked([old, new], "semantic plain", 2, q, dated=True) == [old, new]
 
 
 def test_the_side_asked_about_ranks_first():
     question = _candidate(20, "s2", "user", "Any podcast to learn Spanish on the train?", 0.86)
     reply = _candidate(21, "s2", "assistant", "Try Coffee Break Spanish, 20 minutes each.", 0.84)
     q = "What did you suggest I listen to on the train to learn Spanish?"
-    assert fusion.ranked([question, reply], "semantic", 2, q)[0] is reply
-    assert fusion.ranked([question, reply], "semantic", 2, "Spanish podcast")[0] is question
+    assert fusion.ranked([question, reply], "semantic plain", 2, q)[0] is reply
+    assert fusion.ranked([question, reply], "semantic plain", 2, "Spanish podcast")[0] is question
 
 
 @pytest.mark.usefixtures("e5")
@@ -159,3 +182,60 @@ def test_the_newest_of_a_change_ranks_first_in_a_search():
     assert "Kia" in found[0]["content"]
     assert any("brake pads" in turn["content"] for turn in found[1:])
     assert all(0 <= turn["score"] <= 1 for turn in found)
+
+
+@pytest.mark.usefixtures("e5")
+def test_crowding_is_measured_as_the_search_measured_centred():
+    say(
+        "wang",
+        "I adopted a corgi named Mochi.",
+        "How do I fix a flat tyre?",
+        "What should I cook tonight?",
+        "We moved to Bristol last month.",
+    )
+    embeddings.turns_embed(owner_id="wang")
+    owner = Owner.objects.get(external_id="wang")
+    embedder = embedders.embedder_get()
+    assert embedder is not None
+    model = embedders.embedder_name(embedder)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT turn_id, vector::text FROM memory_turnvector WHERE owner_id = %s", [owner.pk]
+        )
+        stored = {pk: [float(x) for x in text.strip("[]").split(",")] for pk, text in cursor}
+    centre = [sum(column) / len(stored) for column in zip(*stored.values(), strict=True)]
+    query = embedders.query_embed(embedder, "what is my dog called?")
+    rows = ranking.turns_features(
+        using="default",
+        owner_pk=owner.pk,
+        pks=list(stored),
+        terms=[],
+        model=model,
+        vector=vectors.vector_text(query),
+        measure=vectors.Centred(query, centre),
+        crowd=1,
+    )
+
+    def cosine(a: list[float], b: list[float]) -> float:
+        dot = sum(x * y for x, y in zip(a, b, strict=True))
+        return dot / (sum(x * x for x in a) ** 0.5 * sum(y * y for y in b) ** 0.5)
+
+    moved = {pk: [p - c for p, c in zip(v, centre, strict=True)] for pk, v in stored.items()}
+    off = [q - c for q, c in zip(query, centre, strict=True)]
+    assert len(rows) == len(stored) == 4
+    for pk, *_, distance, plain, crowding in rows:
+        assert 1 - distance == pytest.approx(cosine(moved[pk], off), abs=5e-3)
+        assert 1 - plain == pytest.approx(cosine(stored[pk], query), abs=5e-3)
+        nearest = max(cosine(moved[pk], other) for o, other in moved.items() if o != pk)
+        assert crowding == pytest.approx(nearest, abs=5e-3)
+    # Centred, the four say apart what they share: their nearest fellow is far less alike.
+    plain = ranking.turns_features(
+        using="default",
+        owner_pk=owner.pk,
+        pks=list(stored),
+        terms=[],
+        model=model,
+        vector=vectors.vector_text(query),
+        crowd=1,
+    )
+    assert max(row[-1] for row in rows) < min(row[-1] for row in plain)

@@ -486,6 +486,89 @@ def test_the_vectors_of_another_model_are_not_compared(e5, memory_settings):
     assert Turn.objects.count() == 4
 
 
+# Centred on the owner's mean -------------------------------------------------------------------
+
+
+def _stored(owner_pk: int) -> dict[int, list[float]]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT turn_id, vector::text FROM memory_turnvector WHERE owner_id = %s", [owner_pk]
+        )
+        return {pk: [float(x) for x in text.strip("[]").split(",")] for pk, text in cursor}
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return dot / (sum(x * x for x in a) ** 0.5 * sum(y * y for y in b) ** 0.5)
+
+
+def test_an_owner_is_compared_centred_on_their_mean(e5, monkeypatch):
+    monkeypatch.setattr(vectors, "CENTRE_FROM", 5)
+    say("wang", CORGI, *FILLER)
+    say("li", "My dog is a poodle named Biscuit.")
+    embeddings.turns_embed(owner_id="wang")
+    embeddings.turns_embed(owner_id="li")
+    wang, li = (Owner.objects.get(external_id=x).pk for x in ("wang", "li"))
+    model = embedders.embedder_name(embedders.multilingual_e5)
+    # Fewer vectors than CENTRE_FROM: compared as they are.
+    assert vectors.owner_centre(connection.alias, li, model) is None
+    stored = _stored(wang)
+    centre = vectors.owner_centre(connection.alias, wang, model)
+    assert centre is not None and len(centre) == 384
+    mean = [sum(column) / len(stored) for column in zip(*stored.values(), strict=True)]
+    assert max(abs(a - b) for a, b in zip(centre, mean, strict=True)) < 1e-3
+    query = embedders.query_embed(embedders.multilingual_e5, "what's my dog's name?")
+    nearest = vectors.vectors_nearest(connection.alias, wang, model, query, 10, centre=centre)
+    assert len(nearest) == len(stored) == 7
+    off = [q - c for q, c in zip(query, centre, strict=True)]
+    for pk, distance in nearest:
+        moved = [p - c for p, c in zip(stored[pk], centre, strict=True)]
+        assert distance == pytest.approx(1 - _cosine(moved, off), abs=5e-3)
+    assert nearest[0][0] == Turn.objects.get(content=CORGI).pk
+    # The search's own features are the same centred distances.
+    found = selectors.turn_search(owner_id="wang", q="what's my dog's name?", mode="semantic")
+    assert found[0]["content"] == CORGI
+
+
+def test_the_owners_centre_is_read_again_only_when_more_turns_are_embedded(e5, monkeypatch):
+    monkeypatch.setattr(vectors, "CENTRE_FROM", 5)
+    say("wang", CORGI, *FILLER)
+    embeddings.turns_embed(owner_id="wang")
+    q = "what's my dog's name?"
+
+    def centre_reads() -> int:
+        found, statements = _searched_statements("wang", q, mode="hybrid")
+        assert found[0] == CORGI
+        return sum("avg(s.vector)" in statement for statement in statements)
+
+    assert centre_reads() == 1
+    assert centre_reads() == 0
+    say("wang", "We moved to a flat near the river in May.", "Congratulations!")
+    embeddings.turns_embed(owner_id="wang")
+    assert centre_reads() == 1
+    # A sample that was full is the same sample when more turns come.
+    monkeypatch.setattr(vectors, "CENTRE_SAMPLE", 5)
+    vectors.vectors_forget_ready()
+    assert centre_reads() == 1
+    say("wang", "I've started learning the cello.", "How exciting!")
+    embeddings.turns_embed(owner_id="wang")
+    assert centre_reads() == 0
+
+
+def test_the_index_walk_ranks_centred_as_the_exact_scan(indexed_from, monkeypatch):
+    monkeypatch.setattr(vectors, "CENTRE_FROM", 5)
+    say("wang", CORGI, *FILLER, "We moved to a flat near the river in May.")
+    embeddings.turns_embed(owner_id="wang")
+    for q in ("what's my dog's name?", "where do we live?"):
+        walked, statements = _searched_statements("wang", q, mode="semantic", limit=3)
+        assert any("halfvec(384)" in statement for statement in statements)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(vectors, "INDEX_FROM", 10_000)
+            exact, _ = _searched_statements("wang", q, mode="semantic", limit=3)
+        assert walked == exact
+    assert walked[0].startswith("We moved")
+
+
 def tiny(texts: list[str]) -> list[list[float]]:
     """An embedder of three dimensions (letters, digits, the rest): another model's vectors."""
     return [

@@ -6,14 +6,21 @@ Bounded work: an owner of up to ``INDEX_FROM`` embedded turns is searched exactl
 vectors, top-N sorted); a larger one through the model's HNSW index with pgvector's iterative scan,
 approximately (docs/recall.md). Without the index, the exact scan serves everyone. The statements
 run in the caller's search transaction, under its ``statement_timeout``.
+
+Turns are compared centred on their owner's mean (``owner_centre``, ``Centred``): what every
+turn of a history shares (its language, the assistant's manner, the embedder's own bias) is
+taken off both sides before the cosine, so that what a turn says apart from the rest decides
+(docs/recall.md, "By meaning: centred on the owner").
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError, connections
@@ -54,7 +61,7 @@ SET owner_id = EXCLUDED.owner_id, model = EXCLUDED.model, vector = EXCLUDED.vect
 
 # NOTE: joined on the owner too: a vector row is never trusted alone for whose turn it is.
 _NEAREST_SQL = """
-SELECT v.turn_id, v.vector <=> %(vector)s::halfvec AS distance
+SELECT v.turn_id, {distance} AS distance
 FROM memory_turnvector AS v {join}
 WHERE v.owner_id = %(owner)s::bigint AND v.model = %(model)s {filters}
 ORDER BY distance, v.turn_id DESC
@@ -112,16 +119,86 @@ FROM pg_index AS i WHERE i.indexrelid = to_regclass(%s)
 # NOTE: relaxed order, sorted outside; the iterative scan (pgvector 0.8) goes past ef_search until
 # ``limit`` of the owner's turns are found.
 _NEAREST_INDEXED_SQL = """
-SELECT turn_id, distance FROM (
-  SELECT v.turn_id,
-         v.vector::halfvec({dimensions}) <=> %(vector)s::halfvec({dimensions}) AS distance
+SELECT turn_id, {distance} AS distance FROM (
+  SELECT v.turn_id, v.vector
   FROM memory_turnvector AS v {join}
   WHERE v.owner_id = %(owner)s::bigint AND v.model = {model} {filters}
-  ORDER BY distance
-  LIMIT %(limit)s
-) AS near
+  ORDER BY v.vector::halfvec({dimensions}) <=> %(walk)s::halfvec({dimensions})
+  LIMIT %(walked)s
+) AS v
 ORDER BY distance, turn_id DESC
+LIMIT %(limit)s
 """
+# NOTE: the walk goes by the centred query's direction, which orders the turns as the centred
+# cosine's numerator does; this many times the results asked are walked, then ranked exactly.
+INDEX_WALK_FACTOR = 2
+
+# The owner's mean is taken over at most this many of their vectors (the first embedded, in the
+# index's order): a component's error is then about a thousandth, on a history of any length,
+# and reading them a millisecond or two.
+CENTRE_SAMPLE = 500
+# An owner with fewer vectors than this is compared uncentred: the mean of a short history is
+# mostly its own few turns, and would take off what they say.
+CENTRE_FROM = 50
+# Per (database alias, owner pk, model): the owner's embedded turns when their centre was read,
+# and the centre. Read again when they have more, unless the sample was full then (the same
+# first CENTRE_SAMPLE vectors make it). At most CENTRE_CACHE owners, then forgotten at once.
+_CENTRES: dict[tuple[str, int, str], tuple[int, list[float] | None]] = {}
+CENTRE_CACHE = 4_096
+
+_CENTRE_SQL = """
+SELECT avg(s.vector)::text, count(*) FROM (
+  SELECT vector FROM memory_turnvector
+  WHERE owner_id = %s::bigint AND model = %s
+  LIMIT %s
+) AS s
+"""
+
+
+@dataclass(frozen=True)
+class Centred:
+    """A search query's vector and the centre its owner's turns are compared around.
+
+    The distance of a turn's vector ``p`` is one minus the cosine of ``p - c`` and ``q - c``
+    (``c`` the centre, ``q`` the query): ``(p.(q - c) - c.(q - c)) / (|p - c| |q - c|)``, two
+    of pgvector's operators a row (``<#>``, ``<->``). Without a centre it is the plain cosine
+    distance (``<=>``)."""
+
+    query: Sequence[float]
+    centre: Sequence[float] | None = None
+
+    def distance_sql(self, column: str) -> str:
+        """The SQL of the distance of ``column``'s vectors (``params`` holds its values)."""
+        if self.centre is None:
+            return f"({column} <=> %(vector)s::halfvec)"
+        return (
+            f"(1 - ((-({column} <#> %(centred)s::halfvec)) - %(offset)s)"
+            f" / (greatest({column} <-> %(centre)s::halfvec, 1e-6) * %(scale)s))"
+        )
+
+    def point_sql(self, column: str) -> str:
+        """The SQL of ``column``'s vectors as this measure sees them: less the centre."""
+        if self.centre is None:
+            return column
+        return f"({column} - %(centre)s::halfvec)"
+
+    def params(self) -> dict[str, Any]:
+        """The statement's parameters of ``distance_sql``, and ``walk``: the direction an
+        index walk goes."""
+        if self.centre is None:
+            text = vector_text(self.query)
+            return {"vector": text, "walk": text}
+        centred = [q - c for q, c in zip(self.query, self.centre, strict=True)]
+        scale = math.sqrt(sum(x * x for x in centred)) or 1e-6
+        text = vector_text(centred)
+        return {
+            "centred": text,
+            "walk": text,
+            "centre": vector_text(self.centre),
+            "offset": sum(x * c for x, c in zip(centred, self.centre, strict=True)),
+            "scale": scale,
+        }
+
 
 # Per (database alias, index name): true once seen valid; else when it was last seen missing.
 _INDEXED: dict[tuple[str, str], bool] = {}
@@ -172,6 +249,7 @@ def vectors_forget_ready() -> None:
     _MISSING_AT.clear()
     _INDEXED.clear()
     _UNINDEXED_AT.clear()
+    _CENTRES.clear()
 
 
 def index_name(model: str, dimensions: int) -> str:
@@ -263,6 +341,34 @@ def vectors_write(
         return written
 
 
+def owner_centre(
+    using: str, owner_pk: int, model: str, *, embedded: int | None = None
+) -> list[float] | None:
+    """The centre the owner's turns are compared around (``Centred``): the mean of at most
+    ``CENTRE_SAMPLE`` of their vectors of ``model``; ``None`` for an owner with fewer than
+    ``CENTRE_FROM`` (compared uncentred). One indexed read of at most ``CENTRE_SAMPLE`` rows,
+    kept by the process for the owner's ``embedded`` count (their ``embedded_seq``) where it is
+    given: the next search reads it again only once the owner has more turns embedded and had
+    fewer than ``CENTRE_SAMPLE`` then."""
+    key = (using, owner_pk, model)
+    kept = _CENTRES.get(key) if embedded is not None else None
+    if kept is not None and embedded is not None:
+        seen, centre = kept
+        if embedded == seen or (seen >= CENTRE_SAMPLE and embedded > seen):
+            return centre
+    with connections[using].cursor() as cursor:
+        cursor.execute(_CENTRE_SQL, [owner_pk, model, CENTRE_SAMPLE])
+        mean, count = cursor.fetchone()
+    centre = None
+    if mean is not None and count >= CENTRE_FROM:
+        centre = [float(x) for x in mean.strip("[]").split(",")]
+    if embedded is not None:
+        if len(_CENTRES) >= CENTRE_CACHE:
+            _CENTRES.clear()
+        _CENTRES[key] = (embedded, centre)
+    return centre
+
+
 def vectors_nearest(
     using: str,
     owner_pk: int,
@@ -272,30 +378,38 @@ def vectors_nearest(
     *,
     embedded: int = 0,
     filters: Any = None,
+    centre: Sequence[float] | None = None,
 ) -> list[tuple[int, float]]:
     """The ``limit`` turns of owner ``owner_pk`` whose vectors (of ``model``) are nearest to
-    ``query``: ``(turn pk, cosine distance)``, nearest first. Past ``INDEX_FROM`` ``embedded``
-    turns, the HNSW index serves where it exists; ``filters`` keeps only the turns it allows."""
-    text = vector_text(query)
+    ``query``: ``(turn pk, distance)``, nearest first: the cosine distance, centred on ``centre``
+    where given (``Centred``). Past ``INDEX_FROM`` ``embedded`` turns, the HNSW index serves where
+    it exists, walked ``INDEX_WALK_FACTOR`` times deeper and ranked exactly; ``filters`` keeps
+    only the turns it allows."""
+    measure = Centred(query, centre)
     clauses, params = filters.sql("t") if filters else ("", {})
     join = _FILTER_JOIN if clauses else ""
-    params = {**params, "vector": text, "owner": owner_pk, "model": model, "limit": limit}
+    params = {**params, **measure.params(), "owner": owner_pk, "model": model, "limit": limit}
     with connections[using].cursor() as cursor:
         if embedded > INDEX_FROM and vectors_indexed(using, model, len(query)):
+            walked = limit * INDEX_WALK_FACTOR
             cursor.execute(
                 "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
                 " set_config('hnsw.ef_search', %s, true)",
-                [str(max(INDEX_EF_SEARCH, min(limit, 1000)))],
+                [str(max(INDEX_EF_SEARCH, min(walked, 1000)))],
             )
             statement = sql.SQL(_NEAREST_INDEXED_SQL).format(
                 dimensions=sql.Literal(len(query)),
                 model=sql.Literal(model),
                 join=sql.SQL(join),
                 filters=sql.SQL(clauses),
+                distance=sql.SQL(measure.distance_sql("v.vector")),
             )
-            cursor.execute(statement.as_string(cursor.connection), params)
+            cursor.execute(statement.as_string(cursor.connection), {**params, "walked": walked})
         else:
-            cursor.execute(_NEAREST_SQL.format(join=join, filters=clauses), params)
+            distance = measure.distance_sql("v.vector")
+            cursor.execute(
+                _NEAREST_SQL.format(join=join, filters=clauses, distance=distance), params
+            )
         return [(turn_id, float(distance)) for turn_id, distance in cursor.fetchall()]
 
 

@@ -149,7 +149,8 @@ def _candidates(
     filters: ranking.TurnFilters,
 ) -> tuple[list[fusion.Candidate], str]:
     """The turns either ranking finds among its best ``depth``, with their features; and the
-    mode that ranked them (``text`` where the query's embedding failed)."""
+    mode that ranked them (``text`` where the query's embedding failed; ``<mode> plain``: the
+    owner compared uncentred)."""
     owner_pk, embedded, last_seq = owner
     using = Turn.objects.db
     turns = filters.queryset(owner_turns(owner_pk))
@@ -170,12 +171,16 @@ def _candidates(
         pks = [pk for pk, *_ in words.hits]
     vector = _resolved(query)
     model = None
+    measure = None
     if vector is not None:
         embedder = embedders.embedder_get()
         assert embedder is not None
         model = embedders.embedder_name(embedder)
+        centre = vectors.owner_centre(using, owner_pk, model, embedded=embedded)
+        measure = vectors.Centred(vector, centre)
+        mode += "" if centre else " plain"
         nearest = vectors.vectors_nearest(
-            using, owner_pk, model, vector, depth, embedded=embedded, filters=filters
+            using, owner_pk, model, vector, depth, embedded=embedded, filters=filters, centre=centre
         )
         pks += [pk for pk, _ in nearest if pk not in set(pks)]
     elif mode == "hybrid":
@@ -195,9 +200,10 @@ def _candidates(
         terms=terms,
         model=model,
         vector=None if vector is None else vectors.vector_text(vector),
+        measure=measure,
     )
     found: list[fusion.Candidate] = []
-    for pk, *fields, length, held, distance, crowding in rows:
+    for pk, *fields, length, held, distance, plain, crowding in rows:
         cosine = None if distance is None else 1.0 - float(distance)
         if similar:
             coverage = fusion.SIMILAR_COVERAGE
@@ -206,7 +212,9 @@ def _candidates(
         else:
             coverage = 0.0
         crowd = None if crowding is None else float(crowding)
-        found.append(fusion.Candidate(pk, tuple(fields), cosine, coverage, crowd))
+        c = fusion.Candidate(pk, tuple(fields), cosine, coverage, crowd)
+        c.plain = None if plain is None else 1.0 - float(plain)
+        found.append(c)
     return found, mode
 
 
@@ -323,10 +331,11 @@ def turn_search(
     [0, 1]) and its ``context`` (the turns just before and after it in its session).
 
     ``mode`` (``MODES``): ``text`` by words (BM25, any word form, CJK by character pairs, similar
-    words as a fallback), ``semantic`` by the cosine of ``MEMORY["EMBEDDER"]`` vectors, ``hybrid``
-    by both; the default is ``hybrid`` where ``semantic_on()``, else ``text``. ``min_score`` drops
-    results below it. ``after``/``before`` (ISO-8601) keep turns created in that range, narrowed by
-    a time ``q`` names against ``now``. ``q`` is 1-200 characters of free text, never query syntax;
+    words as a fallback), ``semantic`` by the cosine of ``MEMORY["EMBEDDER"]`` vectors (centred
+    on the owner's mean), ``hybrid`` by both; the default is ``hybrid`` where ``semantic_on()``,
+    else ``text``. ``min_score`` drops results whose ``score`` (``fusion.SCORE``) is below it.
+    ``after``/``before`` (ISO-8601) keep turns created in that range, narrowed by a time ``q``
+    names against ``now``. ``q`` is 1-200 characters of free text, never query syntax;
     ``limit`` is 1-100. Bounded work, each statement under ``MEMORY["SEARCH_TIMEOUT_MS"]``
     (docs/recall.md).
 
