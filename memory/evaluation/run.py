@@ -30,6 +30,7 @@ from memory.evaluation.metrics import (
     rrf,
     session_scores,
 )
+from memory.exceptions import SearchTimeout
 
 DEPTH = 100
 ADVERSARIAL = "5"
@@ -53,6 +54,7 @@ class EvalRun:
     owners: dict[str, str] = field(default_factory=dict)
     cut: int = 0
     refused: int = 0
+    timed_out: int = 0
     load_seconds: float = 0.0
     embed_seconds: float = 0.0
 
@@ -214,6 +216,10 @@ def eval_run(
                         # A question the search refuses (no words in it) finds nothing.
                         found = []
                         run.refused += 1
+                    except SearchTimeout:
+                        # A search past SEARCH_TIMEOUT_MS finds nothing: counted, the run goes on.
+                        found = []
+                        run.timed_out += 1
                     seconds = time.perf_counter() - started
                     ranking = [keys[t["seq"]] for t in found if t["seq"] in keys]
                     run.ranked.append(Ranked(i, mode, ranking, seconds))
@@ -303,7 +309,8 @@ def eval_tables(*, run: EvalRun, ks: Sequence[int], ndcg: bool = False) -> str:
         f"conversations ({len(evalset.questions) - len(kinds_of)} without, "
         f"{evalset.skipped} skipped"
         + (f", {len(kinds_of) - len(answerable)} of category {ADVERSARIAL}" if locomo else "")
-        + f"; {run.cut} turns cut to MAX_TURN_CHARS; {run.refused} searches refused)",
+        + f"; {run.cut} turns cut to MAX_TURN_CHARS; {run.refused} searches refused; "
+        + f"{run.timed_out} timed out)",
         "",
         "| system | " + " | ".join(f"{name}@{k}" for name, k in columns) + " |",
         "| --- |" + " ---: |" * len(columns),
