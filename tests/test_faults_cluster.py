@@ -192,4 +192,4 @@ def test_delta_not_yet_replicated_when_the_primary_dies_is_not_served_stale(stac
     # and a sweep have passed; on a loaded machine (`make test` runs two processes) the sweep
     # and the instances' reconnect can come seconds late, so the bound is wider than the two.
     time.sleep(GRACE + INTERVAL)
-    talk.wait_served(owner, bound=GRACE + INTERVAL + 8.0)
+    talk.wait_served(owner, bound=GRACE + INTERVAL + 20.0)
