@@ -2,7 +2,7 @@
 their versions, sessions, the cache's invalidation log; on PostgreSQL the stamp sequence and the
 turns' search document with its GIN indexes (``btree_gin``, ``pg_trgm``).
 
-A site on 0.1.0 has this already and goes on with ``0002_since_0_1_0``.
+A site on 0.1.0 has this already and goes on with ``0002_squashed_since_0_1_0``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Everything since 0.1.0 (its migrations 0004-0016, squashed). On every database: the work
-queues of deferred extraction and summaries, owner links, summaries, facts that expire and the
-actor of each fact version, the owners' embedding mark, the vector models. On PostgreSQL:
+"""Everything since 0.1.0, squashed. On every database: the work queues of deferred
+extraction and summaries, owner links, summaries, facts that expire and the actor of each fact
+version, the owners' embedding mark, the vector models, LangGraph's checkpoints and the store's
+vectors. On PostgreSQL:
 
 - the owners' search vocabulary (``memory_search_words()``, ``memory_searchword`` and its
   triggers), which replaces the content's trigram index, filled from the turns already there;
@@ -10,7 +11,8 @@ actor of each fact version, the owners' embedding mark, the vector models. On Po
 - ``memory_turn_append()``, an append in one round trip (``memory/postgres/turn_append.py``);
 - pgvector and the turns' and facts' vector tables, where the server has the extension and the
   role may create it (else ``memory.W016`` says so, and ``manage.py memory_embed --setup``
-  creates them later).
+  creates them later);
+- the store vectors' key to their fact, cascading in the database.
 
 Each function's SQL is a file of ``memory/postgres/sql/``; a later change of one runs its
 ``*_create`` again in a migration of its own.
@@ -110,6 +112,23 @@ def _vectors_forwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) 
     sql.vectors_setup(schema_editor)
 
 
+def _store_vector_cascade(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(
+            "ALTER TABLE memory_storevector ADD CONSTRAINT memory_storevector_fact_fk"
+            " FOREIGN KEY (fact_id) REFERENCES memory_fact (id) ON DELETE CASCADE",
+            params=None,
+        )
+
+
+def _store_vector_uncascade(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(
+            "ALTER TABLE memory_storevector DROP CONSTRAINT memory_storevector_fact_fk",
+            params=None,
+        )
+
+
 def _vectors_backwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute("DROP TABLE IF EXISTS memory_factvector")
@@ -131,6 +150,9 @@ class Migration(migrations.Migration):
         ("memory", "0014_fact_expiry_actor"),
         ("memory", "0015_turn_vectors"),
         ("memory", "0016_fact_vectors"),
+        ("memory", "0002_since_0_1_0"),
+        ("memory", "0003_langgraph"),
+        ("memory", "0004_turn_append_owner_update"),
     ]
 
     dependencies = [("memory", "0001_squashed_0_1_0")]
@@ -434,4 +456,156 @@ class Migration(migrations.Migration):
             ],
         ),
         migrations.RunPython(_vectors_forwards, _vectors_backwards, elidable=False),
+        migrations.CreateModel(
+            name="Checkpoint",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("thread_id", models.CharField(max_length=128)),
+                ("checkpoint_ns", models.TextField(blank=True, default="")),
+                ("checkpoint_id", models.CharField(max_length=128)),
+                ("parent_checkpoint_id", models.CharField(blank=True, max_length=128, null=True)),
+                ("type", models.CharField(max_length=64)),
+                ("checkpoint", models.BinaryField()),
+                ("metadata", models.JSONField(default=dict)),
+                ("channel_versions", models.JSONField(default=dict)),
+                ("created_at", models.DateTimeField()),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="checkpoints",
+                        to="memory.owner",
+                    ),
+                ),
+            ],
+            options={
+                "verbose_name": "LangGraph checkpoint",
+                "default_permissions": ("view",),
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("owner", "thread_id", "checkpoint_ns", "checkpoint_id"),
+                        name="memory_checkpoint_uniq",
+                    )
+                ],
+            },
+        ),
+        migrations.CreateModel(
+            name="CheckpointBlob",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("thread_id", models.CharField(max_length=128)),
+                ("checkpoint_ns", models.TextField(blank=True, default="")),
+                ("channel", models.TextField()),
+                ("version", models.CharField(max_length=128)),
+                ("type", models.CharField(max_length=64)),
+                ("blob", models.BinaryField(null=True)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="memory.owner",
+                    ),
+                ),
+            ],
+            options={
+                "default_permissions": (),
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("owner", "thread_id", "checkpoint_ns", "channel", "version"),
+                        name="memory_checkpointblob_uniq",
+                    )
+                ],
+            },
+        ),
+        migrations.CreateModel(
+            name="CheckpointWrite",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("thread_id", models.CharField(max_length=128)),
+                ("checkpoint_ns", models.TextField(blank=True, default="")),
+                ("checkpoint_id", models.CharField(max_length=128)),
+                ("task_id", models.TextField()),
+                ("task_path", models.TextField(blank=True, default="")),
+                ("idx", models.IntegerField()),
+                ("channel", models.TextField()),
+                ("type", models.CharField(max_length=64)),
+                ("blob", models.BinaryField()),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="memory.owner",
+                    ),
+                ),
+            ],
+            options={
+                "default_permissions": (),
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=(
+                            "owner",
+                            "thread_id",
+                            "checkpoint_ns",
+                            "checkpoint_id",
+                            "task_id",
+                            "idx",
+                        ),
+                        name="memory_checkpointwrite_uniq",
+                    )
+                ],
+            },
+        ),
+        migrations.CreateModel(
+            name="StoreVector",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model", models.CharField(max_length=100)),
+                ("path", models.CharField(max_length=200)),
+                ("version", models.PositiveIntegerField()),
+                ("vector", models.JSONField()),
+                (
+                    "fact",
+                    models.ForeignKey(
+                        db_constraint=False,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="memory.fact",
+                    ),
+                ),
+            ],
+            options={
+                "default_permissions": (),
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("fact", "model", "path"), name="memory_storevector_uniq"
+                    )
+                ],
+            },
+        ),
+        migrations.RunPython(_store_vector_cascade, _store_vector_uncascade),
     ]
