@@ -27,6 +27,7 @@ from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.state import StateApps
 
 import memory.models
+from memory.migrations import _fields
 from memory.postgres import sql
 
 _FOREIGN_KEY_INDEXES = {
@@ -163,33 +164,10 @@ class Migration(migrations.Migration):
             name="created_at",
             field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
         ),
-        migrations.CreateModel(
-            name="PendingExtraction",
-            fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("created_at", models.DateTimeField()),
-                ("enqueued_at", models.DateTimeField()),
-                (
-                    "turn",
-                    models.OneToOneField(
-                        db_constraint=False,
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        related_name="+",
-                        to="memory.turn",
-                    ),
-                ),
-            ],
-            options={
-                "default_permissions": (),
-                "indexes": [
-                    models.Index(fields=["enqueued_at"], name="memory_pending_enqueued_idx")
-                ],
-            },
+        _fields.work_queue(
+            "PendingExtraction",
+            ("turn", _fields.loose_key("memory.turn", one=True)),
+            "memory_pending_enqueued_idx",
         ),
         migrations.RemoveIndex(
             model_name="session",
@@ -211,83 +189,35 @@ class Migration(migrations.Migration):
                         fields=("external_id",), name="memory_owner_external_id_uniq"
                     ),
                 ),
-                migrations.AlterField(
-                    model_name="fact",
-                    name="owner",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="facts",
-                        to="memory.owner",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="factversion",
-                    name="owner",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="fact_versions",
-                        to="memory.owner",
-                    ),
+                *(
+                    migrations.AlterField(
+                        model_name=model, name="owner", field=_fields.owner(related, db_index=False)
+                    )
+                    for model, related in (
+                        ("fact", "facts"),
+                        ("factversion", "fact_versions"),
+                        ("session", "sessions"),
+                        ("turn", "turns"),
+                    )
                 ),
                 migrations.AlterField(
                     model_name="owner",
                     name="external_id",
                     field=models.CharField(max_length=128),
                 ),
-                migrations.AlterField(
-                    model_name="session",
-                    name="owner",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="sessions",
-                        to="memory.owner",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="turn",
-                    name="owner",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="turns",
-                        to="memory.owner",
-                    ),
-                ),
             ],
         ),
         migrations.CreateModel(
             name="OwnerLink",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
+                _fields.auto_id(),
                 ("seqs", models.JSONField(default=dict)),
                 (
                     "started_at",
                     models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
                 ),
-                (
-                    "source",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="memory.owner",
-                    ),
-                ),
-                (
-                    "target",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="memory.owner",
-                    ),
-                ),
+                ("source", _fields.owner("+", one=True)),
+                ("target", _fields.owner("+")),
             ],
             options={
                 "default_permissions": (),
@@ -298,54 +228,20 @@ class Migration(migrations.Migration):
             name="summary_tokens",
             field=models.BigIntegerField(db_default=0),
         ),
-        migrations.CreateModel(
-            name="PendingSummary",
-            fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("created_at", models.DateTimeField()),
-                ("enqueued_at", models.DateTimeField()),
-                (
-                    "owner",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="memory.owner",
-                    ),
-                ),
-            ],
-            options={
-                "default_permissions": (),
-                "indexes": [
-                    models.Index(fields=["enqueued_at"], name="memory_pendsumm_enqueued_idx")
-                ],
-            },
+        _fields.work_queue(
+            "PendingSummary",
+            ("owner", _fields.owner("+", one=True)),
+            "memory_pendsumm_enqueued_idx",
         ),
         migrations.CreateModel(
             name="Summary",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
+                _fields.auto_id(),
                 ("text", models.TextField()),
                 ("through_seq", models.BigIntegerField()),
                 ("tokens", models.PositiveIntegerField(default=0)),
                 ("updated_at", models.DateTimeField()),
-                (
-                    "owner",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="summary",
-                        to="memory.owner",
-                    ),
-                ),
+                ("owner", _fields.owner("summary", one=True)),
             ],
             options={
                 "verbose_name": "conversation summary",
@@ -359,10 +255,13 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.AddField(
-            model_name="fact",
-            name="expires_at",
-            field=models.DateTimeField(blank=True, null=True),
+        *(
+            migrations.AddField(
+                model_name=model,
+                name="expires_at",
+                field=models.DateTimeField(blank=True, null=True),
+            )
+            for model in ("fact", "factversion")
         ),
         # NOTE: the default fills the versions stored before (Django drops it from the column
         # after: every writer names its actor).
@@ -370,11 +269,6 @@ class Migration(migrations.Migration):
             model_name="factversion",
             name="actor",
             field=models.CharField(default="python", max_length=200),
-        ),
-        migrations.AddField(
-            model_name="factversion",
-            name="expires_at",
-            field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddIndex(
             model_name="fact",
@@ -395,28 +289,9 @@ class Migration(migrations.Migration):
                 migrations.CreateModel(
                     name="TurnVector",
                     fields=[
-                        (
-                            "turn",
-                            models.OneToOneField(
-                                db_constraint=False,
-                                on_delete=models.DO_NOTHING,
-                                primary_key=True,
-                                serialize=False,
-                                to="memory.turn",
-                            ),
-                        ),
+                        *_fields.vector_keys("memory.turn"),
                         ("model", models.CharField(max_length=100)),
                         ("vector", memory.models.VectorField()),
-                        (
-                            "owner",
-                            models.ForeignKey(
-                                db_constraint=False,
-                                db_index=False,
-                                on_delete=models.DO_NOTHING,
-                                related_name="+",
-                                to="memory.owner",
-                            ),
-                        ),
                     ],
                     options={"default_permissions": ()},
                 ),
@@ -427,29 +302,10 @@ class Migration(migrations.Migration):
                 migrations.CreateModel(
                     name="FactVector",
                     fields=[
-                        (
-                            "fact",
-                            models.OneToOneField(
-                                db_constraint=False,
-                                on_delete=models.DO_NOTHING,
-                                primary_key=True,
-                                serialize=False,
-                                to="memory.fact",
-                            ),
-                        ),
+                        *_fields.vector_keys("memory.fact"),
                         ("model", models.CharField(max_length=100)),
                         ("version", models.PositiveIntegerField()),
                         ("vector", memory.models.VectorField()),
-                        (
-                            "owner",
-                            models.ForeignKey(
-                                db_constraint=False,
-                                db_index=False,
-                                on_delete=models.DO_NOTHING,
-                                related_name="+",
-                                to="memory.owner",
-                            ),
-                        ),
                     ],
                     options={"default_permissions": ()},
                 ),
@@ -459,14 +315,8 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="Checkpoint",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("thread_id", models.CharField(max_length=128)),
-                ("checkpoint_ns", models.TextField(blank=True, default="")),
+                _fields.auto_id(),
+                *_fields.thread(),
                 ("checkpoint_id", models.CharField(max_length=128)),
                 ("parent_checkpoint_id", models.CharField(blank=True, max_length=128, null=True)),
                 ("type", models.CharField(max_length=64)),
@@ -474,15 +324,7 @@ class Migration(migrations.Migration):
                 ("metadata", models.JSONField(default=dict)),
                 ("channel_versions", models.JSONField(default=dict)),
                 ("created_at", models.DateTimeField()),
-                (
-                    "owner",
-                    models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="checkpoints",
-                        to="memory.owner",
-                    ),
-                ),
+                ("owner", _fields.owner("checkpoints", db_index=False)),
             ],
             options={
                 "verbose_name": "LangGraph checkpoint",
@@ -498,49 +340,28 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="CheckpointBlob",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("thread_id", models.CharField(max_length=128)),
-                ("checkpoint_ns", models.TextField(blank=True, default="")),
+                _fields.auto_id(),
+                *_fields.thread(),
                 ("channel", models.TextField()),
                 ("version", models.CharField(max_length=128)),
                 ("type", models.CharField(max_length=64)),
                 ("blob", models.BinaryField(null=True)),
-                (
-                    "owner",
-                    models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="memory.owner",
-                    ),
-                ),
+                ("owner", _fields.owner("+", db_index=False)),
             ],
-            options={
-                "default_permissions": (),
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=("owner", "thread_id", "checkpoint_ns", "channel", "version"),
-                        name="memory_checkpointblob_uniq",
-                    )
-                ],
-            },
+            options=_fields.internal(
+                "memory_checkpointblob_uniq",
+                "owner",
+                "thread_id",
+                "checkpoint_ns",
+                "channel",
+                "version",
+            ),
         ),
         migrations.CreateModel(
             name="CheckpointWrite",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("thread_id", models.CharField(max_length=128)),
-                ("checkpoint_ns", models.TextField(blank=True, default="")),
+                _fields.auto_id(),
+                *_fields.thread(),
                 ("checkpoint_id", models.CharField(max_length=128)),
                 ("task_id", models.TextField()),
                 ("task_path", models.TextField(blank=True, default="")),
@@ -548,64 +369,29 @@ class Migration(migrations.Migration):
                 ("channel", models.TextField()),
                 ("type", models.CharField(max_length=64)),
                 ("blob", models.BinaryField()),
-                (
-                    "owner",
-                    models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="memory.owner",
-                    ),
-                ),
+                ("owner", _fields.owner("+", db_index=False)),
             ],
-            options={
-                "default_permissions": (),
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=(
-                            "owner",
-                            "thread_id",
-                            "checkpoint_ns",
-                            "checkpoint_id",
-                            "task_id",
-                            "idx",
-                        ),
-                        name="memory_checkpointwrite_uniq",
-                    )
-                ],
-            },
+            options=_fields.internal(
+                "memory_checkpointwrite_uniq",
+                "owner",
+                "thread_id",
+                "checkpoint_ns",
+                "checkpoint_id",
+                "task_id",
+                "idx",
+            ),
         ),
         migrations.CreateModel(
             name="StoreVector",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
+                _fields.auto_id(),
                 ("model", models.CharField(max_length=100)),
                 ("path", models.CharField(max_length=200)),
                 ("version", models.PositiveIntegerField()),
                 ("vector", models.JSONField()),
-                (
-                    "fact",
-                    models.ForeignKey(
-                        db_constraint=False,
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        related_name="+",
-                        to="memory.fact",
-                    ),
-                ),
+                ("fact", _fields.loose_key("memory.fact")),
             ],
-            options={
-                "default_permissions": (),
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=("fact", "model", "path"), name="memory_storevector_uniq"
-                    )
-                ],
-            },
+            options=_fields.internal("memory_storevector_uniq", "fact", "model", "path"),
         ),
         migrations.RunPython(_store_vector_cascade, _store_vector_uncascade),
     ]
