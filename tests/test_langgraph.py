@@ -32,7 +32,7 @@ from langgraph.store.base import (
 from langgraph.store.base.batch import AsyncBatchedBaseStore
 
 from memory import ops, selectors, services
-from memory.integrations.langgraph import MemoryStore, fact_key, item_address
+from memory.integrations.langgraph import AsyncMemoryStore, MemoryStore, fact_key, item_address
 from memory.models import Fact
 from tests import instance
 from tests.loop import run
@@ -667,6 +667,38 @@ def test_a_sync_call_in_an_event_loop_runs_as_langgraphs_own_stores_run_it():
     assert item.value == batched_item.value == {"likes": "tea"}
     assert sorted(i.key for i in found) == ["drink", "food"]
     assert selectors.fact_get(owner_id="wang", key="prefs.drink")["value"] == {"likes": "water"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_async_store_refuses_a_sync_call_in_an_event_loop_as_langgraphs_async_stores():
+    # NOTE: AsyncPostgresStore and AsyncSqliteStore raise InvalidStateError there; a sync call
+    # from a thread without a running loop is answered.
+    async def main() -> tuple[Any, ...]:
+        store = AsyncMemoryStore()
+        refused = []
+        for call in (
+            lambda: store.put(("wang", "prefs"), "food", {"likes": "tea"}),
+            lambda: store.get(("wang", "prefs"), "food"),
+            lambda: store.delete(("wang", "prefs"), "food"),
+            lambda: store.search(("wang",)),
+            lambda: store.list_namespaces(prefix=("wang",)),
+            lambda: store.batch([PutOp(("wang",), "k", {"v": 1})]),
+        ):
+            with pytest.raises(asyncio.InvalidStateError, match="await its async methods"):
+                call()
+            refused.append(True)
+        stored_while_refused = await store.asearch(("wang",))
+        await asyncio.to_thread(store.put, ("wang", "prefs"), "food", {"likes": "tea"})
+        from_thread = await asyncio.to_thread(store.get, ("wang", "prefs"), "food")
+        awaited = await store.aget(("wang", "prefs"), "food")
+        return len(refused), stored_while_refused, from_thread, awaited
+
+    refused, stored_while_refused, from_thread, awaited = run(main)
+    assert refused == 6 and stored_while_refused == []
+    assert from_thread.value == awaited.value == {"likes": "tea"}
+    # NOTE: outside an event loop, a sync call is answered as MemoryStore answers it.
+    assert AsyncMemoryStore().get(("wang", "prefs"), "food").value == {"likes": "tea"}
+    assert isinstance(AsyncMemoryStore(), MemoryStore)
 
 
 @pytest.mark.django_db
