@@ -28,6 +28,7 @@ from langgraph.store.base import (
     MatchCondition,
     PutOp,
     SearchOp,
+    TTLConfig,
 )
 from langgraph.store.base.batch import AsyncBatchedBaseStore
 
@@ -549,6 +550,33 @@ def test_a_ttl_expires_the_fact_and_a_read_refreshes_it(write):
     with write():
         assert store.sweep_ttl() == 1
     assert not Fact.objects.filter(key="short").exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("omit_expired", [None, False, True])
+def test_an_expired_unswept_fact_is_never_read_nor_refreshed_whatever_omit_expired_says(
+    omit_expired, write
+):
+    # NOTE: PostgresStore returns, and a read refreshes, an expired row not yet swept unless
+    # omit_expired is set; here expiry is forgetting, at its instant, on every door.
+    config: TTLConfig = {"refresh_on_read": True}
+    if omit_expired is not None:
+        config["omit_expired"] = omit_expired
+    store = MemoryStore(ttl=config)
+    with write():
+        store.put(("wang", "notes"), "gone", {"v": 1}, ttl=1)
+        store.put(("wang", "kept"), "live", {"v": 2}, ttl=1)
+    Fact.objects.filter(owner__external_id="wang", key="notes.gone").update(
+        expires_at=timezone.now() - dt.timedelta(seconds=1)
+    )
+    with write():
+        ops.cache_drop(owner_id="wang")
+        assert store.get(("wang", "notes"), "gone", refresh_ttl=True) is None
+        assert [i.key for i in store.search(("wang",), refresh_ttl=True)] == ["live"]
+        assert store.list_namespaces(prefix=("wang",)) == [("wang", "kept")]
+    gone = Fact.objects.get(owner__external_id="wang", key="notes.gone")
+    assert gone.version == 1 and gone.expires_at < timezone.now()
+    assert [f["key"] for f in selectors.fact_list(owner_id="wang")] == ["kept.live"]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -394,6 +395,35 @@ def test_a_closed_session_refuses_every_call_as_the_sdks_sessions_do(write):
     # NOTE: closing a session is not forgetting: another session still reads the turn.
     again = MemorySession(owner_id="wang", session_id="tab")
     assert sessions_of(again.get_items)() == [{"role": "user", "content": "Hello"}]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sessions_first_used_at_once_in_threads_of_their_own_event_loops_each_store_theirs():
+    # NOTE: as the SDK's sessions are used: each thread runs its own loop (asyncio.run).
+    barrier = threading.Barrier(2)
+    results: dict[str, Any] = {}
+
+    def worker(owner_id: str) -> None:
+        async def main() -> list[Any]:
+            session = MemorySession(owner_id=owner_id, session_id="tab")
+            barrier.wait()
+            await session.add_items([{"role": "user", "content": f"from {owner_id}"}])
+            return await session.get_items()
+
+        try:
+            results[owner_id] = run(main)
+        except Exception as e:
+            results[owner_id] = e
+
+    threads = [threading.Thread(target=worker, args=(owner,)) for owner in ("wang", "li")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {
+        "wang": [{"role": "user", "content": "from wang"}],
+        "li": [{"role": "user", "content": "from li"}],
+    }
 
 
 def _turn_writers_waiting(conn: psycopg.Connection[Any]) -> int:
