@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import operator
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, cast
 
 from memory.models import Fact, FactVersion, Session, Turn
 
@@ -93,17 +93,19 @@ def turn_payload(turn: Turn) -> TurnPayload:
     return turn_payload_from_row(_turn_row(turn))
 
 
+def _row_payload(fields: tuple[str, ...], row: tuple[Any, ...], *instants: str) -> dict[str, Any]:
+    """The fields of a ``values_list(*fields)`` row by name, in order; the ``instants`` among
+    them as ``isoformat`` writes them (``None`` stays ``None``)."""
+    payload = dict(zip(fields, row, strict=True))
+    for name in instants:
+        if payload[name] is not None:
+            payload[name] = isoformat(payload[name])
+    return payload
+
+
 def turn_payload_from_row(row: tuple[Any, ...]) -> TurnPayload:
     """A turn from a ``values_list(*TURN_FIELDS)`` row, without building a model instance."""
-    seq, session_id, role, content, metadata, created_at = row
-    return {
-        "seq": seq,
-        "session_id": session_id,
-        "role": role,
-        "content": content,
-        "metadata": metadata,
-        "created_at": isoformat(created_at),
-    }
+    return cast(TurnPayload, _row_payload(TURN_FIELDS, row, "created_at"))
 
 
 def fact_payload(fact: Fact) -> FactPayload:
@@ -112,15 +114,7 @@ def fact_payload(fact: Fact) -> FactPayload:
 
 def fact_payload_from_row(row: tuple[Any, ...]) -> FactPayload:
     """A fact from a ``values_list(*FACT_FIELDS)`` row."""
-    key, value, session_id, updated_at, version, expires_at = row
-    return {
-        "key": key,
-        "value": value,
-        "session_id": session_id,
-        "updated_at": isoformat(updated_at),
-        "version": version,
-        "expires_at": isoformat(expires_at) if expires_at is not None else None,
-    }
+    return cast(FactPayload, _row_payload(FACT_FIELDS, row, "updated_at", "expires_at"))
 
 
 def parse_instant(text: str) -> dt.datetime:
@@ -146,13 +140,7 @@ SUMMARY_FIELDS = ("text", "through_seq", "tokens", "updated_at")
 
 def summary_payload_from_row(row: tuple[Any, ...]) -> SummaryPayload:
     """A summary from a ``values_list(*SUMMARY_FIELDS)`` row."""
-    text, through_seq, tokens, updated_at = row
-    return {
-        "text": text,
-        "through_seq": through_seq,
-        "tokens": tokens,
-        "updated_at": isoformat(updated_at),
-    }
+    return cast(SummaryPayload, _row_payload(SUMMARY_FIELDS, row, "updated_at"))
 
 
 def fact_version_payload(version: FactVersion) -> FactVersionPayload:
@@ -160,12 +148,7 @@ def fact_version_payload(version: FactVersion) -> FactVersionPayload:
 
 
 def session_payload(session: Session) -> SessionPayload:
-    return {
-        "session_id": session.session_id,
-        "first_seen": isoformat(session.first_seen),
-        "last_seen": isoformat(session.last_seen),
-        "turn_count": session.turn_count,
-    }
+    return session_payload_from_row(_session_row(session))
 
 
 FACT_VERSION_FIELDS = (
@@ -181,30 +164,16 @@ FACT_VERSION_FIELDS = (
 )
 _fact_version_row = operator.attrgetter(*FACT_VERSION_FIELDS)
 SESSION_FIELDS = ("session_id", "first_seen", "last_seen", "turn_count")
+_session_row = operator.attrgetter(*SESSION_FIELDS)
 
 
 def fact_version_payload_from_row(row: tuple[Any, ...]) -> FactVersionPayload:
     """A fact version from a ``values_list(*FACT_VERSION_FIELDS)`` row."""
-    key, value, version, session_id, updated_at, source_turn_seq, deleted, actor, expires_at = row
-    return {
-        "key": key,
-        "value": value,
-        "version": version,
-        "session_id": session_id,
-        "updated_at": isoformat(updated_at),
-        "source_turn_seq": source_turn_seq,
-        "deleted": deleted,
-        "actor": actor,
-        "expires_at": isoformat(expires_at) if expires_at is not None else None,
-    }
+    return cast(
+        FactVersionPayload, _row_payload(FACT_VERSION_FIELDS, row, "updated_at", "expires_at")
+    )
 
 
 def session_payload_from_row(row: tuple[Any, ...]) -> SessionPayload:
     """A session from a ``values_list(*SESSION_FIELDS)`` row."""
-    session_id, first_seen, last_seen, turn_count = row
-    return {
-        "session_id": session_id,
-        "first_seen": isoformat(first_seen),
-        "last_seen": isoformat(last_seen),
-        "turn_count": turn_count,
-    }
+    return cast(SessionPayload, _row_payload(SESSION_FIELDS, row, "first_seen", "last_seen"))

@@ -7,6 +7,7 @@ malformed one never reaches a view: it is a JSON 404, as the contract allows.
 from __future__ import annotations
 
 from django.urls import URLPattern, path, re_path, register_converter
+from rest_framework.views import APIView
 
 from memory.tools.definitions import TOOLS
 from memory.validators import OWNER_ID_RE
@@ -43,28 +44,28 @@ class FactKeyConverter:
 register_converter(OwnerIdConverter, "owner")
 register_converter(FactKeyConverter, "fact_key")
 
+# The owner's URLs below ``users/<owner:user_id>/``: (the rest of the path, view, name).
+_OWNER_ROUTES: list[tuple[str, type[APIView], str]] = [
+    ("", users.UserView, "user"),
+    ("turns/", turns.TurnsView, "turns"),
+    ("context/", context.ContextView, "context"),
+    ("context/messages/", context.ContextMessagesView, "context-messages"),
+    ("facts/", facts.FactsView, "facts"),
+    ("facts/<fact_key:key>/", facts.FactView, "fact"),
+    ("facts/<fact_key:key>/history/", facts.FactHistoryView, "fact-history"),
+    ("sessions/", users.SessionsView, "sessions"),
+    ("search/", turns.SearchView, "search"),
+    ("link/", users.LinkView, "link"),
+    ("summary/", context.SummaryView, "summary"),
+    ("export/", export.ExportView, "export"),
+]
+
 app_name = "memory"
 urlpatterns: list[URLPattern] = [
-    path("users/<owner:user_id>/", users.UserView.as_view(), name="user"),
-    path("users/<owner:user_id>/turns/", turns.TurnsView.as_view(), name="turns"),
-    path("users/<owner:user_id>/context/", context.ContextView.as_view(), name="context"),
-    path(
-        "users/<owner:user_id>/context/messages/",
-        context.ContextMessagesView.as_view(),
-        name="context-messages",
+    *(
+        path(f"users/<owner:user_id>/{route}", view.as_view(), name=name)
+        for route, view, name in _OWNER_ROUTES
     ),
-    path("users/<owner:user_id>/facts/", facts.FactsView.as_view(), name="facts"),
-    path("users/<owner:user_id>/facts/<fact_key:key>/", facts.FactView.as_view(), name="fact"),
-    path(
-        "users/<owner:user_id>/facts/<fact_key:key>/history/",
-        facts.FactHistoryView.as_view(),
-        name="fact-history",
-    ),
-    path("users/<owner:user_id>/sessions/", users.SessionsView.as_view(), name="sessions"),
-    path("users/<owner:user_id>/search/", turns.SearchView.as_view(), name="search"),
-    path("users/<owner:user_id>/link/", users.LinkView.as_view(), name="link"),
-    path("users/<owner:user_id>/summary/", context.SummaryView.as_view(), name="summary"),
-    path("users/<owner:user_id>/export/", export.ExportView.as_view(), name="export"),
     *(path(f"users/<owner:user_id>/tools/{name}/", tool_views.tool_view(name)) for name in TOOLS),
     path(
         "users/<owner:user_id>/tools/<str:name>/",

@@ -70,9 +70,28 @@ def file_body(text: str, name: str) -> str:
 
 def test_the_app_starts_with_the_two_squashed_migrations_of_its_history():
     names = sorted(p.name for p in (ROOT / "memory" / "migrations").glob("0*.py"))
-    assert names[:2] == ["0001_squashed_0_1_0.py", "0002_since_0_1_0.py"]
-    # NOTE: what came after the squash follows it, one migration a change.
-    assert all(name[:4] > "0002" for name in names[2:])
+    assert names == ["0001_squashed_0_1_0.py", "0002_squashed_since_0_1_0.py"]
+
+
+def test_a_database_at_the_heads_the_squash_replaced_has_nothing_left_to_migrate():
+    squash = ("memory", "0002_squashed_since_0_1_0")
+    replaced = ["0002_since_0_1_0", "0003_langgraph", "0004_turn_append_owner_update"]
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DELETE FROM django_migrations WHERE app = 'memory' AND name = %s", [squash[1]]
+            )
+            for name in replaced:
+                cursor.execute(
+                    "INSERT INTO django_migrations (app, name, applied)"
+                    " SELECT 'memory', %s, now() WHERE NOT EXISTS"
+                    " (SELECT 1 FROM django_migrations WHERE app = 'memory' AND name = %s)",
+                    [name, name],
+                )
+        executor = MigrationExecutor(connection)
+        assert squash in executor.loader.applied_migrations
+        assert executor.migration_plan(executor.loader.graph.leaf_nodes()) == []
+        transaction.set_rollback(True)
 
 
 @pytest.mark.parametrize(
@@ -230,7 +249,7 @@ def test_a_database_of_0_1_0_migrates_to_the_schema_of_a_new_one_and_keeps_its_m
     with psycopg.connect(**params) as db:  # type: ignore[arg-type]
         rows = db.execute("SELECT name FROM django_migrations WHERE app = 'memory'")
         applied = {name for (name,) in rows}
-        assert {"0001_squashed_0_1_0", "0002_since_0_1_0", "0003_langgraph"} <= applied
+        assert {"0001_squashed_0_1_0", "0002_squashed_since_0_1_0"} <= applied
         turns = db.execute(
             "SELECT t.seq, t.content FROM memory_turn t JOIN memory_owner o ON o.id = t.owner_id"
             " WHERE o.external_id = 'wang' ORDER BY t.seq"

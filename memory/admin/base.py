@@ -233,6 +233,20 @@ class MemoryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscripta
             return self._refused(request, e, request.get_full_path())
 
 
+class OwnedAdmin(MemoryAdmin):
+    """The page of a model with an ``owner``: rows read with their owner, and its link as the
+    column ``owner_link``."""
+
+    list_select_related = ("owner",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return super().get_queryset(request).select_related("owner")
+
+    @admin.display(description="owner")
+    def owner_link(self, obj: Any) -> SafeString:
+        return self._owner_link(obj.owner)
+
+
 class _BoundedInlineFormSet(BaseInlineFormSet):  # type: ignore[type-arg]  # not subscriptable at run time
     """An inline formset over the first ``limit`` rows in ``order``, never the owner's whole set."""
 
@@ -255,11 +269,9 @@ class _FirstFactsFormSet(_BoundedInlineFormSet):
     order = ("key",)
 
 
-class _ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]  # not subscriptable at run time
-    extra = 0
-    max_num = 0
-    can_delete = False
-    show_change_link = True
+class ViewOnly:
+    """A page or inline that adds and changes nothing: its rows change only through the
+    services' writes."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -267,8 +279,19 @@ class _ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]  # not sub
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+
+class NoDelete:
+    """A page or inline that deletes nothing either."""
+
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class _ReadOnlyInline(ViewOnly, NoDelete, admin.TabularInline):  # type: ignore[type-arg]  # not subscriptable at run time
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = True
 
 
 class LatestTurnsInline(_ReadOnlyInline):

@@ -16,7 +16,7 @@ from django.utils.safestring import SafeString
 
 from memory import services
 from memory.admin.base import (
-    MemoryAdmin,
+    OwnedAdmin,
     OwnerFilter,
     Refused,
     _error_text,
@@ -112,7 +112,7 @@ def admin_actor(request: HttpRequest) -> str:
 
 
 @admin.register(Fact)
-class FactAdmin(MemoryAdmin):
+class FactAdmin(OwnedAdmin):
     list_display = (
         "owner",
         "key",
@@ -123,7 +123,6 @@ class FactAdmin(MemoryAdmin):
         "expires_at",
     )
     list_display_links = ("key",)
-    list_select_related = ("owner",)
     list_filter = (OwnerFilter, ("updated_at", admin.DateFieldListFilter))
     search_fields = ("=owner__external_id", "key")
     search_help_text = "Exact owner id, or part of a fact key."
@@ -139,9 +138,6 @@ class FactAdmin(MemoryAdmin):
         "updated_at",
         "history",
     )
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Fact]:
-        return super().get_queryset(request).select_related("owner")
 
     def get_fieldsets(self, request: HttpRequest, obj: Fact | None = None) -> Any:
         if obj is None:
@@ -167,10 +163,6 @@ class FactAdmin(MemoryAdmin):
     ) -> Any:
         kwargs["form"] = self.add_form if obj is None else self.form
         return super().get_form(request, obj, change, **kwargs)
-
-    @admin.display(description="owner")
-    def owner_link(self, fact: Fact) -> SafeString:
-        return self._owner_link(fact.owner)
 
     @admin.display(description="value")
     def value_preview(self, fact: Fact) -> str:

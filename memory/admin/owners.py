@@ -26,8 +26,11 @@ from memory.admin.base import (
     FactsInline,
     LatestTurnsInline,
     MemoryAdmin,
+    NoDelete,
+    OwnedAdmin,
     OwnerFilter,
     Refused,
+    ViewOnly,
     _error_text,
 )
 from memory.conf import conf
@@ -46,7 +49,7 @@ class ImportForm(forms.Form):
 
 
 @admin.register(Owner)
-class OwnerAdmin(MemoryAdmin):
+class OwnerAdmin(ViewOnly, MemoryAdmin):
     list_display = ("external_id", "last_seq", "updated_at", "created_at", "cache_dirty")
     list_filter = (
         "cache_dirty",
@@ -72,13 +75,6 @@ class OwnerAdmin(MemoryAdmin):
     )
     inlines = (FactsInline, LatestTurnsInline)
     actions = ("forget_owners", "drop_cached_copy", "export_memory")
-
-    # NOTE: an owner row changes only through the services' writes; the page is view-only.
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     # NOTE: the owner's "change" permission, meaningless for a view-only row, grants the
     # harmless cache actions.
@@ -327,9 +323,8 @@ class OwnerAdmin(MemoryAdmin):
 
 
 @admin.register(Session)
-class SessionAdmin(MemoryAdmin):
+class SessionAdmin(ViewOnly, NoDelete, OwnedAdmin):
     list_display = ("session_id", "owner", "turn_count", "first_seen", "last_seen", "turns")
-    list_select_related = ("owner",)
     list_filter = (OwnerFilter, ("last_seen", admin.DateFieldListFilter))
     search_fields = ("=owner__external_id", "session_id")
     search_help_text = "Exact owner id, or part of a session id."
@@ -337,22 +332,6 @@ class SessionAdmin(MemoryAdmin):
     fields = ("owner_link", "session_id", "turn_count", "first_seen", "last_seen", "turns")
     readonly_fields = fields
     actions = None
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Session]:
-        return super().get_queryset(request).select_related("owner")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    @admin.display(description="owner")
-    def owner_link(self, session: Session) -> SafeString:
-        return self._owner_link(session.owner)
 
     @admin.display(description="turns")
     def turns(self, session: Session) -> SafeString:

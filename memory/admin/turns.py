@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ORDER_VAR
 from django.core.exceptions import ValidationError
@@ -15,10 +13,11 @@ from django.utils.text import Truncator
 
 from memory import ops, services
 from memory.admin.base import (
-    MemoryAdmin,
+    OwnedAdmin,
     OwnerFilter,
     Refused,
     SessionFilter,
+    ViewOnly,
     _json_block,
 )
 from memory.exceptions import MemoryException
@@ -26,10 +25,10 @@ from memory.models import Turn
 
 
 @admin.register(Turn)
-class TurnAdmin(MemoryAdmin):
+# NOTE: the history is append-only; an operator may only delete a turn (turn_delete).
+class TurnAdmin(ViewOnly, OwnedAdmin):
     list_display = ("owner", "seq", "session_id", "role", "content_preview", "created_at")
     list_display_links = ("seq",)
-    list_select_related = ("owner",)
     list_filter = (
         OwnerFilter,
         SessionFilter,
@@ -69,20 +68,6 @@ class TurnAdmin(MemoryAdmin):
         if ORDER_VAR in request.GET:
             matches = matches.order_by(*queryset.query.order_by)
         return matches, False
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Turn]:
-        return super().get_queryset(request).select_related("owner")
-
-    # NOTE: the history is append-only; an operator may only delete a turn (turn_delete).
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    @admin.display(description="owner")
-    def owner_link(self, turn: Turn) -> SafeString:
-        return self._owner_link(turn.owner)
 
     @admin.display(description="content")
     def content_preview(self, turn: Turn) -> str:

@@ -2,17 +2,17 @@
 their versions, sessions, the cache's invalidation log; on PostgreSQL the stamp sequence and the
 turns' search document with its GIN indexes (``btree_gin``, ``pg_trgm``).
 
-A site on 0.1.0 has this already and goes on with ``0002_since_0_1_0``.
+A site on 0.1.0 has this already and goes on with ``0002_squashed_since_0_1_0``.
 """
 
 from __future__ import annotations
 
-import django.db.models.deletion
 from django.contrib.postgres.operations import BtreeGinExtension, TrigramExtension
 from django.db import migrations, models
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.state import StateApps
 
+from memory.migrations import _fields
 from memory.postgres import sql
 
 # NOTE: the search document is a stored generated column, not a model field: SQLite (the
@@ -64,12 +64,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="CacheInvalidation",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
+                _fields.auto_id(),
                 ("external_id", models.CharField(max_length=128)),
                 ("stamp", models.BigIntegerField()),
                 ("created_at", models.DateTimeField(auto_now_add=True)),
@@ -84,12 +79,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="Owner",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
+                _fields.auto_id(),
                 ("external_id", models.CharField(max_length=128, unique=True)),
                 ("last_seq", models.BigIntegerField(default=0)),
                 ("stamp", models.BigIntegerField(default=0)),
@@ -114,12 +104,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="FactVersion",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
+                _fields.auto_id(),
                 ("key", models.CharField(max_length=64)),
                 ("value", models.JSONField(null=True)),
                 ("version", models.PositiveIntegerField()),
@@ -127,14 +112,7 @@ class Migration(migrations.Migration):
                 ("source_turn_seq", models.BigIntegerField(blank=True, null=True)),
                 ("deleted", models.BooleanField(default=False)),
                 ("updated_at", models.DateTimeField()),
-                (
-                    "owner",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="fact_versions",
-                        to="memory.owner",
-                    ),
-                ),
+                ("owner", _fields.owner("fact_versions")),
             ],
             options={
                 "ordering": ["owner_id", "key", "-version"],
@@ -149,26 +127,14 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="Fact",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
+                _fields.auto_id(),
                 ("key", models.CharField(max_length=64)),
                 ("value", models.JSONField()),
                 ("version", models.PositiveIntegerField(default=1)),
                 ("session_id", models.CharField(blank=True, max_length=128, null=True)),
                 ("source_turn_seq", models.BigIntegerField(blank=True, null=True)),
                 ("updated_at", models.DateTimeField()),
-                (
-                    "owner",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="facts",
-                        to="memory.owner",
-                    ),
-                ),
+                ("owner", _fields.owner("facts")),
             ],
             options={
                 "ordering": ["owner_id", "key"],
@@ -185,24 +151,12 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="Session",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
+                _fields.auto_id(),
                 ("session_id", models.CharField(max_length=128)),
                 ("first_seen", models.DateTimeField()),
                 ("last_seen", models.DateTimeField()),
                 ("turn_count", models.PositiveIntegerField(default=0)),
-                (
-                    "owner",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="sessions",
-                        to="memory.owner",
-                    ),
-                ),
+                ("owner", _fields.owner("sessions")),
             ],
             options={
                 "verbose_name": "chat session",
@@ -221,12 +175,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="Turn",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
+                _fields.auto_id(),
                 ("seq", models.BigIntegerField()),
                 ("session_id", models.CharField(max_length=128)),
                 (
@@ -245,14 +194,7 @@ class Migration(migrations.Migration):
                 ("metadata", models.JSONField(blank=True, default=dict)),
                 ("idempotency_key", models.CharField(blank=True, max_length=128, null=True)),
                 ("created_at", models.DateTimeField()),
-                (
-                    "owner",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="turns",
-                        to="memory.owner",
-                    ),
-                ),
+                ("owner", _fields.owner("turns")),
             ],
             options={
                 "ordering": ["owner_id", "seq"],

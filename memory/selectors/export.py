@@ -99,76 +99,44 @@ def _dumps(items: list[Any]) -> bytes:
         return json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def _after(order: tuple[str, ...], cursor: tuple[Any, ...]) -> Q:
+    """The rows past ``cursor`` (the ``order`` columns' values of the last row read) in
+    ``order`` (``-``: descending); the first column also bounded, so that its index scan starts
+    at the cursor."""
+    columns = [(name.lstrip("-"), "lt" if name.startswith("-") else "gt") for name in order]
+    (name, op), value = columns[-1], cursor[-1]
+    condition = Q(**{f"{name}__{op}": value})
+    for (name, op), value in zip(reversed(columns[:-1]), reversed(cursor[:-1]), strict=True):
+        condition = Q(**{f"{name}__{op}": value}) | Q(condition, **{name: value})
+    if len(columns) > 1:
+        (name, op), value = columns[0], cursor[0]
+        condition &= Q(**{f"{name}__{op}e": value})
+    return condition
+
+
 def _pages(
     snapshot: _Snapshot,
-    page: Callable[[tuple[Any, ...] | None], QuerySet[Any]],
-    key: Callable[[tuple[Any, ...]], tuple[Any, ...]],
+    rows: QuerySet[Any],
+    order: tuple[str, ...],
+    fields: tuple[str, ...],
     payload: Callable[[tuple[Any, ...]], Any],
 ) -> Iterator[bytes]:
-    """The items of one list of the document, a page per chunk; ``page(after)`` is the keyset query
-    after ``after`` (``None``: the first)."""
+    """The items of one list of the document, ``rows`` in ``order`` (a key of them), a page per
+    chunk, each page the keyset query after the last row of the one before."""
+    positions = [fields.index(name.lstrip("-")) for name in order]
     after: tuple[Any, ...] | None = None
     first = True
     while True:
-        rows = snapshot.rows(page(after)[:EXPORT_PAGE_ROWS])
-        if not rows:
+        page = rows if after is None else rows.filter(_after(order, after))
+        found = snapshot.rows(page.order_by(*order).values_list(*fields)[:EXPORT_PAGE_ROWS])
+        if not found:
             return
-        body = _dumps([payload(row) for row in rows])[1:-1]
+        body = _dumps([payload(row) for row in found])[1:-1]
         yield body if first else b"," + body
         first = False
-        if len(rows) < EXPORT_PAGE_ROWS:
+        if len(found) < EXPORT_PAGE_ROWS:
             return
-        after = key(rows[-1])
-
-
-def _facts(pk: int, at: dt.datetime) -> Callable[[tuple[Any, ...] | None], QuerySet[Any]]:
-    """The pages of the owner's facts not expired at ``at`` (the snapshot's instant)."""
-
-    def page(after: tuple[Any, ...] | None) -> QuerySet[Any]:
-        facts = Fact.objects.filter(fact_live(at), owner_id=pk)
-        if after is not None:
-            facts = facts.filter(key__gt=after[0])
-        return facts.order_by("key").values_list(*FACT_FIELDS)
-
-    return page
-
-
-def _versions(pk: int) -> Callable[[tuple[Any, ...] | None], QuerySet[Any]]:
-    def page(after: tuple[Any, ...] | None) -> QuerySet[Any]:
-        versions = FactVersion.objects.filter(owner_id=pk)
-        if after is not None:
-            key, version = after
-            # NOTE: the redundant ``key >= key`` starts the index scan at the cursor.
-            versions = versions.filter(
-                Q(key__gt=key) | Q(key=key, version__gt=version), key__gte=key
-            )
-        return versions.order_by("key", "version").values_list(*FACT_VERSION_FIELDS)
-
-    return page
-
-
-def _turns(pk: int) -> Callable[[tuple[Any, ...] | None], QuerySet[Any]]:
-    def page(after: tuple[Any, ...] | None) -> QuerySet[Any]:
-        turns = Turn.objects.filter(owner_id=pk)
-        if after is not None:
-            turns = turns.filter(seq__gt=after[0])
-        return turns.order_by("seq").values_list(*TURN_FIELDS)
-
-    return page
-
-
-def _sessions(pk: int) -> Callable[[tuple[Any, ...] | None], QuerySet[Any]]:
-    def page(after: tuple[Any, ...] | None) -> QuerySet[Any]:
-        sessions = Session.objects.filter(owner_id=pk)
-        if after is not None:
-            session_id, last_seen = after
-            sessions = sessions.filter(
-                Q(last_seen__lt=last_seen) | Q(last_seen=last_seen, session_id__gt=session_id),
-                last_seen__lte=last_seen,
-            )
-        return sessions.order_by("-last_seen", "session_id").values_list(*SESSION_FIELDS)
-
-    return page
+        after = tuple(found[-1][i] for i in positions)
 
 
 def _document(snapshot: _Snapshot, owner_id: str) -> Generator[bytes, None, None]:
@@ -183,22 +151,27 @@ def _document(snapshot: _Snapshot, owner_id: str) -> Generator[bytes, None, None
     }
     yield orjson.dumps(head)[:-1] + b',"facts":['
     if pk is not None:
-        yield from _pages(
-            snapshot, _facts(pk, snapshot.taken_at), lambda row: (row[0],), fact_payload_from_row
-        )
+        facts = Fact.objects.filter(fact_live(snapshot.taken_at), owner_id=pk)
+        yield from _pages(snapshot, facts, ("key",), FACT_FIELDS, fact_payload_from_row)
     yield b'],"fact_history":['
     if pk is not None:
+        versions = FactVersion.objects.filter(owner_id=pk)
         yield from _pages(
-            snapshot, _versions(pk), lambda row: (row[0], row[2]), fact_version_payload_from_row
+            snapshot,
+            versions,
+            ("key", "version"),
+            FACT_VERSION_FIELDS,
+            fact_version_payload_from_row,
         )
     yield b'],"turns":['
     if pk is not None:
-        yield from _pages(snapshot, _turns(pk), lambda row: (row[0],), turn_payload_from_row)
+        turns = Turn.objects.filter(owner_id=pk)
+        yield from _pages(snapshot, turns, ("seq",), TURN_FIELDS, turn_payload_from_row)
     yield b'],"sessions":['
     if pk is not None:
-        yield from _pages(
-            snapshot, _sessions(pk), lambda row: (row[0], row[2]), session_payload_from_row
-        )
+        sessions = Session.objects.filter(owner_id=pk)
+        order = ("-last_seen", "session_id")
+        yield from _pages(snapshot, sessions, order, SESSION_FIELDS, session_payload_from_row)
     yield b'],"summary":' + _dumps([_export_summary(snapshot, pk)])[1:-1] + b"}"
 
 

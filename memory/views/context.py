@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,18 +15,18 @@ from memory.serializers import (
     SummarySerializer,
 )
 from memory.views.base import MemoryView, _validated
-from memory.views.schema import BUDGET_400, READ_ERRORS, USER_ID, schema_responses
+from memory.views.schema import BUDGET_400, owner_operation
 
 
 class ContextView(MemoryView):
     """``users/{user_id}/context/``: the facts and last turns, for the next model call."""
 
-    @extend_schema(
-        tags=["context"],
-        parameters=[USER_ID, ContextQuerySerializer],
-        responses=schema_responses({200: ContextSerializer}, READ_ERRORS),
-        summary="The context for the next reply",
-        operation_id="context_get",
+    @owner_operation(
+        "context_get",
+        "The context for the next reply",
+        {200: ContextSerializer},
+        tag="context",
+        parameters=[ContextQuerySerializer],
     )
     def get(self, request: Request, user_id: str) -> Response:
         turns = None
@@ -41,14 +40,13 @@ class ContextView(MemoryView):
 class ContextMessagesView(MemoryView):
     """``users/{user_id}/context/messages/``: the context as an LLM chat API's messages."""
 
-    @extend_schema(
-        tags=["context"],
-        parameters=[USER_ID, ContextMessagesQuerySerializer],
-        responses=schema_responses(
-            {200: ContextMessagesSerializer}, READ_ERRORS, bad_input=BUDGET_400
-        ),
-        summary="The context as model messages, within a token budget",
-        operation_id="context_messages",
+    @owner_operation(
+        "context_messages",
+        "The context as model messages, within a token budget",
+        {200: ContextMessagesSerializer},
+        tag="context",
+        parameters=[ContextMessagesQuerySerializer],
+        bad_input=BUDGET_400,
     )
     def get(self, request: Request, user_id: str) -> Response:
         query = _validated(ContextMessagesQuerySerializer, request.query_params.dict())
@@ -62,12 +60,11 @@ class ContextMessagesView(MemoryView):
 class SummaryView(MemoryView):
     """``users/{user_id}/summary/``: the owner's summary of its older turns; 404 while none."""
 
-    @extend_schema(
-        tags=["context"],
-        parameters=[USER_ID],
-        responses=schema_responses({200: SummarySerializer}, READ_ERRORS),
-        summary="The summary of the user's turns 1..through_seq (404 while there is none)",
-        operation_id="summary_get",
+    @owner_operation(
+        "summary_get",
+        "The summary of the user's turns 1..through_seq (404 while there is none)",
+        {200: SummarySerializer},
+        tag="context",
     )
     def get(self, request: Request, user_id: str) -> Response:
         summary = selectors.summary_get(owner_id=user_id)

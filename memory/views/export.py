@@ -3,35 +3,31 @@
 from __future__ import annotations
 
 from django.http import StreamingHttpResponse
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework.request import Request
 
 from memory import selectors
 from memory.downloads import export_response
 from memory.serializers import ExportSerializer
 from memory.views.base import MemoryView
-from memory.views.schema import READ_ERRORS, USER_ID, schema_responses
+from memory.views.schema import owner_operation
 
 
 class ExportView(MemoryView):
     """``users/{user_id}/export/``: every fact, version, turn and session of the owner."""
 
-    @extend_schema(
-        tags=["users"],
-        parameters=[USER_ID],
-        responses=schema_responses(
-            {
-                200: OpenApiResponse(
-                    ExportSerializer,
-                    description="The owner's whole memory as one document (an owner with "
-                    "nothing stored: empty lists), streamed from one snapshot; a download "
-                    "(Content-Disposition: attachment).",
-                )
-            },
-            READ_ERRORS,
-        ),
-        summary="Export the user's whole memory (access and portability requests)",
-        operation_id="owner_export",
+    @owner_operation(
+        "owner_export",
+        "Export the user's whole memory (access and portability requests)",
+        {
+            200: OpenApiResponse(
+                ExportSerializer,
+                description="The owner's whole memory as one document (an owner with "
+                "nothing stored: empty lists), streamed from one snapshot; a download "
+                "(Content-Disposition: attachment).",
+            )
+        },
+        tag="users",
     )
     def get(self, request: Request, user_id: str) -> StreamingHttpResponse:
         # NOTE: the slot and the snapshot are taken here, so that a 429, 400 or 503 is an

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -28,34 +28,26 @@ from memory.views.schema import (
     IF_MATCH,
     MAX_FACTS_400,
     READ_ERRORS,
-    USER_ID,
     WRITE_ERRORS,
-    schema_responses,
+    owner_operation,
 )
 
 
 class FactsView(MemoryView):
     """``users/{user_id}/facts/``: every fact; merge several at once."""
 
-    @extend_schema(
-        tags=["facts"],
-        parameters=[USER_ID],
-        responses=schema_responses({200: FactListSerializer}, READ_ERRORS),
-        summary="List facts, by key",
-        operation_id="fact_list",
-    )
+    @owner_operation("fact_list", "List facts, by key", {200: FactListSerializer}, tag="facts")
     def get(self, request: Request, user_id: str) -> Response:
         return Response({"facts": selectors.fact_list(owner_id=user_id)})
 
-    @extend_schema(
-        tags=["facts"],
-        parameters=[USER_ID],
+    @owner_operation(
+        "facts_merge",
+        "Set several facts; answer with all facts",
+        {200: FactListSerializer},
+        WRITE_ERRORS,
+        tag="facts",
         request=FactsMergeInputSerializer,
-        responses=schema_responses(
-            {200: FactListSerializer}, WRITE_ERRORS, bad_input=MAX_FACTS_400 + " Nothing is set."
-        ),
-        summary="Set several facts; answer with all facts",
-        operation_id="facts_merge",
+        bad_input=MAX_FACTS_400 + " Nothing is set.",
     )
     def patch(self, request: Request, user_id: str) -> Response:
         data = _validated(FactsMergeInputSerializer, request.data)
@@ -67,30 +59,28 @@ class FactView(MemoryView):
     """``users/{user_id}/facts/{key}/``: read, set or delete one fact, the writes optionally with
     If-Match."""
 
-    @extend_schema(
-        tags=["facts"],
-        parameters=[USER_ID, FACT_KEY],
-        responses=schema_responses({200: FactSerializer}, READ_ERRORS),
-        summary="One fact (404 if there is none)",
-        operation_id="fact_get",
+    @owner_operation(
+        "fact_get",
+        "One fact (404 if there is none)",
+        {200: FactSerializer},
+        tag="facts",
+        parameters=[FACT_KEY],
     )
     def get(self, request: Request, user_id: str, key: str) -> Response:
         return Response(selectors.fact_get(owner_id=user_id, key=key))
 
-    @extend_schema(
-        tags=["facts"],
-        parameters=[USER_ID, FACT_KEY, IF_MATCH],
+    @owner_operation(
+        "fact_put",
+        "Set one fact (201 when created)",
+        {
+            200: OpenApiResponse(FactSerializer, description="The fact, changed or as it was."),
+            201: OpenApiResponse(FactSerializer, description="The fact, created."),
+        },
+        (*WRITE_ERRORS, 412),
+        tag="facts",
+        parameters=[FACT_KEY, IF_MATCH],
         request=FactPutInputSerializer,
-        responses=schema_responses(
-            {
-                200: OpenApiResponse(FactSerializer, description="The fact, changed or as it was."),
-                201: OpenApiResponse(FactSerializer, description="The fact, created."),
-            },
-            (*WRITE_ERRORS, 412),
-            bad_input=EXPIRED_400,
-        ),
-        summary="Set one fact (201 when created)",
-        operation_id="fact_put",
+        bad_input=EXPIRED_400,
     )
     def put(self, request: Request, user_id: str, key: str) -> Response:
         expected_version = _if_match(request)
@@ -104,15 +94,13 @@ class FactView(MemoryView):
         )
         return Response(fact_payload(fact), status=201 if created else 200)
 
-    @extend_schema(
-        tags=["facts"],
-        parameters=[USER_ID, FACT_KEY, IF_MATCH],
-        responses=schema_responses(
-            {204: OpenApiResponse(description="Deleted; its history keeps a deleted version.")},
-            (*READ_ERRORS, 412),
-        ),
-        summary="Delete one fact (404 if there is none)",
-        operation_id="fact_delete",
+    @owner_operation(
+        "fact_delete",
+        "Delete one fact (404 if there is none)",
+        {204: OpenApiResponse(description="Deleted; its history keeps a deleted version.")},
+        (*READ_ERRORS, 412),
+        tag="facts",
+        parameters=[FACT_KEY, IF_MATCH],
     )
     def delete(self, request: Request, user_id: str, key: str) -> Response:
         expected_version = _if_match(request)
@@ -128,12 +116,13 @@ class FactView(MemoryView):
 class FactHistoryView(MemoryView):
     """``users/{user_id}/facts/{key}/history/``: the versions of one fact, newest first, paged."""
 
-    @extend_schema(
-        tags=["facts"],
-        parameters=[USER_ID, FACT_KEY, PageQuerySerializer],
-        responses=schema_responses({200: FactHistorySerializer}, READ_ERRORS, bad_input=CURSOR_400),
-        summary="Versions of one fact, newest first (404 if the key never existed)",
-        operation_id="fact_history",
+    @owner_operation(
+        "fact_history",
+        "Versions of one fact, newest first (404 if the key never existed)",
+        {200: FactHistorySerializer},
+        tag="facts",
+        parameters=[FACT_KEY, PageQuerySerializer],
+        bad_input=CURSOR_400,
     )
     def get(self, request: Request, user_id: str, key: str) -> Response:
         query = _validated(PageQuerySerializer, request.query_params.dict())

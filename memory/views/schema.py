@@ -5,14 +5,16 @@ the error responses each operation lists, and the links between operations."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.fields import empty
 
 from memory.conf import conf
 from memory.serializers import (
@@ -268,6 +270,34 @@ def schema_responses(
     if bad_input is not None:
         responses[400] = OpenApiResponse(OpenApiTypes.OBJECT, description=bad_input)
     return responses
+
+
+_Handler = TypeVar("_Handler", bound=Callable[..., Any])
+
+
+def owner_operation(
+    operation_id: str,
+    summary: str,
+    success: dict[int, Any],
+    errors: tuple[int, ...] = READ_ERRORS,
+    *,
+    tag: str,
+    parameters: Sequence[Any] = (),
+    request: Any = empty,
+    bad_input: str | None = None,
+    description: str | None = None,
+) -> Callable[[_Handler], _Handler]:
+    """``extend_schema`` of an operation on an owner's URL: the ``user_id`` path parameter
+    before ``parameters``, and the responses of ``schema_responses``."""
+    return extend_schema(
+        operation_id=operation_id,
+        parameters=[USER_ID, *parameters],
+        request=request,
+        responses=schema_responses(success, errors, bad_input),
+        description=description,
+        summary=summary,
+        tags=[tag],
+    )
 
 
 def _fact_link(operation_id: str, description: str) -> dict[str, Any]:

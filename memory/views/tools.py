@@ -17,7 +17,13 @@ from rest_framework.response import Response
 from memory.tools.calls import ToolArgumentsInvalid, ToolNotFound, tool_get, tool_run
 from memory.tools.definitions import TOOLS, definitions
 from memory.views.base import MemoryView, request_actor
-from memory.views.schema import READ_ERRORS, USER_ID, WRITE_ERRORS, openapi_31, schema_responses
+from memory.views.schema import (
+    READ_ERRORS,
+    WRITE_ERRORS,
+    openapi_31,
+    owner_operation,
+    schema_responses,
+)
 
 
 class ToolCallInputSerializer(serializers.Serializer[dict[str, Any]]):
@@ -136,16 +142,15 @@ def tool_view(name: str) -> Any:
     """The view of ``users/{user_id}/tools/<name>/``: ``ToolCallView`` for one tool, with its
     own operation (``tool_<name>``) and body (``body_schema``, built with the schema) in it."""
 
-    @extend_schema(
-        tags=["tools"],
-        parameters=[USER_ID],
+    @owner_operation(
+        f"tool_{name}",
+        f"Run the tool {name} on the user's memory",
+        {200: ToolCallResultSerializer},
+        WRITE_ERRORS,
+        tag="tools",
         request=ToolCallInputSerializer,
-        responses=schema_responses(
-            {200: ToolCallResultSerializer}, WRITE_ERRORS, bad_input=TOOL_CALL_400
-        ),
-        summary=f"Run the tool {name} on the user's memory",
+        bad_input=TOOL_CALL_400,
         description=TOOLS[name].description,
-        operation_id=f"tool_{name}",
     )
     def post(self: ToolCallView, request: Request, user_id: str) -> Response:
         return ToolCallView.post(self, request, user_id, name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -23,30 +23,26 @@ from memory.serializers import (
 from memory.views.base import MemoryView, _idempotency_key, _validated
 from memory.views.schema import (
     IDEMPOTENCY_KEY,
-    READ_ERRORS,
-    USER_ID,
     WRITE_ERRORS,
-    schema_responses,
+    owner_operation,
 )
 
 
 class TurnsView(MemoryView):
     """``users/{user_id}/turns/``: append a turn; list turns, oldest first."""
 
-    @extend_schema(
-        tags=["turns"],
-        parameters=[USER_ID, IDEMPOTENCY_KEY],
+    @owner_operation(
+        "turn_append",
+        "Append a turn",
+        {
+            201: OpenApiResponse(
+                TurnSerializer, description="The turn, or on a retry the turn first stored."
+            )
+        },
+        (*WRITE_ERRORS, 422),
+        tag="turns",
+        parameters=[IDEMPOTENCY_KEY],
         request=TurnInputSerializer,
-        responses=schema_responses(
-            {
-                201: OpenApiResponse(
-                    TurnSerializer, description="The turn, or on a retry the turn first stored."
-                )
-            },
-            (*WRITE_ERRORS, 422),
-        ),
-        summary="Append a turn",
-        operation_id="turn_append",
     )
     def post(self, request: Request, user_id: str) -> Response:
         idempotency_key = _idempotency_key(request)
@@ -57,12 +53,12 @@ class TurnsView(MemoryView):
         # NOTE: a retry answers exactly as the first try did: 201 and the turn first stored.
         return Response(turn_payload(turn), status=status.HTTP_201_CREATED)
 
-    @extend_schema(
-        tags=["turns"],
-        parameters=[USER_ID, TurnListQuerySerializer],
-        responses=schema_responses({200: TurnPageSerializer}, READ_ERRORS),
-        summary="List turns, oldest first",
-        operation_id="turn_list",
+    @owner_operation(
+        "turn_list",
+        "List turns, oldest first",
+        {200: TurnPageSerializer},
+        tag="turns",
+        parameters=[TurnListQuerySerializer],
     )
     def get(self, request: Request, user_id: str) -> Response:
         query = _validated(TurnListQuerySerializer, request.query_params.dict())
@@ -78,12 +74,12 @@ class TurnsView(MemoryView):
 class SearchView(MemoryView):
     """``users/{user_id}/search/?q=``: the owner's turns that match a text, best match first."""
 
-    @extend_schema(
-        tags=["turns"],
-        parameters=[USER_ID, SearchQuerySerializer],
-        responses=schema_responses({200: TurnSearchSerializer}, READ_ERRORS),
-        summary="Search turns by content, best match first",
-        operation_id="turn_search",
+    @owner_operation(
+        "turn_search",
+        "Search turns by content, best match first",
+        {200: TurnSearchSerializer},
+        tag="turns",
+        parameters=[SearchQuerySerializer],
     )
     def get(self, request: Request, user_id: str) -> Response:
         query = _validated(SearchQuerySerializer, request.query_params.dict())

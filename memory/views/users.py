@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.http import Http404
-from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -19,22 +18,21 @@ from memory.serializers import (
 from memory.views.base import MemoryView, _next_url, _validated
 from memory.views.schema import (
     CURSOR_400,
-    READ_ERRORS,
-    USER_ID,
     WRITE_ERRORS,
-    schema_responses,
+    owner_operation,
 )
 
 
 class SessionsView(MemoryView):
     """``users/{user_id}/sessions/``: the session labels of the owner's turns, paged."""
 
-    @extend_schema(
-        tags=["sessions"],
-        parameters=[USER_ID, PageQuerySerializer],
-        responses=schema_responses({200: SessionListSerializer}, READ_ERRORS, bad_input=CURSOR_400),
-        summary="List sessions, most recently seen first",
-        operation_id="session_list",
+    @owner_operation(
+        "session_list",
+        "List sessions, most recently seen first",
+        {200: SessionListSerializer},
+        tag="sessions",
+        parameters=[PageQuerySerializer],
+        bad_input=CURSOR_400,
     )
     def get(self, request: Request, user_id: str) -> Response:
         query = _validated(PageQuerySerializer, request.query_params.dict())
@@ -45,12 +43,11 @@ class SessionsView(MemoryView):
 class UserView(MemoryView):
     """``users/{user_id}/``: forget the owner."""
 
-    @extend_schema(
-        tags=["users"],
-        parameters=[USER_ID],
-        responses=schema_responses({204: None}, READ_ERRORS),
-        summary="Forget the user: every turn, fact, version and session",
-        operation_id="memory_forget",
+    @owner_operation(
+        "memory_forget",
+        "Forget the user: every turn, fact, version and session",
+        {204: None},
+        tag="users",
     )
     def delete(self, request: Request, user_id: str) -> Response:
         services.memory_forget(owner_id=user_id)
@@ -60,18 +57,15 @@ class UserView(MemoryView):
 class LinkView(MemoryView):
     """``users/{user_id}/link/``: move an anonymous owner's memory to the user, forget it."""
 
-    @extend_schema(
-        tags=["users"],
-        parameters=[USER_ID],
+    @owner_operation(
+        "memory_link",
+        "Link an anonymous user to this one (idempotent)",
+        {200: LinkResultSerializer},
+        WRITE_ERRORS,
+        tag="users",
         request=LinkInputSerializer,
-        responses=schema_responses(
-            {200: LinkResultSerializer},
-            WRITE_ERRORS,
-            bad_input='Invalid input, as {"field": ["message"]}; also a query parameter given '
-            "twice, or a user linked to itself.",
-        ),
-        summary="Link an anonymous user to this one (idempotent)",
-        operation_id="memory_link",
+        bad_input='Invalid input, as {"field": ["message"]}; also a query parameter given '
+        "twice, or a user linked to itself.",
     )
     def post(self, request: Request, user_id: str) -> Response:
         from_user_id = _validated(LinkInputSerializer, request.data)["from_user_id"]

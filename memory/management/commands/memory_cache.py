@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from memory import ops, selectors
-from memory.exceptions import MemoryUnavailable
-from memory.management.args import owner_ids
+from memory.management.args import add_owner_option, at_least_one, owner_ids
+from memory.management.base import MemoryCommand
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = "Warm or drop the Redis copy of owners' memory."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -24,37 +24,25 @@ class Command(BaseCommand):
             "warm", help="Read owners' context through the cache, rehydrating their copy."
         )
         which = warm.add_mutually_exclusive_group(required=True)
-        which.add_argument(
-            "--owner", action="append", default=[], metavar="ID", help="An owner id (repeatable)."
-        )
+        add_owner_option(which, "An owner id (repeatable).", default=[])
         which.add_argument(
             "--recent", type=int, metavar="N", help="The N owners written to most recently."
         )
         drop = actions.add_parser("drop", help="Drop owners' cached copy.")
-        drop.add_argument(
-            "--owner",
-            action="append",
-            required=True,
-            metavar="ID",
-            help="An owner id (repeatable).",
-        )
+        add_owner_option(drop, "An owner id (repeatable).", required=True)
 
     def handle(self, *args: Any, **options: Any) -> None:
         cache = selectors.health_get()["cache"]
         if cache != "ok":
             raise CommandError(f"The cache is {cache}: there is no copy to warm or drop.")
-        try:
-            if options["action"] == "warm":
-                self._warm(options)
-            else:
-                self._drop(owner_ids(options["owner"]))
-        except MemoryUnavailable as e:
-            raise CommandError(str(e)) from e
+        if options["action"] == "warm":
+            self._warm(options)
+        else:
+            self._drop(owner_ids(options["owner"]))
 
     def _warm(self, options: dict[str, Any]) -> None:
+        at_least_one(options, "recent")
         if options["recent"] is not None:
-            if options["recent"] < 1:
-                raise CommandError("--recent must be at least 1.")
             ids = ops.owner_recent_list(limit=options["recent"])
         else:
             ids = owner_ids(options["owner"])

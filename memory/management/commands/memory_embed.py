@@ -6,18 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from memory.conf import conf
-from memory.exceptions import MemoryUnavailable
+from memory.management.base import MemoryCommand
 from memory.postgres import sql
 from memory.recall import vectors
 from memory.services import embeddings
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = (
         "Embed the turns that have no vector yet (MEMORY['EMBEDDER'], in batches of "
         "MEMORY['EMBED_BATCH_TURNS'], each written with its owner's progress): every owner's, or "
@@ -58,9 +58,7 @@ class Command(BaseCommand):
                 done = embeddings.turns_embed(owner_id=options["user_id"], limit=limit)
             else:
                 done = embeddings.embeddings_backfill(limit=limit)
-        except ValidationError as e:
-            raise CommandError(" ".join(e.messages)) from e
-        except (MemoryUnavailable, ImproperlyConfigured) as e:
+        except ImproperlyConfigured as e:
             raise CommandError(str(e)) from e
         self.stdout.write(f"Embedded {done:,} turn(s).")
 

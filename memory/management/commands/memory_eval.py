@@ -6,11 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from memory.evaluation.files import EvalFileError, evalset_read
 from memory.evaluation.run import eval_run, eval_tables
-from memory.exceptions import MemoryUnavailable
+from memory.management.args import at_least_one
+from memory.management.base import MemoryCommand
 
 MODES = ("text", "semantic", "hybrid")
 
@@ -25,7 +26,7 @@ def _ks(value: str) -> list[int]:
     return ks
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = (
         "Load a LongMemEval file (longmemeval_s_cleaned.json) or a LoCoMo file (locomo10.json) "
         "into throwaway owners (--prefix), search each question, and print the retrieval "
@@ -79,9 +80,8 @@ class Command(BaseCommand):
             raise CommandError(f"{name} is not JSON: {e}") from e
         except EvalFileError as e:
             raise CommandError(f"{name}: {e}") from e
+        at_least_one(options, "limit")
         if options["limit"] is not None:
-            if options["limit"] < 1:
-                raise CommandError("--limit must be at least 1.")
             evalset.questions = evalset.questions[: options["limit"]]
             wanted = {q.corpus for q in evalset.questions}
             evalset.conversations = {k: v for k, v in evalset.conversations.items() if k in wanted}
@@ -89,18 +89,15 @@ class Command(BaseCommand):
         modes = options["mode"] or (list(MODES) if on else ["text"])
         if not on and set(modes) - {"text"}:
             raise CommandError("Search by meaning is off (MEMORY['EMBEDDER']): only --mode text.")
-        try:
-            run = eval_run(
-                evalset=evalset,
-                modes=modes,
-                prefix=options["prefix"],
-                keep=options["keep"] or options["reuse"],
-                reuse=options["reuse"],
-                baselines=options["baselines"],
-                progress=lambda line: self.stderr.write(line) if options["verbosity"] > 1 else None,
-            )
-        except MemoryUnavailable as e:
-            raise CommandError(str(e)) from e
+        run = eval_run(
+            evalset=evalset,
+            modes=modes,
+            prefix=options["prefix"],
+            keep=options["keep"] or options["reuse"],
+            reuse=options["reuse"],
+            baselines=options["baselines"],
+            progress=lambda line: self.stderr.write(line) if options["verbosity"] > 1 else None,
+        )
         self.stdout.write(f"{evalset.format}: {name}")
         self.stdout.write(eval_tables(run=run, ks=ks, ndcg=options["ndcg"]))
         self.stdout.write(

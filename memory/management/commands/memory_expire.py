@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
 from memory import ops
-from memory.exceptions import MemoryUnavailable
+from memory.management.args import add_batch_size, at_least_one
+from memory.management.base import MemoryCommand
 from memory.services.expiry import EXPIRE_BATCH
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = (
         "Delete every fact whose expires_at has passed, each leaving a last deleted version "
         "with actor 'expiry' in its history, and update each owner's cached copy. Reads leave "
@@ -20,11 +21,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--batch-size",
-            type=int,
+        add_batch_size(
+            parser,
             default=EXPIRE_BATCH,
-            metavar="N",
             help=f"Expired facts read per page (default {EXPIRE_BATCH}).",
         )
         parser.add_argument(
@@ -35,12 +34,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["batch_size"] < 1:
-            raise CommandError("--batch-size must be at least 1.")
-        if options["limit"] is not None and options["limit"] < 1:
-            raise CommandError("--limit must be at least 1.")
-        try:
-            count = ops.facts_expire(batch_size=options["batch_size"], limit=options["limit"])
-        except MemoryUnavailable as e:
-            raise CommandError(str(e)) from e
+        at_least_one(options, "batch_size", "limit")
+        count = ops.facts_expire(batch_size=options["batch_size"], limit=options["limit"])
         self.stdout.write(f"Deleted {count:,} expired fact(s).")

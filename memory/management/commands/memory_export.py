@@ -6,14 +6,14 @@ import os
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from memory import selectors
-from memory.exceptions import MemoryUnavailable
 from memory.management.args import owner_ids
+from memory.management.base import MemoryCommand
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = (
         "Write the owner's whole memory (facts, their history, turns, sessions) as the export "
         "document of the REST API's users/{user_id}/export/, read from one snapshot; to stdout, "
@@ -53,7 +53,7 @@ class Command(BaseCommand):
                 if os.path.exists(partial):
                     os.remove(partial)
                 raise
-        except (MemoryUnavailable, OSError) as e:
+        except OSError as e:
             raise CommandError(str(e)) from e
         except ValidationError as e:
             raise CommandError("; ".join(e.messages)) from e

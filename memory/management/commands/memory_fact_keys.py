@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from memory import ops
-from memory.exceptions import MemoryUnavailable
+from memory.management.base import MemoryCommand
 
 # Facts listed, or owners renamed, per round trip.
 BATCH = 1000
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = (
         "List the facts whose key is made only of dots (. and .. are URL dot segments: a "
         "client's URL of such a fact collapses to the user's own). --rename renames them: "
@@ -26,13 +26,10 @@ class Command(BaseCommand):
         parser.add_argument("--rename", action="store_true", help="Rename them.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            if options["rename"]:
-                self._rename()
-            else:
-                self._list()
-        except MemoryUnavailable as e:
-            raise CommandError(str(e)) from e
+        if options["rename"]:
+            self._rename()
+        else:
+            self._list()
 
     def _list(self) -> None:
         found = ops.fact_dot_key_list(limit=BATCH)

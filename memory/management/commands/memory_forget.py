@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
 from memory import ops, services
-from memory.exceptions import MemoryUnavailable
 from memory.management.args import owner_ids
+from memory.management.base import MemoryCommand
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = (
         "Forget owners: delete every turn, session, fact and fact version they have, and drop "
         "their cached copy. Asks for confirmation unless --yes/--noinput."
@@ -30,10 +30,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            self._forget(owner_ids(options["owner_ids"]), interactive=options["interactive"])
-        except MemoryUnavailable as e:
-            raise CommandError(str(e)) from e
+        self._forget(owner_ids(options["owner_ids"]), interactive=options["interactive"])
 
     def _forget(self, ids: list[str], *, interactive: bool) -> None:
         stored = []

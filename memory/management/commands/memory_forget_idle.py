@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from memory import ops
-from memory.exceptions import MemoryUnavailable
-from memory.management.args import parse_age
+from memory.management.args import add_dry_run, parse_age
+from memory.management.base import MemoryCommand
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = (
         "Forget every owner whose id starts with --prefix and that no write touched for longer "
         "than --idle-for (30d): every turn, fact and session, and the cached copy, one owner "
@@ -25,9 +24,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--idle-for", metavar="AGE", help="Unwritten for longer than: 30d, 12h, 2w (required)."
         )
-        parser.add_argument(
-            "--dry-run", action="store_true", help="Count the owners that would go; change nothing."
-        )
+        add_dry_run(parser, "Count the owners that would go; change nothing.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         prefix = options["prefix"]
@@ -36,12 +33,9 @@ class Command(BaseCommand):
         if not options["idle_for"]:
             raise CommandError("Give --idle-for, how long unwritten (30d).")
         idle_for = parse_age(options["idle_for"], option="--idle-for")
-        try:
-            if options["dry_run"]:
-                count = ops.owners_idle_count(prefix=prefix, idle_for=idle_for)
-                self.stdout.write(f"{count:,} owner(s) would go.")
-                return
-            forgotten = ops.owners_forget_idle(prefix=prefix, idle_for=idle_for)
-        except (ValidationError, MemoryUnavailable) as e:
-            raise CommandError(" ".join(getattr(e, "messages", [str(e)]))) from e
+        if options["dry_run"]:
+            count = ops.owners_idle_count(prefix=prefix, idle_for=idle_for)
+            self.stdout.write(f"{count:,} owner(s) would go.")
+            return
+        forgotten = ops.owners_forget_idle(prefix=prefix, idle_for=idle_for)
         self.stdout.write(f"Forgot {forgotten:,} owner(s).")

@@ -8,14 +8,14 @@ from typing import Any
 
 import orjson
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from memory import services
-from memory.exceptions import MemoryUnavailable
 from memory.management.args import owner_ids
+from memory.management.base import MemoryCommand
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = (
         "Load an export document (manage.py memory_export, users/{user_id}/export/) into the "
         "owner it names, or into USER_ID with --as; only into an owner with no memory yet. "
@@ -42,8 +42,6 @@ class Command(BaseCommand):
             raise CommandError(f"{name} is not JSON: {e}") from e
         try:
             result = services.memory_import(document=document, owner_id=target)
-        except MemoryUnavailable as e:
-            raise CommandError(str(e)) from e
         except ValidationError as e:
             lines = [f"{path}: {' '.join(messages)}" for path, messages in e.message_dict.items()]
             raise CommandError("Nothing imported.\n" + "\n".join(lines)) from e

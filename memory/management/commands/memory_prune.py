@@ -4,15 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from memory import ops
 from memory.exceptions import MemoryUnavailable
-from memory.management.args import owner_ids, parse_age
+from memory.management.args import (
+    add_batch_size,
+    add_dry_run,
+    add_owner_option,
+    at_least_one,
+    owner_ids,
+    parse_age,
+)
+from memory.management.base import MemoryCommand
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = (
         "Delete turns older than an age (--older-than 30d) and/or beyond the last N of each "
         "owner (--keep-last N); with both, a turn goes only if both hold. Deletes in batches, "
@@ -25,23 +33,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--keep-last", type=int, metavar="N", help="Keep each owner's last N turns."
         )
-        parser.add_argument(
-            "--owner",
-            action="append",
-            default=[],
-            metavar="ID",
-            help="Prune only this owner (repeatable); default: every owner.",
+        add_owner_option(
+            parser, "Prune only this owner (repeatable); default: every owner.", default=[]
         )
-        parser.add_argument(
-            "--batch-size",
-            type=int,
-            default=1000,
-            metavar="N",
-            help="Turns deleted per transaction (default 1000).",
-        )
-        parser.add_argument(
-            "--dry-run", action="store_true", help="Print what would go; delete nothing."
-        )
+        add_batch_size(parser, default=1000, help="Turns deleted per transaction (default 1000).")
+        add_dry_run(parser, "Print what would go; delete nothing.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["older_than"] is None and options["keep_last"] is None:
@@ -52,8 +48,7 @@ class Command(BaseCommand):
         keep_last = options["keep_last"]
         if keep_last is not None and keep_last < 0:
             raise CommandError("--keep-last must be 0 or more.")
-        if options["batch_size"] < 1:
-            raise CommandError("--batch-size must be at least 1.")
+        at_least_one(options, "batch_size")
         # NOTE: every owner is read in chunks as the prune goes, never all ids at once.
         ids = owner_ids(options["owner"]) or ops.owner_id_iter(min_last_seq=keep_last or 0)
         dry_run = options["dry_run"]

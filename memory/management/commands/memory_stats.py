@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
 from memory import ops
-from memory.exceptions import MemoryUnavailable
+from memory.management.base import MemoryCommand
 
 # The shared counters memory.cache keeps in Redis, in the order they are printed.
 COUNTERS = ("hits", "misses", "short", "rehydrations", "fills", "fills_refused", "deltas", "drops")
@@ -21,7 +21,7 @@ def _bytes(n: int) -> str:
     return f"{n:,} bytes"
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = (
         "Show the number of owners, sessions, turns and facts, the cache's hit and miss "
         "counters, and the Redis memory used by the app's keys."
@@ -31,10 +31,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print one JSON object.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            stats = ops.stats_get()
-        except MemoryUnavailable as e:
-            raise CommandError(str(e)) from e
+        stats = ops.stats_get()
         if options["json"]:
             self.stdout.write(json.dumps(stats, indent=2, ensure_ascii=False))
             return

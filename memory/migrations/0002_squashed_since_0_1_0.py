@@ -1,6 +1,7 @@
-"""Everything since 0.1.0 (its migrations 0004-0016, squashed). On every database: the work
-queues of deferred extraction and summaries, owner links, summaries, facts that expire and the
-actor of each fact version, the owners' embedding mark, the vector models. On PostgreSQL:
+"""Everything since 0.1.0, squashed. On every database: the work queues of deferred
+extraction and summaries, owner links, summaries, facts that expire and the actor of each fact
+version, the owners' embedding mark, the vector models, LangGraph's checkpoints and the store's
+vectors. On PostgreSQL:
 
 - the owners' search vocabulary (``memory_search_words()``, ``memory_searchword`` and its
   triggers), which replaces the content's trigram index, filled from the turns already there;
@@ -10,7 +11,8 @@ actor of each fact version, the owners' embedding mark, the vector models. On Po
 - ``memory_turn_append()``, an append in one round trip (``memory/postgres/turn_append.py``);
 - pgvector and the turns' and facts' vector tables, where the server has the extension and the
   role may create it (else ``memory.W016`` says so, and ``manage.py memory_embed --setup``
-  creates them later).
+  creates them later);
+- the store vectors' key to their fact, cascading in the database.
 
 Each function's SQL is a file of ``memory/postgres/sql/``; a later change of one runs its
 ``*_create`` again in a migration of its own.
@@ -25,6 +27,7 @@ from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.state import StateApps
 
 import memory.models
+from memory.migrations import _fields
 from memory.postgres import sql
 
 _FOREIGN_KEY_INDEXES = {
@@ -110,6 +113,23 @@ def _vectors_forwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) 
     sql.vectors_setup(schema_editor)
 
 
+def _store_vector_cascade(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(
+            "ALTER TABLE memory_storevector ADD CONSTRAINT memory_storevector_fact_fk"
+            " FOREIGN KEY (fact_id) REFERENCES memory_fact (id) ON DELETE CASCADE",
+            params=None,
+        )
+
+
+def _store_vector_uncascade(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(
+            "ALTER TABLE memory_storevector DROP CONSTRAINT memory_storevector_fact_fk",
+            params=None,
+        )
+
+
 def _vectors_backwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute("DROP TABLE IF EXISTS memory_factvector")
@@ -131,6 +151,9 @@ class Migration(migrations.Migration):
         ("memory", "0014_fact_expiry_actor"),
         ("memory", "0015_turn_vectors"),
         ("memory", "0016_fact_vectors"),
+        ("memory", "0002_since_0_1_0"),
+        ("memory", "0003_langgraph"),
+        ("memory", "0004_turn_append_owner_update"),
     ]
 
     dependencies = [("memory", "0001_squashed_0_1_0")]
@@ -141,33 +164,10 @@ class Migration(migrations.Migration):
             name="created_at",
             field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
         ),
-        migrations.CreateModel(
-            name="PendingExtraction",
-            fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("created_at", models.DateTimeField()),
-                ("enqueued_at", models.DateTimeField()),
-                (
-                    "turn",
-                    models.OneToOneField(
-                        db_constraint=False,
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        related_name="+",
-                        to="memory.turn",
-                    ),
-                ),
-            ],
-            options={
-                "default_permissions": (),
-                "indexes": [
-                    models.Index(fields=["enqueued_at"], name="memory_pending_enqueued_idx")
-                ],
-            },
+        _fields.work_queue(
+            "PendingExtraction",
+            ("turn", _fields.loose_key("memory.turn", one=True)),
+            "memory_pending_enqueued_idx",
         ),
         migrations.RemoveIndex(
             model_name="session",
@@ -189,83 +189,35 @@ class Migration(migrations.Migration):
                         fields=("external_id",), name="memory_owner_external_id_uniq"
                     ),
                 ),
-                migrations.AlterField(
-                    model_name="fact",
-                    name="owner",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="facts",
-                        to="memory.owner",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="factversion",
-                    name="owner",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="fact_versions",
-                        to="memory.owner",
-                    ),
+                *(
+                    migrations.AlterField(
+                        model_name=model, name="owner", field=_fields.owner(related, db_index=False)
+                    )
+                    for model, related in (
+                        ("fact", "facts"),
+                        ("factversion", "fact_versions"),
+                        ("session", "sessions"),
+                        ("turn", "turns"),
+                    )
                 ),
                 migrations.AlterField(
                     model_name="owner",
                     name="external_id",
                     field=models.CharField(max_length=128),
                 ),
-                migrations.AlterField(
-                    model_name="session",
-                    name="owner",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="sessions",
-                        to="memory.owner",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="turn",
-                    name="owner",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="turns",
-                        to="memory.owner",
-                    ),
-                ),
             ],
         ),
         migrations.CreateModel(
             name="OwnerLink",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
+                _fields.auto_id(),
                 ("seqs", models.JSONField(default=dict)),
                 (
                     "started_at",
                     models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
                 ),
-                (
-                    "source",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="memory.owner",
-                    ),
-                ),
-                (
-                    "target",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="memory.owner",
-                    ),
-                ),
+                ("source", _fields.owner("+", one=True)),
+                ("target", _fields.owner("+")),
             ],
             options={
                 "default_permissions": (),
@@ -276,54 +228,20 @@ class Migration(migrations.Migration):
             name="summary_tokens",
             field=models.BigIntegerField(db_default=0),
         ),
-        migrations.CreateModel(
-            name="PendingSummary",
-            fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("created_at", models.DateTimeField()),
-                ("enqueued_at", models.DateTimeField()),
-                (
-                    "owner",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="memory.owner",
-                    ),
-                ),
-            ],
-            options={
-                "default_permissions": (),
-                "indexes": [
-                    models.Index(fields=["enqueued_at"], name="memory_pendsumm_enqueued_idx")
-                ],
-            },
+        _fields.work_queue(
+            "PendingSummary",
+            ("owner", _fields.owner("+", one=True)),
+            "memory_pendsumm_enqueued_idx",
         ),
         migrations.CreateModel(
             name="Summary",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
+                _fields.auto_id(),
                 ("text", models.TextField()),
                 ("through_seq", models.BigIntegerField()),
                 ("tokens", models.PositiveIntegerField(default=0)),
                 ("updated_at", models.DateTimeField()),
-                (
-                    "owner",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="summary",
-                        to="memory.owner",
-                    ),
-                ),
+                ("owner", _fields.owner("summary", one=True)),
             ],
             options={
                 "verbose_name": "conversation summary",
@@ -337,10 +255,13 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.AddField(
-            model_name="fact",
-            name="expires_at",
-            field=models.DateTimeField(blank=True, null=True),
+        *(
+            migrations.AddField(
+                model_name=model,
+                name="expires_at",
+                field=models.DateTimeField(blank=True, null=True),
+            )
+            for model in ("fact", "factversion")
         ),
         # NOTE: the default fills the versions stored before (Django drops it from the column
         # after: every writer names its actor).
@@ -348,11 +269,6 @@ class Migration(migrations.Migration):
             model_name="factversion",
             name="actor",
             field=models.CharField(default="python", max_length=200),
-        ),
-        migrations.AddField(
-            model_name="factversion",
-            name="expires_at",
-            field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddIndex(
             model_name="fact",
@@ -373,28 +289,9 @@ class Migration(migrations.Migration):
                 migrations.CreateModel(
                     name="TurnVector",
                     fields=[
-                        (
-                            "turn",
-                            models.OneToOneField(
-                                db_constraint=False,
-                                on_delete=models.DO_NOTHING,
-                                primary_key=True,
-                                serialize=False,
-                                to="memory.turn",
-                            ),
-                        ),
+                        *_fields.vector_keys("memory.turn"),
                         ("model", models.CharField(max_length=100)),
                         ("vector", memory.models.VectorField()),
-                        (
-                            "owner",
-                            models.ForeignKey(
-                                db_constraint=False,
-                                db_index=False,
-                                on_delete=models.DO_NOTHING,
-                                related_name="+",
-                                to="memory.owner",
-                            ),
-                        ),
                     ],
                     options={"default_permissions": ()},
                 ),
@@ -405,33 +302,96 @@ class Migration(migrations.Migration):
                 migrations.CreateModel(
                     name="FactVector",
                     fields=[
-                        (
-                            "fact",
-                            models.OneToOneField(
-                                db_constraint=False,
-                                on_delete=models.DO_NOTHING,
-                                primary_key=True,
-                                serialize=False,
-                                to="memory.fact",
-                            ),
-                        ),
+                        *_fields.vector_keys("memory.fact"),
                         ("model", models.CharField(max_length=100)),
                         ("version", models.PositiveIntegerField()),
                         ("vector", memory.models.VectorField()),
-                        (
-                            "owner",
-                            models.ForeignKey(
-                                db_constraint=False,
-                                db_index=False,
-                                on_delete=models.DO_NOTHING,
-                                related_name="+",
-                                to="memory.owner",
-                            ),
-                        ),
                     ],
                     options={"default_permissions": ()},
                 ),
             ],
         ),
         migrations.RunPython(_vectors_forwards, _vectors_backwards, elidable=False),
+        migrations.CreateModel(
+            name="Checkpoint",
+            fields=[
+                _fields.auto_id(),
+                *_fields.thread(),
+                ("checkpoint_id", models.CharField(max_length=128)),
+                ("parent_checkpoint_id", models.CharField(blank=True, max_length=128, null=True)),
+                ("type", models.CharField(max_length=64)),
+                ("checkpoint", models.BinaryField()),
+                ("metadata", models.JSONField(default=dict)),
+                ("channel_versions", models.JSONField(default=dict)),
+                ("created_at", models.DateTimeField()),
+                ("owner", _fields.owner("checkpoints", db_index=False)),
+            ],
+            options={
+                "verbose_name": "LangGraph checkpoint",
+                "default_permissions": ("view",),
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("owner", "thread_id", "checkpoint_ns", "checkpoint_id"),
+                        name="memory_checkpoint_uniq",
+                    )
+                ],
+            },
+        ),
+        migrations.CreateModel(
+            name="CheckpointBlob",
+            fields=[
+                _fields.auto_id(),
+                *_fields.thread(),
+                ("channel", models.TextField()),
+                ("version", models.CharField(max_length=128)),
+                ("type", models.CharField(max_length=64)),
+                ("blob", models.BinaryField(null=True)),
+                ("owner", _fields.owner("+", db_index=False)),
+            ],
+            options=_fields.internal(
+                "memory_checkpointblob_uniq",
+                "owner",
+                "thread_id",
+                "checkpoint_ns",
+                "channel",
+                "version",
+            ),
+        ),
+        migrations.CreateModel(
+            name="CheckpointWrite",
+            fields=[
+                _fields.auto_id(),
+                *_fields.thread(),
+                ("checkpoint_id", models.CharField(max_length=128)),
+                ("task_id", models.TextField()),
+                ("task_path", models.TextField(blank=True, default="")),
+                ("idx", models.IntegerField()),
+                ("channel", models.TextField()),
+                ("type", models.CharField(max_length=64)),
+                ("blob", models.BinaryField()),
+                ("owner", _fields.owner("+", db_index=False)),
+            ],
+            options=_fields.internal(
+                "memory_checkpointwrite_uniq",
+                "owner",
+                "thread_id",
+                "checkpoint_ns",
+                "checkpoint_id",
+                "task_id",
+                "idx",
+            ),
+        ),
+        migrations.CreateModel(
+            name="StoreVector",
+            fields=[
+                _fields.auto_id(),
+                ("model", models.CharField(max_length=100)),
+                ("path", models.CharField(max_length=200)),
+                ("version", models.PositiveIntegerField()),
+                ("vector", models.JSONField()),
+                ("fact", _fields.loose_key("memory.fact")),
+            ],
+            options=_fields.internal("memory_storevector_uniq", "fact", "model", "path"),
+        ),
+        migrations.RunPython(_store_vector_cascade, _store_vector_uncascade),
     ]
