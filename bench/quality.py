@@ -87,8 +87,13 @@ _ACKS = {
 }
 
 
+# The set measured: ``QUALITY_SET``, or another of its shape (``--set``: the held-out set,
+# ``bench/holdout_set.json``, on which no weight was fitted).
+_set_file = QUALITY_SET
+
+
 def quality_set() -> dict[str, Any]:
-    return json.loads(QUALITY_SET.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    return json.loads(_set_file.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
 
 
 def quality_items(*, langs: Iterable[str] = LANGS) -> list[dict[str, Any]]:
@@ -632,10 +637,19 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="dotted path of the embedder (repeatable: a summary row each, the last one's table)",
     )
+    parser.add_argument(
+        "--set",
+        type=Path,
+        default=QUALITY_SET,
+        help="the set of questions (default bench/quality_set.json; bench/holdout_set.json is"
+        " the held-out one)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the owners (quality-*)")
     parser.add_argument("--json", type=Path, help="also write the per-item results here")
     parser.add_argument("--misses", action="store_true", help="list the items hybrid misses at 5")
     args = parser.parse_args(argv)
+    global _set_file
+    _set_file = args.set
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     from bench import settings as bench_settings
     from bench.seed import database_create

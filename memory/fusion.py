@@ -34,12 +34,22 @@ CALIBRATION: dict[str, tuple[float, ...]] = {
 # NOTE: the ``score`` a result of a centred search shows: the same model fitted on the plain
 # cosine instead (no crowding), which tells a question about something never said apart
 # better than the centred one, which ranks better (docs/recall.md, "The score"). Its bias and
-# the weights of the plain cosine, of CJK text, of coverage, of the side asked, of a change.
+# the weights of the plain cosine, of CJK text, of coverage, of the side asked, of a change,
+# and of the search's ``density`` over ``DENSITY_USUAL``.
 SCORE: dict[str, tuple[float, ...]] = {
-    #          bias   cosine  cjk    coverage  role  change
-    "hybrid": (-46.5, 49.3, -1.64, 4.0, 2.4, 2.0),
-    "semantic": (-46.16, 49.13, -1.72, 0.0, 2.4, 2.0),
+    #          bias   cosine  cjk    coverage  role  change  density
+    "hybrid": (-46.5, 49.3, -3.14, 4.0, 2.4, 2.0, 50.0),
+    "semantic": (-46.16, 49.13, -3.22, 0.0, 2.4, 2.0, 50.0),
 }
+# NOTE: a search's density: the mean plain cosine of the ``DENSITY_TURNS`` candidates nearest
+# to the query. A history that talked about the question's subject has several turns near it;
+# one that never did has a near miss or two among unrelated turns. It is the same for every
+# result of a search (the order is unchanged) and moves the score of all of them: a query
+# performance predictor (the mean of the top-k retrieval scores), fitted on the abstention of
+# the team's quality set and checked on a held-out set (docs/recall.md, "The score").
+DENSITY_TURNS = 10
+# The density of a usual search (the mean over the quality set's questions).
+DENSITY_USUAL = 0.85
 # Fellow candidates whose mean cosine to a turn is its crowding: a turn like many others (a
 # question asked again and again, a stock reply) is like the query for no reason of its own
 # (hubness; the correction is CSLS's, Conneau et al. 2018).
@@ -147,11 +157,25 @@ def repeat_terms(content: str) -> frozenset[str]:
 
 
 class Candidate:
-    """A turn a search found, with what ranks it: its row (``TURN_FIELDS``), its cosine to the
-    query and crowding (``None`` without a vector), and the share of the query's words it
-    holds; ``plain``, its plain cosine where ``cosine`` is centred (``SCORE``)."""
+    """A turn a search found, with what ranks it: its row (``TURN_FIELDS``: ``seq``,
+    ``session_id``, ``role``, ``content`` first), its cosine to the query and crowding (``None``
+    without a vector), and the share of the query's words it holds; ``plain``, its plain cosine
+    where ``cosine`` is centred (``SCORE``)."""
 
-    __slots__ = ("cosine", "coverage", "crowding", "logit", "pk", "plain", "row", "score_logit")
+    __slots__ = (
+        "content",
+        "cosine",
+        "coverage",
+        "crowding",
+        "logit",
+        "pk",
+        "plain",
+        "role",
+        "row",
+        "score_logit",
+        "seq",
+        "session_id",
+    )
 
     def __init__(
         self,
@@ -163,6 +187,10 @@ class Candidate:
     ):
         self.pk = pk
         self.row = row
+        self.seq = int(row[0])
+        self.session_id = str(row[1])
+        self.role = str(row[2])
+        self.content = str(row[3])
         self.cosine = cosine
         self.coverage = coverage
         self.crowding = crowding
@@ -170,21 +198,15 @@ class Candidate:
         self.logit = 0.0
         self.score_logit = 0.0
 
-    @property
-    def seq(self) -> int:
-        return int(self.row[0])
 
-    @property
-    def session_id(self) -> str:
-        return str(self.row[1])
-
-    @property
-    def role(self) -> str:
-        return str(self.row[2])
-
-    @property
-    def content(self) -> str:
-        return str(self.row[3])
+def _said_logit(
+    c: Candidate, *, asked: str | None, present: bool, by_role: float, by_change: float
+) -> float:
+    """What ``c``'s side and words of a change add to its logit (``candidate_logit``)."""
+    logit = by_role if asked is not None and c.role == asked else 0.0
+    if present and c.role == "user" and says_change(c.content):
+        logit += by_change
+    return logit
 
 
 def candidate_logit(
@@ -202,27 +224,41 @@ def candidate_logit(
         # NOTE: a turn with no fellow candidate to compare with is as crowded as it is near.
         crowding = c.cosine if c.crowding is None else c.crowding
         logit += by_meaning * c.cosine + by_crowd * crowding + (by_cjk if cjk else 0.0)
-    if asked is not None and c.role == asked:
-        logit += by_role
-    if present and c.role == "user" and says_change(c.content):
-        logit += by_change
-    return logit
+    return logit + _said_logit(
+        c, asked=asked, present=present, by_role=by_role, by_change=by_change
+    )
 
 
 def candidate_score_logit(
-    mode: str, c: Candidate, *, asked: str | None, cjk: bool, present: bool = True
+    mode: str,
+    c: Candidate,
+    *,
+    asked: str | None,
+    cjk: bool,
+    present: bool = True,
+    density: float = DENSITY_USUAL,
 ) -> float:
-    """``c``'s logit as its ``score`` shows it: by ``SCORE`` from its plain cosine in a
-    centred search, else its ranking's (``candidate_logit``)."""
+    """``c``'s logit as its ``score`` shows it: by ``SCORE`` from its plain cosine and the
+    search's ``density`` (``search_density``) in a centred search, else its ranking's
+    (``candidate_logit``)."""
     if mode not in SCORE or c.plain is None:
         return candidate_logit(mode, c, asked=asked, cjk=cjk, present=present)
-    bias, by_meaning, by_cjk, by_words, by_role, by_change = SCORE[mode]
+    bias, by_meaning, by_cjk, by_words, by_role, by_change, by_density = SCORE[mode]
     logit = bias + by_meaning * c.plain + (by_cjk if cjk else 0.0) + by_words * c.coverage
-    if asked is not None and c.role == asked:
-        logit += by_role
-    if present and c.role == "user" and says_change(c.content):
-        logit += by_change
-    return logit
+    logit += by_density * (density - DENSITY_USUAL)
+    return logit + _said_logit(
+        c, asked=asked, present=present, by_role=by_role, by_change=by_change
+    )
+
+
+def search_density(candidates: list[Candidate]) -> float:
+    """The mean plain cosine of the ``DENSITY_TURNS`` candidates nearest to the query by it
+    (``DENSITY_USUAL`` where none has one)."""
+    plain = sorted((c.plain for c in candidates if c.plain is not None), reverse=True)
+    if not plain:
+        return DENSITY_USUAL
+    nearest = plain[:DENSITY_TURNS]
+    return sum(nearest) / len(nearest)
 
 
 def _lifted(logit: float, near: list[float]) -> float:
@@ -263,10 +299,11 @@ def ranked(
             c.crowding = usual
     seqs = [c.seq for c in candidates]
     low, high = min(seqs), max(seqs)
+    density = search_density(candidates)
     own = {
         c.seq: (
             candidate_logit(mode, c, asked=asked, cjk=cjk, present=present),
-            candidate_score_logit(mode, c, asked=asked, cjk=cjk, present=present),
+            candidate_score_logit(mode, c, asked=asked, cjk=cjk, present=present, density=density),
             c.session_id,
         )
         for c in candidates

@@ -312,6 +312,29 @@ def test_the_quality_set_is_in_longmemevals_shape_and_deterministic():
     assert again.document == quality.haystack_build(items[0]).document
 
 
+def test_the_held_out_set_has_the_quality_sets_shape_and_none_of_its_text(monkeypatch):
+    from bench import quality
+
+    seen = quality.quality_set()
+    said = {item["q"] for item in seen["items"]}
+    for item in seen["items"]:
+        for kind in ("ev", "old", "decoy"):
+            said.update(line.lstrip("*")[3:] for _, block in item.get(kind, []) for line in block)
+    monkeypatch.setattr(quality, "_set_file", quality.QUALITY_SET.parent / "holdout_set.json")
+    items = quality.quality_items()
+    assert len({item["id"] for item in items}) == len(items)
+    for lang in quality.LANGS:
+        mine = [item for item in items if item["lang"] == lang]
+        assert {item["cat"] for item in mine} == set(quality.CATEGORIES)
+        assert sum(item["cat"] == "absent" for item in mine) >= 5
+    for item in items:
+        assert item["q"] not in said
+        stack = quality.haystack_build(item)
+        assert 30 <= len(stack.document["sessions"]) <= 38, item["id"]
+        assert (item["cat"] == "absent") == (not stack.evidence), item["id"]
+        assert not {t["content"] for t in stack.document["turns"]} & said, item["id"]
+
+
 def test_the_quality_bench_prints_a_row_per_embedder_and_mode():
     from bench import quality
 

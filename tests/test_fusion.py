@@ -74,11 +74,48 @@ def test_the_score_shown_reads_the_plain_cosine_where_the_ranking_is_centred():
     assert near.score_logit > far.score_logit
     shown = fusion.candidate_score_logit("semantic", near, asked="user", cjk=False)
     assert near.score_logit == pytest.approx(shown)
-    bias, by_meaning, _, _, by_role, _ = fusion.SCORE["semantic"]
+    bias, by_meaning, _, _, by_role, _, _ = fusion.SCORE["semantic"]
     assert shown == pytest.approx(bias + by_meaning * 0.90 + by_role)
     # An owner compared uncentred is ranked and scored alike.
     plain = fusion.candidate_score_logit("semantic plain", near, asked="user", cjk=False)
     assert plain == fusion.candidate_logit("semantic plain", near, asked="user", cjk=False)
+
+
+def test_the_score_rises_with_how_much_of_the_history_is_near_the_question():
+    q = "What breed did we end up adopting?"
+
+    def searched(others: float) -> fusion.Candidate:
+        best = _candidate(50, "s5", "user", "We brought home a rescue whippet.", 0.40, 0.05)
+        best.plain = 0.88
+        rest = []
+        for i in range(1, 10):
+            c = _candidate(i, f"s{i}", "user", f"Another question, number {i}.", 0.10, 0.05)
+            c.plain = others
+            rest.append(c)
+        chosen = fusion.ranked([*rest, best], "semantic", 5, q)
+        assert chosen[0] is best
+        return best
+
+    # A history that talked about the subject (many turns near the question) makes its best
+    # turn's score higher than the same turn among unrelated ones: the order is the same.
+    talked, never = searched(0.86), searched(0.78)
+    assert talked.score_logit > never.score_logit
+    _, _, _, _, _, _, by_density = fusion.SCORE["semantic"]
+    dense = (0.88 + 9 * 0.86) / 10
+    sparse = (0.88 + 9 * 0.78) / 10
+    assert talked.score_logit - never.score_logit == pytest.approx(by_density * (dense - sparse))
+
+
+def test_the_density_is_the_mean_plain_cosine_of_the_nearest_candidates():
+    candidates = []
+    for i, plain in enumerate([0.9, 0.5, *[0.8] * 12, None]):
+        c = _candidate(i + 1, "s1", "user", "text", 0.1)
+        c.plain = plain
+        candidates.append(c)
+    assert fusion.search_density(candidates) == pytest.approx((0.9 + 9 * 0.8) / 10)
+    assert fusion.search_density([_candidate(1, "s1", "user", "text", 0.1)]) == (
+        fusion.DENSITY_USUAL
+    )
 
 
 def test_a_repeated_turn_takes_one_place_and_a_crowded_one_yields():

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connection, transaction
+from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 
 from memory import db, selectors, services
@@ -290,6 +291,29 @@ def test_a_new_session_is_inserted_and_a_known_one_updated():
         Owner.objects.get(external_id="wang").sessions.values_list("session_id", "turn_count")
     )
     assert counts == {"s": 3, "t": 1}
+
+
+def test_the_returned_turn_is_the_stored_one_as_the_orm_loads_it():
+    turn = append("hello there", metadata={"k": [1]})
+    stored = Turn.objects.get(pk=turn.pk)
+    names = [f.attname for f in Turn._meta.concrete_fields]
+    assert [getattr(turn, n) for n in names] == [getattr(stored, n) for n in names]
+    assert not turn._state.adding and turn._state.db == stored._state.db
+    assert turn.owner.external_id == "wang"
+
+
+def test_a_receiver_of_post_init_sees_the_returned_turn():
+    seen: list[Turn] = []
+
+    def receiver(sender: type[Turn], instance: Turn, **kwargs: Any) -> None:
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=Turn)
+    try:
+        turn = append("hello there")
+    finally:
+        post_init.disconnect(receiver, sender=Turn)
+    assert seen and seen[-1] is turn
 
 
 def prepared_appends() -> list[str]:

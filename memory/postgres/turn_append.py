@@ -16,6 +16,7 @@ from memory.appends import (
     TurnInput,
     fact_cap_warn,
     retry_checked,
+    row_loaded,
     turn_loaded,
 )
 from memory.conf import conf
@@ -120,5 +121,5 @@ def turn_append_call(
         fact_payload_from_row((fact["key"], fact["value"], session_id, at, fact["version"], None))
         for fact in (codec.loads(written) if written else ())
     ]
-    owner = Owner(pk=owner_pk, external_id=owner_id, stamp=stamp)
+    owner = row_loaded(Owner, {"id": owner_pk, "external_id": owner_id, "stamp": stamp})
     return Appended(turn, pending_pk, summary_pk, owner, facts, prev)
