@@ -649,7 +649,8 @@ class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows, FailoverR
         row = Row(
             "cold",
             "context read, cold (rehydrate), service layer",
-            "raw psycopg: three of its four queries (owner, last 51 turns, facts; not the summary)",
+            "raw psycopg: owner, last 51 turns and facts, three queries"
+            " (the project's one statement also reads the summary)",
             "<= 1.5x",
         )
         return self.measured(row, self.cold_ops())

@@ -189,19 +189,20 @@ class setting(property, Generic[_T]):
 
 
 class count_setting(setting[int]):
-    """A setting that must be a positive integer; ``unit`` (`` (seconds)``) goes in its error."""
+    """A setting that must be a positive integer, or with ``zero`` one >= 0; ``unit``
+    (`` (seconds)``) goes in its error."""
 
-    def __init__(self, unit: str = "") -> None:
+    def __init__(self, unit: str = "", *, zero: bool = False) -> None:
         super().__init__(self._read)
         self.unit = unit
+        self.zero = zero
 
     def _read(self, obj: Settings) -> int:
         value = obj._get(self.name)
         number = as_int(value)
-        if number is None or number <= 0:
-            raise ImproperlyConfigured(
-                f"MEMORY['{self.name}'] must be a positive integer{self.unit}, not {value!r}."
-            )
+        if number is None or number < (0 if self.zero else 1):
+            kind = f"an integer{self.unit} >= 0" if self.zero else f"a positive integer{self.unit}"
+            raise ImproperlyConfigured(f"MEMORY['{self.name}'] must be {kind}, not {value!r}.")
         return number
 
 
@@ -300,26 +301,8 @@ class Settings:
     def SUSPECT_WINDOW(self) -> float:
         return self._seconds("SUSPECT_WINDOW")
 
-    @setting
-    def FILL_WAIT_MS(self) -> int:
-        value = self._get("FILL_WAIT_MS")
-        number = as_int(value)
-        if number is None or number < 0:
-            raise ImproperlyConfigured(
-                "MEMORY['FILL_WAIT_MS'] must be an integer number of milliseconds >= 0, "
-                f"not {value!r}."
-            )
-        return number
-
-    @setting
-    def CACHE_REPLICAS(self) -> int:
-        value = self._get("CACHE_REPLICAS")
-        number = as_int(value)
-        if number is None or number < 0:
-            raise ImproperlyConfigured(
-                f"MEMORY['CACHE_REPLICAS'] must be an integer >= 0, not {value!r}."
-            )
-        return number
+    FILL_WAIT_MS = count_setting(" number of milliseconds", zero=True)
+    CACHE_REPLICAS = count_setting(zero=True)
 
     CACHE_REPLICA_WAIT_MS = count_setting()
 
@@ -391,20 +374,21 @@ class Settings:
     def TOKEN_COUNTER(self) -> str:
         return self._dotted("TOKEN_COUNTER")  # type: ignore[no-any-return]
 
+    def _dotted_if(self, name: str, installed: Callable[[], bool]) -> str | None:
+        """``_dotted(name, optional=True)``; None while the key is unset and not ``installed()``."""
+        user = getattr(settings, "MEMORY", None) or {}
+        if isinstance(user, dict) and name not in user and not installed():
+            return None
+        return self._dotted(name, optional=True)  # type: ignore[no-any-return]
+
     @setting
     def SUMMARIZER(self) -> str | None:
-        user = getattr(settings, "MEMORY", None) or {}
-        if isinstance(user, dict) and "SUMMARIZER" not in user and not _tasks_installed():
-            # NOTE: without django-tasks no task can run the refresh off the request path.
-            return None
-        return self._dotted("SUMMARIZER", optional=True)  # type: ignore[no-any-return]
+        # NOTE: without django-tasks no task can run the refresh off the request path.
+        return self._dotted_if("SUMMARIZER", _tasks_installed)
 
     @setting
     def EMBEDDER(self) -> str | None:
-        user = getattr(settings, "MEMORY", None) or {}
-        if isinstance(user, dict) and "EMBEDDER" not in user and not _embedder_installed():
-            return None
-        return self._dotted("EMBEDDER", optional=True)  # type: ignore[no-any-return]
+        return self._dotted_if("EMBEDDER", _embedder_installed)
 
     EMBED_BATCH_TURNS = count_setting()
     RECALL_TURNS = count_setting()

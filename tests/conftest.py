@@ -134,6 +134,13 @@ def no_cache() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="module")
+def cache_server() -> Iterator[RedisServer]:
+    """A redis-server of the test module's own, for the app instances it starts."""
+    with RedisServer() as server:
+        yield server
+
+
 @pytest.fixture
 def own_redis() -> Iterator[RedisServer]:
     """A redis-server of this test's own, used as the memory cache; free to flush, kill, pause."""

@@ -24,16 +24,18 @@ from typing import Any, Self
 from tests.servers import (
     HOST,
     ServerUnavailable,
+    Started,
     _as_account,
     _children,
-    _comm,
     _pg_bindir,
     _proc_stat,
+    _reap,
     _Server,
     _signal,
     _unprivileged,
-    _wait_gone,
     free_port,
+    initdb,
+    postgres_answers,
 )
 from tests.stack import AppStack
 
@@ -193,20 +195,7 @@ class AutoctlNode(_Server):
         if self.monitor or self is self.formation.nodes[0]:
             # NOTE: a cluster of our own, which pg_autoctl adopts (a standby is its base backup,
             # settings included): initdb without fsync, the settings above in postgresql.auto.conf.
-            result = subprocess.run(
-                [
-                    str(self.formation.bindir / "initdb"), "-D", str(self.pgdata),
-                    "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync",
-                ],
-                cwd=self.tmpdir,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                check=False,
-                **self._popen_kwargs(),
-            )  # fmt: skip
-            if result.returncode != 0:
-                raise ServerUnavailable(f"initdb failed: {(result.stderr or result.stdout)[-800:]}")
+            initdb(self.formation.bindir, self.pgdata, cwd=self.tmpdir, **self._popen_kwargs())
             settings = {**SERVER_SETTINGS, **(MONITOR_SETTINGS if self.monitor else {})}
             with (self.pgdata / "postgresql.auto.conf").open("a") as conf:
                 conf.writelines(f"{key} = '{value}'\n" for key, value in settings.items())
@@ -238,12 +227,7 @@ class AutoctlNode(_Server):
         return kwargs
 
     def _ping(self) -> bool:
-        import psycopg
-
-        try:
-            with psycopg.connect(self.url, connect_timeout=2, autocommit=True) as conn:
-                conn.execute("SELECT 1")
-        except psycopg.Error:
+        if not postgres_answers(self.url):
             return False
         self.created = True
         return True
@@ -257,12 +241,10 @@ class AutoctlNode(_Server):
     def _after_exit(self, leftovers: set[int]) -> None:
         # NOTE: a Postgres (or backend) the supervisor left behind holds the port and the shared
         # memory the next start needs; only processes of this node's tree are signalled.
-        alive = _wait_gone(leftovers, 2.0, zombies_count=False)
-        _signal({pid for pid in alive if _comm(pid) in ("postgres", "pg_autoctl")}, signal.SIGKILL)
-        _wait_gone(alive, 5.0, zombies_count=False)
+        _reap(leftovers, ("postgres", "pg_autoctl"))
 
 
-class AutoFailover:
+class AutoFailover(Started):
     """A pg_auto_failover formation: a monitor, a primary and ``standbys`` standbys, each node a
     process tree of its own (``kill()`` one: a crash of its host; ``start()`` it again: it comes
     back as a standby). Replication is synchronous while a standby is ``secondary`` (the
@@ -395,12 +377,6 @@ class AutoFailover:
             with contextlib.suppress(Exception):
                 node.kill()
                 node.cleanup()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.cleanup()
 
 
 def _current_user() -> str:

@@ -5,6 +5,7 @@ Used by fault tests (kill, pause, restart a server of the test's own) and by tes
 
 from __future__ import annotations
 
+import abc
 import atexit
 import contextlib
 import ctypes
@@ -30,7 +31,11 @@ __all__ = [
     "RedisSentinel",
     "RedisServer",
     "ServerUnavailable",
+    "Started",
     "free_port",
+    "initdb",
+    "pg_run",
+    "postgres_answers",
 ]
 
 HOST = "127.0.0.1"
@@ -130,7 +135,30 @@ def _stop_all() -> None:
             server.close()
 
 
-class _Server:
+class Started(abc.ABC):
+    """A context manager over ``start()`` (what ``with`` returns) and ``cleanup()`` (on leaving)."""
+
+    @abc.abstractmethod
+    def start(self) -> Self:
+        """Start it and return it, ready to use."""
+
+    @abc.abstractmethod
+    def cleanup(self) -> None:
+        """Stop it and remove what it left on disk."""
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+
+class _Server(Started):
     """Shared lifecycle: one child process, a temp dir, signals by PID, context manager."""
 
     name = "server"
@@ -239,17 +267,6 @@ class _Server:
         _LIVE.discard(self)
 
     close = cleanup
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cleanup()
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
@@ -460,7 +477,7 @@ class _ClusterNode(RedisServer):
             return port
 
 
-class RedisCluster:
+class RedisCluster(Started):
     """A Redis Cluster of ``masters`` primaries with ``replicas`` replicas each, every node a
     ``RedisServer`` of its own (so kill, pause and restart act on one node, by PID).
 
@@ -691,17 +708,6 @@ class RedisCluster:
         for node in self.nodes:
             node.cleanup()
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cleanup()
-
 
 class RedisSentinel(RedisServer):
     """A redis-server in sentinel mode watching the primary ``primary_port`` as ``master``."""
@@ -859,26 +865,7 @@ class PostgresServer(_Server):
     def _prepare(self) -> None:
         if self._as is not None:
             os.chown(self.tmpdir, self._as.pw_uid, self._as.pw_gid)
-        result = subprocess.run(
-            [
-                str(self.bindir / "initdb"),
-                "-D", str(self.datadir),
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--locale=C",
-                "--no-sync",
-            ],
-            cwd=self.tmpdir,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            check=False,
-            **self._popen_kwargs(),
-        )  # fmt: skip
-        if result.returncode != 0:
-            raise ServerUnavailable(
-                f"initdb failed ({result.returncode}): {(result.stderr or result.stdout).strip()}"
-            )
+        initdb(self.bindir, self.datadir, cwd=self.tmpdir, **self._popen_kwargs())
 
     def _popen_kwargs(self) -> dict[str, Any]:
         return _as_account(self._as)
@@ -898,14 +885,7 @@ class PostgresServer(_Server):
         ]  # fmt: skip
 
     def _ping(self) -> bool:
-        import psycopg
-
-        try:
-            with psycopg.connect(self.url, connect_timeout=2, autocommit=True) as conn:
-                conn.execute("SELECT 1")
-        except psycopg.Error:
-            return False
-        return True
+        return postgres_answers(self.url)
 
     def kill(self) -> None:
         """A crash: SIGKILL every server process; no shutdown checkpoint, recovery on start()."""
@@ -933,9 +913,7 @@ class PostgresServer(_Server):
 
     def _after_exit(self, leftovers: set[int]) -> None:
         # NOTE: an orphaned backend holds the shared memory the next start() needs.
-        alive = _wait_gone(leftovers, 2.0, zombies_count=False)
-        _signal({pid for pid in alive if _comm(pid) == "postgres"}, signal.SIGKILL)
-        _wait_gone(alive, 5.0, zombies_count=False)
+        _reap(leftovers, ("postgres",))
 
 
 class PostgresStandby(PostgresServer):
@@ -953,24 +931,12 @@ class PostgresStandby(PostgresServer):
     def _prepare(self) -> None:
         if self._as is not None:
             os.chown(self.tmpdir, self._as.pw_uid, self._as.pw_gid)
-        result = subprocess.run(
-            [
-                str(self.bindir / "pg_basebackup"),
-                "-h", HOST, "-p", str(self.primary.port), "-U", self.primary.user,
-                "-D", str(self.datadir), "-R", "-X", "stream", "-c", "fast", "--no-sync",
-            ],
-            cwd=self.tmpdir,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            check=False,
-            **self._popen_kwargs(),
+        pg_run(
+            self.bindir, "pg_basebackup",
+            "-h", HOST, "-p", str(self.primary.port), "-U", self.primary.user,
+            "-D", str(self.datadir), "-R", "-X", "stream", "-c", "fast", "--no-sync",
+            cwd=self.tmpdir, **self._popen_kwargs(),
         )  # fmt: skip
-        if result.returncode != 0:
-            raise ServerUnavailable(
-                f"pg_basebackup failed ({result.returncode}): "
-                f"{(result.stderr or result.stdout).strip()}"
-            )
 
     def sql(self, statement: str) -> Any:
         """Run ``statement`` on this server's ``postgres`` database; its first row's value."""
@@ -1017,6 +983,54 @@ def _comm(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
+
+
+def _reap(leftovers: set[int], names: tuple[str, ...]) -> None:
+    """Give ``leftovers`` 2 s to exit, then SIGKILL those still running a program of ``names``
+    and wait up to 5 s for them to go."""
+    alive = _wait_gone(leftovers, 2.0, zombies_count=False)
+    _signal({pid for pid in alive if _comm(pid) in names}, signal.SIGKILL)
+    _wait_gone(alive, 5.0, zombies_count=False)
+
+
+def pg_run(bindir: Path, program: str, *args: str, cwd: Path, **popen: Any) -> None:
+    """Run ``bindir``'s ``program`` with ``args`` in ``cwd`` (``popen``: the account to run as);
+    ``ServerUnavailable`` naming it, with its output, if it fails."""
+    result = subprocess.run(
+        [str(bindir / program), *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+        **popen,
+    )
+    if result.returncode != 0:
+        raise ServerUnavailable(
+            f"{program} failed ({result.returncode}): {(result.stderr or result.stdout).strip()}"
+        )
+
+
+def initdb(bindir: Path, datadir: Path, *, cwd: Path, **popen: Any) -> None:
+    """A new cluster in ``datadir`` by ``bindir``'s initdb: trust auth, UTF-8, C locale, no fsync
+    (``pg_run``)."""
+    pg_run(
+        bindir, "initdb", "-D", str(datadir),
+        "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync",
+        cwd=cwd, **popen,
+    )  # fmt: skip
+
+
+def postgres_answers(url: str) -> bool:
+    """Whether the server of ``url`` answers a query within 2 s to connect."""
+    import psycopg
+
+    try:
+        with psycopg.connect(url, connect_timeout=2, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error:
+        return False
+    return True
 
 
 # --- PgBouncer -------------------------------------------------------------------------------

@@ -199,6 +199,15 @@ class AppStack:
         finally:
             conn.close()
 
+    def post_turn(self, i: int, owner: str, content: str) -> Response:
+        """Instance ``i``'s answer to ``owner``'s user turn ``content`` in session ``tab``."""
+        return self.request(
+            i,
+            "POST",
+            f"/api/memory/users/{owner}/turns/",
+            {"session_id": "tab", "role": "user", "content": content},
+        )
+
     def assert_pooled(self) -> None:
         """Behind a PgBouncer: its pool of the stack's database is in transaction mode, and
         the instances' transactions went through it."""

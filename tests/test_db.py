@@ -16,7 +16,7 @@ from django.db.backends.postgresql.base import DatabaseWrapper
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from memory import db, services
+from memory import cache, db, selectors, services
 from tests.instance import database_url
 from tests.servers import (
     HOST,
@@ -114,6 +114,29 @@ def test_a_connection_the_server_ended_while_idle_is_replaced(
     assert checks == []
     new_request()
     assert client.get("/api/memory/users/wang/context/").status_code == 200
+
+
+def test_a_cold_context_read_is_one_prepared_statement(checks):
+    services.turn_append(owner_id="wang", session_id="s", role="user", content="hello")
+    services.fact_put(owner_id="wang", key="name", value="Wang")
+
+    def runs() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT coalesce(sum(generic_plans + custom_plans), 0) FROM pg_prepared_statements"
+                " WHERE statement LIKE %s",
+                ["%json_agg%memory_summary%"],
+            )
+            return int(cursor.fetchone()[0])
+
+    before = runs()
+    for n in (1, 2):
+        assert cache.copy.copy_evict(owner_id="wang")
+        context = selectors.context_get(owner_id="wang")
+        assert context["source"] == "database"
+        assert [turn["content"] for turn in context["turns"]] == ["hello"]
+        assert context["facts"] == {"name": "Wang"}
+        assert runs() == before + n
 
 
 def test_a_statement_that_fails_on_a_live_connection_is_not_run_again(checks):

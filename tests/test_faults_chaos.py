@@ -44,12 +44,6 @@ class Log:
     errors: list[str] = field(default_factory=list)
 
 
-@pytest.fixture(scope="module")
-def cache_server() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
-
-
 @pytest.fixture(scope="module", params=POOLERS, ids=["direct", "pgbouncer"])
 def stack(request: pytest.FixtureRequest, cache_server: RedisServer) -> Iterator[AppStack]:
     with app_stack(

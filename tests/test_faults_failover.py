@@ -44,12 +44,6 @@ def cluster() -> Iterator[tuple[PostgresServer, PostgresStandby]]:
         yield primary, standby
 
 
-@pytest.fixture(scope="module")
-def cache_server() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
-
-
 def multi_host_url(primary: PostgresServer, standby: PostgresServer, database: str) -> str:
     return (
         f"postgres://{primary.user}@{HOST}:{primary.port},{HOST}:{standby.port}/{database}"
@@ -73,15 +67,6 @@ def stack(
         yield stack
 
 
-def post_turn(stack: AppStack, i: int, owner: str, content: str):
-    return stack.request(
-        i,
-        "POST",
-        f"/api/memory/users/{owner}/turns/",
-        {"session_id": "tab", "role": "user", "content": content},
-    )
-
-
 def put_fact(stack: AppStack, i: int, owner: str, key: str, value: str):
     return stack.request(i, "PUT", f"/api/memory/users/{owner}/facts/{key}/", {"value": value})
 
@@ -100,15 +85,15 @@ def test_a_failover_that_lost_transactions_serves_none_of_them(
 ):
     primary, standby = cluster
     owner = f"wang-{uuid.uuid4().hex[:8]}"
-    assert post_turn(stack, 0, owner, "My name is Wang Jianguo").status == 201
+    assert stack.post_turn(0, owner, "My name is Wang Jianguo").status == 201
     assert put_fact(stack, 1, owner, "city", "Beijing").status in (200, 201)
     standby.wait_replayed()
     for i in range(stack.instances):
         assert stack.request(i, "GET", "/api/memory/health/").data["database_primary"] == 0
     standby.cut()
     # Acknowledged by the primary alone: the standby never receives them.
-    assert post_turn(stack, 0, owner, "LOST turn about Tokyo").status == 201
-    assert post_turn(stack, 1, owner, "LOST second turn").status == 201
+    assert stack.post_turn(0, owner, "LOST turn about Tokyo").status == 201
+    assert stack.post_turn(1, owner, "LOST second turn").status == 201
     assert put_fact(stack, 1, owner, "city", "LOST Tokyo").status in (200, 201)
     assert put_fact(stack, 0, owner, "plan", "LOST plan").status in (200, 201)
     for i in range(stack.instances):
@@ -137,7 +122,7 @@ def test_a_failover_that_lost_transactions_serves_none_of_them(
         # The health of each instance names the new primary: the second host.
         assert stack.request(i, "GET", "/api/memory/health/").data["database_primary"] == 1
     # Writes after the promotion land on clean copies: the lost turns' seqs are handed out again.
-    assert post_turn(stack, 1, owner, "After the failover").status == 201
+    assert stack.post_turn(1, owner, "After the failover").status == 201
     assert put_fact(stack, 0, owner, "plan", "Shanghai").status in (200, 201)
     for i in range(stack.instances):
         for _ in range(2):  # a cold read, then the copy it filled
@@ -178,7 +163,7 @@ class Load:
             self.tried.add(content)
             started = time.monotonic()
             try:
-                answer = post_turn(self.stack, i, self.owner, content)
+                answer = self.stack.post_turn(i, self.owner, content)
             except OSError as e:  # a hang past the client's timeout, or a reset
                 self.failed.append((started, 0, repr(e)))
                 continue

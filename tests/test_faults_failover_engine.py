@@ -35,12 +35,6 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def cache_server() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def formation_and_stack(cache_server: RedisServer) -> Iterator[tuple[AutoFailover, AppStack]]:
     formation = AutoFailover()
     stack = AppStack(server_url=formation.url("postgres"), redis_url=cache_server.url)

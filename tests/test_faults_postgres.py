@@ -25,12 +25,6 @@ def database_server() -> Iterator[PostgresServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def cache_server() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
-
-
 @pytest.fixture(scope="module", params=POOLERS, ids=["direct", "pgbouncer"])
 def stack(
     request: pytest.FixtureRequest, database_server: PostgresServer, cache_server: RedisServer
@@ -41,27 +35,18 @@ def stack(
         yield stack
 
 
-def post_turn(stack: AppStack, i: int, owner: str, content: str):
-    return stack.request(
-        i,
-        "POST",
-        f"/api/memory/users/{owner}/turns/",
-        {"session_id": "tab", "role": "user", "content": content},
-    )
-
-
 def test_database_down_mid_conversation_gives_503_and_recovers(
     stack: AppStack, database_server: PostgresServer, cache_server: RedisServer
 ):
     owner = f"wang-{uuid.uuid4().hex[:8]}"
-    assert post_turn(stack, 0, owner, "My name is Wang Jianguo").status == 201
+    assert stack.post_turn(0, owner, "My name is Wang Jianguo").status == 201
     for i in range(stack.instances):
         assert stack.request(i, "GET", f"/api/memory/users/{owner}/context/").status == 200
     database_server.stop()
     try:
         for i in range(stack.instances):
             # NOTE: behind PgBouncer, within its query_wait_timeout (3 s), not hung.
-            lost = post_turn(stack, i, owner, f"never stored {i}")
+            lost = stack.post_turn(i, owner, f"never stored {i}")
             assert lost.status == 503, lost
             assert "detail" in lost.data
             fact = stack.request(
@@ -78,7 +63,7 @@ def test_database_down_mid_conversation_gives_503_and_recovers(
         assert time.monotonic() < deadline, "instance 0 did not reconnect"
         time.sleep(0.2)
     for i in range(stack.instances):
-        assert post_turn(stack, i, owner, f"back {i}").status == 201
+        assert stack.post_turn(i, owner, f"back {i}").status == 201
         assert stack.request(i, "GET", "/api/memory/health/").status == 200
     for i in range(stack.instances):
         context = stack.request(i, "GET", f"/api/memory/users/{owner}/context/").data
@@ -106,13 +91,13 @@ def test_pgbouncer_restarted_mid_conversation_costs_no_request(stack: AppStack):
     expected = []
     for n in range(8):
         expected.append(f"before {n}")
-        assert post_turn(stack, n % 2, owner, expected[-1]).status == 201
+        assert stack.post_turn(n % 2, owner, expected[-1]).status == 201
         assert stack.request(n % 2, "GET", f"/api/memory/users/{owner}/context/").status == 200
     stack.pooler.kill()
     stack.pooler.start()
     for n in range(8):
         expected.append(f"after {n}")
-        written = post_turn(stack, n % 2, owner, expected[-1])
+        written = stack.post_turn(n % 2, owner, expected[-1])
         assert written.status == 201, written
         read = stack.request((n + 1) % 2, "GET", f"/api/memory/users/{owner}/context/?turns=50")
         assert read.status == 200, read

@@ -23,12 +23,6 @@ GRACE = 0.5
 INTERVAL = 0.5
 
 
-@pytest.fixture(scope="module")
-def cache_server() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
-
-
 @pytest.fixture(scope="module", params=POOLERS, ids=["direct", "pgbouncer"])
 def stack(request: pytest.FixtureRequest, cache_server: RedisServer) -> Iterator[AppStack]:
     with app_stack(

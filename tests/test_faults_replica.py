@@ -29,12 +29,6 @@ def cluster() -> Iterator[tuple[PostgresServer, PostgresStandby]]:
 
 
 @pytest.fixture(scope="module")
-def cache_server() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def stack(
     cluster: tuple[PostgresServer, PostgresStandby], cache_server: RedisServer
 ) -> Iterator[AppStack]:
@@ -72,12 +66,7 @@ def test_a_paused_replica_serves_no_stale_read_and_no_stale_fill(
     said: dict[str, list[str]] = {writer: [], quiet: []}
 
     def tell(i: int, owner: str, content: str) -> None:
-        response = stack.request(
-            i,
-            "POST",
-            f"/api/memory/users/{owner}/turns/",
-            {"session_id": "tab", "role": "user", "content": content},
-        )
+        response = stack.post_turn(i, owner, content)
         assert response.status == 201, response
         said[owner].append(content)
 

@@ -28,11 +28,12 @@ from langgraph.store.base import (
     MatchCondition,
     PutOp,
     SearchOp,
+    TTLConfig,
 )
 from langgraph.store.base.batch import AsyncBatchedBaseStore
 
 from memory import ops, selectors, services
-from memory.integrations.langgraph import MemoryStore, fact_key, item_address
+from memory.integrations.langgraph import AsyncMemoryStore, MemoryStore, fact_key, item_address
 from memory.models import Fact
 from tests import instance
 from tests.loop import run
@@ -551,6 +552,33 @@ def test_a_ttl_expires_the_fact_and_a_read_refreshes_it(write):
     assert not Fact.objects.filter(key="short").exists()
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("omit_expired", [None, False, True])
+def test_an_expired_unswept_fact_is_never_read_nor_refreshed_whatever_omit_expired_says(
+    omit_expired, write
+):
+    # NOTE: PostgresStore returns, and a read refreshes, an expired row not yet swept unless
+    # omit_expired is set; here expiry is forgetting, at its instant, on every door.
+    config: TTLConfig = {"refresh_on_read": True}
+    if omit_expired is not None:
+        config["omit_expired"] = omit_expired
+    store = MemoryStore(ttl=config)
+    with write():
+        store.put(("wang", "notes"), "gone", {"v": 1}, ttl=1)
+        store.put(("wang", "kept"), "live", {"v": 2}, ttl=1)
+    Fact.objects.filter(owner__external_id="wang", key="notes.gone").update(
+        expires_at=timezone.now() - dt.timedelta(seconds=1)
+    )
+    with write():
+        ops.cache_drop(owner_id="wang")
+        assert store.get(("wang", "notes"), "gone", refresh_ttl=True) is None
+        assert [i.key for i in store.search(("wang",), refresh_ttl=True)] == ["live"]
+        assert store.list_namespaces(prefix=("wang",)) == [("wang", "kept")]
+    gone = Fact.objects.get(owner__external_id="wang", key="notes.gone")
+    assert gone.version == 1 and gone.expires_at < timezone.now()
+    assert [f["key"] for f in selectors.fact_list(owner_id="wang")] == ["kept.live"]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_ttl_sweeper_deletes_expired_facts_until_stopped():
     store = MemoryStore(ttl={"sweep_interval_minutes": 0.001})
@@ -667,6 +695,38 @@ def test_a_sync_call_in_an_event_loop_runs_as_langgraphs_own_stores_run_it():
     assert item.value == batched_item.value == {"likes": "tea"}
     assert sorted(i.key for i in found) == ["drink", "food"]
     assert selectors.fact_get(owner_id="wang", key="prefs.drink")["value"] == {"likes": "water"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_async_store_refuses_a_sync_call_in_an_event_loop_as_langgraphs_async_stores():
+    # NOTE: AsyncPostgresStore and AsyncSqliteStore raise InvalidStateError there; a sync call
+    # from a thread without a running loop is answered.
+    async def main() -> tuple[Any, ...]:
+        store = AsyncMemoryStore()
+        refused = []
+        for call in (
+            lambda: store.put(("wang", "prefs"), "food", {"likes": "tea"}),
+            lambda: store.get(("wang", "prefs"), "food"),
+            lambda: store.delete(("wang", "prefs"), "food"),
+            lambda: store.search(("wang",)),
+            lambda: store.list_namespaces(prefix=("wang",)),
+            lambda: store.batch([PutOp(("wang",), "k", {"v": 1})]),
+        ):
+            with pytest.raises(asyncio.InvalidStateError, match="await its async methods"):
+                call()
+            refused.append(True)
+        stored_while_refused = await store.asearch(("wang",))
+        await asyncio.to_thread(store.put, ("wang", "prefs"), "food", {"likes": "tea"})
+        from_thread = await asyncio.to_thread(store.get, ("wang", "prefs"), "food")
+        awaited = await store.aget(("wang", "prefs"), "food")
+        return len(refused), stored_while_refused, from_thread, awaited
+
+    refused, stored_while_refused, from_thread, awaited = run(main)
+    assert refused == 6 and stored_while_refused == []
+    assert from_thread.value == awaited.value == {"likes": "tea"}
+    # NOTE: outside an event loop, a sync call is answered as MemoryStore answers it.
+    assert AsyncMemoryStore().get(("wang", "prefs"), "food").value == {"likes": "tea"}
+    assert isinstance(AsyncMemoryStore(), MemoryStore)
 
 
 @pytest.mark.django_db

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import psycopg
 import pytest
 import redis
 from agents import Agent, RunConfig, Runner, function_tool
@@ -30,6 +33,7 @@ from openai.types.responses import (
 
 from memory import selectors, services
 from memory.integrations.openai_agents import MemorySession, item_from_turn, turn_from_item
+from memory.selectors.turns import aturn_tail
 from tests import instance
 from tests.loop import run
 
@@ -391,6 +395,78 @@ def test_a_closed_session_refuses_every_call_as_the_sdks_sessions_do(write):
     # NOTE: closing a session is not forgetting: another session still reads the turn.
     again = MemorySession(owner_id="wang", session_id="tab")
     assert sessions_of(again.get_items)() == [{"role": "user", "content": "Hello"}]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sessions_first_used_at_once_in_threads_of_their_own_event_loops_each_store_theirs():
+    # NOTE: as the SDK's sessions are used: each thread runs its own loop (asyncio.run).
+    barrier = threading.Barrier(2)
+    results: dict[str, Any] = {}
+
+    def worker(owner_id: str) -> None:
+        async def main() -> list[Any]:
+            session = MemorySession(owner_id=owner_id, session_id="tab")
+            barrier.wait()
+            await session.add_items([{"role": "user", "content": f"from {owner_id}"}])
+            return await session.get_items()
+
+        try:
+            results[owner_id] = run(main)
+        except Exception as e:
+            results[owner_id] = e
+
+    threads = [threading.Thread(target=worker, args=(owner,)) for owner in ("wang", "li")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {
+        "wang": [{"role": "user", "content": "from wang"}],
+        "li": [{"role": "user", "content": "from li"}],
+    }
+
+
+def _turn_writers_waiting(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE relation = 'memory_turn'::regclass AND NOT granted"
+    ).fetchone()
+    return row[0] if row else 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("operation", ["add", "pop", "clear"])
+def test_a_cancelled_write_ends_before_the_cancellation_reaches_the_caller(operation):
+    # NOTE: as the SDK's own sessions: whoever sees the CancelledError knows the outcome (the
+    # write committed) and may retry without racing it. The write waits on a real lock.
+    session = MemorySession(owner_id="wang", session_id="tab")
+    sessions_of(session.add_items)([{"role": "user", "content": "first"}])
+    mutations = {
+        "add": lambda: session.add_items([{"role": "user", "content": "second"}]),
+        "pop": session.pop_item,
+        "clear": session.clear_session,
+    }
+
+    async def main() -> tuple[bool, list[str]]:
+        with psycopg.connect(instance.database_url()) as conn:
+            conn.execute("LOCK TABLE memory_turn IN ACCESS EXCLUSIVE MODE")
+            task = asyncio.ensure_future(mutations[operation]())
+            deadline = time.monotonic() + 30
+            while not _turn_writers_waiting(conn) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            # NOTE: twice, as the SDK's tests cancel: a second cancel does not cut the wait.
+            for _ in range(2):
+                task.cancel()
+                await asyncio.sleep(0.05)
+            waited = not task.done()
+            conn.rollback()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        turns = await aturn_tail(owner_id="wang")
+        return waited, [turn["content"] for turn in turns]
+
+    waited, turns = run(main)
+    assert waited
+    assert turns == {"add": ["first", "second"], "pop": [], "clear": []}[operation]
 
 
 @pytest.mark.django_db

@@ -358,7 +358,7 @@ HISTORY = st.fixed_dictionaries(
     },
     reads=[("wang", 1, NOW)],
 )
-def test_the_pipelined_read_reads_as_the_orm_does(owners, reads):
+def test_the_one_statement_read_reads_as_the_orm_does(owners, reads):
     assert context_read.context_read_usable()
     with rolled_back():
         for owner_id, history in owners.items():

@@ -145,9 +145,10 @@ def test_a_cold_read_claims_the_fill_in_its_first_round_trip_when_reads_miss(
         assert selectors.context_get(owner_id="wang")["source"] == "database"
     calls = _redis_calls(admin)
     # NOTE: one pipeline (HMGET, EXPIRE and the claim script) or a pipeline and the claim
-    # after it; then the fill script. The claim held: no query verifies the fill.
+    # after it; then the database's one statement and the fill script. The claim held: no
+    # query verifies the fill.
     assert calls["hmget"] == 1 and calls["evalsha"] == 2 and calls["hset"] >= 1
-    assert len(queries) == 4
+    assert len(queries) == 1
     assert selectors.context_get(owner_id="wang")["source"] == "cache"
 
 
@@ -158,7 +159,7 @@ def test_a_pipelined_claim_on_a_redis_without_the_script_loads_it_and_claims(his
     cache.copy.miss_share.share = 1.0
     with CaptureQueriesContext(connection) as queries:
         assert selectors.context_get(owner_id="wang")["source"] == "database"
-    assert len(queries) == 4  # the claim held: the fill needed no check
+    assert len(queries) == 1  # the claim held: the fill needed no check
     assert selectors.context_get(owner_id="wang")["source"] == "cache"
 
 
@@ -192,10 +193,10 @@ def test_cold_read_query_count_does_not_grow_with_history(history):
         with CaptureQueriesContext(connection) as queries:
             assert selectors.context_get(owner_id=owner_id)["source"] == "database"
         counts.append(len(queries))
-    # NOTE: four, the owner, turns, facts and summary (one round trip on PostgreSQL); the fill
+    # NOTE: one, the owner, turns, facts and summary in one statement on PostgreSQL; the fill
     # found its own claim, so nothing touched the copy since the miss and it needs no
     # verification query.
-    assert counts[0] == counts[1] == 4
+    assert counts[0] == counts[1] == 1
 
 
 def test_asking_for_more_turns_than_cached_reads_database(history, memory_settings):

@@ -5,8 +5,10 @@ drop it. Each call is one round trip and one owner's keys (one cluster slot); no
 from __future__ import annotations
 
 import enum
+import itertools
 import operator
 import secrets
+import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -277,11 +279,8 @@ async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | N
 
 def _ends(payloads: list[bytes]) -> bytes:
     """The ``ends`` of payloads joined by ",": each one's end offset, 4 bytes big-endian."""
-    ends, end = [], -1
-    for payload in payloads:
-        end += 1 + len(payload)
-        ends.append(end.to_bytes(4))
-    return b"".join(ends)
+    ends = itertools.accumulate(len(payload) + 1 for payload in payloads)
+    return struct.pack(f">{len(payloads)}I", *[end - 1 for end in ends])
 
 
 def _whole(body: bytes | None, ends: bytes | None) -> bool:

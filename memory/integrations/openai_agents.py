@@ -10,10 +10,11 @@ with extra_needed("memory.integrations.openai_agents", "openai-agents", "openai-
     from agents.memory import SessionSettings
     from agents.memory.session_settings import coerce_session_settings
 
+import asyncio
 import copy
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, cast
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, NamedTuple, TypeVar, cast
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
@@ -40,6 +41,7 @@ MESSAGE_ROLES = {
 ANSWER_TYPES = ("_output", "mcp_approval_response")
 # How often ``pop_item`` looks again when the turn it found was deleted meanwhile.
 POP_ATTEMPTS = 3
+T = TypeVar("T")
 
 
 class ItemTurn(NamedTuple):
@@ -198,6 +200,26 @@ def _turns_append(owner_id: str, session_id: str, turns: Sequence[ItemTurn]) -> 
 _aturns_append = sync_to_async(_turns_append, thread_sensitive=True)
 
 
+async def _settled(write: Awaitable[T]) -> T:
+    """``await write``; cancelled meanwhile (once or more), the write still ends (committed or
+    rolled back) before ``CancelledError`` reaches the caller, so the caller knows its outcome
+    and a retry never races it, as the SDK's own sessions settle theirs. A write cancelled
+    and then failed raises ``CancelledError``: the cancellation wins."""
+    task = asyncio.ensure_future(write)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        if not task.cancelled():
+            # NOTE: retrieved, so the loop does not report it as never retrieved.
+            task.exception()
+        raise asyncio.CancelledError
+    return task.result()
+
+
 class MemorySession:
     """The OpenAI Agents SDK ``Session`` of one session of a memory owner (docs/agents.md).
 
@@ -222,6 +244,10 @@ class MemorySession:
 
     ``close()`` closes it as the SDK's sessions close: every later call raises
     ``RuntimeError`` (``add_items([])`` too).
+
+    A cancelled ``add_items``, ``pop_item`` or ``clear_session`` raises ``CancelledError`` only
+    once its write has ended, committed or rolled back, as the SDK's sessions settle theirs:
+    the caller knows the outcome, and a retry never races the write.
 
     Errors are the services' and selectors': ``ValidationError`` for a bad id, limit or turn,
     ``TypeError`` for an item holding what JSON cannot (as ``json.dumps`` raises it),
@@ -296,7 +322,7 @@ class MemorySession:
         self._open()
         turns = [turn_from_item(cast(Mapping[str, Any], item)) for item in items]
         if turns:
-            await _aturns_append(self.owner_id, self.session_id, turns)
+            await _settled(_aturns_append(self.owner_id, self.session_id, turns))
 
     def _last_turn(self) -> TurnPayload | None:
         """This session's newest turn among the owner's newest ``MAX_CONTEXT_TURNS``: first in the
@@ -324,11 +350,11 @@ class MemorySession:
 
     async def pop_item(self) -> TResponseInputItem | None:
         self._open()
-        return await sync_to_async(self._pop, thread_sensitive=True)()
+        return await _settled(sync_to_async(self._pop, thread_sensitive=True)())
 
     async def clear_session(self) -> None:
         self._open()
-        await aturns_prune(owner_id=self.owner_id, keep_last=0)
+        await _settled(aturns_prune(owner_id=self.owner_id, keep_last=0))
 
 
 __all__ = ["ItemTurn", "MemorySession", "item_from_turn", "turn_from_item"]

@@ -6,10 +6,11 @@ import datetime as dt
 import re
 from argparse import _ActionsContainer
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from memory.validators import validate_owner_id
 
@@ -51,23 +52,44 @@ def at_least_one(options: dict[str, Any], *names: str) -> None:
             raise CommandError(f"--{name.replace('_', '-')} must be at least 1.")
 
 
-def add_owner_option(parser: _ActionsContainer, help: str, **kwargs: Any) -> None:
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a command, as data: ``parser.add_argument(*names, **options)``."""
+
+    names: tuple[str, ...]
+    options: dict[str, Any]
+
+
+def arg(*names: str, **options: Any) -> Arg:
+    """The ``Arg`` that ``parser.add_argument(*names, **options)`` declares."""
+    return Arg(names, options)
+
+
+def arguments_add(parser: _ActionsContainer, *arguments: Arg) -> None:
+    """Add each of ``arguments`` to ``parser`` (a parser, a group or a subcommand's), in order."""
+    for argument in arguments:
+        parser.add_argument(*argument.names, **argument.options)
+
+
+def owner_option(help: str, **kwargs: Any) -> Arg:
     """``--owner ID``, repeatable, collected into ``options["owner"]``."""
-    parser.add_argument("--owner", action="append", metavar="ID", help=help, **kwargs)
+    return arg("--owner", action="append", metavar="ID", help=help, **kwargs)
 
 
-def add_batch_size(parser: CommandParser, *, default: int, help: str) -> None:
+def batch_size(*, default: int, help: str) -> Arg:
     """``--batch-size N``, read back with ``at_least_one``."""
-    parser.add_argument("--batch-size", type=int, default=default, metavar="N", help=help)
+    return arg("--batch-size", type=int, default=default, metavar="N", help=help)
 
 
-def add_dry_run(parser: CommandParser, help: str) -> None:
+def dry_run(help: str) -> Arg:
     """``--dry-run``: report what would change, change nothing."""
-    parser.add_argument("--dry-run", action="store_true", help=help)
+    return arg("--dry-run", action="store_true", help=help)
 
 
-def add_pending_options(parser: CommandParser, *, pending: str, default: str, age: str) -> None:
+def pending_options(*, pending: str, default: str, age: str) -> tuple[Arg, Arg]:
     """``--pending`` (re-enqueue the deferred work whose task never ran) and ``--older-than``
     (``AGE``, default ``default``), read back with ``grace_age``."""
-    parser.add_argument("--pending", action="store_true", help=pending)
-    parser.add_argument("--older-than", default=default, metavar="AGE", help=age)
+    return (
+        arg("--pending", action="store_true", help=pending),
+        arg("--older-than", default=default, metavar="AGE", help=age),
+    )

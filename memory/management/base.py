@@ -7,15 +7,21 @@ import importlib
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from memory.exceptions import MemoryUnavailable
-from memory.management.args import grace_age
+from memory.management.args import Arg, arguments_add, grace_age
 
 
 class MemoryCommand(BaseCommand):
     """A command whose ``handle`` may raise ``MemoryUnavailable`` (its text) or a
-    ``ValidationError`` (its messages, space-separated): both become a ``CommandError``."""
+    ``ValidationError`` (its messages, space-separated): both become a ``CommandError``. Its
+    ``arguments`` are added to the parser in order."""
+
+    arguments: tuple[Arg, ...] = ()
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        arguments_add(parser, *self.arguments)
 
     def execute(self, *args: Any, **options: Any) -> str | None:
         try:

@@ -1,16 +1,17 @@
-"""The context's database read in one round trip: ``memory.selectors.context.django_read`` (its
-specification) on PostgreSQL through psycopg 3's pipeline mode."""
+"""The context's database read in one statement: ``memory.selectors.context.django_read`` (its
+specification) on PostgreSQL, prepared where ``memory.db`` allows it."""
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections
-from psycopg import Pipeline
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from memory import cache, codec
+from memory.db import prepared_fetchone
 from memory.models import Fact, Owner, Summary, Turn
 from memory.payloads import (
     FACT_FIELDS,
@@ -23,80 +24,89 @@ from memory.payloads import (
 
 
 def context_read_usable(using: str = DEFAULT_DB_ALIAS) -> bool:
-    """Whether ``context_read`` can serve on the database ``using``: PostgreSQL through
-    psycopg 3 with pipeline mode, and aware datetimes (which it writes as UTC)."""
-    conn = connections[using]
-    if conn.vendor != "postgresql" or not settings.USE_TZ:
-        return False
-    conn.ensure_connection()
-    return hasattr(conn.connection, "pipeline") and Pipeline.is_supported()
+    """Whether ``context_read`` can serve on the database ``using``: PostgreSQL, and aware
+    datetimes (which it writes as UTC)."""
+    return connections[using].vendor == "postgresql" and bool(settings.USE_TZ)
 
 
 def _utc(column: str) -> str:
-    # NOTE: text of a fixed shape whatever the session's DateStyle; _iso() finishes it.
-    return f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US')"
-
-
-def _iso(text: str) -> str:
-    """``isoformat()`` of the aware UTC datetime ``_utc()`` wrote (``payloads.isoformat``)."""
-    return (text[:-7] if text.endswith(".000000") else text) + "Z"
+    """SQL of ``column``'s instant as ``payloads.isoformat`` writes it (UTC as ``Z``, no fraction
+    when it has no microseconds), whatever the session's DateStyle."""
+    return (
+        f"replace(to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
+        " '.000000Z', 'Z')"
+    )
 
 
 @functools.cache
-def _context_read_sql() -> tuple[str, str, str, str]:
-    """The four statements of ``context_read``, written once from the models' tables."""
-    q = connection.ops.quote_name
+def _context_read_sql(alias: str) -> str:
+    """The statement of ``context_read``, written once from the models' tables: one row (none
+    for an unknown owner) of the owner's stamp, then its last turns (oldest first), live facts
+    (by key) and summary, each a JSON array of field arrays as text (``None``: none).
+    Parameters: turns, instant, owner id."""
+    q = connections[alias].ops.quote_name
     owner, turn, fact, summary = (q(model._meta.db_table) for model in (Owner, Turn, Fact, Summary))
-    owner_pk = f"(SELECT id FROM {owner} WHERE external_id = %s)"
-    turn_columns = [*map(q, TURN_FIELDS[:-1]), _utc(q(TURN_FIELDS[-1]))]
-    fact_columns = [
-        *map(q, FACT_FIELDS[:3]),
-        _utc(q(FACT_FIELDS[3])),
-        q(FACT_FIELDS[4]),
-        _utc(q(FACT_FIELDS[5])),
+    # NOTE: jsonb columns as text inside the JSON, decoded one by one as Django decodes them
+    # (codec.loads_jsonb); every other value is text or an integer of at most 64 bits.
+    turn_columns = [
+        *(f"t.{q(f)}" for f in TURN_FIELDS[:4]),
+        f"t.{q(TURN_FIELDS[4])}::text",
+        _utc(f"t.{q(TURN_FIELDS[5])}"),
     ]
-    summary_columns = [*map(q, SUMMARY_FIELDS[:3]), _utc(q(SUMMARY_FIELDS[3]))]
+    fact_columns = [
+        f"f.{q(FACT_FIELDS[0])}",
+        f"f.{q(FACT_FIELDS[1])}::text",
+        f"f.{q(FACT_FIELDS[2])}",
+        _utc(f"f.{q(FACT_FIELDS[3])}"),
+        f"f.{q(FACT_FIELDS[4])}",
+        _utc(f"f.{q(FACT_FIELDS[5])}"),
+    ]
+    summary_columns = [
+        *(f"s.{q(f)}" for f in SUMMARY_FIELDS[:3]),
+        _utc(f"s.{q(SUMMARY_FIELDS[3])}"),
+    ]
+    owner_pk, seq, expires_at = f"o.{q('id')}", q("seq"), q("expires_at")
+    turns = (
+        f"SELECT json_agg(json_build_array({', '.join(turn_columns)}) ORDER BY t.{seq})::text"
+        f" FROM (SELECT {', '.join(map(q, TURN_FIELDS))} FROM {turn}"
+        f" WHERE {q('owner_id')} = {owner_pk} ORDER BY {seq} DESC LIMIT %s) t"
+    )
+    facts = (
+        f"SELECT json_agg(json_build_array({', '.join(fact_columns)}) ORDER BY f.{q('key')})::text"
+        f" FROM {fact} f WHERE f.{q('owner_id')} = {owner_pk}"
+        f" AND (f.{expires_at} IS NULL OR f.{expires_at} > %s)"
+    )
+    summaries = (
+        f"SELECT json_build_array({', '.join(summary_columns)})::text"
+        f" FROM {summary} s WHERE s.{q('owner_id')} = {owner_pk}"
+    )
+    # NOTE: one statement, not four in a pipeline: one parse, plan and row, and the rows arrive
+    # as one JSON text, which orjson reads faster than the driver reads rows.
     return (
-        f"SELECT stamp FROM {owner} WHERE external_id = %s",
-        f"SELECT {', '.join(turn_columns)} FROM {turn}"
-        f" WHERE owner_id = {owner_pk} ORDER BY seq DESC LIMIT %s",
-        f"SELECT {', '.join(fact_columns)} FROM {fact}"
-        f" WHERE owner_id = {owner_pk} AND (expires_at IS NULL OR expires_at > %s)"
-        f" ORDER BY {q('key')}",
-        f"SELECT {', '.join(summary_columns)} FROM {summary} WHERE owner_id = {owner_pk}",
+        f"SELECT o.{q('stamp')}, ({turns}), ({facts}), ({summaries})"
+        f" FROM {owner} o WHERE o.{q('external_id')} = %s"
     )
 
 
 def context_read(
     owner_id: str, turns: int, at: dt.datetime, using: str = DEFAULT_DB_ALIAS
 ) -> tuple[cache.Snapshot, bool]:
-    """``memory.selectors.context.django_read`` in one round trip, with the payloads built straight
-    from the rows: the same snapshot and completeness.
+    """``memory.selectors.context.django_read`` in one statement and one round trip, with the
+    payloads built straight from its JSON: the same snapshot and completeness.
 
-    NOTE: the ORM's query building and timestamp parsing cost more than the database
-    (docs/performance.md): the SQL is written once, sent in pipeline mode, timestamps as text.
-    Expired facts are left out by ``at``, not ``now()``: the one clock the cached copy uses.
+    NOTE: the ORM's query building, the driver's reading of each row and the server's planning of
+    each statement cost more than the database's work (docs/performance.md): the SQL is written
+    once and sent prepared, timestamps as text. Expired facts are left out by ``at``, not
+    ``now()``: the one clock the cached copy uses. Raises what the statement raises, as Django's
+    errors.
     """
-    owner_sql, turns_sql, facts_sql, summary_sql = _context_read_sql()
-    conn = connections[using]
-    cursors = [conn.cursor() for _ in range(4)]
-    try:
-        # NOTE: errors of pipelined statements surface when the pipeline syncs, outside
-        # Django's cursor wrapper: they are wrapped here into django.db errors like any query's.
-        with conn.wrap_database_errors:
-            with conn.connection.pipeline():
-                cursors[0].execute(owner_sql, [owner_id])
-                cursors[1].execute(turns_sql, [owner_id, turns])
-                cursors[2].execute(facts_sql, [owner_id, at])
-                cursors[3].execute(summary_sql, [owner_id])
-            owner_rows, rows, fact_rows, summary_rows = (cursor.fetchall() for cursor in cursors)
-    finally:
-        for cursor in cursors:
-            cursor.close()
-    if not owner_rows:
+    row = prepared_fetchone(
+        connections[using], _context_read_sql(using), [turns, at, owner_id], read_only=True
+    )
+    if row is None:
         return cache.Snapshot(stamp=0, turns=[], facts=[]), True
-    rows.reverse()
-    # NOTE: jsonb arrives as text, decoded as Django's JSONField decodes it (codec.loads_jsonb).
+    stamp, turns_json, facts_json, summary_json = row
+    turn_rows: list[list[Any]] = codec.loads(turns_json) if turns_json else []
     turn_list: list[TurnPayload] = [
         {
             "seq": seq,
@@ -104,29 +114,30 @@ def context_read(
             "role": role,
             "content": content,
             "metadata": codec.loads_jsonb(metadata),
-            "created_at": _iso(created_at),
+            "created_at": created_at,
         }
-        for seq, session_id, role, content, metadata, created_at in rows
+        for seq, session_id, role, content, metadata, created_at in turn_rows
     ]
+    fact_rows: list[list[Any]] = codec.loads(facts_json) if facts_json else []
     facts: list[FactPayload] = [
         {
             "key": key,
             "value": codec.loads_jsonb(value),
             "session_id": session_id,
-            "updated_at": _iso(updated_at),
+            "updated_at": updated_at,
             "version": version,
-            "expires_at": _iso(expires_at) if expires_at is not None else None,
+            "expires_at": expires_at,
         }
         for key, value, session_id, updated_at, version, expires_at in fact_rows
     ]
     summary: SummaryPayload | None = None
-    if summary_rows:
-        text, through_seq, tokens, updated_at = summary_rows[0]
+    if summary_json is not None:
+        text, through_seq, tokens, updated_at = codec.loads(summary_json)
         summary = {
             "text": text,
             "through_seq": through_seq,
             "tokens": tokens,
-            "updated_at": _iso(updated_at),
+            "updated_at": updated_at,
         }
-    memory = cache.Snapshot(stamp=owner_rows[0][0], turns=turn_list, facts=facts, summary=summary)
-    return memory, len(rows) < turns
+    memory = cache.Snapshot(stamp=stamp, turns=turn_list, facts=facts, summary=summary)
+    return memory, len(turn_list) < turns

@@ -51,7 +51,7 @@ def database_read(
     summary; and whether those are all its turns.
 
     Four queries whatever the history length (the (owner, seq) index serves the turns); on
-    PostgreSQL with psycopg 3 they go in one round trip (``memory.postgres.context_read``).
+    PostgreSQL one statement (``memory.postgres.context_read``).
     With ``MEMORY["READ_DATABASE"]``, read from that replica when it holds the owner's last
     acknowledged write, else from the primary (``cache.replica_read``).
     """

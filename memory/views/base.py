@@ -7,9 +7,10 @@ The error mapping, the parser, the renderer and the schema's parts live in ``exc
 
 from __future__ import annotations
 
+import functools
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any
 
@@ -32,9 +33,7 @@ from memory.views.exceptions import (
 )
 from memory.views.parsers import JSONParser
 from memory.views.renderers import JSONRenderer
-from memory.views.schema import (
-    MemorySchema,
-)
+from memory.views.schema import MemorySchema, owner_operation
 
 __all__ = ["IF_MATCH_RE", "MemoryView", "not_found", "request_actor"]
 
@@ -47,6 +46,30 @@ def _validated(serializer_class: type[Serializer[Any]], data: Any) -> dict[str, 
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data  # type: ignore[no-any-return]
+
+
+_Handler = Callable[..., Response]
+
+
+def owner_query_operation(
+    query: type[Serializer[Any]],
+    *operation: Any,
+    parameters: Sequence[Any] = (),
+    **options: Any,
+) -> Callable[[_Handler], _Handler]:
+    """``owner_operation`` of a read whose query string ``query`` both declares (after
+    ``parameters``) and checks: the handler gets the checked query as ``query=``; a bad query is a
+    400 before it runs."""
+
+    def decorator(handler: _Handler) -> _Handler:
+        @functools.wraps(handler)
+        def checked(self: APIView, request: Request, *path: Any, **kwargs: Any) -> Response:
+            checked_query = _validated(query, request.query_params.dict())
+            return handler(self, request, *path, query=checked_query, **kwargs)
+
+        return owner_operation(*operation, parameters=[*parameters, query], **options)(checked)
+
+    return decorator
 
 
 def _idempotency_key(request: Request) -> str | None:

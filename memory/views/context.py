@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,7 +16,7 @@ from memory.serializers import (
     ContextSerializer,
     SummarySerializer,
 )
-from memory.views.base import MemoryView, _validated
+from memory.views.base import MemoryView, _validated, owner_query_operation
 from memory.views.schema import BUDGET_400, owner_operation
 
 
@@ -40,16 +42,15 @@ class ContextView(MemoryView):
 class ContextMessagesView(MemoryView):
     """``users/{user_id}/context/messages/``: the context as an LLM chat API's messages."""
 
-    @owner_operation(
+    @owner_query_operation(
+        ContextMessagesQuerySerializer,
         "context_messages",
         "The context as model messages, within a token budget",
         {200: ContextMessagesSerializer},
         tag="context",
-        parameters=[ContextMessagesQuerySerializer],
         bad_input=BUDGET_400,
     )
-    def get(self, request: Request, user_id: str) -> Response:
-        query = _validated(ContextMessagesQuerySerializer, request.query_params.dict())
+    def get(self, request: Request, user_id: str, *, query: dict[str, Any]) -> Response:
         heavy = limits.context_heavy(turns=query.get("turns"), max_tokens=query.get("max_tokens"))
         if heavy or "query" in query:
             # NOTE: a recall is a search: it takes a heavy-read slot as search does.

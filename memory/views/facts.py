@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
 from rest_framework.request import Request
@@ -20,7 +22,14 @@ from memory.serializers import (
     FactsMergeInputSerializer,
     PageQuerySerializer,
 )
-from memory.views.base import MemoryView, _if_match, _next_url, _validated, request_actor
+from memory.views.base import (
+    MemoryView,
+    _if_match,
+    _next_url,
+    _validated,
+    owner_query_operation,
+    request_actor,
+)
 from memory.views.schema import (
     CURSOR_400,
     EXPIRED_400,
@@ -116,16 +125,16 @@ class FactView(MemoryView):
 class FactHistoryView(MemoryView):
     """``users/{user_id}/facts/{key}/history/``: the versions of one fact, newest first, paged."""
 
-    @owner_operation(
+    @owner_query_operation(
+        PageQuerySerializer,
         "fact_history",
         "Versions of one fact, newest first (404 if the key never existed)",
         {200: FactHistorySerializer},
         tag="facts",
-        parameters=[FACT_KEY, PageQuerySerializer],
+        parameters=[FACT_KEY],
         bad_input=CURSOR_400,
     )
-    def get(self, request: Request, user_id: str, key: str) -> Response:
-        query = _validated(PageQuerySerializer, request.query_params.dict())
+    def get(self, request: Request, user_id: str, key: str, *, query: dict[str, Any]) -> Response:
         versions, cursor = selectors.fact_history(owner_id=user_id, key=key, **query)
         if not versions and "cursor" not in query:
             # NOTE: every key ever set has at least one version, so an empty history means

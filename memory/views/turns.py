@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
 from rest_framework.request import Request
@@ -20,7 +22,7 @@ from memory.serializers import (
     TurnSerializer,
     turn_input_accepted,
 )
-from memory.views.base import MemoryView, _idempotency_key, _validated
+from memory.views.base import MemoryView, _idempotency_key, _validated, owner_query_operation
 from memory.views.schema import (
     IDEMPOTENCY_KEY,
     WRITE_ERRORS,
@@ -53,15 +55,14 @@ class TurnsView(MemoryView):
         # NOTE: a retry answers exactly as the first try did: 201 and the turn first stored.
         return Response(turn_payload(turn), status=status.HTTP_201_CREATED)
 
-    @owner_operation(
+    @owner_query_operation(
+        TurnListQuerySerializer,
         "turn_list",
         "List turns, oldest first",
         {200: TurnPageSerializer},
         tag="turns",
-        parameters=[TurnListQuerySerializer],
     )
-    def get(self, request: Request, user_id: str) -> Response:
-        query = _validated(TurnListQuerySerializer, request.query_params.dict())
+    def get(self, request: Request, user_id: str, *, query: dict[str, Any]) -> Response:
         if limits.page_heavy(limit=query["limit"]):
             self.heavy_read(request, user_id)
         turns, more = selectors.turn_list(owner_id=user_id, max_bytes=conf.MAX_PAGE_BYTES, **query)
@@ -74,14 +75,13 @@ class TurnsView(MemoryView):
 class SearchView(MemoryView):
     """``users/{user_id}/search/?q=``: the owner's turns that match a text, best match first."""
 
-    @owner_operation(
+    @owner_query_operation(
+        SearchQuerySerializer,
         "turn_search",
         "Search turns by content, best match first",
         {200: TurnSearchSerializer},
         tag="turns",
-        parameters=[SearchQuerySerializer],
     )
-    def get(self, request: Request, user_id: str) -> Response:
-        query = _validated(SearchQuerySerializer, request.query_params.dict())
+    def get(self, request: Request, user_id: str, *, query: dict[str, Any]) -> Response:
         self.heavy_read(request, user_id)
         return Response({"results": selectors.turn_search(owner_id=user_id, **query)})

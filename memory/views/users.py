@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import Http404
 from rest_framework import status
 from rest_framework.request import Request
@@ -15,7 +17,7 @@ from memory.serializers import (
     PageQuerySerializer,
     SessionListSerializer,
 )
-from memory.views.base import MemoryView, _next_url, _validated
+from memory.views.base import MemoryView, _next_url, _validated, owner_query_operation
 from memory.views.schema import (
     CURSOR_400,
     WRITE_ERRORS,
@@ -26,16 +28,15 @@ from memory.views.schema import (
 class SessionsView(MemoryView):
     """``users/{user_id}/sessions/``: the session labels of the owner's turns, paged."""
 
-    @owner_operation(
+    @owner_query_operation(
+        PageQuerySerializer,
         "session_list",
         "List sessions, most recently seen first",
         {200: SessionListSerializer},
         tag="sessions",
-        parameters=[PageQuerySerializer],
         bad_input=CURSOR_400,
     )
-    def get(self, request: Request, user_id: str) -> Response:
-        query = _validated(PageQuerySerializer, request.query_params.dict())
+    def get(self, request: Request, user_id: str, *, query: dict[str, Any]) -> Response:
         sessions, cursor = selectors.session_list(owner_id=user_id, **query)
         return Response({"results": sessions, "next": _next_url(request, cursor)})
 

@@ -1,4 +1,5 @@
-"""LangGraph over the memory: ``MemoryStore()``, a ``BaseStore`` over the owners' facts, and
+"""LangGraph over the memory: ``MemoryStore()``, a ``BaseStore`` over the owners' facts (and
+``AsyncMemoryStore()``, the same refusing sync calls in an event loop), and
 ``MemoryCheckpointSaver(owner_id=...)``, a ``BaseCheckpointSaver`` whose threads are the owner's
 sessions. Needs the extra ``langgraph``."""
 
@@ -11,6 +12,11 @@ with extra_needed("memory.integrations.langgraph", "langgraph", "langgraph"):
     import langgraph.store.base  # noqa: F401
 
 from memory.integrations.langgraph.checkpoint import MemoryCheckpointSaver
-from memory.integrations.langgraph.store import MemoryStore, fact_key, item_address
+from memory.integrations.langgraph.store import (
+    AsyncMemoryStore,
+    MemoryStore,
+    fact_key,
+    item_address,
+)
 
-__all__ = ["MemoryCheckpointSaver", "MemoryStore", "fact_key", "item_address"]
+__all__ = ["AsyncMemoryStore", "MemoryCheckpointSaver", "MemoryStore", "fact_key", "item_address"]

@@ -47,8 +47,18 @@ MESSAGE_ROLES = {
 }
 # The prefix of the idempotency key of a turn mirrored from a thread's message.
 TURN_KEY_PREFIX = "langgraph:"
-# Checkpoints ``alist`` reads per hop to the database thread.
+# Checkpoints ``list`` and ``alist`` read per hop to the database (thread).
 ALIST_PAGE = 50
+
+
+def _pages(limit: int | None) -> Iterator[tuple[int, int]]:
+    """The (size, offset) of each page of a listing of at most ``limit`` checkpoints (None: all),
+    ``ALIST_PAGE`` at a time; the caller stops at the first page shorter than its size."""
+    offset = 0
+    while limit is None or offset < limit:
+        size = ALIST_PAGE if limit is None else min(ALIST_PAGE, limit - offset)
+        yield size, offset
+        offset += size
 
 
 def _json_safe(value: Any) -> Any:
@@ -246,14 +256,11 @@ class MemoryCheckpointSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        offset = 0
-        while limit is None or offset < limit:
-            size = ALIST_PAGE if limit is None else min(ALIST_PAGE, limit - offset)
+        for size, offset in _pages(limit):
             page = self._list_page(config, filter, before, size, offset)
             yield from page
             if len(page) < size:
                 return
-            offset += size
 
     def _turns(
         self,
@@ -409,15 +416,12 @@ class MemoryCheckpointSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         page_of = sync_to_async(self._list_page, thread_sensitive=True)
-        offset = 0
-        while limit is None or offset < limit:
-            size = ALIST_PAGE if limit is None else min(ALIST_PAGE, limit - offset)
+        for size, offset in _pages(limit):
             page = await page_of(config, filter, before, size, offset)
             for item in page:
                 yield item
             if len(page) < size:
                 return
-            offset += size
 
     async def aput(
         self,

@@ -166,7 +166,7 @@ def refreshes_due(
     return due
 
 
-def _in_event_loop() -> bool:
+def in_event_loop() -> bool:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -196,7 +196,7 @@ class TTLMethods:
     def sweep_ttl(self) -> Any:
         """Delete the expired facts now (``memory.ops.facts_expire``, the app's own sweep, of
         every owner); how many went."""
-        return self.asweep_ttl() if _in_event_loop() else _sweep()
+        return self.asweep_ttl() if in_event_loop() else _sweep()
 
     async def asweep_ttl(self) -> int:
         return await afacts_expire()
@@ -211,15 +211,15 @@ class TTLMethods:
                 minutes = (self.ttl_config or {}).get("sweep_interval_minutes") or 5
             self._sweeper = Sweeper(_sweep, minutes)
         future = self._sweeper.future
-        return _ready(future) if _in_event_loop() else future
+        return _ready(future) if in_event_loop() else future
 
     def stop_ttl_sweeper(self, timeout: float | None = None) -> Any:
         """Stop the sweeper; whether it stopped within ``timeout`` seconds."""
         sweeper, self._sweeper = self._sweeper, None
         if sweeper is None:
-            return _ready(True) if _in_event_loop() else True
+            return _ready(True) if in_event_loop() else True
         sweeper.stopping.set()
-        if _in_event_loop():
+        if in_event_loop():
             return asyncio.to_thread(sweeper.stop, timeout)
         return sweeper.stop(timeout)
 

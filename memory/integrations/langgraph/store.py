@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import re
@@ -37,6 +38,7 @@ from memory.integrations.langgraph.indexing import (
     StoreIndex,
     Sweeper,
     TTLMethods,
+    in_event_loop,
     langgraph_errors,
     off_event_loop,
     refreshes_due,
@@ -500,4 +502,26 @@ class MemoryStore(TTLMethods, BaseStore):
         return results
 
 
-__all__ = ["MemoryStore", "fact_key", "item_address"]
+class AsyncMemoryStore(MemoryStore):
+    """A ``MemoryStore`` for async graphs that refuses a sync call made in a running event loop,
+    as LangGraph's ``AsyncPostgresStore`` and ``AsyncSqliteStore`` do: ``store.get`` in an async
+    node would block the loop while the database answers. Await ``aget``, ``aput``, ``asearch``,
+    ... there. Everything else is ``MemoryStore``'s: the same memory, the same rules.
+
+    Raises ``asyncio.InvalidStateError`` for ``batch`` (and so ``get``, ``put``, ``delete``,
+    ``search``, ``list_namespaces``) called in a running event loop, before reading or writing
+    anything; called from a thread without a running loop (a sync node, a worker thread), it
+    answers as ``MemoryStore`` does.
+    """
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        if in_event_loop():
+            raise asyncio.InvalidStateError(
+                "A sync call to AsyncMemoryStore in a running event loop would block the loop: "
+                "await its async methods there (aget, aput, asearch, alist_namespaces, abatch), "
+                "or use MemoryStore, which answers sync calls anywhere."
+            )
+        return super().batch(ops)
+
+
+__all__ = ["AsyncMemoryStore", "MemoryStore", "fact_key", "item_address"]

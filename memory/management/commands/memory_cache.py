@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from memory import ops, selectors
-from memory.management.args import add_owner_option, at_least_one, owner_ids
+from memory.management.args import arg, arguments_add, at_least_one, owner_ids, owner_option
 from memory.management.base import MemoryCommand
 
 
@@ -24,12 +24,13 @@ class Command(MemoryCommand):
             "warm", help="Read owners' context through the cache, rehydrating their copy."
         )
         which = warm.add_mutually_exclusive_group(required=True)
-        add_owner_option(which, "An owner id (repeatable).", default=[])
-        which.add_argument(
-            "--recent", type=int, metavar="N", help="The N owners written to most recently."
+        arguments_add(
+            which,
+            owner_option("An owner id (repeatable).", default=[]),
+            arg("--recent", type=int, metavar="N", help="The N owners written to most recently."),
         )
         drop = actions.add_parser("drop", help="Drop owners' cached copy.")
-        add_owner_option(drop, "An owner id (repeatable).", required=True)
+        arguments_add(drop, owner_option("An owner id (repeatable).", required=True))
 
     def handle(self, *args: Any, **options: Any) -> None:
         cache = selectors.health_get()["cache"]

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from memory.conf import conf
+from memory.management.args import arg
 from memory.management.base import MemoryCommand
 from memory.postgres import sql
 from memory.recall import vectors
@@ -27,15 +28,12 @@ class Command(MemoryCommand):
         "--stale makes every vector due again, for a new embedder model, before embedding."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("user_id", nargs="?", help="Only this owner's turns.")
-        parser.add_argument("--limit", type=int, default=None, help="Stop after this many turns.")
-        parser.add_argument(
-            "--setup", action="store_true", help="Create pgvector and the vector table first."
-        )
-        parser.add_argument(
-            "--stale", action="store_true", help="Embed every turn again (a new model)."
-        )
+    arguments = (
+        arg("user_id", nargs="?", help="Only this owner's turns."),
+        arg("--limit", type=int, default=None, help="Stop after this many turns."),
+        arg("--setup", action="store_true", help="Create pgvector and the vector table first."),
+        arg("--stale", action="store_true", help="Embed every turn again (a new model)."),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         limit = options["limit"]

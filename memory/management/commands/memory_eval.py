@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from memory.evaluation.files import EvalFileError, evalset_read
 from memory.evaluation.run import eval_run, eval_tables
-from memory.management.args import at_least_one
+from memory.management.args import arg, at_least_one
 from memory.management.base import MemoryCommand
 
 MODES = ("text", "semantic", "hybrid")
@@ -35,35 +35,32 @@ class Command(MemoryCommand):
         "afterwards unless --keep. Embeds in this process where search by meaning is on."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("file", metavar="FILE", help="The benchmark's JSON file.")
-        parser.add_argument(
+    arguments = (
+        arg("file", metavar="FILE", help="The benchmark's JSON file."),
+        arg(
             "--mode",
             action="append",
             choices=MODES,
             help="A search mode to measure (repeatable; default: every mode that is on).",
-        )
-        parser.add_argument("--k", default="5,10", help="The k of @k, comma-separated (5,10).")
-        parser.add_argument(
-            "--limit", type=int, help="Only the first N questions (LongMemEval: N owners)."
-        )
-        parser.add_argument(
-            "--prefix", default="eval-", help="The throwaway owners' id prefix (eval-)."
-        )
-        parser.add_argument("--keep", action="store_true", help="Keep the owners afterwards.")
-        parser.add_argument(
+        ),
+        arg("--k", default="5,10", help="The k of @k, comma-separated (5,10)."),
+        arg("--limit", type=int, help="Only the first N questions (LongMemEval: N owners)."),
+        arg("--prefix", default="eval-", help="The throwaway owners' id prefix (eval-)."),
+        arg("--keep", action="store_true", help="Keep the owners afterwards."),
+        arg(
             "--reuse",
             action="store_true",
             help="Search owners a --keep run left as they are, when they hold the same turns "
             "(no new import; only what is not embedded yet is embedded). Implies --keep.",
-        )
-        parser.add_argument(
+        ),
+        arg(
             "--baselines",
             action="store_true",
             help="Also rank by BM25, by the embedder's vectors alone (dense), and by their "
             "reciprocal rank fusion, on the same owners.",
-        )
-        parser.add_argument("--ndcg", action="store_true", help="Also print ndcg@k.")
+        ),
+        arg("--ndcg", action="store_true", help="Also print ndcg@k."),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         from memory.selectors.search import semantic_on

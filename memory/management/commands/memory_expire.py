@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
 from memory import ops
-from memory.management.args import add_batch_size, at_least_one
+from memory.management.args import arg, at_least_one, batch_size
 from memory.management.base import MemoryCommand
 from memory.services.expiry import EXPIRE_BATCH
 
@@ -20,18 +18,18 @@ class Command(MemoryCommand):
         "--batch-size at a time, one short transaction per owner of a page."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        add_batch_size(
-            parser,
+    arguments = (
+        batch_size(
             default=EXPIRE_BATCH,
             help=f"Expired facts read per page (default {EXPIRE_BATCH}).",
-        )
-        parser.add_argument(
+        ),
+        arg(
             "--limit",
             type=int,
             metavar="N",
             help="Stop after the page that deleted N facts; default: all of them.",
-        )
+        ),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         at_least_one(options, "batch_size", "limit")

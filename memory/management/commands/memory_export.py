@@ -6,10 +6,10 @@ import os
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from memory import selectors
-from memory.management.args import owner_ids
+from memory.management.args import arg, owner_ids
 from memory.management.base import MemoryCommand
 
 
@@ -20,9 +20,10 @@ class Command(MemoryCommand):
         "or to FILE with -o (written whole or not at all)."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("owner_id", metavar="USER_ID", help="The owner id.")
-        parser.add_argument("-o", "--output", metavar="FILE", help="Write to FILE, not stdout.")
+    arguments = (
+        arg("owner_id", metavar="USER_ID", help="The owner id."),
+        arg("-o", "--output", metavar="FILE", help="Write to FILE, not stdout."),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         (owner_id,) = owner_ids([options["owner_id"]])

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
-from memory.management.args import add_pending_options
+from memory.management.args import pending_options
 from memory.management.base import MemoryCommand
 
 
@@ -19,13 +19,11 @@ class Command(MemoryCommand):
         "written once."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        add_pending_options(
-            parser,
-            pending="Enqueue again the pending extractions (the only mode, for now: required).",
-            default="1m",
-            age="Only records last enqueued longer ago: 0, 45s, 5m, 1h (default 1m).",
-        )
+    arguments = pending_options(
+        pending="Enqueue again the pending extractions (the only mode, for now: required).",
+        default="1m",
+        age="Only records last enqueued longer ago: 0, 45s, 5m, 1h (default 1m).",
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not options["pending"]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from memory import ops
+from memory.management.args import arg
 from memory.management.base import MemoryCommand
 
 # Facts listed, or owners renamed, per round trip.
@@ -22,8 +23,7 @@ class Command(MemoryCommand):
         "user holds that key already; each leaves history as a delete and a put would."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--rename", action="store_true", help="Rename them.")
+    arguments = (arg("--rename", action="store_true", help="Rename them."),)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["rename"]:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
 from memory import ops, services
-from memory.management.args import owner_ids
+from memory.management.args import arg, owner_ids
 from memory.management.base import MemoryCommand
 
 
@@ -17,9 +15,9 @@ class Command(MemoryCommand):
         "their cached copy. Asks for confirmation unless --yes/--noinput."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("owner_ids", nargs="+", metavar="OWNER_ID", help="An owner id.")
-        parser.add_argument(
+    arguments = (
+        arg("owner_ids", nargs="+", metavar="OWNER_ID", help="An owner id."),
+        arg(
             "--yes",
             "-y",
             "--noinput",
@@ -27,7 +25,8 @@ class Command(MemoryCommand):
             action="store_false",
             dest="interactive",
             help="Do not ask for confirmation.",
-        )
+        ),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._forget(owner_ids(options["owner_ids"]), interactive=options["interactive"])

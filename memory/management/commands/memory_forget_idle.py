@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from memory import ops
-from memory.management.args import add_dry_run, parse_age
+from memory.management.args import arg, dry_run, parse_age
 from memory.management.base import MemoryCommand
 
 
@@ -19,12 +19,13 @@ class Command(MemoryCommand):
         "per transaction. Run it from cron (the demo's worker also runs it as a task)."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--prefix", help="The owner ids' prefix, such as anon- (required).")
-        parser.add_argument(
+    arguments = (
+        arg("--prefix", help="The owner ids' prefix, such as anon- (required)."),
+        arg(
             "--idle-for", metavar="AGE", help="Unwritten for longer than: 30d, 12h, 2w (required)."
-        )
-        add_dry_run(parser, "Count the owners that would go; change nothing.")
+        ),
+        dry_run("Count the owners that would go; change nothing."),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         prefix = options["prefix"]

@@ -8,10 +8,10 @@ from typing import Any
 
 import orjson
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from memory import services
-from memory.management.args import owner_ids
+from memory.management.args import arg, owner_ids
 from memory.management.base import MemoryCommand
 
 
@@ -22,11 +22,10 @@ class Command(MemoryCommand):
         "The document is checked whole first: one bad item and nothing is stored."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("file", metavar="FILE", help="The export document ('-': stdin).")
-        parser.add_argument(
-            "--as", dest="owner_id", metavar="USER_ID", help="Import into this owner id."
-        )
+    arguments = (
+        arg("file", metavar="FILE", help="The export document ('-': stdin)."),
+        arg("--as", dest="owner_id", metavar="USER_ID", help="Import into this owner id."),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         target = options["owner_id"]

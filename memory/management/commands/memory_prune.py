@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 from django.utils import timezone
 
 from memory import ops
 from memory.exceptions import MemoryUnavailable
 from memory.management.args import (
-    add_batch_size,
-    add_dry_run,
-    add_owner_option,
+    arg,
     at_least_one,
+    batch_size,
+    dry_run,
     owner_ids,
+    owner_option,
     parse_age,
 )
 from memory.management.base import MemoryCommand
@@ -28,16 +29,13 @@ class Command(MemoryCommand):
         "first."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--older-than", metavar="AGE", help="30d, 12h, 90m, 2w or 45s.")
-        parser.add_argument(
-            "--keep-last", type=int, metavar="N", help="Keep each owner's last N turns."
-        )
-        add_owner_option(
-            parser, "Prune only this owner (repeatable); default: every owner.", default=[]
-        )
-        add_batch_size(parser, default=1000, help="Turns deleted per transaction (default 1000).")
-        add_dry_run(parser, "Print what would go; delete nothing.")
+    arguments = (
+        arg("--older-than", metavar="AGE", help="30d, 12h, 90m, 2w or 45s."),
+        arg("--keep-last", type=int, metavar="N", help="Keep each owner's last N turns."),
+        owner_option("Prune only this owner (repeatable); default: every owner.", default=[]),
+        batch_size(default=1000, help="Turns deleted per transaction (default 1000)."),
+        dry_run("Print what would go; delete nothing."),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["older_than"] is None and options["keep_last"] is None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import CommandParser
-
 from memory import ops
+from memory.management.args import arg
 from memory.management.base import MemoryCommand
 
 # The shared counters memory.cache keeps in Redis, in the order they are printed.
@@ -27,8 +26,7 @@ class Command(MemoryCommand):
         "counters, and the Redis memory used by the app's keys."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--json", action="store_true", help="Print one JSON object.")
+    arguments = (arg("--json", action="store_true", help="Print one JSON object."),)
 
     def handle(self, *args: Any, **options: Any) -> None:
         stats = ops.stats_get()

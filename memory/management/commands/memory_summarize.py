@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from memory import ops
-from memory.management.args import add_pending_options
+from memory.management.args import arg, pending_options
 from memory.management.base import MemoryCommand
 
 
@@ -20,14 +20,14 @@ class Command(MemoryCommand):
         "and from cron. A refresh run twice summarises each turn once."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("user_id", nargs="?", help="The owner whose summary to refresh.")
-        add_pending_options(
-            parser,
+    arguments = (
+        arg("user_id", nargs="?", help="The owner whose summary to refresh."),
+        *pending_options(
             pending="Enqueue again the due refreshes.",
             default="5m",
             age="With --pending: only records last enqueued longer ago: 0, 45s, 5m (default 5m).",
-        )
+        ),
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         user_id, pending = options["user_id"], options["pending"]
