@@ -72,6 +72,21 @@ POOL_PER_RESULT = 3
 NEIGHBOUR_SHARE = 0.5
 # A match of the typo fallback counts as this share of the query's words.
 SIMILAR_COVERAGE = 0.5
+# NOTE: supersession, in a question about the user's present: a user's turn among the best
+# ``SUPERSEDE_POOL`` candidates that says something changed (``says_change``), said in a later
+# session than a result of the user and about the same subject (a cosine similarity of at least
+# ``ALIKE`` between the two turns, measured as the search measured: ``ranking.turns_features``)
+# ranks directly above that result: what was true is replaced by what is. A rule, not a weight.
+ALIKE = 0.2
+SUPERSEDE_POOL = 10
+# NOTE: a question asking for a value (a number, a name, a colour, a date: ``slot_asked``) whose
+# best ``SLOT_TURNS`` results hold no value of that kind (``slot_held``) is likely about
+# something never said (a near miss on its subject: "my son needs new football boots" for
+# "what shoe size does my son wear?"): the score of each result loses ``SLOT_PENALTY`` logits.
+# The order is unchanged. Chosen on the abstention of the team's quality set
+# (docs/recall.md, "The score").
+SLOT_TURNS = 3
+SLOT_PENALTY = 4.0
 
 # NOTE: a question about what the assistant said names it doing so ("what did you suggest",
 # "you told me", "你上次说", "你推荐的"); any other question in the first person ("my", "we",
@@ -138,6 +153,80 @@ def says_change(content: str) -> bool:
 
 
 _WORD_RE = re.compile(r"\w+")
+
+
+# NOTE: what a question asking for a value asks for, and what a turn holding one says: a number
+# ("how much", "what size", "多少", "几岁"), a name ("what's my cat called", "叫什么"), a colour,
+# a date ("when", "哪一天"). A "which" question is not one: a thing answers it as well as a name.
+_SLOTS: dict[str, re.Pattern[str]] = {
+    "number": re.compile(
+        r"\bhow (?:much|many|old|long|far|tall|heavy|big|often)\b|\bwhat (?:\w+ )?(?:size|"
+        r"score|grade|mark|number|price|percentage|weight|height|age)\b|\bdid i (?:score|pay|"
+        r"weigh|get)\b|多少|几[个岁次号点条只辆位名]|多大|多重|多高|多长|多久|多远"
+    ),
+    "name": re.compile(r"\bname\b|\bcalled\b|\bwho\b|叫什么|名字|是谁"),
+    "colour": re.compile(r"\bcolou?r\b|颜色|什么色"),
+    "date": re.compile(r"\bwhen\b|\bwhat (?:day|date)\b|哪天|哪一天|什么时候|几号|几月"),
+}
+_NUMBER_EN = re.compile(
+    r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|"
+    r"thirty|forty|fifty|hundred|thousand|dozen|half|grand)\b"
+)
+_NUMBER_ZH = re.compile(
+    r"[一两二三四五六七八九十百千万半][个岁次号点年月天块元斤码分米周倍层条只本辆套间张台件位名]"
+)
+_DATE_WORDS = re.compile(
+    r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|"
+    r"april|may|june|july|august|september|october|november|december)\b|[月号日]|周[一二三四五六日]"
+)
+_NOT_NAMES_TEXT = (
+    "monday tuesday wednesday thursday friday saturday sunday january february march april may"
+    " june july august september october november december i i'm i've i'd i'll ok"
+)
+_NOT_NAMES = frozenset(_NOT_NAMES_TEXT.split())
+_COLOURS = re.compile(
+    r"\b(?:red|blue|green|yellow|white|black|grey|gray|pink|purple|orange|brown|beige|cream|"
+    r"teal|navy|sage|olive|turquoise|lilac|mint|ochre|terracotta)\b|[红蓝绿黄白黑灰粉紫橙棕褐青米]色"
+)
+_NAME_ZH = re.compile(
+    r"叫[\u4e00-\u9fff]|[“「《\"]|[\u4e00-\u9fff]{2,}(?:酒店|宾馆|医院|公司|学校|大学|餐厅|队|"
+    r"俱乐部|航空|银行)"
+)
+_SENTENCE_RE = re.compile(r"[.!?;:]\s+|\n")
+_NAME_WORD_RE = re.compile(r"[\w&'-]+")
+
+
+def slot_asked(q: str) -> frozenset[str]:
+    """The kinds of value ``q`` asks for (``number``, ``name``, ``colour``, ``date``); empty
+    for a question that asks for none."""
+    text = unicodedata.normalize("NFKC", q).lower()
+    return frozenset(kind for kind, pattern in _SLOTS.items() if pattern.search(text))
+
+
+def slot_held(kind: str, content: str, q: str) -> bool:
+    """Whether ``content`` holds a value of ``kind`` (``slot_asked``): a number in digits or
+    words, a colour, a date (a number, a weekday, a month), a name (a capitalised word not
+    opening its sentence nor in ``q``; in Chinese, a name said with 叫, quoted, in Latin letters,
+    or of an institution)."""
+    text = unicodedata.normalize("NFKC", content)
+    lower = text.lower()
+    if kind in ("number", "date"):
+        if _NUMBER_EN.search(lower) or _NUMBER_ZH.search(text):
+            return True
+        return kind == "date" and _DATE_WORDS.search(lower) is not None
+    if kind == "colour":
+        return _COLOURS.search(lower) is not None
+    asked = {word.lower() for word in _WORD_RE.findall(unicodedata.normalize("NFKC", q))}
+    for sentence in _SENTENCE_RE.split(text):
+        for word in _NAME_WORD_RE.findall(sentence)[1:]:
+            name = word[0].isascii() and word[0].isupper()
+            if name and word.lower() not in _NOT_NAMES and word.lower() not in asked:
+                return True
+    if CJK_RUN_RE.search(text) and re.search(r"[A-Za-z]{2,}", text):
+        return True
+    return _NAME_ZH.search(text) is not None
+
+
 _COMMON_TEXT = (
     "a an and are as at be but by can could did do does for from had has have how i if in is"
     " it me my of on or our should so that the this to was we what when where which who will"
@@ -160,9 +249,11 @@ class Candidate:
     """A turn a search found, with what ranks it: its row (``TURN_FIELDS``: ``seq``,
     ``session_id``, ``role``, ``content`` first), its cosine to the query and crowding (``None``
     without a vector), and the share of the query's words it holds; ``plain``, its plain cosine
-    where ``cosine`` is centred (``SCORE``)."""
+    where ``cosine`` is centred (``SCORE``); ``alike``, the pks of the fellow candidates about
+    the same subject (``ALIKE``)."""
 
     __slots__ = (
+        "alike",
         "content",
         "cosine",
         "coverage",
@@ -195,6 +286,7 @@ class Candidate:
         self.coverage = coverage
         self.crowding = crowding
         self.plain: float | None = None
+        self.alike: frozenset[int] = frozenset()
         self.logit = 0.0
         self.score_logit = 0.0
 
@@ -284,7 +376,9 @@ def ranked(
     is each one's ``score_logit``) and with the newer favoured
     (``RECENCY_WEIGHT``), then chosen one by one, each session's later picks held back
     (``SESSION_PENALTY``) and a turn that says again what a chosen one said held back more
-    (``REPEAT_PENALTY``)."""
+    (``REPEAT_PENALTY``); in a question about the user's present, a later turn that replaces a
+    result ranks directly above it (``superseded``); the scores of a question asking for a
+    value none of the best results holds are lowered (``SLOT_PENALTY``)."""
     if not candidates:
         return []
     asked = role_asked(q)
@@ -318,7 +412,8 @@ def ranked(
     # NOTE: the best ``POOL_PER_RESULT`` times ``limit`` are chosen from: the penalties are
     # bounded, so a candidate further down comes in only past many repeats; each pick marks the
     # ones that repeat it, so choosing is O(limit x pool) set comparisons.
-    pool = sorted(candidates, key=lambda c: (-c.logit, -c.seq))[: max(limit * POOL_PER_RESULT, 30)]
+    ordered = sorted(candidates, key=lambda c: (-c.logit, -c.seq))
+    pool = ordered[: max(limit * POOL_PER_RESULT, 30)]
     terms = {c.pk: repeat_terms(c.content) for c in pool}
     repeated: set[int] = set()
     chosen: list[Candidate] = []
@@ -339,7 +434,54 @@ def ranked(
         for c in pool:
             if c.pk not in repeated and terms[c.pk] and _repeats(terms[c.pk], said):
                 repeated.add(c.pk)
+    if present:
+        chosen = superseded(chosen, ordered[:SUPERSEDE_POOL], limit)
+    _slot_checked(chosen, q)
     return chosen
+
+
+def superseded(chosen: list[Candidate], pool: list[Candidate], limit: int) -> list[Candidate]:
+    """``chosen`` (at most ``limit``) with each user's result followed, from the top, by the
+    best of ``pool`` that replaces it, moved or brought in directly above it: a user's turn of
+    a later session that says something changed (``says_change``) and is alike (``alike``:
+    ``ALIKE``). A turn placed so is itself replaced in turn; every move places a later turn,
+    so the pass ends."""
+    out = list(chosen)
+    i = 0
+    while i < len(out):
+        old = out[i]
+        later = [
+            c
+            for c in pool
+            if old.role == "user"
+            and c.role == "user"
+            and c.seq > old.seq
+            and c.session_id != old.session_id
+            and (c.pk in old.alike or old.pk in c.alike)
+            and (c not in out or out.index(c) > i)
+            and says_change(c.content)
+        ]
+        if later:
+            new = max(later, key=lambda c: (c.logit, c.seq))
+            if new in out:
+                out.remove(new)
+            out.insert(i, new)
+            continue
+        i += 1
+    return out[:limit]
+
+
+def _slot_checked(chosen: list[Candidate], q: str) -> None:
+    """Each of ``chosen``'s ``score_logit`` less ``SLOT_PENALTY`` where ``q`` asks for a value
+    (``slot_asked``) that none of the best ``SLOT_TURNS`` holds (``slot_held``)."""
+    kinds = slot_asked(q)
+    if not kinds or not chosen:
+        return
+    best = chosen[:SLOT_TURNS]
+    if any(slot_held(kind, c.content, q) for kind in kinds for c in best):
+        return
+    for c in chosen:
+        c.score_logit -= SLOT_PENALTY
 
 
 def _repeats(a: frozenset[str], b: frozenset[str]) -> bool:

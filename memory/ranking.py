@@ -229,7 +229,9 @@ class TurnFilters:
 # ``crowded`` nearest to it, its crowding: the mean cosine similarity of its ``crowd`` nearest
 # among them (``fusion.CROWD_NEIGHBOURS``; 100 candidates are 9,900 distances between halfvecs,
 # a few milliseconds; each candidate's nearest are a top-N sort of its own 99, a third of the
-# time of one sort of all 9,900). Both are measured as the vectors' search measured
+# time of one sort of all 9,900), and its alike: the pks of those among them at a cosine
+# similarity of ``alike`` or more (``fusion.ALIKE``: a turn about the same subject, for the
+# supersession of ``fusion.ranked``). Both are measured as the vectors' search measured
 # (``vectors.Centred``: the vectors less their owner's mean, where the owner has one); the plain
 # cosine distance is read beside them (the ``score`` of a centred search: ``fusion.SCORE``).
 # The turn is read on its owner too: a pk from a vector row is never trusted alone for whose
@@ -239,7 +241,7 @@ SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata, t.created_at,
        length(t.search),
        ARRAY(SELECT term FROM unnest(%(terms)s::text[]) AS term
              WHERE t.search @@ plainto_tsquery('pg_catalog.simple', term)),
-       NULL::float8, NULL::float8, NULL::float8
+       NULL::float8, NULL::float8, NULL::float8, NULL::bigint[]
 FROM memory_turn AS t
 WHERE t.id = ANY(%(ids)s::bigint[]) AND t.owner_id = %(owner)s::bigint
 """
@@ -257,14 +259,16 @@ crowd AS MATERIALIZED (
          (SELECT avg(s.similarity) FROM (
             SELECT 1 - (a.vector <=> b.vector) AS similarity FROM near AS b
             WHERE b.turn_id <> a.turn_id ORDER BY similarity DESC LIMIT %(crowd)s
-          ) AS s) AS crowding
+          ) AS s) AS crowding,
+         ARRAY(SELECT b.turn_id FROM near AS b
+               WHERE b.turn_id <> a.turn_id AND (a.vector <=> b.vector) <= 1 - %(alike)s) AS alike
   FROM near AS a
 )
 SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata, t.created_at,
        length(t.search),
        ARRAY(SELECT term FROM unnest(%(terms)s::text[]) AS term
              WHERE t.search @@ plainto_tsquery('pg_catalog.simple', term)),
-       v.distance, v.plain, c.crowding
+       v.distance, v.plain, c.crowding, c.alike
 FROM memory_turn AS t
 LEFT JOIN vec AS v ON v.turn_id = t.id
 LEFT JOIN crowd AS c ON c.turn_id = t.id
@@ -283,14 +287,17 @@ def turns_features(
     measure: Centred | None = None,
     crowd: int = 10,
     crowded: int = 100,
+    alike: float = 0.2,
 ) -> list[tuple[Any, ...]]:
     """For each of the owner's turns ``pks``: ``(pk, *TURN_FIELDS, length, terms held,
-    distance or None, plain cosine distance or None, crowding or None)``; PostgreSQL only.
+    distance or None, plain cosine distance or None, crowding or None, alike pks or None)``;
+    PostgreSQL only.
     ``vector`` is the query's in pgvector's text form, ``model`` the embedder's name (no
     distance without them); ``measure``, where given, is how the vectors' search compared them
     (centred on the owner's mean: the distance and the crowding are then centred), else the
     plain cosine. Crowding, for the ``crowded`` turns nearest to the query, is
-    the mean cosine similarity of the turn's ``crowd`` nearest among them."""
+    the mean cosine similarity of the turn's ``crowd`` nearest among them, and its alike: the
+    pks of those among them at a cosine similarity of ``alike`` or more, measured alike."""
     extra: dict[str, Any] = {} if measure is None else measure.params()
     if vector is None or model is None:
         statement = _FEATURES_SQL
@@ -314,6 +321,7 @@ def turns_features(
                 "vector": vector,
                 "crowd": crowd,
                 "crowded": crowded,
+                "alike": alike,
             },
         )
         rows = cursor.fetchall()

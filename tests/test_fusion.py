@@ -149,6 +149,92 @@ def test_the_newer_statement_of_a_change_ranks_above_the_old():
     assert fusion.ranked([old, new], "semantic plain", 2, q, dated=True) == [old, new]
 
 
+def test_a_later_turn_that_replaces_a_result_ranks_directly_above_it():
+    old = _candidate(3, "s1", "user", "Visiting my brother in Manchester this weekend.", 0.95)
+    other = _candidate(40, "s4", "user", "My brother's birthday is coming up.", 0.90)
+    new = _candidate(90, "s7", "user", "My brother moved to Vancouver last month.", 0.80)
+    q = "Where does my brother live?"
+    # Far less near the question, the new statement ranks below both on its own ...
+    assert fusion.ranked([old, other, new], "semantic plain", 3, q) == [old, other, new]
+    # ... and directly above the one it replaces once the two are about the same subject.
+    old.alike, new.alike = frozenset({new.pk}), frozenset({old.pk})
+    assert fusion.ranked([old, other, new], "semantic plain", 3, q) == [new, old, other]
+    # Brought in from past the results, the last result gives way.
+    assert fusion.ranked([old, other, new], "semantic plain", 2, q) == [new, old]
+    # Not in a question about a past time, nor in one narrowed to dates.
+    past = "Where did my brother live at the start of the year?"
+    assert fusion.ranked([old, other, new], "semantic plain", 3, past)[0] is old
+    assert fusion.ranked([old, other, new], "semantic plain", 3, q, dated=True)[0] is old
+
+
+def test_only_a_later_turn_saying_a_change_replaces_a_result():
+    old = _candidate(3, "s1", "user", "Visiting my brother in Manchester this weekend.", 0.95)
+    same = _candidate(90, "s7", "user", "My brother loves Manchester in the rain.", 0.80)
+    earlier = _candidate(1, "s0", "user", "My brother moved to Manchester.", 0.80)
+    told = _candidate(91, "s7", "assistant", "Your brother moved, you said.", 0.80)
+    for c in (same, earlier, told):
+        old.alike, c.alike = frozenset({c.pk}), frozenset({old.pk})
+        chosen = fusion.ranked([old, c], "semantic plain", 2, "Where does my brother live?")
+        assert chosen == [old, c]
+
+
+@pytest.mark.parametrize(
+    ("q", "kinds"),
+    [
+        ("What shoe size does my son wear?", {"number"}),
+        ("How much did I pay for my bike?", {"number"}),
+        ("What's my cat called?", {"name"}),
+        ("What colour did we paint the living room?", {"colour"}),
+        ("When is our wedding anniversary?", {"date"}),
+        ("我儿子穿多大码的鞋？", {"number"}),
+        ("我领导叫什么名字？", {"name"}),
+        ("我们的结婚纪念日是哪一天？", {"date"}),
+        ("Which gym am I a member of?", set()),
+        ("给我推荐几本书吧。", set()),
+    ],
+)
+def test_the_value_a_question_asks_for(q, kinds):
+    assert fusion.slot_asked(q) == kinds
+
+
+@pytest.mark.parametrize(
+    ("kind", "content", "held"),
+    [
+        ("number", "He's a size 4 now.", True),
+        ("number", "It cost me nine hundred pounds.", True),
+        ("number", "My son needs new football boots.", False),
+        ("number", "儿子的鞋穿三十五码。", True),
+        ("number", "儿子要买新球鞋了。", False),
+        ("name", "We called the kitten Pepper.", True),
+        ("name", "The neighbour's cat keeps digging. Thursday again!", False),
+        ("name", "Landing in Lisbon on Thursday.", False),
+        ("name", "我家猫叫年糕。", True),
+        ("name", "邻居家的猫老跑到我们院子里。", False),
+        ("colour", "We went with a sage green.", True),
+        ("colour", "客厅刷成了浅灰色。", True),
+        ("colour", "How many coats will we need?", False),
+        ("date", "We married on 12 June.", True),
+        ("date", "It was a lovely day.", False),
+    ],
+)
+def test_a_turn_holding_a_value_of_the_kind_asked(kind, content, held):
+    assert fusion.slot_held(kind, content, "Which hotel did I stay at in Lisbon?") is held
+
+
+def test_a_question_whose_value_no_result_holds_scores_lower_in_the_same_order():
+    q = "What shoe size does my son wear?"
+    boots = _candidate(5, "s1", "user", "My son needs new football boots.", 0.90)
+    other = _candidate(9, "s2", "user", "My son starts school in September.", 0.85)
+    chosen = fusion.ranked([boots, other], "semantic plain", 2, q)
+    assert chosen == [boots, other]
+    own = fusion.candidate_score_logit("semantic plain", boots, asked="user", cjk=False)
+    assert boots.score_logit == pytest.approx(own - fusion.SLOT_PENALTY)
+    size = _candidate(7, "s3", "user", "My son is a size 4 now.", 0.80)
+    chosen = fusion.ranked([boots, other, size], "semantic plain", 3, q)
+    assert chosen[0] is boots
+    assert boots.score_logit == pytest.approx(own)
+
+
 def test_the_side_asked_about_ranks_first():
     question = _candidate(20, "s2", "user", "Any podcast to learn Spanish on the train?", 0.86)
     reply = _candidate(21, "s2", "assistant", "Try Coffee Break Spanish, 20 minutes each.", 0.84)
@@ -182,11 +268,11 @@ def test_crowding_is_read_for_the_candidates_with_vectors():
         crowd=2,
     )
     by_seq = {row[1]: row for row in rows}
-    embedded = {seq for seq, row in by_seq.items() if row[-2] is not None}
+    embedded = {seq for seq, row in by_seq.items() if row[-3] is not None}
     # An ack is worth no vector (embedders.passage_worth_embedding): no cosine, no crowding.
     assert embedded and embedded < set(by_seq)
     for seq, row in by_seq.items():
-        crowding = row[-1]
+        crowding = row[-2]
         assert (crowding is None) is (seq not in embedded)
         if crowding is not None:
             assert -1.0 <= crowding <= 1.0
@@ -201,7 +287,7 @@ def test_crowding_is_read_for_the_candidates_with_vectors():
         crowd=2,
         crowded=2,
     )
-    assert sum(row[-1] is not None for row in fewer) == 2
+    assert sum(row[-2] is not None for row in fewer) == 2
 
 
 @pytest.mark.usefixtures("e5")
@@ -260,11 +346,14 @@ def test_crowding_is_measured_as_the_search_measured_centred():
     moved = {pk: [p - c for p, c in zip(v, centre, strict=True)] for pk, v in stored.items()}
     off = [q - c for q, c in zip(query, centre, strict=True)]
     assert len(rows) == len(stored) == 4
-    for pk, *_, distance, plain, crowding in rows:
+    for pk, *_, distance, plain, crowding, alike in rows:
         assert 1 - distance == pytest.approx(cosine(moved[pk], off), abs=5e-3)
         assert 1 - plain == pytest.approx(cosine(stored[pk], query), abs=5e-3)
         nearest = max(cosine(moved[pk], other) for o, other in moved.items() if o != pk)
         assert crowding == pytest.approx(nearest, abs=5e-3)
+        alikeness = {o: cosine(moved[pk], other) for o, other in moved.items() if o != pk}
+        clear = {o for o, value in alikeness.items() if abs(value - 0.2) > 0.01}
+        assert set(alike) & clear == {o for o in clear if alikeness[o] > 0.2}
     # Centred, the four say apart what they share: their nearest fellow is far less alike.
     plain = ranking.turns_features(
         using="default",
@@ -275,4 +364,4 @@ def test_crowding_is_measured_as_the_search_measured_centred():
         vector=vectors.vector_text(query),
         crowd=1,
     )
-    assert max(row[-1] for row in rows) < min(row[-1] for row in plain)
+    assert max(row[-2] for row in rows) < min(row[-2] for row in plain)

@@ -201,9 +201,10 @@ def _candidates(
         model=model,
         vector=None if vector is None else vectors.vector_text(vector),
         measure=measure,
+        alike=fusion.ALIKE,
     )
     found: list[fusion.Candidate] = []
-    for pk, *fields, length, held, distance, plain, crowding in rows:
+    for pk, *fields, length, held, distance, plain, crowding, alike in rows:
         cosine = None if distance is None else 1.0 - float(distance)
         if similar:
             coverage = fusion.SIMILAR_COVERAGE
@@ -214,6 +215,7 @@ def _candidates(
         crowd = None if crowding is None else float(crowding)
         c = fusion.Candidate(pk, tuple(fields), cosine, coverage, crowd)
         c.plain = None if plain is None else 1.0 - float(plain)
+        c.alike = frozenset(alike or ())
         found.append(c)
     return found, mode
 
