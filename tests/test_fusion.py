@@ -365,3 +365,13 @@ def test_crowding_is_measured_as_the_search_measured_centred():
         crowd=1,
     )
     assert max(row[-2] for row in rows) < min(row[-2] for row in plain)
+
+
+def test_the_ranking_reads_a_long_turn_by_its_opening_and_returns_it_whole():
+    # The text rules of a search over long turns cost what their openings cost: a turn of 200 KB
+    # is ranked by its first RANK_CHARS characters and comes back as it was stored.
+    long = "I adopted a corgi named Mochi. " + "tea1 note2 " * 20_000
+    found = _candidate(5, "s1", "user", long, 0.30, 0.05)
+    assert found.content == long[: fusion.RANK_CHARS]
+    assert found.row[3] == long
+    assert fusion.ranked([found], "semantic plain", 1, "What is my dog called?") == [found]
