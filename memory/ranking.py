@@ -22,11 +22,16 @@ if TYPE_CHECKING:
 # BM25's usual constants: how fast a word's repeats stop counting, how much length weighs.
 BM25_K1 = 1.2
 BM25_B = 0.75
+# How many turns a window's worth of matches is first looked for in, in windows.
+RECENT_TURNS = 3
 
 # NOTE: ``q``'s terms are data (words through to_tsvector, CJK pairs, each a plainto_tsquery);
 # candidates match any of them, as websearch_to_tsquery "a or b" so that the planner sees the query.
 # Every turn in the span from the oldest candidate to ``top_seq`` that holds a term is a candidate,
-# so document frequencies over that span are exact (N: its length in turns).
+# so document frequencies over that span are exact (N: its length in turns). The newest ``window``
+# matches are first looked for among the newest ``recent`` turns (a range of the owner's seq
+# index, bounded whatever the words): where a term is common they are all there, and the owner's
+# other matches are never read; else every match is, through the search index.
 _WORDS_SQL = """
 WITH usable AS MATERIALIZED (
   SELECT DISTINCT term, plainto_tsquery('pg_catalog.simple', term) AS tq
@@ -34,14 +39,25 @@ WITH usable AS MATERIALIZED (
               || %(grams)s::text[]) AS term
   WHERE numnode(plainto_tsquery('pg_catalog.simple', term)) > 0
 ),
-cand AS MATERIALIZED (
+recent AS MATERIALIZED (
   SELECT t.id, t.seq, length(t.search) AS dl, t.search
   FROM memory_turn AS t
-  WHERE t.owner_id = %(owner)s::bigint
+  WHERE t.owner_id = %(owner)s::bigint AND t.seq > %(top_seq)s - %(recent)s
     AND t.search @@ (websearch_to_tsquery('pg_catalog.english', %(any_word)s)
                      || websearch_to_tsquery('pg_catalog.simple', %(any_gram)s)) {filters}
   ORDER BY t.seq DESC
   LIMIT %(window)s
+),
+cand AS MATERIALIZED (
+  SELECT * FROM recent WHERE (SELECT count(*) FROM recent) >= %(window)s
+  UNION ALL
+  (SELECT t.id, t.seq, length(t.search) AS dl, t.search
+   FROM memory_turn AS t
+   WHERE (SELECT count(*) FROM recent) < %(window)s AND t.owner_id = %(owner)s::bigint
+     AND t.search @@ (websearch_to_tsquery('pg_catalog.english', %(any_word)s)
+                      || websearch_to_tsquery('pg_catalog.simple', %(any_gram)s)) {filters}
+   ORDER BY t.seq DESC
+   LIMIT %(window)s)
 ),
 hits AS MATERIALIZED (
   SELECT c.id, c.dl, u.term FROM cand AS c JOIN usable AS u ON c.search @@ u.tq
@@ -155,6 +171,7 @@ def words_ranked(
                 "any_gram": " or ".join(grams),
                 "owner": owner_pk,
                 "window": window,
+                "recent": RECENT_TURNS * window,
                 "top_seq": top_seq,
                 "low_seq": low_seq,
                 "depth": depth,

@@ -241,6 +241,34 @@ def test_only_the_newest_matches_are_ranked(monkeypatch):
     assert found("wang", "jazz") == [f"jazz and a long story number {i}" for i in (4, 3, 2)]
 
 
+@pytest.mark.parametrize(
+    ("contents", "expected"),
+    [
+        # A common word: the newest 3 matches lie among the newest 9 turns.
+        (
+            [f"jazz story {i}" for i in range(12)],
+            [f"jazz story {i}" for i in (11, 10, 9)],
+        ),
+        # A rare one: no match among the newest 9 turns; the older ones are found all the same.
+        (
+            [*(f"jazz story {i}" for i in range(4)), *(f"blues {i}" for i in range(10))],
+            [f"jazz story {i}" for i in (3, 2, 1)],
+        ),
+        # Some among the newest, the rest older: the newest 3 of them all.
+        (
+            ["jazz old", *(f"blues {i}" for i in range(7)), "jazz a", "blues x", "jazz b"],
+            ["jazz b", "jazz a", "jazz old"],
+        ),
+    ],
+)
+def test_the_newest_matches_are_ranked_whether_the_word_is_common_or_rare(
+    monkeypatch, contents, expected
+):
+    append("wang", *contents)
+    monkeypatch.setattr(search, "RANK_WINDOW", 3)
+    assert sorted(found("wang", "jazz")) == sorted(expected)
+
+
 def test_search_runs_under_the_time_limit_and_leaves_no_setting(memory_settings):
     append("wang", "I like basketball")
     statements: list[str] = []
