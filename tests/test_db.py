@@ -34,6 +34,9 @@ def checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
     """Each of Django's health checks (``is_usable``) from here on, with its answer."""
     monkeypatch.setattr(db._Prepared, "works", True)
     assert connection.settings_dict["CONN_HEALTH_CHECKS"]
+    # A connection of its own: one this process opened longer ago than CONN_MAX_AGE would be
+    # closed, as it should, at the test's first request's start.
+    connection.close()
     connection.ensure_connection()
     done: list[bool] = []
     real = connection.is_usable
