@@ -136,3 +136,21 @@ def test_the_slot_of_an_owner_needs_no_database():
 )
 def test_a_replica_is_current_only_at_the_primarys_stamp_or_later(primary, replica, current):
     assert replica_current(primary=primary, replica=replica) is current
+
+
+def test_the_repairer_waits_on_when_a_renewal_raises(monkeypatch, caplog, memory_settings):
+    from memory.cache import repair
+
+    calls: list[int] = []
+
+    def broken() -> None:
+        calls.append(1)
+        raise RuntimeError("not a database error")
+
+    monkeypatch.setattr(repair, "history_due", lambda: True)
+    monkeypatch.setattr(repair, "history_probe", broken)
+    # A wait of a few quarter-leases renews (and fails) more than once, and returns.
+    with memory_settings(HISTORY_LEASE=0.2):
+        repair._repairer_wait(0.15)
+    assert len(calls) >= 2
+    assert "could not renew the history" in caplog.text

@@ -304,6 +304,10 @@ def _repairer_wait(seconds: float) -> None:
         if _state.wake.wait(min(left, conf.HISTORY_LEASE / 4)):
             return
         if history_due():
-            history_probe()
+            try:
+                history_probe()
+            except Exception:
+                # NOTE: the thread outlives anything a renewal raises: it is what drops copies.
+                logger.exception("The cache repairer could not renew the history; it carries on.")
             if connection.errors_occurred:
                 connection.close()
