@@ -32,6 +32,12 @@ RECENT_TURNS = 3
 # matches are first looked for among the newest ``recent`` turns (a range of the owner's seq
 # index, bounded whatever the words): where a term is common they are all there, and the owner's
 # other matches are never read; else every match is, through the search index.
+# The owner's turns that hold any of the terms (``filters``: ``TurnFilters.sql``).
+_MATCHES = """SELECT t.id, t.seq, length(t.search) AS dl, t.search
+  FROM memory_turn AS t
+  WHERE t.owner_id = %(owner)s::bigint
+    AND t.search @@ (websearch_to_tsquery('pg_catalog.english', %(any_word)s)
+                     || websearch_to_tsquery('pg_catalog.simple', %(any_gram)s)) {filters}"""
 _WORDS_SQL = """
 WITH usable AS MATERIALIZED (
   SELECT DISTINCT term, plainto_tsquery('pg_catalog.simple', term) AS tq
@@ -40,24 +46,13 @@ WITH usable AS MATERIALIZED (
   WHERE numnode(plainto_tsquery('pg_catalog.simple', term)) > 0
 ),
 recent AS MATERIALIZED (
-  SELECT t.id, t.seq, length(t.search) AS dl, t.search
-  FROM memory_turn AS t
-  WHERE t.owner_id = %(owner)s::bigint AND t.seq > %(top_seq)s - %(recent)s
-    AND t.search @@ (websearch_to_tsquery('pg_catalog.english', %(any_word)s)
-                     || websearch_to_tsquery('pg_catalog.simple', %(any_gram)s)) {filters}
-  ORDER BY t.seq DESC
-  LIMIT %(window)s
+  {matches} AND t.seq > %(top_seq)s - %(recent)s ORDER BY t.seq DESC LIMIT %(window)s
 ),
 cand AS MATERIALIZED (
   SELECT * FROM recent WHERE (SELECT count(*) FROM recent) >= %(window)s
   UNION ALL
-  (SELECT t.id, t.seq, length(t.search) AS dl, t.search
-   FROM memory_turn AS t
-   WHERE (SELECT count(*) FROM recent) < %(window)s AND t.owner_id = %(owner)s::bigint
-     AND t.search @@ (websearch_to_tsquery('pg_catalog.english', %(any_word)s)
-                      || websearch_to_tsquery('pg_catalog.simple', %(any_gram)s)) {filters}
-   ORDER BY t.seq DESC
-   LIMIT %(window)s)
+  ({matches} AND (SELECT count(*) FROM recent) < %(window)s
+   ORDER BY t.seq DESC LIMIT %(window)s)
 ),
 hits AS MATERIALIZED (
   SELECT c.id, c.dl, u.term FROM cand AS c JOIN usable AS u ON c.search @@ u.tq
@@ -160,7 +155,7 @@ def words_ranked(
     words, grams = query_terms(q)
     any_word = " or ".join(w for w in _WORD_RE.findall(words) if w.lower() != "or")
     clauses, params = (filters or TurnFilters()).sql("t")
-    statement = _WORDS_SQL.format(filters=clauses)
+    statement = _WORDS_SQL.format(matches=_MATCHES.format(filters=clauses))
     with connections[using].cursor() as cursor:
         cursor.execute(
             statement,
