@@ -59,6 +59,7 @@ def _script(name: str) -> Script:
 
 
 _CLAIM = _script("claim")
+_READ_CLAIM = _script("read_claim")
 _FILL = _script("fill")
 _APPLY = _script("apply")
 _DROP = _script("drop")
@@ -151,14 +152,14 @@ _HIT_FIELDS = ("rev", "complete", "ends", "turns", "fends", "facts", "sum", "flo
 
 class _MissShare:
     """The share of this process's recent reads that found no copy, weighted to the latest
-    (each read moves it 1/16 of the way to 1 or 0): whether a read's claim should ride in its
-    pipeline.
+    (each read moves it 1/16 of the way to 1 or 0): whether a read should claim the fill in the
+    same round trip (``read_claim.lua``).
 
-    NOTE: the claim script pipelined after a hit costs the hit about 25 us (its run and its
-    reply, against a 100 us pipeline); sent after a miss it saves the second round trip, about
-    110 us. So it rides along while more than a fifth of the reads miss (a cold start, a flushed
-    Redis, owners read once), and a warm process's hits pay nothing for it. Updated without a
-    lock: a lost update moves the share a little less, never past what either path allows.
+    NOTE: that script costs a hit Redis's copy of the fields through Lua (a hit without it runs
+    no script); after a miss it saves the claim's own round trip, about 110 us. So it is used
+    while more than a fifth of the reads miss (a cold start, a flushed Redis, owners read once),
+    and a warm process's hits pay nothing for it. Updated without a lock: a lost update moves
+    the share a little less, never past what either path allows.
     """
 
     THRESHOLD = 0.2
@@ -187,38 +188,27 @@ def copy_read(
     ``Hit`` on a hit; ``Miss`` when there is no copy (with a fill token when ``claim_fill`` and
     this caller took the fill lock); ``Short`` when the copy holds fewer turns than asked; an
     ``Outcome`` when no cache is configured, the breaker skipped Redis, or Redis failed.
-    A hit is one round trip (HMGET and EXPIRE pipelined). A miss that claims the fill lock is
-    one too while this process's reads often miss (``miss_share``: the claim script rides in
-    the same pipeline and takes the lock only where there is no copy), else a second. Never
-    raises.
+    A hit is one round trip (HMGET and EXPIRE pipelined), and a miss that claims the fill lock
+    a second (the claim script). While this process's reads often miss (``miss_share``), either
+    is one script doing the same (``read_claim.lua``). Never raises.
 
-    NOTE: no script reads the copy: running one cost Redis ten times the HMGET it runs, half a
-    warm read's time; the claim only asks whether the hash has a ``rev`` (docs/performance.md).
-    The EXPIRE renews a claim that the HMGET found without a copy as well (not load-bearing,
-    rule 3); a floor alone is set back to at most ``GUARD_TTL``, as ``copy_drop`` promised.
+    NOTE: a warm process's hit runs no script: one cost Redis ten times the HMGET it runs, half a
+    warm read's time (docs/performance.md). The EXPIRE renews a claim that the HMGET found
+    without a copy as well (not load-bearing, rule 3); a floor alone is set back to at most
+    ``GUARD_TTL``, as ``copy_drop`` promised.
     """
     key = owner_key(owner_id, epoch)
     ttl = conf.CACHE_TTL
     token = secrets.token_hex(8) if claim_fill else ""
     lock, wait_ms = f"{key}:fill", conf.FILL_WAIT_MS * 2
-    pipelined = claim_fill and miss_share.likely()
+    if claim_fill and miss_share.likely():
+        return _read_claim(key, turns, [ttl, GUARD_TTL, wait_ms, token])
 
     def read(redis: Any) -> Any:
-        for attempt in (1, 2):
-            pipe = redis.pipeline(transaction=False)
-            pipe.hmget(key, _HIT_FIELDS)
-            pipe.expire(key, ttl)
-            if pipelined:
-                pipe.evalsha(_CLAIM.sha, 2, key, lock, wait_ms, token)
-            try:
-                return pipe.execute()
-            except redis_errors.NoScriptError:
-                # NOTE: a restarted or flushed Redis: the HMGET and EXPIRE ran, the claim did
-                # not; load it and send the three again.
-                if attempt == 2:
-                    raise
-                redis.script_load(_CLAIM.script)
-        raise AssertionError("unreachable")  # pragma: no cover
+        pipe = redis.pipeline(transaction=False)
+        pipe.hmget(key, _HIT_FIELDS)
+        pipe.expire(key, ttl)
+        return pipe.execute()
 
     answer = redis_call("read", read, key=key)
     if not isinstance(answer, Answer):
@@ -233,23 +223,40 @@ def copy_read(
     if not claim_fill:
         breaker.count("misses")
         return Miss(fill_token=None)
-    if pipelined:
-        claimed = answer.value[2]
-    else:
-        taken = redis_call(
-            "read",
-            lambda redis: _CLAIM(keys=[key, lock], args=[wait_ms, token], client=redis),
-            key=key,
-        )
-        if not isinstance(taken, Answer):
-            return taken
-        claimed = taken.value
-    if claimed == 2:
+    taken = redis_call(
+        "read",
+        lambda redis: _CLAIM(keys=[key, lock], args=[wait_ms, token], client=redis),
+        key=key,
+    )
+    if not isinstance(taken, Answer):
+        return taken
+    if taken.value == 2:
         # NOTE: a fill stored the copy between the HMGET and the claim: read it, claiming
         # nothing (so this never repeats).
         return copy_read(owner_id=owner_id, turns=turns, claim_fill=False, epoch=epoch)
     breaker.count("misses")
-    return Miss(fill_token=token if claimed == 1 else None)
+    return Miss(fill_token=token if taken.value == 1 else None)
+
+
+def _read_claim(key: str, turns: int, args: list[Any]) -> ReadResult:
+    """``copy_read`` of the hash ``key`` in a process whose reads often miss: the read and the
+    claim in one script (``read_claim.lua``; ``args``: TTL, guard TTL, lock ms, token), one round
+    trip whether it hits or misses."""
+    answer = redis_call(
+        "read",
+        lambda redis: _READ_CLAIM(keys=[key, f"{key}:fill"], args=args, client=redis),
+        key=key,
+    )
+    if not isinstance(answer, Answer):
+        return answer
+    counts_flush()
+    held = answer.value
+    hit = isinstance(held, list)
+    miss_share.saw(not hit)
+    if hit:
+        return _hit_result(held, turns)
+    breaker.count("misses")
+    return Miss(fill_token=args[3] if held == 1 else None)
 
 
 async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | None:
