@@ -26,6 +26,15 @@ def dumps(value: Any) -> bytes:
         return orjson.dumps(wide_ints_as_fragments(value))
 
 
+def dumps_all(values: list[Any]) -> list[bytes]:
+    """Each of ``values`` encoded as ``dumps`` encodes it, in one pass (a cached copy's
+    payloads)."""
+    try:
+        return [orjson.dumps(value) for value in values]
+    except TypeError:
+        return [dumps(value) for value in values]
+
+
 def wide_ints_as_fragments(value: Any) -> Any:
     """``value`` with each integer past 64 bits as an ``orjson.Fragment`` of its digits."""
     if isinstance(value, int) and not isinstance(value, bool):

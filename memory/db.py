@@ -119,7 +119,10 @@ def _prepared_run(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] |
         raw.prepare_threshold = 1 << 62
     try:
         cursor.execute(sql, params)
-        row: tuple[Any, ...] | None = cursor.fetchone()
+        # NOTE: the row from psycopg's cursor under Django's error wrapping, not through the
+        # wrapper's fetchone, which builds a wrapped function on every call.
+        with db.wrap_database_errors:
+            row: tuple[Any, ...] | None = cursor.cursor.fetchone()
         return row
     finally:
         if threshold is None:

@@ -1,10 +1,11 @@
-"""Tests of memory.codec: the JSON-typed equality every comparison of stored values uses."""
+"""Tests of memory.codec: the JSON-typed equality every comparison of stored values uses, and
+the encoding of cached payloads."""
 
 from __future__ import annotations
 
 import pytest
 
-from memory.codec import json_equal, json_key
+from memory.codec import dumps, dumps_all, json_equal, json_key, loads_jsonb
 
 
 @pytest.mark.parametrize(
@@ -48,3 +49,12 @@ def test_values_python_takes_for_equal_are_other_json_values(a, b):
 def test_the_same_json_value_is_equal(a, b):
     assert json_equal(a, b)
     assert json_key(a) == json_key(b)
+
+
+def test_payloads_encoded_together_are_encoded_as_one_by_one():
+    # NOTE: one integer past 64 bits sends the whole batch the slow way, every value still exact.
+    for values in ([[1, "文字", {"a": None}], (2, 1.5)], [[1], [2**64, -(10**30)], {"n": 3}]):
+        assert dumps_all(values) == [dumps(value) for value in values]
+    assert loads_jsonb(dumps_all([[2**64]])[0].decode()) == [2**64]
+    with pytest.raises(TypeError):
+        dumps_all([[1], {1j}])

@@ -5,7 +5,6 @@ drop it. Each call is one round trip and one owner's keys (one cluster slot); no
 from __future__ import annotations
 
 import enum
-import itertools
 import operator
 import secrets
 import struct
@@ -286,8 +285,11 @@ async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | N
 
 def _ends(payloads: list[bytes]) -> bytes:
     """The ``ends`` of payloads joined by ",": each one's end offset, 4 bytes big-endian."""
-    ends = itertools.accumulate(len(payload) + 1 for payload in payloads)
-    return struct.pack(f">{len(payloads)}I", *[end - 1 for end in ends])
+    end, ends = -1, []
+    for payload in payloads:
+        end += len(payload) + 1
+        ends.append(end)
+    return struct.pack(f">{len(ends)}I", *ends)
 
 
 def _whole(body: bytes | None, ends: bytes | None) -> bool:
@@ -346,17 +348,17 @@ def copy_fill(
     Never raises.
     """
     turns, facts = snapshot.turns, snapshot.facts
-    packed = [turn_pack(turn) for turn in turns]
-    fact_payloads = [fact_pack(fact) for fact in facts]
+    packed = codec.dumps_all(list(map(_turn_values, turns)))
+    fact_payloads = codec.dumps_all(list(map(_fact_values, facts)))
     args: list[Any] = [
         snapshot.stamp,
         conf.CACHE_TTL,
         "1" if complete else "0",
         fill_token or "",
-        " ".join(str(turn["seq"]) for turn in turns),
+        " ".join([str(turn["seq"]) for turn in turns]),
         _ends(packed),
         b",".join(packed),
-        " ".join(fact["key"] for fact in facts),
+        " ".join([fact["key"] for fact in facts]),
         _ends(fact_payloads),
         b",".join(fact_payloads),
         codec.dumps(snapshot.summary) if snapshot.summary is not None else "",
