@@ -63,6 +63,36 @@ def loads_jsonb(text: str) -> Any:
     return json.loads(text) if _LONG_DIGITS.search(text) else orjson.loads(text)
 
 
+# orjson reads an integer past 64 bits as a float of at least this magnitude (or fails on one
+# past a double); no other number it reads differs from json.loads's.
+_WIDE = float(2**63)
+
+
+def _wide(value: Any) -> bool:
+    """Whether a value orjson decoded holds a float that may have been a wider integer."""
+    if isinstance(value, float):
+        return not abs(value) < _WIDE
+    if isinstance(value, dict):
+        return any(_wide(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_wide(item) for item in value)
+    return False
+
+
+def loads_jsonb_rows(text: str, column: int) -> list[list[Any]]:
+    """A JSON array of rows (arrays) whose ``column`` holds a ``jsonb`` value, each decoded as
+    ``loads_jsonb`` decodes it: with orjson in one pass, or, where a value holds a number orjson
+    may have read otherwise, the whole with ``json.loads``."""
+    try:
+        rows: list[list[Any]] = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return list(json.loads(text))
+    for row in rows:
+        if row[column] and _wide(row[column]):
+            return list(json.loads(text))
+    return rows
+
+
 def json_key(value: Any) -> Any:
     """A form of the JSON ``value`` equal (``==``) for two values exactly when they are the same
     JSON value: ``true``, ``1``, ``1.0`` and ``"1"`` are four; an object's key order does not

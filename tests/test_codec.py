@@ -3,9 +3,11 @@ the encoding of cached payloads."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from memory.codec import dumps, dumps_all, json_equal, json_key, loads_jsonb
+from memory.codec import dumps, dumps_all, json_equal, json_key, loads_jsonb, loads_jsonb_rows
 
 
 @pytest.mark.parametrize(
@@ -58,3 +60,22 @@ def test_payloads_encoded_together_are_encoded_as_one_by_one():
     assert loads_jsonb(dumps_all([[2**64]])[0].decode()) == [2**64]
     with pytest.raises(TypeError):
         dumps_all([[1], {1j}])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "{}",
+        '{"a": [1.5, 0.1, -0.0, 9223372036854775807, 18446744073709551615], "b": "x"}',
+        '{"n": 18446744073709551616}',
+        "[-9223372036854775809]",
+        '{"n": 1' + "0" * 400 + "}",
+        '{"n": 12345678901234567890.5}',
+        "[9.3e18]",
+    ],
+)
+def test_rows_decode_their_jsonb_as_each_value_alone_would(value):
+    text = f'[[1, "12345678901234567890123", {value}], [2, "x", {{}}]]'
+    rows = loads_jsonb_rows(text, 2)
+    assert json_key(rows) == json_key(json.loads(text))
+    assert json_key(rows[0][2]) == json_key(loads_jsonb(value))

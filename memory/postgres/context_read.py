@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -47,8 +46,8 @@ def _context_read_sql(alias: str) -> str:
     q = connections[alias].ops.quote_name
     owner, turn, fact, summary = (q(model._meta.db_table) for model in (Owner, Turn, Fact, Summary))
     # NOTE: jsonb columns inside the JSON as they are, the whole decoded at once as Django
-    # decodes each of them (codec.loads_jsonb); every other value is text or an integer of at
-    # most 64 bits.
+    # decodes each of them (codec.loads_jsonb_rows); every other value is text or an integer of
+    # at most 64 bits.
     turn_columns = [
         *(f"t.{q(f)}" for f in TURN_FIELDS[:5]),
         _utc(f"t.{q(TURN_FIELDS[5])}"),
@@ -104,14 +103,14 @@ def context_read(
     if row is None:
         return cache.Snapshot(stamp=0, turns=[], facts=[]), True
     stamp, turns_json, facts_json, summary_json = row
-    turn_rows: list[list[Any]] = codec.loads_jsonb(turns_json) if turns_json else []
+    turn_rows = codec.loads_jsonb_rows(turns_json, 4) if turns_json else []
     # NOTE: a literal per turn, as copy.turns_unpack builds them.
     turn_list: list[TurnPayload] = [
         {"seq": t[0], "session_id": t[1], "role": t[2], "content": t[3], "metadata": t[4],
          "created_at": t[5]}
         for t in turn_rows
     ]  # fmt: skip
-    fact_rows: list[list[Any]] = codec.loads_jsonb(facts_json) if facts_json else []
+    fact_rows = codec.loads_jsonb_rows(facts_json, 1) if facts_json else []
     facts: list[FactPayload] = [
         {"key": f[0], "value": f[1], "session_id": f[2], "updated_at": f[3], "version": f[4],
          "expires_at": f[5]}
