@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 
 from memory import codec, search
 from memory.models import Turn
+from memory.payloads import TURN_FIELDS
 from memory.search import cjk_grams, query_split
 
 if TYPE_CHECKING:
@@ -347,11 +348,33 @@ def turns_features(
             },
         )
         rows = cursor.fetchall()
-    # NOTE: a raw cursor reads jsonb as its text (memory.codec), as the ORM's JSONField would.
-    return [
-        (*row[:5], codec.loads_jsonb(row[5]) if isinstance(row[5], str) else row[5], *row[6:])
-        for row in rows
-    ]
+    return [_metadata_read(row, 5) for row in rows]
+
+
+def _metadata_read(row: tuple[Any, ...], at: int) -> tuple[Any, ...]:
+    """``row`` with its jsonb at ``at`` parsed: a raw cursor reads it as its text
+    (memory.codec), where the ORM's JSONField would parse it."""
+    value = row[at]
+    if isinstance(value, str):
+        value = codec.loads_jsonb(value)
+    return (*row[:at], value, *row[at + 1 :])
+
+
+_NEAR_SQL = f"""
+SELECT {", ".join(f"t.{name}" for name in TURN_FIELDS)} FROM memory_turn AS t
+WHERE t.owner_id = %s::bigint AND t.seq = ANY(%s::bigint[])
+"""
+
+
+def turns_at(*, using: str, owner_pk: int, seqs: list[int]) -> list[tuple[Any, ...]]:
+    """The owner's turns at ``seqs`` (those there are) as ``TURN_FIELDS`` rows, in one indexed
+    read: on PostgreSQL by one statement, elsewhere through the ORM."""
+    if connections[using].vendor != "postgresql":
+        turns = Turn.objects.using(using).filter(owner_id=owner_pk, seq__in=seqs)
+        return list(turns.values_list(*TURN_FIELDS))
+    with connections[using].cursor() as cursor:
+        cursor.execute(_NEAR_SQL, [owner_pk, seqs])
+        return [_metadata_read(row, 4) for row in cursor.fetchall()]
 
 
 # Stop words for the ranking off PostgreSQL (which has its English configuration's).
@@ -385,8 +408,6 @@ def words_ranked_python(
 ) -> list[tuple[tuple[Any, ...], float]]:
     """``words_ranked`` off PostgreSQL: the newest ``window`` turns scored by BM25 in Python, the
     best ``depth`` as ``(row, coverage)``, row ``(pk, *TURN_FIELDS)``."""
-    from memory.payloads import TURN_FIELDS
-
     wanted = set(text_terms(q))
     if not wanted:
         return []

@@ -30,7 +30,13 @@ from memory.payloads import (
 )
 from memory.postgres import context_read
 from memory.selectors.pages import check_owner
-from memory.selectors.search import aturns_recalled, clean_min_score, turns_recalled
+from memory.selectors.search import (
+    QueryEmbedding,
+    aturns_recalled,
+    clean_min_score,
+    recall_begin,
+    turns_recalled,
+)
 
 
 def _context(
@@ -317,7 +323,12 @@ RECALL_CANDIDATES = 20
 
 
 def _recall_args(
-    plan: _Plan, owner_id: str, query: str, now: Any, min_score: float | None
+    plan: _Plan,
+    owner_id: str,
+    query: str,
+    now: Any,
+    min_score: float | None,
+    begun: QueryEmbedding | None,
 ) -> dict[str, Any]:
     return {
         "owner_id": owner_id,
@@ -326,6 +337,7 @@ def _recall_args(
         "limit": conf.RECALL_TURNS if plan.budget is None else RECALL_CANDIDATES,
         "now": now,
         "min_score": min_score,
+        "begun": begun,
     }
 
 
@@ -355,11 +367,12 @@ def context_messages(
     """
     _max_tokens_check(max_tokens)
     _recall_check(now, min_score)
+    begun = None if query is None else recall_begin(owner_id=owner_id, query=query, now=now)
     memory, source = _read(owner_id, _messages_turns(max_tokens, turns))
     context = _context(owner_id, memory, source)
     plan = _Plan(memory, context, max_tokens)
     if query is not None:
-        plan.recall(turns_recalled(**_recall_args(plan, owner_id, query, now, min_score)))
+        plan.recall(turns_recalled(**_recall_args(plan, owner_id, query, now, min_score, begun)))
     return plan.payload(context)
 
 
@@ -375,9 +388,11 @@ async def acontext_messages(
 ) -> ContextMessagesPayload:
     _max_tokens_check(max_tokens)
     _recall_check(now, min_score)
+    begun = None if query is None else recall_begin(owner_id=owner_id, query=query, now=now)
     memory, source = await _aread(owner_id, _messages_turns(max_tokens, turns))
     context = _context(owner_id, memory, source)
     plan = _Plan(memory, context, max_tokens)
     if query is not None:
-        plan.recall(await aturns_recalled(**_recall_args(plan, owner_id, query, now, min_score)))
+        recall = _recall_args(plan, owner_id, query, now, min_score, begun)
+        plan.recall(await aturns_recalled(**recall))
     return plan.payload(context)
