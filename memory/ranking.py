@@ -44,7 +44,8 @@ _INDEXED = f"t.search @@ {_ANY_TERM}"
 # NOTE: the operator's function, which no index serves: the planner, misled by the table's word
 # counts (a word common in one owner's turns, rare in the table), read every match of the owner
 # through the search index to keep the newest (21,290 of them for "say", 45 ms) where the walk
-# back along the seq index stops at the window (2,290 turns read, 1.5 ms).
+# back along the seq index stops at the window (2,290 turns read, 1.5 ms). A query of no term
+# (stop words only) walks nothing.
 _WALKED = f"ts_match_vq(t.search, {_ANY_TERM})"
 _WORDS_SQL = """
 WITH usable AS MATERIALIZED (
@@ -54,7 +55,8 @@ WITH usable AS MATERIALIZED (
   WHERE numnode(plainto_tsquery('pg_catalog.simple', term)) > 0
 ),
 recent AS MATERIALIZED (
-  {walked} AND t.seq > %(top_seq)s - %(recent)s ORDER BY t.seq DESC LIMIT %(window)s
+  {walked} AND t.seq > %(top_seq)s - %(recent)s AND EXISTS (SELECT FROM usable)
+  ORDER BY t.seq DESC LIMIT %(window)s
 ),
 cand AS MATERIALIZED (
   SELECT * FROM recent WHERE (SELECT count(*) FROM recent) >= %(window)s
