@@ -9,6 +9,7 @@ installed these tests skip, saying how to get it.
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -859,6 +860,21 @@ def test_an_embedders_first_query_is_waited_for_past_the_time_limit(gate):
     threading.Timer(0.2, gate.set).start()
     found = selectors.turn_search(owner_id="wang", q="corgi slowly", mode="semantic", limit=1)
     assert len(found) == 1 and "corgi slowly" in _CALLS
+
+
+def test_a_forked_child_embeds_its_queries_on_threads_of_its_own(gate):
+    from memory.selectors.search import QueryEmbedding
+
+    # The parent's threads started, and idle.
+    assert QueryEmbedding("wang", "a dog", required=True).vector() == tiny(["a dog"])[0]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            vector = QueryEmbedding("wang", "a cat", required=True).vector()
+            os._exit(0 if vector == tiny(["a cat"])[0] else 1)
+        except BaseException:
+            os._exit(2)
+    assert os.waitpid(pid, 0)[1] == 0
 
 
 def test_a_repeated_query_reuses_the_owners_vector_and_no_other_owners(gate):

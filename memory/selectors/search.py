@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
@@ -108,7 +109,23 @@ def search_mode(mode: str | None) -> str:
 # NOTE: a search embeds its query on one of these threads while the request thread reads the
 # database (the embedder's engine lets the GIL go); a burst waits its turn, each search at most
 # until its time limit.
-_EMBED_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memory-query-embed")
+EMBED_THREADS = 4
+_EMBED_THREADS = ThreadPoolExecutor(
+    max_workers=EMBED_THREADS, thread_name_prefix="memory-query-embed"
+)
+
+
+def _after_fork() -> None:
+    # NOTE: a child has none of its parent's threads, which the pool would count as idle and wait
+    # for: a pool of its own.
+    global _EMBED_THREADS
+    _EMBED_THREADS = ThreadPoolExecutor(
+        max_workers=EMBED_THREADS, thread_name_prefix="memory-query-embed"
+    )
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 # An owner as a search reads it: (pk, embedded_seq, last_seq).
 OwnerRow = tuple[int, int, int]
