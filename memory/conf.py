@@ -95,7 +95,8 @@ DEFAULTS: dict[str, Any] = {
     "SUMMARY_BATCH_TURNS": 100,
     # Turns a link moves per transaction: the owner's writers wait for one batch at most.
     "LINK_BATCH_TURNS": 50,
-    # Milliseconds each statement of a search may run before Postgres stops it (a 503).
+    # Milliseconds each statement of a search may run before Postgres stops it (a 503), and its
+    # query's embedding before the search goes on without it (hybrid by words; semantic a 503).
     "SEARCH_TIMEOUT_MS": 500,
     # Heavy reads (a search; a context, messages or page beyond the cached copy) one caller may have
     # in flight per process; past it, 429 with Retry-After. Keep it below a process's threads.
