@@ -823,7 +823,7 @@ def gate(pgvector: None, memory_settings: Any, monkeypatch: Any) -> Iterator[thr
     _CALLS.clear()
     _GATE.clear()
     try:
-        with memory_settings(EMBEDDER="tests.test_recall.gated", SEARCH_TIMEOUT_MS=50):
+        with memory_settings(EMBEDDER="tests.test_recall.gated", QUERY_EMBED_TIMEOUT_MS=50):
             yield _GATE
     finally:
         _GATE.set()

@@ -108,7 +108,7 @@ def search_mode(mode: str | None) -> str:
 
 # NOTE: a search embeds its query on one of these threads while the request thread reads the
 # database (the embedder's engine lets the GIL go); a burst waits its turn, each search at most
-# until its time limit.
+# until MEMORY["QUERY_EMBED_TIMEOUT_MS"].
 EMBED_THREADS = 4
 _EMBED_THREADS = ThreadPoolExecutor(
     max_workers=EMBED_THREADS, thread_name_prefix="memory-query-embed"
@@ -156,7 +156,7 @@ class QueryEmbedding:
     """The vector of a search's query ``text``, embedded on a thread from when the search begins;
     a text the owner searched moments before reuses its vector (``_RECENT_QUERIES``).
 
-    ``vector()`` waits for it until ``MEMORY["SEARCH_TIMEOUT_MS"]`` after that begin
+    ``vector()`` waits for it until ``MEMORY["QUERY_EMBED_TIMEOUT_MS"]`` after that begin
     (``FIRST_ANSWER_SECONDS`` until the embedder has once answered in the process). Where the
     embedder raised or took longer, a ``required`` embedding (``semantic``) raises
     ``SearchUnavailable`` or ``SearchTimeout``; another one logs it and answers ``None`` (a
@@ -167,13 +167,15 @@ class QueryEmbedding:
         assert embedder is not None
         self.text = text
         self.required = required
-        self.milliseconds = conf.SEARCH_TIMEOUT_MS
+        self.milliseconds = conf.QUERY_EMBED_TIMEOUT_MS
         self._name = embedders.embedder_name(embedder)
         key = (owner_id, self._name, text)
         self._known = _RECENT_QUERIES.get(key)
         self._future: Future[list[float]] | None = None
         if self._known is None:
-            wait = self.milliseconds / 1000 if self._name in _ANSWERED else FIRST_ANSWER_SECONDS
+            wait = self.milliseconds / 1000
+            if self._name not in _ANSWERED:
+                wait = max(wait, FIRST_ANSWER_SECONDS)
             self._deadline = time.monotonic() + wait
             self._future = _EMBED_THREADS.submit(_embedded, embedder, key)
 
@@ -524,7 +526,7 @@ aturns_recalled = aio.twin(turns_recalled)
 def facts_similar(*, owner_id: str, query: str, limit: int) -> dict[str, float]:
     """The cosine similarity to ``query`` of the owner's ``limit`` nearest facts, by key; empty
     where search by meaning is off, the owner is unknown, or the embedder failed or ran past
-    ``MEMORY["SEARCH_TIMEOUT_MS"]`` (logged). Raises
+    ``MEMORY["QUERY_EMBED_TIMEOUT_MS"]`` (logged). Raises
     ``ValidationError`` ({"q": ...}) for a query ``turn_search`` would refuse."""
     check_owner(owner_id)
     q = search.clean_query(query)
