@@ -508,6 +508,10 @@ class CheckpointBlob(models.Model):
         return f"{self.channel} v{self.version} of thread {self.thread_id}"
 
 
+# A pending write's key: one per task and index in a checkpoint of the owner's thread.
+CHECKPOINT_WRITE_KEY = ("owner", "thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx")
+
+
 class CheckpointWrite(models.Model):
     """A pending write of a task to a checkpoint of an owner's thread."""
 
@@ -526,8 +530,7 @@ class CheckpointWrite(models.Model):
         default_permissions = ()
         constraints = [
             models.UniqueConstraint(
-                fields=["owner", "thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
-                name="memory_checkpointwrite_uniq",
+                fields=CHECKPOINT_WRITE_KEY, name="memory_checkpointwrite_uniq"
             ),
         ]
 
