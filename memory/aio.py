@@ -1,12 +1,15 @@
 """How the async twins of the services and selectors are made: ``twin(fn)`` runs the sync
-function in one thread-sensitive ``sync_to_async`` hop, so both share one implementation."""
+function in one thread-sensitive ``sync_to_async`` hop, so both share one implementation; a
+function written as ``Steps`` runs its I/O natively async in its twin (``steps_twin``)."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import types
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Iterator
+from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from asgiref.sync import sync_to_async
@@ -108,3 +111,50 @@ def twin_iter_method(
 
     _named(run, fn)
     return Method(run)
+
+
+@dataclass(frozen=True)
+class Step(Generic[R]):
+    """One I/O step of a function written once for both doors: ``run()``, or ``await arun()``."""
+
+    run: Callable[[], R]
+    arun: Callable[[], Awaitable[R]]
+
+
+# A function's code between its I/O steps: it yields each ``Step`` and is sent its result.
+Steps = Generator[Step[Any], Any, R]
+
+
+def steps_run(steps: Steps[R]) -> R:
+    """The result of ``steps``, each step run in this thread; what a step raises propagates."""
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(step.run())
+    except StopIteration as done:
+        result: R = done.value
+        return result
+
+
+def steps_twin(
+    fn: Callable[P, R], steps: Callable[..., Steps[R]]
+) -> Callable[P, Coroutine[Any, Any, R]]:
+    """The async twin of ``fn``, named ``a<name>``: ``steps`` called with ``fn``'s arguments in
+    their order (its defaults applied), each step's I/O awaited."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        running = steps(*bound.arguments.values())
+        try:
+            step = next(running)
+            while True:
+                step = running.send(await step.arun())
+        except StopIteration as done:
+            result: R = done.value
+        return result
+
+    _named(run, fn)
+    return run
