@@ -18,10 +18,11 @@ from memory.extraction.text import (
     _set,
 )
 from memory.extraction.values import (
+    _NAME,
+    _NAME_STRICT,
     _items_zh,
     _job_zh,
     _language_zh,
-    _name,
     _name_call,
     _name_zh,
     _place_zh,
@@ -100,6 +101,9 @@ _ZH_NEG = (
     r"(?:不|没|没有|别|并不|并没有|从不|从没|从来不|从来没有|不再|再也不|不是很|不太|一点也不|"
     r"一点都不|根本不)"
 )
+# ``_job_zh`` as a rule reads it: among other words, or only when the value is exactly a job.
+_JOB = _one(lambda v: _job_zh(v, strict=False))
+_JOB_STRICT = _one(lambda v: _job_zh(v, strict=True))
 _ZH_RULES: tuple[_Rule, ...] = (
     # preferred_name
     *_rules(
@@ -114,7 +118,7 @@ _ZH_RULES: tuple[_Rule, ...] = (
     # name
     *_rules(
         "name",
-        _one(lambda v: _name(v, strict=False)),
+        _NAME,
         r"^我的?(?:全名|名字|姓名|真名|真实姓名|大名)(?:是|叫)(?P<v>.+)$",
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?(?:叫做|叫)(?P<v>.+)$",
     ),
@@ -171,7 +175,7 @@ _ZH_RULES: tuple[_Rule, ...] = (
     # occupation
     *_rules(
         "occupation",
-        _one(lambda v: _job_zh(v, strict=False)),
+        _JOB,
         r"^我(?:的)?(?:工作|职业|本职工作|本职|岗位|职位)(?:是)(?P<v>.+)$",
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?是(?:一名|一位|名)(?P<v>.+)$",
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?是做(?P<v>.+?)的$",
@@ -179,7 +183,7 @@ _ZH_RULES: tuple[_Rule, ...] = (
     ),
     *_rules(
         "occupation",
-        _one(lambda v: _job_zh(v, strict=True)),
+        _JOB_STRICT,
         rf"^我{_ZH_ADV}(?:在[^，,]{{1,15}}?)?(?:{_ZH_NEG})?(?:当|担任|做)(?:了)?(?:一名|一个|名|个)?(?P<v>.+)$",
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?是(?:一个|个)(?P<v>.+)$",
     ),
@@ -187,12 +191,12 @@ _ZH_RULES: tuple[_Rule, ...] = (
     _r(
         "name",
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?是(?P<v>.+?)(?<!的)$",
-        _one(lambda v: _name(v, strict=True)),
+        _NAME_STRICT,
     ),
     _r(
         "occupation",
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?是(?P<v>.+)$",
-        _one(lambda v: _job_zh(v, strict=True)),
+        _JOB_STRICT,
     ),
 )
 # NOTE: the Chinese negation is matched inside the rules above, then refused by this check.

@@ -6,7 +6,15 @@ from __future__ import annotations
 import re
 
 from memory.extraction.text import _I, _items, _one, _r, _Rule, _rules, _words
-from memory.extraction.values import _items_en, _job_en, _language_en, _name, _name_call, _place_en
+from memory.extraction.values import (
+    _NAME,
+    _NAME_STRICT,
+    _items_en,
+    _job_en,
+    _language_en,
+    _name_call,
+    _place_en,
+)
 
 _EN_CARRY_VERB = (
     r"(?:(?:also|really|totally|absolutely|just|still|now|currently|even|do|actually)\s+)*"
@@ -89,6 +97,9 @@ _EN_ADVN = (
 _IM = r"i(?:'m|m|\s+am)"
 
 _EN_FAN_ADJ = r"(?:(?:big|huge|great|massive|real|true|die-?hard|avid|crazy|total|long-?time)\s+)*"
+# ``_job_en`` as a rule reads it: among other words, or only when the value is exactly a job.
+_JOB = _one(lambda v: _job_en(v, strict=False))
+_JOB_STRICT = _one(lambda v: _job_en(v, strict=True))
 _EN_RULES: tuple[_Rule, ...] = (
     # preferred_name
     *_rules(
@@ -109,7 +120,7 @@ _EN_RULES: tuple[_Rule, ...] = (
     # name
     *_rules(
         "name",
-        _one(lambda v: _name(v, strict=False)),
+        _NAME,
         (
             rf"^(?:(?:my|the)\s+(?:full\s+|real\s+|actual\s+|legal\s+)?name(?:'s|\s+is)|name's)"
             rf"\s+{_EN_ADVN}(?P<v>.+)$"
@@ -185,7 +196,7 @@ _EN_RULES: tuple[_Rule, ...] = (
     # occupation
     *_rules(
         "occupation",
-        _one(lambda v: _job_en(v, strict=False)),
+        _JOB,
         rf"^(?:i|{_IM})\s+{_EN_ADVN}(?:work|working)\s+as\s+(?P<v>.+)$",
         (
             rf"^my\s+(?:current\s+|day\s+)?(?:occupation|profession|job\s+title|position|role)"
@@ -195,20 +206,20 @@ _EN_RULES: tuple[_Rule, ...] = (
     _r(
         "occupation",
         rf"^my\s+(?:current\s+|day\s+)?job\s+is\s+{_EN_ADVN}(?:being\s+)?(?P<v>.+)$",
-        _one(lambda v: _job_en(v, strict=True)),
+        _JOB_STRICT,
     ),
     _r(
         "occupation",
         rf"^{_IM}\s+{_EN_ADVN}(?:an?\s+)?(?P<v>.+?)\s+by\s+(?:profession|trade)$",
-        _one(lambda v: _job_en(v, strict=False)),
+        _JOB,
     ),
     _r(
         "occupation",
         rf"^{_IM}\s+{_EN_ADVN}(?P<v>an?\s+.+)$",
-        _one(lambda v: _job_en(v, strict=True)),
+        _JOB_STRICT,
     ),
     # name, last: "I'm Bob" (a capitalised name after every other "I'm ..." rule)
-    _r("name", rf"^{_IM}\s+{_EN_ADVN}(?P<v>.+)$", _one(lambda v: _name(v, strict=True))),
+    _r("name", rf"^{_IM}\s+{_EN_ADVN}(?P<v>.+)$", _NAME_STRICT),
 )
 
 
