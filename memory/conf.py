@@ -50,6 +50,9 @@ DEFAULTS: dict[str, Any] = {
     "CACHE_REPLICAS": 0,
     # Milliseconds a write waits for those replicas before its update counts as not landed.
     "CACHE_REPLICA_WAIT_MS": 100,
+    # Seconds a replica that dropped off its primary is still waited for: updates in that time
+    # count as not landed, since a failover may yet promote it with the copies it held.
+    "CACHE_REPLICA_GRACE": 2.0,
     # Seconds a process trusts the database history it last confirmed (memory.cache.history):
     # past it, no copy is served or written until the database confirms it again. After a
     # failover that lost transactions, no process serves a copy stamped on the lost history
@@ -300,6 +303,10 @@ class Settings:
     @setting
     def SUSPECT_WINDOW(self) -> float:
         return self._seconds("SUSPECT_WINDOW")
+
+    @setting
+    def CACHE_REPLICA_GRACE(self) -> float:
+        return self._seconds("CACHE_REPLICA_GRACE")
 
     FILL_WAIT_MS = count_setting(" number of milliseconds", zero=True)
     CACHE_REPLICAS = count_setting(zero=True)

@@ -369,7 +369,14 @@ def copy_fill(
 
 class _Replicas:
     """What this process's writes learned of each primary's replicas online (``ROLE``) and whether
-    updates came up short."""
+    updates came up short.
+
+    A replica that drops off its primary is still waited for during ``CACHE_REPLICA_GRACE``
+    seconds from the first ``ROLE`` that missed it: until then a failover may promote it with
+    the copies it held, older than the primary's, so no update to that primary counts as landed.
+    Past the grace the primary's replicas online are what a write waits for. A primary that
+    restarted (a new run id; without persistence it came back empty) lost no replica holding
+    its copies: its replicas sync again from nothing it had."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -378,18 +385,48 @@ class _Replicas:
     def reset(self) -> None:
         with self.lock:
             self.online: dict[str, int] = {}
+            # Per primary: the replicas it had online before some dropped off, and when this
+            # process first saw fewer (monotonic clock).
+            self.lost: dict[str, tuple[int, float]] = {}
+            # Per primary: its server's run id, which a restart changes.
+            self.run_ids: dict[str, str] = {}
             self.behind = False
             self.shortfalls = 0
             self.logged_at = 0.0
         counters.cache_replicas_behind(False)
 
-    def want(self, node: str, replicas: int) -> int:
-        """How many replicas a write to ``node`` waits for: those it had online last time."""
-        return min(replicas, self.online.get(node, replicas))
+    def want(self, node: str, replicas: int) -> tuple[int, int]:
+        """How many replicas a write to ``node`` waits for, and how many it had online last
+        time: those, and those that dropped off within the grace."""
+        online = self.online.get(node, replicas)
+        before, since = self.lost.get(node, (online, 0.0))
+        if before > online and time.monotonic() - since < conf.CACHE_REPLICA_GRACE:
+            return min(replicas, before), online
+        return min(replicas, online), online
 
-    def saw(self, node: str, role: Any) -> None:
-        online = len(role[2]) if role and role[0] in (b"master", "master") else 0
-        self.online[node] = online
+    def asks(self, node: str, role: Any) -> bool:
+        """Whether to read ``node``'s run id with this ``ROLE``: at the first, to know it, and at
+        one that shows fewer replicas online than the last, to tell a restart apart."""
+        previous = self.online.get(node)
+        return previous is None or _online(role) < previous
+
+    def saw(self, node: str, role: Any, *, run_id: str | None = None) -> None:
+        online = _online(role)
+        now = time.monotonic()
+        with self.lock:
+            previous = self.online.get(node)
+            before, since = self.lost.get(node, (online, 0.0))
+            restarted = run_id is not None and self.run_ids.get(node, run_id) != run_id
+            if run_id is not None:
+                self.run_ids[node] = run_id
+            if restarted:
+                self.lost.pop(node, None)
+            elif previous is not None and online < previous:
+                # NOTE: the grace starts again at each replica lost.
+                self.lost[node] = (max(before, previous), now)
+            elif online >= before or now - since >= conf.CACHE_REPLICA_GRACE:
+                self.lost.pop(node, None)
+            self.online[node] = online
 
     def reached(self, acknowledged: int, wanted: int) -> bool:
         """Record one replicated update; whether enough replicas acknowledged it."""
@@ -409,8 +446,9 @@ class _Replicas:
         if due:
             # NOTE: one line a period, not one per write: a lagging replica fails them all.
             logger.warning(
-                "%d cache update%s reached fewer online replicas than they waited for (last: "
-                "%d of %d in %d ms); they count as not landed and are repaired.",
+                "%d cache update%s reached fewer replicas than they waited for (last: %d of %d "
+                "in %d ms, or a replica lost within CACHE_REPLICA_GRACE); they count as not "
+                "landed and are repaired.",
                 count,
                 "" if count == 1 else "s",
                 acknowledged,
@@ -428,6 +466,11 @@ replicas = _Replicas()
 REPLICA_LOG_SECONDS = 10.0
 
 
+def _online(role: Any) -> int:
+    """How many replicas a ``ROLE`` reply lists online (none when the node is not a primary)."""
+    return len(role[2]) if role and role[0] in (b"master", "master") else 0
+
+
 def _replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
     """Run a write's ``script`` on the owner's hash; with ``MEMORY["CACHE_REPLICAS"]``, then
     ``WAIT`` for that many replicas, of those the primary has online, on the same connection
@@ -438,10 +481,12 @@ def _replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
     NOTE: a replica promoted by Sentinel or a Cluster failover has only what was replicated to
     it; a write whose update it lacks must stay unconfirmed (its owner dirty, its repair
     pending), so that the repair drops the older copy on whichever node is primary then. A
-    replica that is not online (down, or in its first full sync, when it holds none of the
-    primary's data yet) is not waited for: it cannot be promoted with an older copy the primary
-    replaced, and waiting for it would keep every owner of that primary out of the cache for as
-    long as it is away. ``ROLE`` in the same pipeline tells how many are online for the next write.
+    replica that is not online is not waited for once ``CACHE_REPLICA_GRACE`` has passed since
+    this process saw it drop off (``_Replicas``): within the grace a failover may still promote
+    it with the copies it held, so updates then count as not landed without a ``WAIT`` that
+    could only time out; past it, waiting would keep every owner of that primary out of the
+    cache for as long as the replica is away. ``ROLE`` in the same pipeline tells how many are
+    online for the next write.
     """
     wanted = conf.CACHE_REPLICAS
     if not wanted:
@@ -450,11 +495,12 @@ def _replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
     node = redis.get_redis_connection(redis.get_node_from_key(key)) if _is_cluster(redis) else redis
     kwargs = node.connection_pool.connection_kwargs
     name = f"{kwargs.get('host')}:{kwargs.get('port')}"
-    want = replicas.want(name, wanted)
+    want, online = replicas.want(name, wanted)
     for attempt in (1, 2):
         pipe = node.pipeline(transaction=False)
         pipe.evalsha(script.sha, 1, key, *args)
-        if want:
+        # NOTE: a replica known to be off (in the grace) would only make WAIT time out.
+        if want and want <= online:
             pipe.wait(want, conf.CACHE_REPLICA_WAIT_MS)
         pipe.execute_command("ROLE")
         try:
@@ -471,8 +517,10 @@ def _replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
             if _is_cluster(redis):
                 _cluster_refresh(redis)
             raise
-    replicas.saw(name, role)
-    if not replicas.reached(acknowledged[0] if acknowledged else 0, want):
+    # NOTE: rare (a node's first write, a replica fewer than the last write saw): one INFO.
+    run_id = str(node.info("server")["run_id"]) if replicas.asks(name, role) else None
+    replicas.saw(name, role, run_id=run_id)
+    if not replicas.reached(acknowledged[0] if acknowledged else min(want, online), want):
         return None
     return reply
 
