@@ -122,19 +122,19 @@ from memory.cache.writes import (
 
 def replicas_state() -> Literal["ok", "behind"]:
     """Whether this process's last replicated update reached its replicas (health, metrics)."""
-    from memory.cache.copy import replicas
+    from memory.cache.replication import replicas
 
     return replicas.state()
 
 
 def reset() -> None:
     """Forget this process's cache state: breaker, counters, pending repairs (tests, forks)."""
-    from memory.cache import client, copy, history, limits, repair
+    from memory.cache import client, copy, history, limits, repair, replication
 
     client.breaker.reset()
     history.reset()
     repair.reset()
-    copy.replicas.reset()
+    replication.replicas.reset()
     copy.miss_share.reset()
     limits.reset()
 
