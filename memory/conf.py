@@ -100,6 +100,9 @@ DEFAULTS: dict[str, Any] = {
     "LINK_BATCH_TURNS": 50,
     # Milliseconds each statement of a search may run before Postgres stops it (a 503).
     "SEARCH_TIMEOUT_MS": 500,
+    # Milliseconds a search waits for its query's embedding before it goes on without it (hybrid
+    # by words; semantic a 503); an embedder's first query in a process (a model loading), 30 s.
+    "QUERY_EMBED_TIMEOUT_MS": 5000,
     # Heavy reads (a search; a context, messages or page beyond the cached copy) one caller may have
     # in flight per process; past it, 429 with Retry-After. Keep it below a process's threads.
     "HEAVY_READS_PER_CALLER": 1,
@@ -401,6 +404,7 @@ class Settings:
     SUMMARY_AFTER_TOKENS = count_setting()
     SUMMARY_BATCH_TURNS = count_setting()
     SEARCH_TIMEOUT_MS = count_setting()
+    QUERY_EMBED_TIMEOUT_MS = count_setting()
     LINK_BATCH_TURNS = count_setting()
     HEAVY_READS_PER_CALLER = count_setting()
 

@@ -30,7 +30,13 @@ from memory.payloads import (
 )
 from memory.postgres import context_read
 from memory.selectors.pages import check_owner
-from memory.selectors.search import aturns_recalled, clean_min_score, turns_recalled
+from memory.selectors.search import (
+    QueryEmbedding,
+    aturns_recalled,
+    clean_min_score,
+    recall_begin,
+    turns_recalled,
+)
 
 
 def _context(
@@ -317,7 +323,12 @@ RECALL_CANDIDATES = 20
 
 
 def _recall_args(
-    plan: _Plan, owner_id: str, query: str, now: Any, min_score: float | None
+    plan: _Plan,
+    owner_id: str,
+    query: str,
+    now: Any,
+    min_score: float | None,
+    begun: QueryEmbedding | None,
 ) -> dict[str, Any]:
     return {
         "owner_id": owner_id,
@@ -326,6 +337,7 @@ def _recall_args(
         "limit": conf.RECALL_TURNS if plan.budget is None else RECALL_CANDIDATES,
         "now": now,
         "min_score": min_score,
+        "begun": begun,
     }
 
 
@@ -341,12 +353,14 @@ def _messages(
     """``context_messages`` between its reads: the owner's context, then the recall."""
     _max_tokens_check(max_tokens)
     _recall_check(now, min_score)
+    # NOTE: the query's embedding runs while the context is read (no I/O here).
+    begun = None if query is None else recall_begin(owner_id=owner_id, query=query, now=now)
     n = _messages_turns(max_tokens, turns)
     memory, source = yield aio.Step(lambda: _read(owner_id, n), lambda: _aread(owner_id, n))
     context = _context(owner_id, memory, source)
     plan = _Plan(memory, context, max_tokens)
     if query is not None:
-        args = _recall_args(plan, owner_id, query, now, min_score)
+        args = _recall_args(plan, owner_id, query, now, min_score, begun)
         plan.recall(
             (yield aio.Step(lambda: turns_recalled(**args), lambda: aturns_recalled(**args)))
         )
