@@ -74,6 +74,30 @@ def test_an_async_read_cancelled_while_it_probes_gives_the_probe_back(own_redis)
     assert cache.repair.pending_count() == 0
 
 
+@real_db
+@pytest.mark.faults
+def test_an_async_read_of_a_paused_redis_ends_at_the_socket_timeout(own_redis):
+    append("My name is Wang Jianguo")
+    selectors.context_get(owner_id="wang")
+    assert served()
+
+    async def read() -> dict[str, Any]:
+        # NOTE: the async connections have no socket timeout of their own; the call's deadline,
+        # the alias's SOCKET_TIMEOUT (0.2 s), ends the read. Not a speed assertion: redis-py's
+        # default timeout, 5 s, would still be waiting.
+        return await asyncio.wait_for(selectors.acontext_get(owner_id="wang"), 2.0)
+
+    own_redis.pause()
+    try:
+        context = run(read)
+        state, outages = cache.client.breaker.state, cache.client.breaker.outages
+    finally:
+        own_redis.resume()
+    assert context["source"] == "database"
+    assert [turn["content"] for turn in context["turns"]] == ["My name is Wang Jianguo"]
+    assert (state, outages) == ("open", 1)
+
+
 def test_a_sync_call_interrupted_while_it_probes_gives_the_probe_back(db):
     append("hi")
     cache.client.breaker.failed(redis.ConnectionError("gone"), "test")

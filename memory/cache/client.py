@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import inspect
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from django.conf import settings
 from django.core.cache import caches
 from django_redis.exceptions import ConnectionInterrupted
+from redis import Redis
 from redis import asyncio as aioredis
 from redis import connection as sync_connection
 from redis import exceptions as redis_errors
@@ -311,11 +313,33 @@ def enabled() -> bool:
     return alias() is not None
 
 
+class _Held(threading.local):
+    """This thread's client of the alias last asked for, and the ``CACHES`` it was made under."""
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.caches: Any = None
+        self.client: Any = None
+
+
+_held = _Held()
+
+
 def client() -> Any:
     """The redis-py client of the memory alias (a connection pool shared by the process)."""
     name = alias()
     assert name is not None
-    return caches[name].client.get_client(write=True)  # type: ignore[attr-defined]
+    return _client_of(name)
+
+
+def _client_of(name: str) -> Any:
+    held, configured = _held, settings.CACHES
+    if held.client is None or held.name != name or held.caches is not configured:
+        # NOTE: kept per thread, as Django keeps each thread's cache object: its lookup, through
+        # asgiref's Local, cost a warm read more than the rest of this module's bookkeeping.
+        held.client = caches[name].client.get_client(write=True)  # type: ignore[attr-defined]
+        held.name, held.caches = name, configured
+    return held.client
 
 
 class Attempt:
@@ -390,10 +414,11 @@ def redis_call(
     outright, for a probe). A write never skips Redis for the breaker; a read does while it is open.
     Never raises a Redis error.
     """
-    if not enabled():
+    name = alias()
+    if name is None:
         return Outcome.DISABLED
     try:
-        redis = client()
+        redis = _client_of(name)
     except Exception:
         # NOTE: a cluster no seed answers cannot be built: the call below counts the same error.
         redis, shard = None, shard or ""
@@ -406,6 +431,110 @@ def redis_call(
     with Attempt(action, ticket) as attempt:
         value = fn(redis if redis is not None else client())
     return attempt.outcome or Answer(value)
+
+
+# A command: its one-word name, then its arguments (bytes go as they are).
+Command = tuple[Any, ...]
+
+
+def commands_run(redis: Any, commands: Sequence[Command]) -> list[Any]:
+    """Run ``commands`` in one round trip: their replies as redis-py parses them (no response
+    callbacks), or the first ``ResponseError`` once every reply is read. Raises what redis-py
+    raises, after the retries of the client's ``Retry``, as a pipeline does.
+
+    NOTE: one write and the replies' reads on a pooled connection, without a pipeline's objects
+    and bookkeeping: a fifth of a warm read's time (docs/performance.md). A client that routes
+    by key (a cluster) runs them in its pipeline.
+    """
+    if not isinstance(redis, Redis):
+        pipe = redis.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(pipe.execute())
+    pool = redis.connection_pool
+    connection = pool.get_connection(*_command_name(pool, commands))
+    try:
+        packed = _packed(connection.encoder.encode, commands)
+        return connection.retry.call_with_retry(
+            lambda: _exchange(connection, packed, len(commands)),
+            lambda _error: connection.disconnect(),
+        )
+    finally:
+        pool.release(connection)
+
+
+def _command_name(pool: Any, commands: Sequence[Command]) -> tuple[str, ...]:
+    """What ``pool.get_connection`` takes: the first command's name before redis-py 5.3, which
+    requires it, else nothing (later ones warn when it is given)."""
+    return (commands[0][0],) if _names_command(type(pool).get_connection) else ()
+
+
+@functools.cache
+def _names_command(get_connection: Callable[..., Any]) -> bool:
+    parameter = inspect.signature(get_connection).parameters.get("command_name")
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+def _packed(encode: Callable[[Any], bytes], commands: Sequence[Command]) -> bytes:
+    """``commands`` in the Redis protocol, each an array of bulk strings, the arguments encoded
+    as the connection encodes them.
+
+    NOTE: ours, not the connection's ``pack_commands``: a warm read's arguments are bytes but
+    its key, and redis-py's packer, which encodes every one and plans for large values, took a
+    tenth of the read's time.
+    """
+    parts: list[bytes] = []
+    for command in commands:
+        parts.append(b"*%d\r\n" % len(command))
+        for argument in command:
+            data = argument if type(argument) is bytes else encode(argument)
+            parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def _exchange(connection: Any, packed: bytes, n: int) -> list[Any]:
+    connection.send_packed_command([packed])
+    replies: list[Any] = []
+    refused: redis_errors.ResponseError | None = None
+    for _ in range(n):
+        try:
+            replies.append(connection.read_response())
+        except redis_errors.ResponseError as e:
+            # NOTE: the later replies are read all the same: the pooled connection stays in step.
+            refused = refused or e
+            replies.append(e)
+    if refused is not None:
+        raise refused
+    return replies
+
+
+async def acommands_run(redis: Any, commands: Sequence[Command]) -> list[Any]:
+    """``commands_run`` on the ``redis.asyncio`` client of ``aredis_call``."""
+    pool = redis.connection_pool
+    connection = await pool.get_connection(*_command_name(pool, commands))
+    try:
+        packed = _packed(connection.encoder.encode, commands)
+        return await connection.retry.call_with_retry(  # type: ignore[no-any-return]
+            lambda: _aexchange(connection, packed, len(commands)),
+            lambda _error: connection.disconnect(),
+        )
+    finally:
+        await pool.release(connection)
+
+
+async def _aexchange(connection: Any, packed: bytes, n: int) -> list[Any]:
+    await connection.send_packed_command([packed])
+    replies: list[Any] = []
+    refused: redis_errors.ResponseError | None = None
+    for _ in range(n):
+        try:
+            replies.append(await connection.read_response())
+        except redis_errors.ResponseError as e:
+            refused = refused or e
+            replies.append(e)
+    if refused is not None:
+        raise refused
+    return replies
 
 
 def shard_for(key: str) -> str:
@@ -430,17 +559,30 @@ async def aredis_call(action: str, fn: Callable[[Any], Awaitable[T]]) -> Answer[
     """``redis_call`` for a read from async code, on ``redis.asyncio``, with the same breaker and
     outcomes; ``None`` where the alias has no matching async client. Never raises a Redis error; a
     cancellation propagates, with the probe given back."""
-    if not enabled():
+    name = alias()
+    if name is None:
         return Outcome.DISABLED
-    redis = async_client()
-    if redis is None:
+    made = _async_made(name)
+    if made.redis is None:
         return None
     ticket = breaker.admit(write=False)
     if not isinstance(ticket, Pass):
         return Outcome.SKIPPED
     with Attempt(action, ticket) as attempt:
-        value = await fn(redis)
+        value = await _within(fn(made.redis), made.deadline)
     return attempt.outcome or Answer(value)
+
+
+async def _within(call: Awaitable[T], seconds: float | None) -> T:
+    """``call`` awaited for at most ``seconds`` in all (``None``: no bound); past them, redis-py's
+    ``TimeoutError``."""
+    if seconds is None:
+        return await call
+    try:
+        async with asyncio.timeout(seconds):
+            return await call
+    except TimeoutError as e:
+        raise redis_errors.TimeoutError(f"Redis did not answer within {seconds} s.") from e
 
 
 # --- the async client: the sync client's own configuration, on redis.asyncio -----------------
@@ -484,9 +626,14 @@ def _async_parameters(cls: type) -> frozenset[str]:
     return frozenset(names - {"self", "args", "kwargs"})
 
 
-def _async_pool(sync_client: Any) -> Any | None:
-    """A ``redis.asyncio`` pool with the connection settings of ``sync_client``'s pool, or ``None``
-    where redis.asyncio cannot match them (Sentinel, Cluster, a custom connection class)."""
+def _async_pool(sync_client: Any) -> tuple[Any, float | None] | None:
+    """A ``redis.asyncio`` pool with the connection settings of ``sync_client``'s pool but its
+    socket timeout, and that timeout; ``None`` where redis.asyncio cannot match them (Sentinel,
+    Cluster, a custom connection class).
+
+    NOTE: the socket timeout bounds each whole call instead (``_within``): redis.asyncio bounds
+    each write with ``asyncio.wait_for``, a task and two turns of the loop, a sixth of a warm read.
+    """
     pool = getattr(sync_client, "connection_pool", None)
     pool_class = _ASYNC_POOLS.get(type(pool))
     cls = _ASYNC_CONNECTIONS.get(getattr(pool, "connection_class", None))  # type: ignore[arg-type]
@@ -509,32 +656,47 @@ def _async_pool(sync_client: Any) -> Any | None:
         kwargs[name] = value
     if isinstance(pool, sync_connection.BlockingConnectionPool):
         kwargs["timeout"] = pool.timeout
-    return pool_class(connection_class=cls, max_connections=pool.max_connections, **kwargs)
+    deadline = kwargs.pop("socket_timeout", None)
+    made = pool_class(
+        connection_class=cls, max_connections=pool.max_connections, socket_timeout=None, **kwargs
+    )
+    return made, deadline
+
+
+@dataclass(frozen=True)
+class _Async:
+    """An event loop's async client of one alias (``None``: none matches it), made for the
+    alias's settings ``params``; ``deadline``: the seconds one call may take in all."""
+
+    params: Any
+    redis: Any
+    deadline: float | None
 
 
 # NOTE: a redis.asyncio pool belongs to its event loop: one per loop and alias, rebuilt when the
 # alias's settings change.
-_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, tuple[Any, Any]]] = (
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Async]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def async_client() -> Any | None:
-    """This event loop's ``redis.asyncio`` client of the memory alias, or ``None`` where it cannot
-    match the sync client's configuration."""
-    name = alias()
-    assert name is not None
+def _async_made(name: str) -> _Async:
+    """This event loop's async client of the alias ``name``. Its connections have no socket
+    timeout: ``aredis_call`` bounds each call."""
     params = settings.CACHES.get(name)
     per_loop = _async_clients.get(loop := asyncio.get_running_loop())
     if per_loop is None:
         per_loop = _async_clients.setdefault(loop, {})
     made = per_loop.get(name)
-    if made is not None and made[0] is params:
-        return made[1]
-    async_pool = _async_pool(client())
-    redis = None if async_pool is None else aioredis.Redis(connection_pool=async_pool)
-    per_loop[name] = (params, redis)
-    return redis
+    if made is not None and made.params is params:
+        return made
+    matched = _async_pool(_client_of(name))
+    if matched is None:
+        made = _Async(params, None, None)
+    else:
+        made = _Async(params, aioredis.Redis(connection_pool=matched[0]), matched[1])
+    per_loop[name] = made
+    return made
 
 
 def stats_key() -> str:
@@ -553,6 +715,8 @@ def counts_flush(*, force: bool = False) -> None:
     the owner's answers, which must neither fail a read nor open the breaker for every owner.
     """
     now = time.monotonic()
+    if not force and now - breaker.counts_flushed_at < COUNTS_FLUSH_SECONDS:
+        return
     with breaker.lock:
         if not force and now - breaker.counts_flushed_at < COUNTS_FLUSH_SECONDS:
             return
