@@ -98,6 +98,26 @@ def test_an_async_read_of_a_paused_redis_ends_at_the_socket_timeout(own_redis):
     assert (state, outages) == ("open", 1)
 
 
+@real_db
+@pytest.mark.faults
+def test_an_async_connection_the_server_closed_while_idle_is_connected_again(own_redis):
+    append("My name is Wang Jianguo")
+    selectors.context_get(owner_id="wang")
+    killer = redis.Redis.from_url(own_redis.url)
+
+    async def reads() -> list[str]:
+        sources = [(await selectors.acontext_get(owner_id="wang"))["source"]]
+        # NOTE: the connection that read waits, idle, for the next read of this loop; Redis
+        # closes it meanwhile (a restart, CLIENT KILL, an idle timeout).
+        killer.client_kill_filter(_type="normal", skipme=True)
+        await asyncio.sleep(0.1)  # the loop sees the connection closed
+        sources.append((await selectors.acontext_get(owner_id="wang"))["source"])
+        return sources
+
+    assert run(reads) == ["cache", "cache"]
+    assert cache.client.breaker.outages == 0
+
+
 def test_a_sync_call_interrupted_while_it_probes_gives_the_probe_back(db):
     append("hi")
     cache.client.breaker.failed(redis.ConnectionError("gone"), "test")

@@ -23,7 +23,6 @@ from django.conf import settings
 from django.core.cache import caches
 from django_redis.exceptions import ConnectionInterrupted
 from redis import Redis
-from redis import asyncio as aioredis
 from redis import connection as sync_connection
 from redis import exceptions as redis_errors
 from redis.asyncio import connection as async_connection
@@ -508,18 +507,23 @@ def _exchange(connection: Any, packed: bytes, n: int) -> list[Any]:
     return replies
 
 
-async def acommands_run(redis: Any, commands: Sequence[Command]) -> list[Any]:
-    """``commands_run`` on the ``redis.asyncio`` client of ``aredis_call``."""
-    pool = redis.connection_pool
-    connection = await pool.get_connection(*_command_name(pool, commands))
+async def acommands_run(connections: AsyncConnections, commands: Sequence[Command]) -> list[Any]:
+    """``commands_run`` on an event loop's connections (``aredis_call`` passes them)."""
+    connection = await connections.take(commands)
+    in_step = False
     try:
         packed = _packed(connection.encoder.encode, commands)
-        return await connection.retry.call_with_retry(  # type: ignore[no-any-return]
+        replies: list[Any] = await connection.retry.call_with_retry(
             lambda: _aexchange(connection, packed, len(commands)),
             lambda _error: connection.disconnect(),
         )
+        in_step = True
+        return replies
+    except redis_errors.ResponseError:
+        in_step = True  # every reply was read
+        raise
     finally:
-        await pool.release(connection)
+        await connections.give_back(connection, in_step=in_step)
 
 
 async def _aexchange(connection: Any, packed: bytes, n: int) -> list[Any]:
@@ -562,14 +566,14 @@ async def aredis_call(action: str, fn: Callable[[Any], Awaitable[T]]) -> Answer[
     name = alias()
     if name is None:
         return Outcome.DISABLED
-    made = _async_made(name)
-    if made.redis is None:
+    connections = _async_connections(name)
+    if connections is None:
         return None
     ticket = breaker.admit(write=False)
     if not isinstance(ticket, Pass):
         return Outcome.SKIPPED
     with Attempt(action, ticket) as attempt:
-        value = await _within(fn(made.redis), made.deadline)
+        value = await _within(fn(connections), connections.deadline)
     return attempt.outcome or Answer(value)
 
 
@@ -663,14 +667,49 @@ def _async_pool(sync_client: Any) -> tuple[Any, float | None] | None:
     return made, deadline
 
 
+class AsyncConnections:
+    """An event loop's ``redis.asyncio`` connections to the alias: the pool they come from, the
+    ones kept out of it between calls, and the seconds one call may take in all."""
+
+    def __init__(self, pool: Any, deadline: float | None) -> None:
+        self.pool = pool
+        self.deadline = deadline
+        # NOTE: a connection that ends a call in step waits here, still checked out of the pool:
+        # the pool's check-out and return (a lock, its bookkeeping) were a tenth of an async
+        # read. Never more than the most calls at once, which the pool's limit still counts;
+        # none from a blocking pool, whose waiters would wait on them.
+        self.idle: list[Any] = []
+        blocking = isinstance(pool, async_connection.BlockingConnectionPool)
+        # The pool's own check of a connection before use; ``None``: keep none.
+        self.check = None if blocking else getattr(pool, "ensure_connection", None)
+
+    async def take(self, commands: Sequence[Command]) -> Any:
+        """A connected connection in step for ``commands`` (one the server closed is connected
+        again)."""
+        if self.idle and self.check is not None:
+            connection = self.idle.pop()
+            try:
+                await self.check(connection)
+            except BaseException:
+                await self.pool.release(connection)
+                raise
+            return connection
+        return await self.pool.get_connection(*_command_name(self.pool, commands))
+
+    async def give_back(self, connection: Any, *, in_step: bool) -> None:
+        if in_step and self.check is not None:
+            self.idle.append(connection)
+        else:
+            await self.pool.release(connection)
+
+
 @dataclass(frozen=True)
 class _Async:
-    """An event loop's async client of one alias (``None``: none matches it), made for the
-    alias's settings ``params``; ``deadline``: the seconds one call may take in all."""
+    """An event loop's connections to one alias (``None``: redis.asyncio cannot match it), made
+    for the alias's settings ``params``."""
 
     params: Any
-    redis: Any
-    deadline: float | None
+    connections: AsyncConnections | None
 
 
 # NOTE: a redis.asyncio pool belongs to its event loop: one per loop and alias, rebuilt when the
@@ -680,23 +719,19 @@ _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _
 )
 
 
-def _async_made(name: str) -> _Async:
-    """This event loop's async client of the alias ``name``. Its connections have no socket
-    timeout: ``aredis_call`` bounds each call."""
+def _async_connections(name: str) -> AsyncConnections | None:
+    """This event loop's connections to the alias ``name``. They have no socket timeout:
+    ``aredis_call`` bounds each call."""
     params = settings.CACHES.get(name)
     per_loop = _async_clients.get(loop := asyncio.get_running_loop())
     if per_loop is None:
         per_loop = _async_clients.setdefault(loop, {})
     made = per_loop.get(name)
-    if made is not None and made.params is params:
-        return made
-    matched = _async_pool(_client_of(name))
-    if matched is None:
-        made = _Async(params, None, None)
-    else:
-        made = _Async(params, aioredis.Redis(connection_pool=matched[0]), matched[1])
-    per_loop[name] = made
-    return made
+    if made is None or made.params is not params:
+        matched = _async_pool(_client_of(name))
+        made = _Async(params, None if matched is None else AsyncConnections(*matched))
+        per_loop[name] = made
+    return made.connections
 
 
 def stats_key() -> str:

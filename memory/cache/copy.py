@@ -262,15 +262,16 @@ async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | N
     key = owner_key(owner_id, epoch)
     commands: list[Command] = [("HMGET", key, *_HIT_FIELDS), ("EXPIRE", key, conf.CACHE_TTL)]
 
-    async def read(redis: Any) -> Any:
-        return (await acommands_run(redis, commands))[0]
+    async def read(connections: Any) -> Any:
+        return (await acommands_run(connections, commands))[0]
 
     answer = await aredis_call("read", read)
     if not isinstance(answer, Answer):
         return answer
     if answer.value[0] is None:
         if answer.value[7] is not None:
-            await aredis_call("read", lambda redis: redis.expire(key, GUARD_TTL, lt=True))
+            lower: list[Command] = [("EXPIRE", key, GUARD_TTL, "LT")]
+            await aredis_call("read", lambda connections: acommands_run(connections, lower))
         breaker.count("misses")
         return Miss(fill_token=None)
     return _hit_result(answer.value, turns)
