@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -508,7 +508,7 @@ def _exchange(connection: Any, packed: bytes, n: int) -> list[Any]:
 
 
 async def acommands_run(connections: AsyncConnections, commands: Sequence[Command]) -> list[Any]:
-    """``commands_run`` on an event loop's connections (``aredis_call`` passes them)."""
+    """``commands_run`` on an event loop's connections."""
     connection = await connections.take(commands)
     in_step = False
     try:
@@ -559,10 +559,13 @@ def _shard(redis: Any, key: str) -> str:
         return ""
 
 
-async def aredis_call(action: str, fn: Callable[[Any], Awaitable[T]]) -> Answer[T] | Outcome | None:
-    """``redis_call`` for a read from async code, on ``redis.asyncio``, with the same breaker and
-    outcomes; ``None`` where the alias has no matching async client. Never raises a Redis error; a
-    cancellation propagates, with the probe given back."""
+async def aredis_call(
+    action: str, commands: Sequence[Command]
+) -> Answer[list[Any]] | Outcome | None:
+    """``redis_call`` of ``commands`` (``acommands_run``) for a read from async code, on
+    ``redis.asyncio``, with the same breaker and outcomes, bounded in all by the alias's socket
+    timeout; ``None`` where the alias has no matching async client. Never raises a Redis error;
+    a cancellation propagates, with the probe given back."""
     name = alias()
     if name is None:
         return Outcome.DISABLED
@@ -572,21 +575,17 @@ async def aredis_call(action: str, fn: Callable[[Any], Awaitable[T]]) -> Answer[
     ticket = breaker.admit(write=False)
     if not isinstance(ticket, Pass):
         return Outcome.SKIPPED
+    seconds = connections.deadline
     with Attempt(action, ticket) as attempt:
-        value = await _within(fn(connections), connections.deadline)
+        if seconds is None:
+            value = await acommands_run(connections, commands)
+        else:
+            try:
+                async with asyncio.timeout(seconds):
+                    value = await acommands_run(connections, commands)
+            except TimeoutError as e:
+                raise redis_errors.TimeoutError(f"Redis did not answer within {seconds} s.") from e
     return attempt.outcome or Answer(value)
-
-
-async def _within(call: Awaitable[T], seconds: float | None) -> T:
-    """``call`` awaited for at most ``seconds`` in all (``None``: no bound); past them, redis-py's
-    ``TimeoutError``."""
-    if seconds is None:
-        return await call
-    try:
-        async with asyncio.timeout(seconds):
-            return await call
-    except TimeoutError as e:
-        raise redis_errors.TimeoutError(f"Redis did not answer within {seconds} s.") from e
 
 
 # --- the async client: the sync client's own configuration, on redis.asyncio -----------------

@@ -23,7 +23,6 @@ from memory.cache.client import (
     Answer,
     Command,
     Outcome,
-    acommands_run,
     aredis_call,
     breaker,
     commands_run,
@@ -203,12 +202,13 @@ def copy_read(
     """
     key = owner_key(owner_id, epoch)
     commands: list[Command] = [("HMGET", key, *_HIT_FIELDS), ("EXPIRE", key, conf.CACHE_TTL)]
-    lock, token = f"{key}:fill", ""
+    token = ""
     pipelined = claim_fill and miss_share.likely()
     if pipelined:
         # NOTE: the token is drawn only for a claim sent: a hit needs none.
         token = secrets.token_hex(8)
-        commands.append(("EVALSHA", _CLAIM.sha, 2, key, lock, conf.FILL_WAIT_MS * 2, token))
+        claim = ("EVALSHA", _CLAIM.sha, 2, key, f"{key}:fill", conf.FILL_WAIT_MS * 2, token)
+        commands.append(claim)
 
     def read(redis: Any) -> Any:
         for attempt in (1, 2):
@@ -240,8 +240,9 @@ def copy_read(
     else:
         token = secrets.token_hex(8)
         args: list[Any] = [conf.FILL_WAIT_MS * 2, token]
+        keys = [key, f"{key}:fill"]
         taken = redis_call(
-            "read", lambda redis: _CLAIM(keys=[key, lock], args=args, client=redis), key=key
+            "read", lambda redis: _CLAIM(keys=keys, args=args, client=redis), key=key
         )
         if not isinstance(taken, Answer):
             return taken
@@ -260,21 +261,18 @@ async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | N
     error."""
 
     key = owner_key(owner_id, epoch)
-    commands: list[Command] = [("HMGET", key, *_HIT_FIELDS), ("EXPIRE", key, conf.CACHE_TTL)]
-
-    async def read(connections: Any) -> Any:
-        return (await acommands_run(connections, commands))[0]
-
-    answer = await aredis_call("read", read)
+    answer = await aredis_call(
+        "read", (("HMGET", key, *_HIT_FIELDS), ("EXPIRE", key, conf.CACHE_TTL))
+    )
     if not isinstance(answer, Answer):
         return answer
-    if answer.value[0] is None:
-        if answer.value[7] is not None:
-            lower: list[Command] = [("EXPIRE", key, GUARD_TTL, "LT")]
-            await aredis_call("read", lambda connections: acommands_run(connections, lower))
+    held = answer.value[0]
+    if held[0] is None:
+        if held[7] is not None:
+            await aredis_call("read", (("EXPIRE", key, GUARD_TTL, "LT"),))
         breaker.count("misses")
         return Miss(fill_token=None)
-    return _hit_result(answer.value, turns)
+    return _hit_result(held, turns)
 
 
 def _ends(payloads: list[bytes]) -> bytes:
