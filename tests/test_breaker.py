@@ -87,15 +87,49 @@ def test_an_async_read_of_a_paused_redis_ends_at_the_socket_timeout(own_redis):
         # default timeout, 5 s, would still be waiting.
         return await asyncio.wait_for(selectors.acontext_get(owner_id="wang"), 2.0)
 
+    async def reads() -> list[dict[str, Any]]:
+        # NOTE: two at once on one loop: one watch and its one timer end both.
+        return list(await asyncio.gather(read(), read()))
+
     own_redis.pause()
     try:
-        context = run(read)
+        contexts = run(reads)
         state, outages = cache.client.breaker.state, cache.client.breaker.outages
     finally:
         own_redis.resume()
-    assert context["source"] == "database"
-    assert [turn["content"] for turn in context["turns"]] == ["My name is Wang Jianguo"]
+    for context in contexts:
+        assert context["source"] == "database"
+        assert [turn["content"] for turn in context["turns"]] == ["My name is Wang Jianguo"]
     assert (state, outages) == ("open", 1)
+
+
+def test_the_watch_ends_only_the_calls_past_their_deadline():
+    from memory.cache.client import Watch
+
+    async def main() -> list[str]:
+        watch = Watch(asyncio.get_running_loop())
+
+        async def call(seconds: float) -> str:
+            task = asyncio.current_task()
+            assert task is not None
+            watch.start(task, seconds)
+            try:
+                await asyncio.sleep(0.3)
+                return "answered"
+            except asyncio.CancelledError:
+                return "timed out" if watch.end(task) else "cancelled"
+            finally:
+                watch.end(task)
+
+        slow = asyncio.create_task(call(0.05))
+        later = asyncio.create_task(call(0.15))
+        fast = asyncio.create_task(call(5.0))
+        gone = asyncio.create_task(call(5.0))
+        await asyncio.sleep(0.01)
+        gone.cancel()
+        return list(await asyncio.gather(slow, later, fast, gone))
+
+    assert asyncio.run(main()) == ["timed out", "timed out", "answered", "cancelled"]
 
 
 @real_db

@@ -575,17 +575,29 @@ async def aredis_call(
     ticket = breaker.admit(write=False)
     if not isinstance(ticket, Pass):
         return Outcome.SKIPPED
-    seconds = connections.deadline
     with Attempt(action, ticket) as attempt:
-        if seconds is None:
-            value = await acommands_run(connections, commands)
-        else:
-            try:
-                async with asyncio.timeout(seconds):
-                    value = await acommands_run(connections, commands)
-            except TimeoutError as e:
-                raise redis_errors.TimeoutError(f"Redis did not answer within {seconds} s.") from e
+        value = await _bounded(connections, commands)
     return attempt.outcome or Answer(value)
+
+
+async def _bounded(connections: AsyncConnections, commands: Sequence[Command]) -> list[Any]:
+    """``acommands_run``, stopped by the loop's watch (``Watch``) once it has run the alias's
+    socket timeout: then redis-py's ``TimeoutError``."""
+    seconds, watch = connections.deadline, connections.watch
+    task = asyncio.current_task()
+    if seconds is None or task is None:
+        return await acommands_run(connections, commands)
+    cancelling = task.cancelling()
+    watch.start(task, seconds)
+    try:
+        return await acommands_run(connections, commands)
+    except asyncio.CancelledError as e:
+        # NOTE: the watch's own cancellation alone becomes the timeout; any other propagates.
+        if watch.end(task) and task.uncancel() <= cancelling:
+            raise redis_errors.TimeoutError(f"Redis did not answer within {seconds} s.") from e
+        raise
+    finally:
+        watch.end(task)
 
 
 # --- the async client: the sync client's own configuration, on redis.asyncio -----------------
@@ -681,6 +693,7 @@ class AsyncConnections:
         blocking = isinstance(pool, async_connection.BlockingConnectionPool)
         # The pool's own check of a connection before use; ``None``: keep none.
         self.check = None if blocking else getattr(pool, "ensure_connection", None)
+        self.watch = Watch(asyncio.get_running_loop())
 
     async def take(self, commands: Sequence[Command]) -> Any:
         """A connected connection in step for ``commands`` (one the server closed is connected
@@ -700,6 +713,47 @@ class AsyncConnections:
             self.idle.append(connection)
         else:
             await self.pool.release(connection)
+
+
+class Watch:
+    """The deadlines of an event loop's Redis calls in flight, kept by one timer at a time: a
+    call past its deadline has its task cancelled (``_bounded`` makes that the timeout).
+
+    NOTE: not ``asyncio.timeout``, whose timer of each call's own was a twentieth of an async
+    warm read; here a call costs two dict updates, and the timer runs once a timeout at most.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.deadlines: dict[asyncio.Task[Any], float] = {}
+        self.expired: set[asyncio.Task[Any]] = set()
+        self.timer: asyncio.TimerHandle | None = None
+
+    def start(self, task: asyncio.Task[Any], seconds: float) -> None:
+        deadline = self.loop.time() + seconds
+        self.deadlines[task] = deadline
+        if self.timer is None:
+            self.timer = self.loop.call_at(deadline, self._check)
+
+    def end(self, task: asyncio.Task[Any]) -> bool:
+        """Forget the task's call; whether the watch cancelled it (once)."""
+        self.deadlines.pop(task, None)
+        if task in self.expired:
+            self.expired.discard(task)
+            return True
+        return False
+
+    def _check(self) -> None:
+        self.timer = None
+        now, later = self.loop.time(), []
+        for task, deadline in list(self.deadlines.items()):
+            if deadline > now:
+                later.append(deadline)
+            elif task not in self.expired:
+                self.expired.add(task)
+                task.cancel()
+        if later:
+            self.timer = self.loop.call_at(min(later), self._check)
 
 
 @dataclass(frozen=True)
