@@ -104,7 +104,7 @@ def test_an_async_read_of_a_paused_redis_ends_at_the_socket_timeout(own_redis):
 
 
 def test_the_watch_ends_only_the_calls_past_their_deadline():
-    from memory.cache.client import Watch
+    from memory.cache.wire import Watch
 
     async def main() -> list[str]:
         watch = Watch(asyncio.get_running_loop())

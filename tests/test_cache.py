@@ -270,7 +270,7 @@ def test_commands_are_sent_as_redis_py_packs_them(commands):
     packer of redis-py's connections, sync and async."""
     commands = [(name, *arguments) for name, arguments in commands]
     for connection in (Connection(), AsyncConnection()):
-        packed = cache.client._packed(connection.encoder.encode, commands)
+        packed = cache.wire._packed(connection.encoder.encode, commands)
         assert packed == b"".join(connection.pack_commands(commands))
 
 

@@ -21,16 +21,15 @@ from redis.commands.core import Script
 from memory import codec, counters
 from memory.cache.client import (
     Answer,
-    Command,
     Outcome,
     aredis_call,
     breaker,
-    commands_run,
     counts_flush,
     logger,
     redis_call,
 )
 from memory.cache.keys import key_pattern, lock_key, owner_key
+from memory.cache.wire import Command, commands_run
 from memory.conf import conf
 from memory.payloads import FactPayload, SummaryPayload, TurnPayload
 
