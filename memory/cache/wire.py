@@ -77,17 +77,25 @@ def _packed(encode: Callable[[Any], bytes], commands: Sequence[Command]) -> byte
 
 def _exchange(connection: Any, packed: bytes, n: int) -> list[Any]:
     connection.send_packed_command([packed])
-    replies: list[Any] = []
-    refused: redis_errors.ResponseError | None = None
-    for _ in range(n):
-        try:
-            replies.append(connection.read_response())
-        except redis_errors.ResponseError as e:
-            # NOTE: the later replies are read all the same: the pooled connection stays in step.
-            refused = refused or e
-            replies.append(e)
-    if refused is not None:
-        raise refused
+    return _in_step([_reply(connection) for _ in range(n)])
+
+
+def _reply(connection: Any) -> Any:
+    try:
+        return connection.read_response()
+    except redis_errors.ResponseError as e:
+        return e
+
+
+def _in_step(replies: list[Any]) -> list[Any]:
+    """``replies``, or the first ``ResponseError`` among them, raised once every one was read.
+
+    NOTE: the replies after a refused command are read all the same: the pooled connection
+    stays in step.
+    """
+    for reply in replies:
+        if isinstance(reply, redis_errors.ResponseError):
+            raise reply
     return replies
 
 
@@ -112,17 +120,14 @@ async def acommands_run(connections: AsyncConnections, commands: Sequence[Comman
 
 async def _aexchange(connection: Any, packed: bytes, n: int) -> list[Any]:
     await connection.send_packed_command([packed])
-    replies: list[Any] = []
-    refused: redis_errors.ResponseError | None = None
-    for _ in range(n):
-        try:
-            replies.append(await connection.read_response())
-        except redis_errors.ResponseError as e:
-            refused = refused or e
-            replies.append(e)
-    if refused is not None:
-        raise refused
-    return replies
+    return _in_step([await _areply(connection) for _ in range(n)])
+
+
+async def _areply(connection: Any) -> Any:
+    try:
+        return await connection.read_response()
+    except redis_errors.ResponseError as e:
+        return e
 
 
 class AsyncConnections:
