@@ -42,12 +42,19 @@ def eventually(condition: Callable[[], bool], *, within: float) -> bool:
     return condition()
 
 
-@real_db
-@pytest.mark.faults
-def test_an_async_read_cancelled_while_it_probes_gives_the_probe_back(own_redis):
+@pytest.fixture
+def warm_redis(own_redis: Any) -> Any:
+    """A Redis of the test's own, holding a warm copy of "wang"."""
     append("My name is Wang Jianguo")
     selectors.context_get(owner_id="wang")
     assert served()
+    return own_redis
+
+
+@real_db
+@pytest.mark.faults
+def test_an_async_read_cancelled_while_it_probes_gives_the_probe_back(warm_redis):
+    own_redis = warm_redis
     own_redis.pause()
     try:
         assert not served()  # times out: the breaker opens
@@ -76,10 +83,8 @@ def test_an_async_read_cancelled_while_it_probes_gives_the_probe_back(own_redis)
 
 @real_db
 @pytest.mark.faults
-def test_an_async_read_of_a_paused_redis_ends_at_the_socket_timeout(own_redis):
-    append("My name is Wang Jianguo")
-    selectors.context_get(owner_id="wang")
-    assert served()
+def test_an_async_read_of_a_paused_redis_ends_at_the_socket_timeout(warm_redis):
+    own_redis = warm_redis
 
     async def read() -> dict[str, Any]:
         # NOTE: the async connections have no socket timeout of their own; the call's deadline,
@@ -134,10 +139,8 @@ def test_the_watch_ends_only_the_calls_past_their_deadline():
 
 @real_db
 @pytest.mark.faults
-def test_an_async_connection_the_server_closed_while_idle_is_connected_again(own_redis):
-    append("My name is Wang Jianguo")
-    selectors.context_get(owner_id="wang")
-    killer = redis.Redis.from_url(own_redis.url)
+def test_an_async_connection_the_server_closed_while_idle_is_connected_again(warm_redis):
+    killer = redis.Redis.from_url(warm_redis.url)
 
     async def reads() -> list[str]:
         sources = [(await selectors.acontext_get(owner_id="wang"))["source"]]
