@@ -26,6 +26,7 @@ from memory.cache.client import (
 )
 from memory.cache.keys import key_pattern, lock_key, owner_key
 from memory.cache.replication import replicated
+from memory.cache.wire import Command, commands_run
 from memory.conf import conf
 from memory.payloads import FactPayload, SummaryPayload, TurnPayload
 
@@ -56,16 +57,19 @@ def _script(name: str) -> Script:
 
 
 def _run(script: Script, redis: Any, keys: list[str], args: list[Any]) -> Any:
-    """Run ``script`` on the client ``redis`` (not a pipeline): EVALSHA, loading it on NOSCRIPT.
+    """Run ``script`` on the client ``redis`` by EVALSHA in one write (``commands_run``), loading
+    it on NOSCRIPT.
 
     NOTE: not ``Script.__call__``, whose checks for pipeline classes cost about 5 us a call (their
-    bases make each ``isinstance`` a Protocol check).
+    bases make each ``isinstance`` a Protocol check), nor redis-py's packer, which sends a fill's
+    13 KB of turns as a write of its own (three writes a fill).
     """
+    command = ("EVALSHA", script.sha, len(keys), *keys, *args)
     try:
-        return redis.evalsha(script.sha, len(keys), *keys, *args)
+        return commands_run(redis, [command])[0]
     except redis_errors.NoScriptError:
         redis.script_load(script.script)
-        return redis.evalsha(script.sha, len(keys), *keys, *args)
+        return commands_run(redis, [command])[0]
 
 
 _CLAIM = _script("claim")
@@ -157,7 +161,8 @@ def _fact_key(fact: FactPayload) -> str:
 
 # What a hit reads, in one HMGET: the stamp, completeness, the turns' end offsets and
 # payloads, the facts' end offsets and payloads, the summary.
-_HIT_FIELDS = ("rev", "complete", "ends", "turns", "fends", "facts", "sum", "floor")
+# NOTE: bytes, which redis-py sends as they are.
+_HIT_FIELDS = (b"rev", b"complete", b"ends", b"turns", b"fends", b"facts", b"sum", b"floor")
 
 
 class _MissShare:
@@ -165,11 +170,11 @@ class _MissShare:
     (each read moves it 1/16 of the way to 1 or 0): whether a read should claim the fill in the
     same round trip (``read_claim.lua``).
 
-    NOTE: that script costs a hit Redis's copy of the fields through Lua (a hit without it runs
-    no script); after a miss it saves the claim's own round trip, about 110 us. So it is used
-    while more than a fifth of the reads miss (a cold start, a flushed Redis, owners read once),
-    and a warm process's hits pay nothing for it. Updated without a lock: a lost update moves
-    the share a little less, never past what either path allows.
+    NOTE: that script costs a hit about 30 us (Redis copies the fields through Lua; a hit without
+    it runs no script); after a miss it saves the claim's own round trip, about 110 us. So it is
+    used while more than a fifth of the reads miss (a cold start, a flushed Redis, owners read
+    once), and a warm process's hits pay nothing for it. Updated without a lock: a lost update
+    moves the share a little less, never past what either path allows.
     """
 
     THRESHOLD = 0.2
@@ -208,17 +213,14 @@ def copy_read(
     ``GUARD_TTL``, as ``copy_drop`` promised.
     """
     key = owner_key(owner_id, epoch)
-    ttl = conf.CACHE_TTL
-    token = secrets.token_hex(8) if claim_fill else ""
-    lock, wait_ms = f"{key}:fill", conf.FILL_WAIT_MS * 2
+    ttl, wait_ms = conf.CACHE_TTL, conf.FILL_WAIT_MS * 2
     if claim_fill and miss_share.likely():
-        return _read_claim(key, turns, [ttl, GUARD_TTL, wait_ms, token])
+        # NOTE: the token is drawn only for a claim sent: a hit needs none.
+        return _read_claim(key, turns, [ttl, GUARD_TTL, wait_ms, secrets.token_hex(8)])
+    commands: list[Command] = [("HMGET", key, *_HIT_FIELDS), ("EXPIRE", key, ttl)]
 
     def read(redis: Any) -> Any:
-        pipe = redis.pipeline(transaction=False)
-        pipe.hmget(key, _HIT_FIELDS)
-        pipe.expire(key, ttl)
-        return pipe.execute()
+        return commands_run(redis, commands)
 
     answer = redis_call("read", read, key=key)
     if not isinstance(answer, Answer):
@@ -233,6 +235,8 @@ def copy_read(
     if not claim_fill:
         breaker.count("misses")
         return Miss(fill_token=None)
+    token = secrets.token_hex(8)
+    lock = f"{key}:fill"
     taken = redis_call(
         "read",
         lambda redis: _run(_CLAIM, redis, [key, lock], [wait_ms, token]),
@@ -275,23 +279,18 @@ async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | N
     error."""
 
     key = owner_key(owner_id, epoch)
-    ttl = conf.CACHE_TTL
-
-    async def read(redis: Any) -> Any:
-        pipe = redis.pipeline(transaction=False)
-        pipe.hmget(key, _HIT_FIELDS)
-        pipe.expire(key, ttl)
-        return (await pipe.execute())[0]
-
-    answer = await aredis_call("read", read)
+    answer = await aredis_call(
+        "read", (("HMGET", key, *_HIT_FIELDS), ("EXPIRE", key, conf.CACHE_TTL))
+    )
     if not isinstance(answer, Answer):
         return answer
-    if answer.value[0] is None:
-        if answer.value[7] is not None:
-            await aredis_call("read", lambda redis: redis.expire(key, GUARD_TTL, lt=True))
+    held = answer.value[0]
+    if held[0] is None:
+        if held[7] is not None:
+            await aredis_call("read", (("EXPIRE", key, GUARD_TTL, "LT"),))
         breaker.count("misses")
         return Miss(fill_token=None)
-    return _hit_result(answer.value, turns)
+    return _hit_result(held, turns)
 
 
 def _ends(payloads: list[bytes]) -> bytes:
@@ -308,6 +307,12 @@ def _whole(body: bytes | None, ends: bytes | None) -> bool:
     if not ends:
         return not body
     return len(ends) % 4 == 0 and int.from_bytes(ends[-4:]) == len(body or b"")
+
+
+def _array(payloads: bytes, start: int = 0) -> bytes:
+    """The JSON array of the payloads joined by "," in ``payloads`` from byte ``start``, in one
+    copy."""
+    return b"".join((b"[", memoryview(payloads)[start:], b"]"))
 
 
 def _hit_result(held: list[Any], want: int) -> ReadResult:
@@ -327,8 +332,8 @@ def _hit_result(held: list[Any], want: int) -> ReadResult:
     return Hit(
         Snapshot(
             stamp=int(rev),
-            turns=turns_unpack(b"[" + body[start:] + b"]") if want and held_turns else [],
-            facts=facts_unpack(b"[" + facts + b"]") if fends else [],
+            turns=turns_unpack(_array(body, start)) if want and held_turns else [],
+            facts=facts_unpack(_array(facts)) if fends else [],
             summary=codec.loads(summary) if summary else None,
         )
     )
