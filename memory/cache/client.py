@@ -311,11 +311,26 @@ def enabled() -> bool:
     return alias() is not None
 
 
+# The alias's redis-py client, with the CACHES entry it was made from.
+_clients: dict[str, tuple[Any, Any]] = {}
+
+
 def client() -> Any:
-    """The redis-py client of the memory alias (a connection pool shared by the process)."""
+    """The redis-py client of the memory alias (a connection pool shared by the process).
+
+    NOTE: kept for as long as the alias's entry in CACHES is the same dict: Django's cache handler
+    is looked up per thread and context, and each thread's django-redis client shares the one
+    pool anyway (a cluster: one ``RedisCluster`` per process).
+    """
     name = alias()
     assert name is not None
-    return caches[name].client.get_client(write=True)  # type: ignore[attr-defined]
+    params = settings.CACHES.get(name)
+    made = _clients.get(name)
+    if made is not None and made[0] is params:
+        return made[1]
+    redis = caches[name].client.get_client(write=True)  # type: ignore[attr-defined]
+    _clients[name] = (params, redis)
+    return redis
 
 
 class Attempt:
@@ -418,12 +433,24 @@ def shard_for(key: str) -> str:
 
 def _shard(redis: Any, key: str) -> str:
     """The cluster node ``key``'s slot is on ("" for a single Redis, or a slot with no node)."""
-    if not isinstance(redis, RedisCluster):
+    if not _cluster_type(type(redis)):
         return ""
     try:
         return str(redis.nodes_manager.get_node_from_slot(redis.keyslot(key)).name)
     except Exception:  # a slot no node serves, mid-failover: the whole cluster's gate
         return ""
+
+
+# NOTE: by the client's class: an isinstance check against RedisCluster goes through typing's
+# protocol machinery, a microsecond a call.
+_cluster_types: dict[type, bool] = {}
+
+
+def _cluster_type(kind: type) -> bool:
+    cluster = _cluster_types.get(kind)
+    if cluster is None:
+        cluster = _cluster_types[kind] = issubclass(kind, RedisCluster)
+    return cluster
 
 
 async def aredis_call(action: str, fn: Callable[[Any], Awaitable[T]]) -> Answer[T] | Outcome | None:
