@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memory import cache, selectors, services
+from memory.cache.copy import Hit, Short, Snapshot
 from memory.models import Owner
 
 pytestmark = pytest.mark.django_db
@@ -242,6 +245,86 @@ def test_appends_fold_the_tail_into_the_turns_field(
             assert contents(context)[-1] == f"turn {i} " + "x" * 90
             assert len(held[0] or b"") + len(held[1] or b"") < 5 * 200 + 1024 + 200
         assert 2 <= folds < 20
+
+
+# A turn's text: long ones make the script fold the tail into ``turns`` within a few deltas.
+CONTENT = st.tuples(
+    st.sampled_from(["", "篮球,足球", 'a, "q"', "[x]", "{}"]), st.integers(0, 700)
+).map(lambda parts: parts[0] + "x" * parts[1])
+# A delta: new turns (their text), a repeat of the newest cached turn, a fact set or deleted.
+DELTA = st.tuples(
+    st.lists(CONTENT, max_size=3),
+    st.booleans(),
+    st.sampled_from([None, ("set", "name"), ("set", "city"), ("delete", "name")]),
+)
+
+
+AT = "2026-12-07T08:00:00Z"
+
+
+def turn_of(seq: int, content: str) -> dict:
+    return {"seq": seq, "session_id": "s", "role": "user", "content": content, "metadata": {},
+            "created_at": AT}  # fmt: skip
+
+
+def fact_of(key: str, version: int) -> dict:
+    return {"key": key, "value": f"{key} {version}", "session_id": "s", "updated_at": AT,
+            "version": version, "expires_at": None}  # fmt: skip
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    filled=st.lists(CONTENT, max_size=8),
+    depth=st.integers(1, 6),
+    deltas=st.lists(DELTA, min_size=1, max_size=12),
+)
+def test_a_copy_after_any_deltas_reads_as_its_turns_and_facts(
+    memory_settings, filled, depth, deltas
+):
+    """Whatever the deltas (turns added, repeated, the oldest cut past ``CACHE_TURNS``, facts set
+    and deleted) and wherever the script folded its tail, every read of the copy returns the
+    last turns asked for and the facts, as a model of the copy holds them, or ``Short``."""
+    cache.copy.copy_evict(owner_id="prop")
+    with memory_settings(CACHE_TURNS=depth):
+        held = [turn_of(seq, text) for seq, text in enumerate(filled, start=1)]
+        complete = len(held) <= depth
+        held = held[-depth:]
+        stamp, seq, facts = 10, len(filled), {}
+        stored = cache.copy.copy_fill(
+            owner_id="prop", snapshot=Snapshot(stamp, held, []), complete=complete
+        )
+        assert stored is cache.copy.Fill.UNCLAIMED
+        for texts, repeat, fact in deltas:
+            turns = [turn_of(seq := seq + 1, text) for text in texts]
+            if repeat and held:
+                turns.insert(0, held[-1])
+            written, deleted = [], []
+            if fact is not None and fact[0] == "set":
+                written = [fact_of(fact[1], stamp)]
+                facts[fact[1]] = written[0]
+            elif fact is not None and facts.pop(fact[1], None) is not None:
+                deleted = [fact[1]]
+            assert cache.copy.copy_apply(
+                owner_id="prop", prev_stamp=stamp, stamp=stamp + 1, turns=turns,
+                facts=written, deleted_keys=deleted,
+            )  # fmt: skip
+            stamp += 1
+            cached = {turn["seq"] for turn in held}
+            held += [turn for turn in turns if turn["seq"] not in cached]
+            if len(held) > depth:
+                held, complete = held[-depth:], False
+            for want in range(depth + 2):
+                got = cache.copy.copy_read(owner_id="prop", turns=want, claim_fill=False)
+                if want > len(held) and not complete:
+                    assert isinstance(got, Short)
+                    continue
+                assert isinstance(got, Hit) and got.snapshot.stamp == stamp
+                assert got.snapshot.turns == (held[max(len(held) - want, 0) :] if want else [])
+                assert got.snapshot.facts == [facts[key] for key in sorted(facts)]
 
 
 def test_evicted_owner_goes_whole(django_capture_on_commit_callbacks, redis_client):

@@ -101,10 +101,17 @@ if count > depth then
   complete = '0'
   changed = true
 end
+-- NOTE: every field the delta changes is written by one HSET at the end.
+local fields = {'rev', ARGV[2], 'floor', floor, 'complete', complete}
+local function put(name, value)
+  fields[#fields + 1] = name
+  fields[#fields + 1] = value
+end
 if changed then
   local start = struct.unpack('>I4', packed, 1)
   local head = last_end - #tail
   local loose = start + #tail
+  put('seqs', seqs)
   if loose >= FOLD_MIN and 4 * loose >= head then
     local body
     if start < head then
@@ -114,10 +121,12 @@ if changed then
     end
     local ends = ends_of(packed)
     for j = 1, #ends do ends[j] = ends[j] - start end
-    redis.call('HSET', key, 'seqs', seqs, 'ends', ends_packed(ends, 1), 'turns', body)
+    put('ends', ends_packed(ends, 1))
+    put('turns', body)
     redis.call('HDEL', key, 'tail')
   else
-    redis.call('HSET', key, 'seqs', seqs, 'ends', packed, 'tail', tail)
+    put('ends', packed)
+    put('tail', tail)
   end
 end
 local nfacts = tonumber(ARGV[i])
@@ -156,9 +165,10 @@ if nfacts > 0 or ndeleted > 0 then
       kept_ends[#kept_ends + 1] = size
     end
   end
-  redis.call('HSET', key, 'fkeys', table.concat(listed, ' '), 'fends', ends_packed(kept_ends, 1),
-    'facts', table.concat(bodies, ','))
+  put('fkeys', table.concat(listed, ' '))
+  put('fends', ends_packed(kept_ends, 1))
+  put('facts', table.concat(bodies, ','))
 end
-redis.call('HSET', key, 'rev', ARGV[2], 'floor', floor, 'complete', complete)
+redis.call('HSET', key, unpack(fields))
 redis.call('EXPIRE', key, ARGV[3])
 return 1
