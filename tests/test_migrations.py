@@ -1,7 +1,8 @@
 """Tests of the app's migrations on Postgres: the schema 0.1.0 shipped (``0001``), everything
-since (``0002``) and a change of the append's function (``0003``). A database of 0.1.0 migrates to the schema a new one gets, with its
-data; the functions in the database are the ``memory/postgres/sql`` files; migrating back to
-0.1.0 restores its indexes, and forward drops them again."""
+since (``0002``) and a change of the append's function (``0003``). A database of 0.1.0 migrates
+to the schema a new one gets, with its data; the functions in the database are the
+``memory/postgres/sql`` files; migrating back to 0.1.0 restores its indexes, and forward drops
+them again."""
 
 from __future__ import annotations
 
