@@ -50,6 +50,9 @@ DEFAULTS: dict[str, Any] = {
     "CACHE_REPLICAS": 0,
     # Milliseconds a write waits for those replicas before its update counts as not landed.
     "CACHE_REPLICA_WAIT_MS": 100,
+    # Seconds a replica that dropped off its primary is still waited for: updates in that time
+    # count as not landed, since a failover may yet promote it with the copies it held.
+    "CACHE_REPLICA_GRACE": 2.0,
     # Seconds a process trusts the database history it last confirmed (memory.cache.history):
     # past it, no copy is served or written until the database confirms it again. After a
     # failover that lost transactions, no process serves a copy stamped on the lost history
@@ -223,6 +226,39 @@ class count_setting(setting[int]):
         return number
 
 
+class seconds_setting(setting[float]):
+    """A setting that must be a number of seconds >= 0, or with ``positive`` one > 0."""
+
+    def __init__(self, *, positive: bool = False) -> None:
+        super().__init__(self._read)
+        self.positive = positive
+
+    def _read(self, obj: Settings) -> float:
+        value = obj._get(self.name)
+        seconds = _as_seconds(value)
+        if seconds is None or (self.positive and seconds <= 0):
+            raise ImproperlyConfigured(
+                f"MEMORY['{self.name}'] must be a number of seconds "
+                f"{'>' if self.positive else '>='} 0, not {value!r}."
+            )
+        return seconds
+
+
+class flag_setting(setting[bool]):
+    """A setting that must be True or False."""
+
+    def __init__(self) -> None:
+        super().__init__(self._read)
+
+    def _read(self, obj: Settings) -> bool:
+        value = obj._get(self.name)
+        if not isinstance(value, bool):
+            raise ImproperlyConfigured(
+                f"MEMORY[{self.name!r}] must be True or False, not {value!r}."
+            )
+        return value
+
+
 class Settings:
     """Typed access to ``settings.MEMORY``; every setting raises ``ImproperlyConfigured`` for a
     value of the wrong type or range, and keeps a good one until ``setting_changed``."""
@@ -242,16 +278,6 @@ class Settings:
         if not isinstance(user, dict):
             raise ImproperlyConfigured(f"MEMORY must be a dict, not {type(user).__name__}.")
         return user.get(name, DEFAULTS[name])
-
-    def _seconds(self, name: str, *, positive: bool = False) -> float:
-        value = self._get(name)
-        seconds = _as_seconds(value)
-        if seconds is None or (positive and seconds <= 0):
-            raise ImproperlyConfigured(
-                f"MEMORY['{name}'] must be a number of seconds {'>' if positive else '>='} 0, "
-                f"not {value!r}."
-            )
-        return seconds
 
     def _dotted(self, name: str, *, optional: bool = False) -> Any:
         value = self._get(name)
@@ -292,18 +318,10 @@ class Settings:
             )
         return value
 
-    @setting
-    def RECONCILE_INTERVAL(self) -> float:
-        # NOTE: not 0: the repairer would sweep the database without pause.
-        return self._seconds("RECONCILE_INTERVAL", positive=True)
-
-    @setting
-    def RECONCILE_GRACE(self) -> float:
-        return self._seconds("RECONCILE_GRACE")
-
-    @setting
-    def HISTORY_LEASE(self) -> float:
-        return self._seconds("HISTORY_LEASE", positive=True)
+    # NOTE: not 0: the repairer would sweep the database without pause.
+    RECONCILE_INTERVAL = seconds_setting(positive=True)
+    RECONCILE_GRACE = seconds_setting()
+    HISTORY_LEASE = seconds_setting(positive=True)
 
     @setting
     def READ_DATABASE(self) -> str | None:
@@ -314,28 +332,16 @@ class Settings:
             )
         return value
 
-    @setting
-    def SUSPECT_WINDOW(self) -> float:
-        return self._seconds("SUSPECT_WINDOW")
+    SUSPECT_WINDOW = seconds_setting()
+    CACHE_REPLICA_GRACE = seconds_setting()
 
     FILL_WAIT_MS = count_setting(" number of milliseconds", zero=True)
     CACHE_REPLICAS = count_setting(zero=True)
 
     CACHE_REPLICA_WAIT_MS = count_setting()
 
-    def _flag(self, name: str) -> bool:
-        value = self._get(name)
-        if not isinstance(value, bool):
-            raise ImproperlyConfigured(f"MEMORY[{name!r}] must be True or False, not {value!r}.")
-        return value
-
-    @setting
-    def REPAIR_THREAD(self) -> bool:
-        return self._flag("REPAIR_THREAD")
-
-    @setting
-    def ENQUEUE_THREAD(self) -> bool:
-        return self._flag("ENQUEUE_THREAD")
+    REPAIR_THREAD = flag_setting()
+    ENQUEUE_THREAD = flag_setting()
 
     @setting
     def POOLER(self) -> str | None:

@@ -8,11 +8,19 @@ chosen one said yield to others). Pure Python over the candidates' features, no 
 from __future__ import annotations
 
 import math
-import re
 import unicodedata
 from typing import Any
 
-from memory.search import CJK_RUN_RE, cjk_grams, query_split
+from memory.asked import (
+    asks_present,
+    repeat_terms,
+    role_asked,
+    says_change,
+    slot_asked,
+    slot_held,
+    stated,
+)
+from memory.search import CJK_RUN_RE
 
 # NOTE: the ranking's calibration: a logistic model of "this turn holds evidence for the
 # question", fitted on the candidates of the team's quality set (docs/recall.md, "The score"):
@@ -73,177 +81,24 @@ NEIGHBOUR_SHARE = 0.5
 # A match of the typo fallback counts as this share of the query's words.
 SIMILAR_COVERAGE = 0.5
 # NOTE: supersession, in a question about the user's present: a user's turn among the best
-# ``SUPERSEDE_POOL`` candidates that says something changed (``says_change``), said in a later
-# session than a result of the user and about the same subject (a cosine similarity of at least
-# ``ALIKE`` between the two turns, measured as the search measured: ``ranking.turns_features``)
-# ranks directly above that result: what was true is replaced by what is. A rule, not a weight.
+# ``SUPERSEDE_POOL`` candidates, said in a later session than a result of the user, ranks
+# directly above that result when it says something changed (``says_change``) about the same
+# subject (a cosine similarity of at least ``ALIKE`` between the two turns, measured as the
+# search measured: ``ranking.turns_features``), or when the question asks for a value
+# (``slot_asked``), both state one of its kind (``slot_held`` over ``stated``) and the later is
+# at most ``NEWER_MARGIN`` logits less likely evidence: a later answer to the same question
+# ("First week at Deloitte done" after "six years at Harlow & Sons" for "where do I work
+# now?"). What was true is replaced by what is. A rule, not a weight.
 ALIKE = 0.2
 SUPERSEDE_POOL = 10
-# NOTE: a question asking for a value (a number, a name, a colour, a date: ``slot_asked``) whose
-# best ``SLOT_TURNS`` results hold no value of that kind (``slot_held``) is likely about
-# something never said (a near miss on its subject: "my son needs new football boots" for
-# "what shoe size does my son wear?"): the score of each result loses ``SLOT_PENALTY`` logits.
-# The order is unchanged. Chosen on the abstention of the team's quality set
-# (docs/recall.md, "The score").
-SLOT_TURNS = 3
-SLOT_PENALTY = 4.0
-
-# NOTE: a question about what the assistant said names it doing so ("what did you suggest",
-# "you told me", "你上次说", "你推荐的"); any other question in the first person ("my", "we",
-# "我") asks about the user: a request ("can you recommend ... for me") included, since what
-# it needs is what the user said of themselves.
-_ASSISTANT_EN = re.compile(
-    r"\b(?:you|you've|you'd)\s+(?:\w+\s+)?(?:said|say|told|tell|suggested|suggest|recommended|"
-    r"mentioned|pointed|showed|show|gave|quoted|explained|proposed|named|listed|shared|taught|"
-    r"described|advised|warned|meant|called)\b|\bdid you\b|\bwas (?:the|that) \w+ you\b"
-)
-_ASSISTANT_ZH = re.compile(
-    r"你(?:上次|之前|以前|那次|刚才|前几天|当时)?(?:跟我|给我|帮我|对我|向我)?"
-    r"(?:说|讲|提|告诉|推荐|建议|教|介绍|给的|列|举)"
-)
-_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|my|me|mine|we|we're|we've|our|us)\b|我")
-
-
-def role_asked(q: str) -> str | None:
-    """The side whose turns answer ``q``: ``assistant`` for a question about what the
-    assistant said, ``user`` for another question in the first person, else ``None``."""
-    text = unicodedata.normalize("NFKC", q).lower()
-    if _ASSISTANT_EN.search(text) or _ASSISTANT_ZH.search(text):
-        return "assistant"
-    if _FIRST_PERSON.search(text):
-        return "user"
-    return None
-
-
-# NOTE: the words of a change: a state left for another ("sold the Golf and bought", "moved
-# to", "no longer", "我换了", "搬到了", "不再"). A user's turn that holds one says what is
-# true now, so it ranks above the statement it replaced when both match alike.
-_CHANGE_EN = re.compile(
-    r"\b(?:now|nowadays|these days|anymore|any more|no longer|instead|switched|switching to|"
-    r"changed|moved|relocated|sold|traded|replaced|upgraded|quit|left|resigned|retired|"
-    r"cancell?ed|gave up|stopped|dropped|took up|picked up|started|joined|became|"
-    r"transferred|finally|just (?:got|bought|started|moved|left|switched))\b"
-)
-_CHANGE_ZH = re.compile(
-    r"现在|如今|目前|不再|换了|换成|改成|改用|改为|搬到|搬去|搬家|卖了|卖掉|辞职|离职|跳槽|"
-    r"转去|转到|调到|退了|戒了|又开始|入职|升职|新买"
-)
-
-
-# NOTE: a question about a past time ("what did I weigh at the start of the year", "年初的时候")
-# asks for what was true then, not for what changed since: the words of a change count only
-# in a question about the present.
-_PAST_EN = re.compile(
-    r"\b(?:did|was|were|had|used to|ago|back in|back then|at the time|at first|originally|"
-    r"before|first|start of|beginning of)\b"
-)
-_PAST_ZH = re.compile(r"的时候|那时|当时|以前|之前|原来|最早|最初|年初|年底|刚开始|那会")
-
-
-def asks_present(q: str) -> bool:
-    """Whether ``q`` asks about the present: no word of a past time in it."""
-    text = unicodedata.normalize("NFKC", q).lower()
-    return not (_PAST_EN.search(text) or _PAST_ZH.search(text))
-
-
-def says_change(content: str) -> bool:
-    """Whether ``content`` holds a word of a change (``_CHANGE_EN``, ``_CHANGE_ZH``)."""
-    text = unicodedata.normalize("NFKC", content).lower()
-    return bool(_CHANGE_EN.search(text) or _CHANGE_ZH.search(text))
-
-
-_WORD_RE = re.compile(r"\w+")
-
-
-# NOTE: what a question asking for a value asks for, and what a turn holding one says: a number
-# ("how much", "what size", "多少", "几岁"), a name ("what's my cat called", "叫什么"), a colour,
-# a date ("when", "哪一天"). A "which" question is not one: a thing answers it as well as a name.
-_SLOTS: dict[str, re.Pattern[str]] = {
-    "number": re.compile(
-        r"\bhow (?:much|many|old|long|far|tall|heavy|big|often)\b|\bwhat (?:\w+ )?(?:size|"
-        r"score|grade|mark|number|price|percentage|weight|height|age)\b|\bdid i (?:score|pay|"
-        r"weigh|get)\b|多少|几[个岁次号点条只辆位名]|多大|多重|多高|多长|多久|多远"
-    ),
-    "name": re.compile(r"\bname\b|\bcalled\b|\bwho\b|叫什么|名字|是谁"),
-    "colour": re.compile(r"\bcolou?r\b|颜色|什么色"),
-    "date": re.compile(r"\bwhen\b|\bwhat (?:day|date)\b|哪天|哪一天|什么时候|几号|几月"),
-}
-_NUMBER_EN = re.compile(
-    r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|"
-    r"thirty|forty|fifty|hundred|thousand|dozen|half|grand)\b"
-)
-_NUMBER_ZH = re.compile(
-    r"[一两二三四五六七八九十百千万半][个岁次号点年月天块元斤码分米周倍层条只本辆套间张台件位名]"
-)
-_DATE_WORDS = re.compile(
-    r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|"
-    r"april|may|june|july|august|september|october|november|december)\b|[月号日]|周[一二三四五六日]"
-)
-_NOT_NAMES_TEXT = (
-    "monday tuesday wednesday thursday friday saturday sunday january february march april may"
-    " june july august september october november december i i'm i've i'd i'll ok"
-)
-_NOT_NAMES = frozenset(_NOT_NAMES_TEXT.split())
-_COLOURS = re.compile(
-    r"\b(?:red|blue|green|yellow|white|black|grey|gray|pink|purple|orange|brown|beige|cream|"
-    r"teal|navy|sage|olive|turquoise|lilac|mint|ochre|terracotta)\b|[红蓝绿黄白黑灰粉紫橙棕褐青米]色"
-)
-_NAME_ZH = re.compile(
-    r"叫[\u4e00-\u9fff]|[“「《\"]|[\u4e00-\u9fff]{2,}(?:酒店|宾馆|医院|公司|学校|大学|餐厅|队|"
-    r"俱乐部|航空|银行)"
-)
-_SENTENCE_RE = re.compile(r"[.!?;:]\s+|\n")
-_NAME_WORD_RE = re.compile(r"[\w&'-]+")
-
-
-def slot_asked(q: str) -> frozenset[str]:
-    """The kinds of value ``q`` asks for (``number``, ``name``, ``colour``, ``date``); empty
-    for a question that asks for none."""
-    text = unicodedata.normalize("NFKC", q).lower()
-    return frozenset(kind for kind, pattern in _SLOTS.items() if pattern.search(text))
-
-
-def slot_held(kind: str, content: str, q: str) -> bool:
-    """Whether ``content`` holds a value of ``kind`` (``slot_asked``): a number in digits or
-    words, a colour, a date (a number, a weekday, a month), a name (a capitalised word not
-    opening its sentence nor in ``q``; in Chinese, a name said with 叫, quoted, in Latin letters,
-    or of an institution)."""
-    text = unicodedata.normalize("NFKC", content)
-    lower = text.lower()
-    if kind in ("number", "date"):
-        if _NUMBER_EN.search(lower) or _NUMBER_ZH.search(text):
-            return True
-        return kind == "date" and _DATE_WORDS.search(lower) is not None
-    if kind == "colour":
-        return _COLOURS.search(lower) is not None
-    asked = {word.lower() for word in _WORD_RE.findall(unicodedata.normalize("NFKC", q))}
-    for sentence in _SENTENCE_RE.split(text):
-        for word in _NAME_WORD_RE.findall(sentence)[1:]:
-            name = word[0].isascii() and word[0].isupper()
-            if name and word.lower() not in _NOT_NAMES and word.lower() not in asked:
-                return True
-    if CJK_RUN_RE.search(text) and re.search(r"[A-Za-z]{2,}", text):
-        return True
-    return _NAME_ZH.search(text) is not None
-
-
-_COMMON_TEXT = (
-    "a an and are as at be but by can could did do does for from had has have how i if in is"
-    " it me my of on or our should so that the this to was we what when where which who will"
-    " with would you your"
-)
-_COMMON = frozenset(_COMMON_TEXT.split())
-
-
-def repeat_terms(content: str) -> frozenset[str]:
-    """The terms two turns share when they say the same: lower-cased words but common ones,
-    and CJK pairs."""
-    words, runs = query_split(content.lower())
-    terms = {word for word in _WORD_RE.findall(words) if word not in _COMMON}
-    for run in runs:
-        terms.update(cjk_grams(run).split())
-    return frozenset(terms)
-
+NEWER_MARGIN = 3.0
+# NOTE: in a question asking for a value (a number, a name, a colour, a date, a place, a named
+# place of business: ``slot_asked``), a result that holds none of that kind (``slot_held``;
+# for a question about the other side, nor the reply beside it) is likely not its answer: a
+# near miss on its subject ("my son needs new football boots" for "what shoe size does my son
+# wear?"). Its score loses ``SLOT_PENALTY`` logits; the order is unchanged. Chosen on the
+# abstention of the team's quality set (docs/recall.md, "The score").
+SLOT_PENALTY = 6.0
 
 # What the ranking's text rules read of a turn: its opening. A search's CPU (and the time its
 # thread holds the interpreter from the rest of the process) stays bounded by the candidates'
@@ -399,7 +254,7 @@ def ranked(
             c.crowding = usual
     seqs = [c.seq for c in candidates]
     low, high = min(seqs), max(seqs)
-    density = search_density(candidates)
+    density = DENSITY_USUAL if dated else search_density(candidates)
     own = {
         c.seq: (
             candidate_logit(mode, c, asked=asked, cjk=cjk, present=present),
@@ -441,17 +296,25 @@ def ranked(
             if c.pk not in repeated and terms[c.pk] and _repeats(terms[c.pk], said):
                 repeated.add(c.pk)
     if present:
-        chosen = superseded(chosen, ordered[:SUPERSEDE_POOL], limit)
-    _slot_checked(chosen, q)
+        chosen = superseded(chosen, ordered[:SUPERSEDE_POOL], limit, q)
+    _slot_checked(chosen, candidates, q)
     return chosen
 
 
-def superseded(chosen: list[Candidate], pool: list[Candidate], limit: int) -> list[Candidate]:
+def superseded(
+    chosen: list[Candidate], pool: list[Candidate], limit: int, q: str = ""
+) -> list[Candidate]:
     """``chosen`` (at most ``limit``) with each user's result followed, from the top, by the
     best of ``pool`` that replaces it, moved or brought in directly above it: a user's turn of
     a later session that says something changed (``says_change``) and is alike (``alike``:
-    ``ALIKE``). A turn placed so is itself replaced in turn; every move places a later turn,
-    so the pass ends."""
+    ``ALIKE``), or, where ``q`` asks for a value (``slot_asked``) and both hold one of its
+    kind (``slot_held``), one about as likely evidence (``NEWER_MARGIN``): a later answer to
+    the same question. A turn placed so is itself replaced in turn; every move places a later
+    turn, so the pass ends."""
+    kinds = slot_asked(q)
+    holds = {
+        c.pk: any(slot_held(kind, stated(c.content), q) for kind in kinds) for c in (*chosen, *pool)
+    }
     out = list(chosen)
     i = 0
     while i < len(out):
@@ -463,9 +326,11 @@ def superseded(chosen: list[Candidate], pool: list[Candidate], limit: int) -> li
             and c.role == "user"
             and c.seq > old.seq
             and c.session_id != old.session_id
-            and (c.pk in old.alike or old.pk in c.alike)
             and (c not in out or out.index(c) > i)
-            and says_change(c.content)
+            and (
+                ((c.pk in old.alike or old.pk in c.alike) and says_change(c.content))
+                or (holds[c.pk] and holds[old.pk] and c.logit >= old.logit - NEWER_MARGIN)
+            )
         ]
         if later:
             new = max(later, key=lambda c: (c.logit, c.seq))
@@ -477,17 +342,23 @@ def superseded(chosen: list[Candidate], pool: list[Candidate], limit: int) -> li
     return out[:limit]
 
 
-def _slot_checked(chosen: list[Candidate], q: str) -> None:
+def _slot_checked(chosen: list[Candidate], candidates: list[Candidate], q: str) -> None:
     """Each of ``chosen``'s ``score_logit`` less ``SLOT_PENALTY`` where ``q`` asks for a value
-    (``slot_asked``) that none of the best ``SLOT_TURNS`` holds (``slot_held``)."""
+    (``slot_asked``) that it does not hold (``slot_held``); a turn of the other side than the
+    one asked about (``role_asked``) by the turn of that side just after or before it in its
+    session (the reply to a question: its ``context``)."""
     kinds = slot_asked(q)
-    if not kinds or not chosen:
+    if not kinds:
         return
-    best = chosen[:SLOT_TURNS]
-    if any(slot_held(kind, c.content, q) for kind in kinds for c in best):
-        return
+    asked = role_asked(q)
+    by_seq = {c.seq: c for c in candidates}
     for c in chosen:
-        c.score_logit -= SLOT_PENALTY
+        said = [c]
+        if asked is not None and c.role != asked:
+            near = (by_seq.get(c.seq + 1), by_seq.get(c.seq - 1))
+            said += [n for n in near if n and n.session_id == c.session_id and n.role == asked]
+        if not any(slot_held(kind, n.content, q) for kind in kinds for n in said):
+            c.score_logit -= SLOT_PENALTY
 
 
 def _repeats(a: frozenset[str], b: frozenset[str]) -> bool:

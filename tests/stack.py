@@ -199,6 +199,10 @@ class AppStack:
         finally:
             conn.close()
 
+    def log_tail(self, i: int, chars: int = 3000) -> str:
+        """The end of instance ``i``'s log (its warnings and errors), for a failure's message."""
+        return self.logs[i].read_text(errors="replace")[-chars:]
+
     def post_turn(self, i: int, owner: str, content: str) -> Response:
         """Instance ``i``'s answer to ``owner``'s user turn ``content`` in session ``tab``."""
         return self.request(
@@ -297,7 +301,14 @@ class Conversation:
         deadline = time.monotonic() + bound
         for i in range(self.stack.instances):
             while not (self.served(i, owner) and self.served(i, owner)):
-                assert time.monotonic() < deadline, f"instance {i} serves a stale {owner}"
+                if time.monotonic() >= deadline:
+                    context = self.context(i, owner)
+                    served = [turn["content"] for turn in context["turns"]]
+                    raise AssertionError(
+                        f"instance {i} serves a stale {owner} after {bound:g}s: {served} from"
+                        f" {context.get('source')}, acknowledged {self.turns.get(owner, [])}"
+                        f"\n{self.stack.log_tail(i)}"
+                    )
                 time.sleep(0.05)
 
 

@@ -9,6 +9,7 @@ import logging
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import redis
@@ -21,6 +22,7 @@ from memory.cache import client as cache_client
 from memory.conf import conf
 from memory.models import CacheInvalidation, Fact, Owner, Turn
 from tests.instance import ROOT
+from tests.servers import HOST, RedisServer
 
 pytestmark = pytest.mark.django_db
 
@@ -474,6 +476,54 @@ def test_an_update_no_replica_acknowledged_has_not_landed(write, memory_settings
     with memory_settings(CACHE_REPLICAS=0):
         assert cache.run_once() == 1
     assert not Owner.objects.get(external_id="wang").cache_dirty
+
+
+def test_a_replica_that_dropped_off_is_waited_for_within_the_grace(
+    own_redis, write, memory_settings
+):
+    """A replica whose link broke still holds its older copies and may yet be promoted: updates
+    to its primary count as not landed for CACHE_REPLICA_GRACE after the first write that
+    missed it (the owner stays dirty, the drop is repaired), and land again once it has passed."""
+    replica = RedisServer(extra_args=["--replicaof", HOST, str(own_redis.port)]).start()
+    try:
+        primary = redis.Redis.from_url(own_redis.url)
+        deadline = time.monotonic() + 10
+        while primary.info("replication").get("slave0", {}).get("state") != "online":
+            assert time.monotonic() < deadline, "the replica did not come online"
+            time.sleep(0.05)
+        with memory_settings(CACHE_REPLICAS=1, CACHE_REPLICA_GRACE=0.5):
+            with write():
+                append("wang", "one")
+            cache.run_once()
+            assert not Owner.objects.get(external_id="wang").cache_dirty
+            replica.pause()
+            try:
+                primary.client_kill_filter(_type="replica")
+                with write():
+                    append("wang", "two")  # its WAIT times out: not landed
+                assert cache.repair.pending_count() == 1
+                # Within the grace the repair's drop does not land either, nor a new write.
+                assert cache.run_once() == 0
+                with write():
+                    append("wang", "three")
+                assert Owner.objects.get(external_id="wang").cache_dirty
+                context = selectors.context_get(owner_id="wang")
+                assert (context["source"], contents(context)) == (
+                    "database",
+                    ["one", "two", "three"],
+                )
+                time.sleep(0.6)
+                # Past the grace the primary's replicas online are what a write waits for.
+                assert cache.run_once() >= 1
+                with write():
+                    append("wang", "four")
+                cache.run_once()
+                assert not Owner.objects.get(external_id="wang").cache_dirty
+                assert cache.repair.pending_count() == 0
+            finally:
+                replica.resume()
+    finally:
+        replica.cleanup()
 
 
 # 8. A writer that exits normally leaves no mark for another process's sweep.

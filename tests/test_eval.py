@@ -312,15 +312,27 @@ def test_the_quality_set_is_in_longmemevals_shape_and_deterministic():
     assert again.document == quality.haystack_build(items[0]).document
 
 
-def test_the_held_out_set_has_the_quality_sets_shape_and_none_of_its_text(monkeypatch):
+# NOTE: the second held-out set asks five short questions the quality set asks too, word for
+# word ("What's my blood type?", "我现在住在哪个城市？"), over turns and haystacks of its own.
+@pytest.mark.parametrize(
+    ("name", "before", "questions"),
+    [("holdout_set.json", (), True), ("holdout2_set.json", ("holdout_set.json",), False)],
+)
+def test_a_held_out_set_has_the_quality_sets_shape_and_none_of_the_earlier_sets_text(
+    monkeypatch, name, before, questions
+):
     from bench import quality
 
-    seen = quality.quality_set()
-    said = {item["q"] for item in seen["items"]}
-    for item in seen["items"]:
-        for kind in ("ev", "old", "decoy"):
-            said.update(line.lstrip("*")[3:] for _, block in item.get(kind, []) for line in block)
-    monkeypatch.setattr(quality, "_set_file", quality.QUALITY_SET.parent / "holdout_set.json")
+    said: set[str] = set()
+    for earlier in (quality.QUALITY_SET.name, *before):
+        monkeypatch.setattr(quality, "_set_file", quality.QUALITY_SET.parent / earlier)
+        seen = quality.quality_set()
+        said.update(item["q"] for item in seen["items"])
+        for item in seen["items"]:
+            for kind in ("ev", "old", "decoy"):
+                blocks = item.get(kind, [])
+                said.update(line.lstrip("*")[3:] for _, block in blocks for line in block)
+    monkeypatch.setattr(quality, "_set_file", quality.QUALITY_SET.parent / name)
     items = quality.quality_items()
     assert len({item["id"] for item in items}) == len(items)
     for lang in quality.LANGS:
@@ -328,7 +340,7 @@ def test_the_held_out_set_has_the_quality_sets_shape_and_none_of_its_text(monkey
         assert {item["cat"] for item in mine} == set(quality.CATEGORIES)
         assert sum(item["cat"] == "absent" for item in mine) >= 5
     for item in items:
-        assert item["q"] not in said
+        assert not questions or item["q"] not in said
         stack = quality.haystack_build(item)
         assert 30 <= len(stack.document["sessions"]) <= 38, item["id"]
         assert (item["cat"] == "absent") == (not stack.evidence), item["id"]

@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 GRACE = 0.5
 INTERVAL = 0.5
+REPLICA_GRACE = 30.0
 METRICS_TOKEN = "cluster-fault-test-scraper-token"
 
 
@@ -42,6 +43,8 @@ def stack(cluster: RedisCluster) -> Iterator[AppStack]:
             "RECONCILE_GRACE": GRACE,
             # NOTE: each primary has one replica: an update counts once it holds it.
             "CACHE_REPLICAS": 1,
+            # NOTE: a replica cut off is promoted seconds later on a loaded machine.
+            "CACHE_REPLICA_GRACE": REPLICA_GRACE,
             "RECONCILE_INTERVAL": INTERVAL,
             "METRICS_TOKEN": METRICS_TOKEN,
         },

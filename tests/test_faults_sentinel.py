@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 GRACE = 0.5
 INTERVAL = 0.5
+REPLICA_GRACE = 30.0
 # NOTE: a sentinel reads a replica's INFO once an info period, and turns an old primary that is
 # back into a replica only once it has reported itself a primary for four publish periods. At
 # Redis's defaults (10 s and 2 s) that took up to 30 s and more on a loaded machine; these make
@@ -127,7 +128,13 @@ def stack(group: Group) -> Iterator[AppStack]:
             "REDIS_SENTINEL_MASTER": group.name,
             "REDIS_SOCKET_TIMEOUT": "1.0",
         },
-        memory={"RECONCILE_GRACE": GRACE, "RECONCILE_INTERVAL": INTERVAL, "CACHE_REPLICAS": 1},
+        memory={
+            "RECONCILE_GRACE": GRACE,
+            "RECONCILE_INTERVAL": INTERVAL,
+            "CACHE_REPLICAS": 1,
+            # NOTE: a replica cut off is promoted seconds later on a loaded machine.
+            "CACHE_REPLICA_GRACE": REPLICA_GRACE,
+        },
         workers=1,
     ) as stack:
         yield stack

@@ -1,13 +1,14 @@
-"""memory.fusion: the side a question asks about, the words of a change, the candidates' crowding
-and the order results are chosen in; on the real PostgreSQL with pgvector and the built-in
-embedder where a search runs (the fixtures of tests/test_recall.py)."""
+"""memory.fusion and memory.asked: the side a question asks about, the words of a change, the
+value asked, the candidates' crowding and the order results are chosen in; on the real
+PostgreSQL with pgvector and the built-in embedder where a search runs (the fixtures of
+tests/test_recall.py)."""
 
 from __future__ import annotations
 
 import pytest
 from django.db import connection
 
-from memory import fusion, ranking, selectors
+from memory import asked, fusion, ranking, selectors
 from memory.models import Owner, Turn
 from memory.recall import embedders, vectors
 from memory.services import embeddings
@@ -29,7 +30,7 @@ from tests.test_recall import e5, pgvector, say  # noqa: F401  (fixtures)
     ],
 )
 def test_the_side_a_question_asks_about(q, side):
-    assert fusion.role_asked(q) == side
+    assert asked.role_asked(q) == side
 
 
 @pytest.mark.parametrize(
@@ -45,14 +46,14 @@ def test_the_side_a_question_asks_about(q, side):
     ],
 )
 def test_the_words_of_a_change(content, change):
-    assert fusion.says_change(content) is change
+    assert asked.says_change(content) is change
 
 
 def test_a_question_about_the_past_is_not_about_the_present():
-    assert fusion.asks_present("What car do I drive these days?")
-    assert fusion.asks_present("我现在住在哪个城市？")
-    assert not fusion.asks_present("What did I weigh at the start of the year?")
-    assert not fusion.asks_present("年初的时候我有多重？")
+    assert asked.asks_present("What car do I drive these days?")
+    assert asked.asks_present("我现在住在哪个城市？")
+    assert not asked.asks_present("What did I weigh at the start of the year?")
+    assert not asked.asks_present("年初的时候我有多重？")
 
 
 def _candidate(seq: int, session: str, role: str, content: str, cosine: float, crowding=0.85):
@@ -189,12 +190,20 @@ def test_only_a_later_turn_saying_a_change_replaces_a_result():
         ("我儿子穿多大码的鞋？", {"number"}),
         ("我领导叫什么名字？", {"name"}),
         ("我们的结婚纪念日是哪一天？", {"date"}),
-        ("Which gym am I a member of?", set()),
+        ("Which gym am I a member of?", {"entity"}),
+        ("Which appliances have broken down this year?", set()),
+        ("Where does my brother live?", {"place"}),
+        ("我同事小刘是哪里人？", {"place"}),
+        ("我去东京坐的是哪家航空公司？", {"entity"}),
+        ("我的房东姓什么？", {"name"}),
+        # A request asks for a suggestion, not for a value said.
+        ("Where should we go for our anniversary dinner?", set()),
+        ("周末带孩子去哪玩比较好？给点建议。", set()),
         ("给我推荐几本书吧。", set()),
     ],
 )
 def test_the_value_a_question_asks_for(q, kinds):
-    assert fusion.slot_asked(q) == kinds
+    assert asked.slot_asked(q) == kinds
 
 
 @pytest.mark.parametrize(
@@ -215,10 +224,41 @@ def test_the_value_a_question_asks_for(q, kinds):
         ("colour", "How many coats will we need?", False),
         ("date", "We married on 12 June.", True),
         ("date", "It was a lovely day.", False),
+        ("entity", "PureGym is packed at 6pm.", True),
+        ("entity", "Blue Lantern was full again.", True),
+        ("entity", "Thanks, that helps a lot.", False),
+        ("name", "My daughter's piano lessons moved to Thursdays.", False),
+        ("name", "和阿凯在一起快半年了。", True),
+        ("name", "男朋友小陈周末要带我去见他爸妈。", True),
+        ("name", "我闺女小雨今年上二年级了。", True),
+        ("name", "Grandma's ninetieth is next month.", False),
+        ("place", "刚从大理回来，全晒黑了。", True),
+        ("place", "杭州的梅雨季太难熬了。", True),
+        ("place", "外婆下个月九十大寿，说什么好？", False),
     ],
 )
 def test_a_turn_holding_a_value_of_the_kind_asked(kind, content, held):
-    assert fusion.slot_held(kind, content, "Which hotel did I stay at in Lisbon?") is held
+    assert asked.slot_held(kind, content, "Which hotel did I stay at in Lisbon?") is held
+
+
+def test_a_value_the_question_names_itself_is_not_held():
+    q = "我同事小刘是哪里人？"
+    assert not asked.slot_held("place", "同事小刘下个月结婚，份子钱给多少合适？", q)
+    assert asked.slot_held("place", "小刘是从成都来的。", q)
+    assert not asked.slot_held(
+        "place", "My colleague Ravi is getting married.", "Where is Ravi from?"
+    )
+
+
+def test_what_a_turn_states_is_its_text_without_its_questions():
+    assert asked.stated("Why is my Wi-Fi slow in one room?") == ""
+    said = asked.stated("Can you find a vet near Clifton? We've only been in Bristol a week.")
+    assert "Bristol" in said
+    assert "Clifton" not in said
+    # A Chinese question's first clauses say something; its last one asks.
+    said = asked.stated("杭州的梅雨季太难熬了，衣服怎么晾都不干，有什么办法？")
+    assert "杭州" in said
+    assert "办法" not in said
 
 
 def test_a_question_whose_value_no_result_holds_scores_lower_in_the_same_order():
@@ -232,7 +272,64 @@ def test_a_question_whose_value_no_result_holds_scores_lower_in_the_same_order()
     size = _candidate(7, "s3", "user", "My son is a size 4 now.", 0.80)
     chosen = fusion.ranked([boots, other, size], "semantic plain", 3, q)
     assert chosen[0] is boots
-    assert boots.score_logit == pytest.approx(own)
+    # Each result by what it holds: the size keeps its score, the near miss loses its own.
+    assert boots.score_logit == pytest.approx(own - fusion.SLOT_PENALTY)
+    held = fusion.candidate_score_logit("semantic plain", size, asked="user", cjk=False)
+    assert size.score_logit == pytest.approx(held)
+
+
+def test_a_question_to_the_assistant_reads_the_value_in_the_reply_beside_a_result():
+    q = "How long did you say to bake my sourdough?"
+    question = _candidate(20, "s2", "user", "My sourdough keeps coming out pale.", 0.90)
+    reply = _candidate(21, "s2", "assistant", "Bake it covered for forty minutes.", 0.60)
+    elsewhere = _candidate(40, "s4", "user", "My sourdough starter smells odd.", 0.85)
+    chosen = fusion.ranked([question, reply, elsewhere], "semantic plain", 3, q)
+    own = {c.seq: c.score_logit for c in chosen}
+    fusion.SLOT_PENALTY, penalty = 0.0, fusion.SLOT_PENALTY
+    try:
+        fusion.ranked([question, reply, elsewhere], "semantic plain", 3, q)
+    finally:
+        fusion.SLOT_PENALTY = penalty
+    # The question whose reply holds the time keeps its score; the other loses it.
+    assert asked.slot_asked(q) == {"number"}
+    assert own[20] == pytest.approx(question.score_logit)
+    assert own[40] == pytest.approx(elsewhere.score_logit - penalty)
+
+
+def test_a_later_answer_to_the_same_question_replaces_a_result_without_a_word_of_change():
+    q = "Where do I work now?"
+    old = _candidate(3, "s1", "user", "Six years as an accountant at Harlow & Sons. Bored!", 0.95)
+    new = _candidate(90, "s7", "user", "First week at Deloitte done; the hours are brutal.", 0.90)
+    other = _candidate(40, "s4", "user", "Do I need to tell my insurer if I work from home?", 0.93)
+    # No word of a change and not alike, but both say where the user works: the later first.
+    assert fusion.ranked([old, other, new], "semantic plain", 3, q) == [new, old, other]
+    # A later turn that only asks holds no answer ...
+    asks = _candidate(90, "s7", "user", "Is Deloitte a good place to work?", 0.90)
+    assert fusion.ranked([old, other, asks], "semantic plain", 3, q)[0] is old
+    # ... nor does one far less likely evidence (NEWER_MARGIN), nor a question about the past.
+    far = _candidate(90, "s7", "user", "First week at Deloitte done; the hours are brutal.", 0.80)
+    assert fusion.ranked([old, other, far], "semantic plain", 3, q)[0] is old
+    past = "Where did I work at the start of the year?"
+    assert fusion.ranked([old, other, new], "semantic plain", 3, past)[0] is old
+
+
+def test_a_search_narrowed_to_dates_scores_without_the_density():
+    q = "What did I plant in the garden?"
+    best = _candidate(50, "s5", "user", "Got the tomato seedlings into the raised bed.", 0.40)
+    best.plain = 0.88
+    rest = []
+    for i in range(1, 4):
+        c = _candidate(i, f"s{i}", "user", f"Another question, number {i}.", 0.10)
+        c.plain = 0.70
+        rest.append(c)
+    # A range of dates keeps few turns: their sparseness says nothing of the question.
+    fusion.ranked([*rest, best], "semantic", 4, q, dated=True)
+    usual = fusion.candidate_score_logit(
+        "semantic", best, asked="user", cjk=False, present=False, density=fusion.DENSITY_USUAL
+    )
+    assert best.score_logit == pytest.approx(usual)
+    fusion.ranked([*rest, best], "semantic", 4, q)
+    assert best.score_logit < usual
 
 
 def test_the_side_asked_about_ranks_first():

@@ -12,7 +12,8 @@ before the read began, except within these bounds:
 - a process that saw Redis down within ``SUSPECT_WINDOW`` seconds serves no stale copy at all:
   it checks each copy's stamp against the database first;
 - under Sentinel or Cluster, a failover loses no confirmed update only with
-  ``CACHE_REPLICAS`` set to the replicas each primary has (below, rule 2);
+  ``CACHE_REPLICAS`` set to the replicas each primary has (below, rule 2), and with a replica
+  promoted at most ``CACHE_REPLICA_GRACE`` (2 s) after it dropped off its primary;
 - after a Postgres failover that lost acknowledged transactions (asynchronous replication),
   no process serves a copy stamped on the lost history once ``HISTORY_LEASE`` (1 s) has
   passed since it last sent the old primary the question that confirmed it: zero after the
@@ -34,7 +35,8 @@ before the read began, except within these bounds:
    the new stamp. The breaker never skips a write's update. Redis confirmed: the dirty mark is
    cleared (by the repairer, batched). Not confirmed: *repair*. With
    ``MEMORY["CACHE_REPLICAS"]`` an update is confirmed only once that many replicas hold it
-   (``WAIT``, same connection), so that a failover never promotes an older copy.
+   (``WAIT``, same connection), so that a failover never promotes an older copy; a replica
+   that dropped off is still counted for ``CACHE_REPLICA_GRACE`` seconds after it did.
 3. *Fills* (``readthrough``, ``copy``). A miss rehydrates from the database (a bounded number
    of queries whatever the history length) under a fill lock, so concurrent readers wait for
    one rehydration; the miss also leaves the reader's *claim* in the owner's hash. The fill
@@ -120,19 +122,19 @@ from memory.cache.writes import (
 
 def replicas_state() -> Literal["ok", "behind"]:
     """Whether this process's last replicated update reached its replicas (health, metrics)."""
-    from memory.cache.copy import replicas
+    from memory.cache.replication import replicas
 
     return replicas.state()
 
 
 def reset() -> None:
     """Forget this process's cache state: breaker, counters, pending repairs (tests, forks)."""
-    from memory.cache import client, copy, history, limits, repair
+    from memory.cache import client, copy, history, limits, repair, replication
 
     client.breaker.reset()
     history.reset()
     repair.reset()
-    copy.replicas.reset()
+    replication.replicas.reset()
     copy.miss_share.reset()
     limits.reset()
 

@@ -9,8 +9,6 @@ import itertools
 import operator
 import secrets
 import struct
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -18,17 +16,17 @@ from typing import Any, Literal
 from redis import exceptions as redis_errors
 from redis.commands.core import Script
 
-from memory import codec, counters
+from memory import codec
 from memory.cache.client import (
     Answer,
     Outcome,
     aredis_call,
     breaker,
     counts_flush,
-    logger,
     redis_call,
 )
 from memory.cache.keys import key_pattern, lock_key, owner_key
+from memory.cache.replication import replicated
 from memory.conf import conf
 from memory.payloads import FactPayload, SummaryPayload, TurnPayload
 
@@ -391,127 +389,6 @@ def copy_fill(
     return result
 
 
-class _Replicas:
-    """What this process's writes learned of each primary's replicas online (``ROLE``) and whether
-    updates came up short."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.reset()
-
-    def reset(self) -> None:
-        with self.lock:
-            self.online: dict[str, int] = {}
-            self.behind = False
-            self.shortfalls = 0
-            self.logged_at = 0.0
-        counters.cache_replicas_behind(False)
-
-    def want(self, node: str, replicas: int) -> int:
-        """How many replicas a write to ``node`` waits for: those it had online last time."""
-        return min(replicas, self.online.get(node, replicas))
-
-    def saw(self, node: str, role: Any) -> None:
-        online = len(role[2]) if role and role[0] in (b"master", "master") else 0
-        self.online[node] = online
-
-    def reached(self, acknowledged: int, wanted: int) -> bool:
-        """Record one replicated update; whether enough replicas acknowledged it."""
-        short = acknowledged < wanted
-        if short != self.behind:
-            self.behind = short
-            counters.cache_replicas_behind(short)
-        if not short:
-            return True
-        breaker.count("unreplicated")
-        now = time.monotonic()
-        with self.lock:
-            self.shortfalls += 1
-            due = now - self.logged_at >= REPLICA_LOG_SECONDS
-            if due:
-                self.logged_at, count, self.shortfalls = now, self.shortfalls, 0
-        if due:
-            # NOTE: one line a period, not one per write: a lagging replica fails them all.
-            logger.warning(
-                "%d cache update%s reached fewer online replicas than they waited for (last: "
-                "%d of %d in %d ms); they count as not landed and are repaired.",
-                count,
-                "" if count == 1 else "s",
-                acknowledged,
-                wanted,
-                conf.CACHE_REPLICA_WAIT_MS,
-            )
-        return False
-
-    def state(self) -> Literal["ok", "behind"]:
-        return "behind" if self.behind else "ok"
-
-
-replicas = _Replicas()
-# At most one warning this often about updates that came up short of their replicas.
-REPLICA_LOG_SECONDS = 10.0
-
-
-def _replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
-    """Run a write's ``script`` on the owner's hash; with ``MEMORY["CACHE_REPLICAS"]``, then
-    ``WAIT`` for that many replicas, of those the primary has online, on the same connection
-    and in the same round trip. Returns the script's reply, or ``None`` when too few replicas
-    acknowledged it in ``CACHE_REPLICA_WAIT_MS`` (Redis answered: no outage, but the update has
-    not landed).
-
-    NOTE: a replica promoted by Sentinel or a Cluster failover has only what was replicated to
-    it; a write whose update it lacks must stay unconfirmed (its owner dirty, its repair
-    pending), so that the repair drops the older copy on whichever node is primary then. A
-    replica that is not online (down, or in its first full sync, when it holds none of the
-    primary's data yet) is not waited for: it cannot be promoted with an older copy the primary
-    replaced, and waiting for it would keep every owner of that primary out of the cache for as
-    long as it is away. ``ROLE`` in the same pipeline tells how many are online for the next write.
-    """
-    wanted = conf.CACHE_REPLICAS
-    if not wanted:
-        return script(keys=[key], args=args, client=redis)
-    # NOTE: WAIT counts its own connection's writes: on a cluster, a pipeline to the key's node.
-    node = redis.get_redis_connection(redis.get_node_from_key(key)) if _is_cluster(redis) else redis
-    kwargs = node.connection_pool.connection_kwargs
-    name = f"{kwargs.get('host')}:{kwargs.get('port')}"
-    want = replicas.want(name, wanted)
-    for attempt in (1, 2):
-        pipe = node.pipeline(transaction=False)
-        pipe.evalsha(script.sha, 1, key, *args)
-        if want:
-            pipe.wait(want, conf.CACHE_REPLICA_WAIT_MS)
-        pipe.execute_command("ROLE")
-        try:
-            reply, *acknowledged, role = pipe.execute()
-            break
-        except redis_errors.NoScriptError:
-            if attempt == 2:
-                raise
-            node.script_load(script.script)
-        except (redis_errors.MovedError, redis_errors.ConnectionError, redis_errors.TimeoutError):
-            # NOTE: the slot moved or its node is gone: this pipeline bypasses the cluster client's
-            # routing, so have it learn the new map; the update counts as down and its repair finds
-            # the new primary.
-            if _is_cluster(redis):
-                _cluster_refresh(redis)
-            raise
-    replicas.saw(name, role)
-    if not replicas.reached(acknowledged[0] if acknowledged else 0, want):
-        return None
-    return reply
-
-
-def _is_cluster(redis: Any) -> bool:
-    return hasattr(redis, "get_node_from_key")
-
-
-def _cluster_refresh(redis: Any) -> None:
-    # NOTE: in the background: rebuilding the map asks every known node.
-    refresh = getattr(redis, "refresh_later", None)
-    if refresh is not None:
-        refresh()
-
-
 def copy_apply(
     *,
     owner_id: str,
@@ -538,7 +415,7 @@ def copy_apply(
     args += list(deleted_keys)
     key = owner_key(owner_id, epoch)
     answer = redis_call(
-        "write", lambda redis: _replicated(redis, _APPLY, key, args), write=True, key=key
+        "write", lambda redis: replicated(redis, _APPLY, key, args), write=True, key=key
     )
     if not isinstance(answer, Answer) or answer.value is None:
         return False
@@ -554,7 +431,7 @@ def copy_drop(*, owner_id: str, stamp: int, epoch: str | None = None) -> bool:
     key = owner_key(owner_id, epoch)
     answer = redis_call(
         "drop",
-        lambda redis: _replicated(redis, _DROP, key, [stamp, GUARD_TTL]),
+        lambda redis: replicated(redis, _DROP, key, [stamp, GUARD_TTL]),
         write=True,
         key=key,
     )

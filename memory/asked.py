@@ -1,0 +1,242 @@
+"""What a question asks and what a turn says, read from their words: the side a question asks
+about, whether it asks about the present, the kind of value it asks for; whether a turn says
+that something changed, what it states and whether it holds a value of a kind. Pure functions
+over text (English and Chinese), no I/O; ``memory.fusion`` ranks by them."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from memory.search import CJK_RUN_RE, cjk_grams, query_split
+
+# NOTE: a question about what the assistant said names it doing so ("what did you suggest",
+# "you told me", "你上次说", "你推荐的"); any other question in the first person ("my", "we",
+# "我") asks about the user: a request ("can you recommend ... for me") included, since what
+# it needs is what the user said of themselves.
+_ASSISTANT_EN = re.compile(
+    r"\b(?:you|you've|you'd)\s+(?:\w+\s+)?(?:said|say|told|tell|suggested|suggest|recommended|"
+    r"mentioned|pointed|showed|show|gave|quoted|explained|proposed|named|listed|shared|taught|"
+    r"described|advised|warned|meant|called)\b|\bdid you\b|\bwas (?:the|that) \w+ you\b"
+)
+_ASSISTANT_ZH = re.compile(
+    r"你(?:上次|之前|以前|那次|刚才|前几天|当时)?(?:跟我|给我|帮我|对我|向我)?"
+    r"(?:说|讲|提|告诉|推荐|建议|教|介绍|给的|列|举)"
+)
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|my|me|mine|we|we're|we've|our|us)\b|我")
+
+
+def role_asked(q: str) -> str | None:
+    """The side whose turns answer ``q``: ``assistant`` for a question about what the
+    assistant said, ``user`` for another question in the first person, else ``None``."""
+    text = unicodedata.normalize("NFKC", q).lower()
+    if _ASSISTANT_EN.search(text) or _ASSISTANT_ZH.search(text):
+        return "assistant"
+    if _FIRST_PERSON.search(text):
+        return "user"
+    return None
+
+
+# NOTE: the words of a change: a state left for another ("sold the Golf and bought", "moved
+# to", "no longer", "我换了", "搬到了", "不再"). A user's turn that holds one says what is
+# true now, so it ranks above the statement it replaced when both match alike.
+_CHANGE_EN = re.compile(
+    r"\b(?:now|nowadays|these days|anymore|any more|no longer|instead|switched|switching to|"
+    r"changed|moved|relocated|sold|traded|replaced|upgraded|quit|left|resigned|retired|"
+    r"cancell?ed|gave up|stopped|dropped|took up|picked up|started|joined|became|"
+    r"transferred|finally|just (?:got|bought|started|moved|left|switched))\b"
+)
+_CHANGE_ZH = re.compile(
+    r"现在|如今|目前|不再|换了|换成|改成|改用|改为|搬到|搬去|搬家|卖了|卖掉|辞职|离职|跳槽|"
+    r"转去|转到|调到|退了|戒了|又开始|入职|升职|新买"
+)
+
+
+# NOTE: a question about a past time ("what did I weigh at the start of the year", "年初的时候")
+# asks for what was true then, not for what changed since: the words of a change count only
+# in a question about the present.
+_PAST_EN = re.compile(
+    r"\b(?:did|was|were|had|used to|ago|back in|back then|at the time|at first|originally|"
+    r"before|after|first|start of|beginning of)\b"
+)
+_PAST_ZH = re.compile(
+    r"的时候|那时|当时|以前|之前|之后|后来|紧接着|原来|最早|最初|年初|年底|刚开始|那会"
+)
+
+
+def asks_present(q: str) -> bool:
+    """Whether ``q`` asks about the present: no word of a past time in it."""
+    text = unicodedata.normalize("NFKC", q).lower()
+    return not (_PAST_EN.search(text) or _PAST_ZH.search(text))
+
+
+def says_change(content: str) -> bool:
+    """Whether ``content`` holds a word of a change (``_CHANGE_EN``, ``_CHANGE_ZH``)."""
+    text = unicodedata.normalize("NFKC", content).lower()
+    return bool(_CHANGE_EN.search(text) or _CHANGE_ZH.search(text))
+
+
+_WORD_RE = re.compile(r"\w+")
+
+
+# NOTE: what a question asking for a value asks for, and what a turn holding one says: a number
+# ("how much", "what size", "多少", "几岁"), a name ("what's my cat called", "叫什么"), a colour,
+# a date ("when", "哪一天"). A "which" question is not one: a thing answers it as well as a name.
+_SLOTS: dict[str, re.Pattern[str]] = {
+    "number": re.compile(
+        r"\bhow (?:much|many|old|long|far|tall|heavy|big|often)\b|\bwhat (?:\w+ )?(?:size|"
+        r"score|grade|mark|number|price|percentage|weight|height|age)\b|\bdid i (?:score|pay|"
+        r"weigh|get)\b|多少|几[个岁次号点条只辆位名]|多大|多重|多高|多长|多久|多远"
+    ),
+    "name": re.compile(r"\bname\b|\bcalled\b|\bwho\b|叫什么|名字|是谁|姓什么|有谁"),
+    "colour": re.compile(r"\bcolou?r\b|颜色|什么色"),
+    "date": re.compile(r"\bwhen\b|\bwhat (?:day|date)\b|哪天|哪一天|什么时候|几号|几月"),
+    "place": re.compile(
+        r"\bwhere\b|\b(?:which|what) (?:city|town|country|village|island|street|neighbourhood|"
+        r"neighborhood|area|county|state)\b|哪里|哪儿|在哪|去哪|哪个(?:城市|国家|地方|省|区)|"
+        r"什么地方|哪国|哪座"
+    ),
+    "entity": re.compile(
+        r"\b(?:which|what) (?:\w+ )?(?:hotel|restaurant|caf[eé]|bar|pub|school|nursery|"
+        r"university|college|hospital|clinic|airline|club|team|company|firm|employer|gym|bank|"
+        r"shop|store|brand|app|band|museum|gallery|airport|agency|provider|insurer|church)s?\b|"
+        r"(?:哪家|哪所|哪个)(?:酒店|宾馆|医院|餐厅|饭店|幼儿园|学校|大学|银行|健身房|航空公司|机场|"
+        r"博物馆)"
+    ),
+}
+# NOTE: a request ("where should we go", "can you recommend", "帮我推荐") asks for a suggestion,
+# not for a value said: no kind of value is asked.
+_REQUEST = re.compile(
+    r"\b(?:should|recommend|suggest|could you|can you|any ideas|help me)\b|推荐|建议|帮我|应该|"
+    r"给点|比较好"
+)
+_NUMBER_EN = re.compile(
+    r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|"
+    r"thirty|forty|fifty|hundred|thousand|dozen|half|grand)\b"
+)
+_NUMBER_ZH = re.compile(
+    r"[一两二三四五六七八九十百千万半][个岁次号点年月天块元斤码分米周倍层条只本辆套间张台件位名]"
+    r"|[一两二三四五六七八九十][十百千万][一二三四五六七八九]?"
+)
+_DATE_WORDS = re.compile(
+    r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|"
+    r"april|may|june|july|august|september|october|november|december)\b|[月号日]|周[一二三四五六日]"
+)
+_NOT_NAMES_TEXT = (
+    "monday tuesday wednesday thursday friday saturday sunday january february march april may"
+    " june july august september october november december i i'm i've i'd i'll ok"
+)
+_NOT_NAMES = frozenset(_NOT_NAMES_TEXT.split())
+_COLOURS = re.compile(
+    r"\b(?:red|blue|green|yellow|white|black|grey|gray|pink|purple|orange|brown|beige|cream|"
+    r"teal|navy|sage|olive|turquoise|lilac|mint|ochre|terracotta)\b|[红蓝绿黄白黑灰粉紫橙棕褐青米]色"
+)
+# NOTE: the common Chinese surnames: a person is often named by one with a title (王阿姨,
+# 李老师) or a familiar prefix (小陈, 老王).
+_SURNAMES = (
+    "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任"
+    "沈姚卢姜崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤"
+)
+_NAME_ZH = re.compile(
+    r"叫[\u4e00-\u9fff]|[“「《\"'‘]|[\u4e00-\u9fff]{2,}(?:酒店|宾馆|医院|公司|学校|大学|中学|小学|"
+    r"幼儿园|餐厅|饭店|队|俱乐部|航空|银行|中心|集团|博物馆|健身房|机场)"
+    rf"|[小老][{_SURNAMES}]|[{_SURNAMES}](?:先生|女士|老师|阿姨|叔叔|医生|师傅|总|老板|经理|教练)"
+    r"|阿[^\s姨婆公爸妈嫂，。！？]"
+    r"|(?:女儿|儿子|闺女|老公|老婆|男朋友|女朋友|对象|同事|朋友|室友|同学|妹妹|姐姐|哥哥|弟弟)[小阿老]"
+    r"[\u4e00-\u9fff]"
+)
+# A place said in Chinese: a name with a place's ending (苏州, 浦东新区, 南京路), or the place a
+# verb of going, coming or living names (去成都, 在三亚, 回洛阳).
+_PLACE_ZH = re.compile(
+    r"[\u4e00-\u9fff](?:省|市|县|区|镇|村|州|路|街|岛|湾|港)|(?:在|去|到|回|从|住|飞|搬|来自)"
+    r"[\u4e00-\u9fff]"
+)
+_SENTENCE_RE = re.compile(r"[.!?;:]\s+|\n")
+_NAME_WORD_RE = re.compile(r"[\w&'-]+")
+
+
+_SENTENCE_END_RE = re.compile(r"(?<=[.!?。！？])\s*")
+_CLAUSE_RE = re.compile(r"[，,；;]")
+
+
+def stated(content: str) -> str:
+    """What ``content`` states: its text without its questions (a sentence ending in a question
+    mark; in Chinese, that sentence's last clause only, the ones before it being said)."""
+    kept = []
+    for sentence in _SENTENCE_END_RE.split(unicodedata.normalize("NFKC", content)):
+        if not sentence.endswith("?"):
+            kept.append(sentence)
+        elif CJK_RUN_RE.search(sentence):
+            kept.extend(_CLAUSE_RE.split(sentence)[:-1])
+    return " ".join(kept)
+
+
+def slot_asked(q: str) -> frozenset[str]:
+    """The kinds of value ``q`` asks for (``number``, ``name``, ``colour``, ``date``,
+    ``place``, ``entity``: a named place of business); empty for a question that asks for none
+    or for a request ("where should we go", "帮我推荐")."""
+    text = unicodedata.normalize("NFKC", q).lower()
+    if role_asked(q) != "assistant" and _REQUEST.search(text):
+        return frozenset()
+    return frozenset(kind for kind, pattern in _SLOTS.items() if pattern.search(text))
+
+
+def slot_held(kind: str, content: str, q: str) -> bool:
+    """Whether ``content`` holds a value of ``kind`` (``slot_asked``): a number in digits or
+    words, a colour, a date (a number, a weekday, a month); a name, a place or an entity: a
+    capitalised word not in ``q`` (a sentence's first only where it looks like a name on its
+    own), in Chinese one in Latin letters, quoted, said with 叫, of an institution or a person
+    (王阿姨, 小陈), or a place (苏州, 去成都), not named in ``q``."""
+    text = unicodedata.normalize("NFKC", content)
+    lower = text.lower()
+    if kind in ("number", "date"):
+        if _NUMBER_EN.search(lower) or _NUMBER_ZH.search(text):
+            return True
+        return kind == "date" and _DATE_WORDS.search(lower) is not None
+    if kind == "colour":
+        return _COLOURS.search(lower) is not None
+    asked = {word.lower() for word in _WORD_RE.findall(unicodedata.normalize("NFKC", q))}
+    for sentence in _SENTENCE_RE.split(text):
+        words = _NAME_WORD_RE.findall(sentence)
+        for i, word in enumerate(words):
+            lower_word = word.lower()
+            if lower_word in asked or lower_word.removesuffix("s") in _NOT_NAMES:
+                continue
+            capital = word[0].isascii() and word[0].isupper()
+            # NOTE: a sentence's first word is a name only where it looks like one on its own
+            # (PureGym, iPhone, X-T30) or the next word is capitalised too (Blue Planet).
+            mixed = any(ch.isupper() or ch.isdigit() for ch in word[1:]) and word[0].isalpha()
+            if i == 0:
+                after = words[1] if len(words) > 1 else ""
+                if not (mixed or (capital and after[:1].isupper())):
+                    continue
+            elif not (capital or mixed):
+                continue
+            return True
+    if not CJK_RUN_RE.search(text):
+        return False
+    if re.search(r"[A-Za-z]{2,}", text):
+        return True
+    # NOTE: what the question names itself (小刘 in "小刘是哪里人") is not the value it asks for.
+    found = [m.group() for m in _NAME_ZH.finditer(text)]
+    if kind == "place":
+        found += [m.group() for m in _PLACE_ZH.finditer(text)]
+    return any(value not in q for value in found)
+
+
+_COMMON_TEXT = (
+    "a an and are as at be but by can could did do does for from had has have how i if in is"
+    " it me my of on or our should so that the this to was we what when where which who will"
+    " with would you your"
+)
+_COMMON = frozenset(_COMMON_TEXT.split())
+
+
+def repeat_terms(content: str) -> frozenset[str]:
+    """The terms two turns share when they say the same: lower-cased words but common ones,
+    and CJK pairs."""
+    words, runs = query_split(content.lower())
+    terms = {word for word in _WORD_RE.findall(words) if word not in _COMMON}
+    for run in runs:
+        terms.update(cjk_grams(run).split())
+    return frozenset(terms)
