@@ -119,8 +119,8 @@ def _prepared_run(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] |
         raw.prepare_threshold = 1 << 62
     try:
         cursor.execute(sql, params)
-        # NOTE: the row from psycopg's cursor under Django's error wrapping, not through the
-        # wrapper's fetchone, which builds a wrapped function on every call.
+        # NOTE: the psycopg cursor's own fetchone, in Django's error mapping: the wrapper's
+        # attribute lookup builds a decorated function on every call.
         with db.wrap_database_errors:
             row: tuple[Any, ...] | None = cursor.cursor.fetchone()
         return row

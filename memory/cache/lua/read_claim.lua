@@ -5,8 +5,9 @@
 -- Returns the HMGET's fields when the hash holds a copy (no lock taken); else 1 when this
 -- caller took the fill lock (and left its claim in the hash), 0 when it did not.
 local key = KEYS[1]
+-- NOTE: the fields of copy.py's _HIT_FIELDS, in its order.
 local held = redis.call('HMGET', key, 'rev', 'complete', 'ends', 'turns', 'fends', 'facts', 'sum',
-  'floor')
+  'floor', 'tail')
 redis.call('EXPIRE', key, ARGV[1])
 if held[1] then return held end
 -- NOTE: a floor alone is set back to at most the guard's TTL, as copy_drop promised.
