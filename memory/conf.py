@@ -100,6 +100,9 @@ DEFAULTS: dict[str, Any] = {
     "LINK_BATCH_TURNS": 50,
     # Milliseconds each statement of a search may run before Postgres stops it (a 503).
     "SEARCH_TIMEOUT_MS": 500,
+    # Milliseconds a search waits for its query's embedding before it goes on without it (hybrid
+    # by words; semantic a 503); an embedder's first query in a process (a model loading), 30 s.
+    "QUERY_EMBED_TIMEOUT_MS": 5000,
     # Heavy reads (a search; a context, messages or page beyond the cached copy) one caller may have
     # in flight per process; past it, 429 with Retry-After. Keep it below a process's threads.
     "HEAVY_READS_PER_CALLER": 1,
@@ -209,6 +212,39 @@ class count_setting(setting[int]):
         return number
 
 
+class seconds_setting(setting[float]):
+    """A setting that must be a number of seconds >= 0, or with ``positive`` one > 0."""
+
+    def __init__(self, *, positive: bool = False) -> None:
+        super().__init__(self._read)
+        self.positive = positive
+
+    def _read(self, obj: Settings) -> float:
+        value = obj._get(self.name)
+        seconds = _as_seconds(value)
+        if seconds is None or (self.positive and seconds <= 0):
+            raise ImproperlyConfigured(
+                f"MEMORY['{self.name}'] must be a number of seconds "
+                f"{'>' if self.positive else '>='} 0, not {value!r}."
+            )
+        return seconds
+
+
+class flag_setting(setting[bool]):
+    """A setting that must be True or False."""
+
+    def __init__(self) -> None:
+        super().__init__(self._read)
+
+    def _read(self, obj: Settings) -> bool:
+        value = obj._get(self.name)
+        if not isinstance(value, bool):
+            raise ImproperlyConfigured(
+                f"MEMORY[{self.name!r}] must be True or False, not {value!r}."
+            )
+        return value
+
+
 class Settings:
     """Typed access to ``settings.MEMORY``; every setting raises ``ImproperlyConfigured`` for a
     value of the wrong type or range, and keeps a good one until ``setting_changed``."""
@@ -228,16 +264,6 @@ class Settings:
         if not isinstance(user, dict):
             raise ImproperlyConfigured(f"MEMORY must be a dict, not {type(user).__name__}.")
         return user.get(name, DEFAULTS[name])
-
-    def _seconds(self, name: str, *, positive: bool = False) -> float:
-        value = self._get(name)
-        seconds = _as_seconds(value)
-        if seconds is None or (positive and seconds <= 0):
-            raise ImproperlyConfigured(
-                f"MEMORY['{name}'] must be a number of seconds {'>' if positive else '>='} 0, "
-                f"not {value!r}."
-            )
-        return seconds
 
     def _dotted(self, name: str, *, optional: bool = False) -> Any:
         value = self._get(name)
@@ -278,18 +304,10 @@ class Settings:
             )
         return value
 
-    @setting
-    def RECONCILE_INTERVAL(self) -> float:
-        # NOTE: not 0: the repairer would sweep the database without pause.
-        return self._seconds("RECONCILE_INTERVAL", positive=True)
-
-    @setting
-    def RECONCILE_GRACE(self) -> float:
-        return self._seconds("RECONCILE_GRACE")
-
-    @setting
-    def HISTORY_LEASE(self) -> float:
-        return self._seconds("HISTORY_LEASE", positive=True)
+    # NOTE: not 0: the repairer would sweep the database without pause.
+    RECONCILE_INTERVAL = seconds_setting(positive=True)
+    RECONCILE_GRACE = seconds_setting()
+    HISTORY_LEASE = seconds_setting(positive=True)
 
     @setting
     def READ_DATABASE(self) -> str | None:
@@ -300,32 +318,16 @@ class Settings:
             )
         return value
 
-    @setting
-    def SUSPECT_WINDOW(self) -> float:
-        return self._seconds("SUSPECT_WINDOW")
-
-    @setting
-    def CACHE_REPLICA_GRACE(self) -> float:
-        return self._seconds("CACHE_REPLICA_GRACE")
+    SUSPECT_WINDOW = seconds_setting()
+    CACHE_REPLICA_GRACE = seconds_setting()
 
     FILL_WAIT_MS = count_setting(" number of milliseconds", zero=True)
     CACHE_REPLICAS = count_setting(zero=True)
 
     CACHE_REPLICA_WAIT_MS = count_setting()
 
-    def _flag(self, name: str) -> bool:
-        value = self._get(name)
-        if not isinstance(value, bool):
-            raise ImproperlyConfigured(f"MEMORY[{name!r}] must be True or False, not {value!r}.")
-        return value
-
-    @setting
-    def REPAIR_THREAD(self) -> bool:
-        return self._flag("REPAIR_THREAD")
-
-    @setting
-    def ENQUEUE_THREAD(self) -> bool:
-        return self._flag("ENQUEUE_THREAD")
+    REPAIR_THREAD = flag_setting()
+    ENQUEUE_THREAD = flag_setting()
 
     @setting
     def POOLER(self) -> str | None:
@@ -402,6 +404,7 @@ class Settings:
     SUMMARY_AFTER_TOKENS = count_setting()
     SUMMARY_BATCH_TURNS = count_setting()
     SEARCH_TIMEOUT_MS = count_setting()
+    QUERY_EMBED_TIMEOUT_MS = count_setting()
     LINK_BATCH_TURNS = count_setting()
     HEAVY_READS_PER_CALLER = count_setting()
 

@@ -114,6 +114,7 @@ class Candidate:
     the same subject (``ALIKE``)."""
 
     __slots__ = (
+        "_change",
         "alike",
         "content",
         "cosine",
@@ -150,6 +151,14 @@ class Candidate:
         self.alike: frozenset[int] = frozenset()
         self.logit = 0.0
         self.score_logit = 0.0
+        self._change: bool | None = None
+
+    @property
+    def change(self) -> bool:
+        """Whether its content says something changed (``says_change``), read once."""
+        if self._change is None:
+            self._change = says_change(self.content)
+        return self._change
 
 
 def _said_logit(
@@ -157,7 +166,7 @@ def _said_logit(
 ) -> float:
     """What ``c``'s side and words of a change add to its logit (``candidate_logit``)."""
     logit = by_role if asked is not None and c.role == asked else 0.0
-    if present and c.role == "user" and says_change(c.content):
+    if present and c.role == "user" and c.change:
         logit += by_change
     return logit
 
@@ -277,24 +286,40 @@ def ranked(
     pool = ordered[: max(limit * POOL_PER_RESULT, 30)]
     terms = {c.pk: repeat_terms(c.content) for c in pool}
     repeated: set[int] = set()
+    # The pool's candidates a pick may still mark as repeating it: with terms, not marked yet.
+    unmarked = [c for c in pool if terms[c.pk]]
     chosen: list[Candidate] = []
     taken: dict[str, int] = {}
-
-    def held_back(c: Candidate) -> tuple[float, int]:
-        logit = c.logit - SESSION_PENALTY * taken.get(c.session_id, 0)
-        if c.pk in repeated:
-            logit -= REPEAT_PENALTY
-        return logit, c.seq
-
     while pool and len(chosen) < limit:
-        best = max(pool, key=held_back)
+        # NOTE: the best by (logit held back, seq), as max() with a key would choose it, without
+        # a call and a tuple per candidate and pick.
+        best = pool[0]
+        best_logit = -math.inf
+        for c in pool:
+            logit = c.logit - SESSION_PENALTY * taken.get(c.session_id, 0)
+            if c.pk in repeated:
+                logit -= REPEAT_PENALTY
+            if logit > best_logit or (logit == best_logit and c.seq > best.seq):
+                best, best_logit = c, logit
         pool.remove(best)
         chosen.append(best)
         taken[best.session_id] = taken.get(best.session_id, 0) + 1
         said = terms[best.pk]
-        for c in pool:
-            if c.pk not in repeated and terms[c.pk] and _repeats(terms[c.pk], said):
-                repeated.add(c.pk)
+        if said:
+            still = []
+            for c in unmarked:
+                if c is best:
+                    continue
+                held = terms[c.pk]
+                if not held.isdisjoint(said) and len(held & said) >= REPEAT_SHARE * min(
+                    len(held), len(said)
+                ):
+                    repeated.add(c.pk)
+                else:
+                    still.append(c)
+            unmarked = still
+        else:
+            unmarked = [c for c in unmarked if c is not best]
     if present:
         chosen = superseded(chosen, ordered[:SUPERSEDE_POOL], limit, q)
     _slot_checked(chosen, candidates, q)
@@ -328,7 +353,7 @@ def superseded(
             and c.session_id != old.session_id
             and (c not in out or out.index(c) > i)
             and (
-                ((c.pk in old.alike or old.pk in c.alike) and says_change(c.content))
+                ((c.pk in old.alike or old.pk in c.alike) and c.change)
                 or (holds[c.pk] and holds[old.pk] and c.logit >= old.logit - NEWER_MARGIN)
             )
         ]
@@ -359,7 +384,3 @@ def _slot_checked(chosen: list[Candidate], candidates: list[Candidate], q: str) 
             said += [n for n in near if n and n.session_id == c.session_id and n.role == asked]
         if not any(slot_held(kind, n.content, q) for kind in kinds for n in said):
             c.score_logit -= SLOT_PENALTY
-
-
-def _repeats(a: frozenset[str], b: frozenset[str]) -> bool:
-    return bool(b) and len(a & b) >= REPEAT_SHARE * min(len(a), len(b))

@@ -374,51 +374,54 @@ class OwnerLink(models.Model):
         return f"link of owner {self.source_id} into owner {self.target_id}"
 
 
-class PendingExtraction(models.Model):
-    """A user turn whose deferred fact extraction has not run yet; deleted once it has.
+class _WorkQueue(models.Model):
+    """Work asked for and not done yet, one record each; deleted once done. Written in the
+    transaction that asks for it, so that a lost task leaves the work to retry."""
 
-    Written in the turn's own transaction, so that a lost task leaves a turn to retry, never a turn
-    silently unextracted (docs/extraction.md).
-    """
+    created_at = models.DateTimeField()
+    # When a task for it was last handed to the task backend.
+    enqueued_at = models.DateTimeField()
+
+    class Meta:
+        abstract = True
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return f"{self._work()} pending since {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+    def _work(self) -> str:
+        """What work the record stands for."""
+        raise NotImplementedError
+
+
+class PendingExtraction(_WorkQueue):
+    """A user turn whose deferred fact extraction has not run yet (docs/extraction.md;
+    ``memory_extract --pending`` hands it again after a grace)."""
 
     # NOTE: no constraint and no cascade: a cascade would make Django load every turn of a bulk
     # delete. The task deletes a record whose turn is gone.
     turn = models.OneToOneField(
         Turn, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
     )
-    created_at = models.DateTimeField()
-    # When a task for it was last handed to the task backend (``memory_extract --pending``
-    # hands it again after a grace).
-    enqueued_at = models.DateTimeField()
 
-    class Meta:
-        default_permissions = ()
+    class Meta(_WorkQueue.Meta):
         indexes = [models.Index(fields=["enqueued_at"], name="memory_pending_enqueued_idx")]
 
-    def __str__(self) -> str:
-        return (
-            f"extraction of turn {self.turn_id} pending since {self.created_at:%Y-%m-%d %H:%M:%S}"
-        )
+    def _work(self) -> str:
+        return f"extraction of turn {self.turn_id}"
 
 
-class PendingSummary(models.Model):
-    """An owner whose summary refresh is due and not done yet; deleted once it is.
-
-    Written by the append that took ``summary_tokens`` past ``MEMORY["SUMMARY_AFTER_TOKENS"]``, so
-    that a lost task leaves the refresh to retry (``manage.py memory_summarize --pending``).
-    """
+class PendingSummary(_WorkQueue):
+    """An owner whose summary refresh is due: its append took ``summary_tokens`` past
+    ``MEMORY["SUMMARY_AFTER_TOKENS"]`` (``manage.py memory_summarize --pending``)."""
 
     owner = models.OneToOneField(Owner, on_delete=models.CASCADE, related_name="+")
-    created_at = models.DateTimeField()
-    # When a task for it was last handed to the task backend.
-    enqueued_at = models.DateTimeField()
 
-    class Meta:
-        default_permissions = ()
+    class Meta(_WorkQueue.Meta):
         indexes = [models.Index(fields=["enqueued_at"], name="memory_pendsumm_enqueued_idx")]
 
-    def __str__(self) -> str:
-        return f"summary of owner {self.owner_id} pending since {self.created_at:%Y-%m-%d %H:%M:%S}"
+    def _work(self) -> str:
+        return f"summary of owner {self.owner_id}"
 
 
 class StoreVector(models.Model):
@@ -508,6 +511,10 @@ class CheckpointBlob(models.Model):
         return f"{self.channel} v{self.version} of thread {self.thread_id}"
 
 
+# A pending write's key: one per task and index in a checkpoint of the owner's thread.
+CHECKPOINT_WRITE_KEY = ("owner", "thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx")
+
+
 class CheckpointWrite(models.Model):
     """A pending write of a task to a checkpoint of an owner's thread."""
 
@@ -526,8 +533,7 @@ class CheckpointWrite(models.Model):
         default_permissions = ()
         constraints = [
             models.UniqueConstraint(
-                fields=["owner", "thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
-                name="memory_checkpointwrite_uniq",
+                fields=CHECKPOINT_WRITE_KEY, name="memory_checkpointwrite_uniq"
             ),
         ]
 

@@ -176,10 +176,18 @@ class SearchModeField(serializers.ChoiceField):
 @extend_schema_field({"type": "string", "pattern": DATE_OR_DATE_TIME_PATTERN, "maxLength": 64})
 class MomentField(serializers.CharField):
     """An ISO-8601 date (``2026-05-01``) or date-time with its offset (other ISO 8601 forms are
-    taken too); anything else is a 400."""
+    taken too); anything else is a 400. Optional: a moment only narrows a read."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(max_length=64, **kwargs)
+        super().__init__(max_length=64, **{"required": False, **kwargs})
+
+
+def _asked_at(named_in: str) -> MomentField:
+    """A question's ``now``: what a time named in the field ``named_in`` is read against."""
+    return MomentField(
+        help_text="ISO-8601: when the question is asked (default: the server's clock); a time "
+        f"named in {named_in} is read against it.",
+    )
 
 
 @extend_schema_field({"type": "string", "format": "date-time", "pattern": DATE_TIME_PATTERN})
@@ -189,10 +197,23 @@ class ExpiresAtField(serializers.DateTimeField):
 
 
 class ScoreField(serializers.FloatField):
-    """A score from 0 to 1."""
+    """A score from 0 to 1. Optional: a least score only narrows a read."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(min_value=0.0, max_value=1.0, **kwargs)
+        super().__init__(min_value=0.0, max_value=1.0, **{"required": False, **kwargs})
+
+
+class PageSizeField(serializers.IntegerField):
+    """How many items a page holds: 1..``MAX_PAGE_SIZE``, ``DEFAULT_PAGE_SIZE`` when absent."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            required=False,
+            default=DEFAULT_PAGE_SIZE,
+            min_value=1,
+            max_value=MAX_PAGE_SIZE,
+            **kwargs,
+        )
 
 
 class ContextTurnsField(serializers.IntegerField):
@@ -252,26 +273,14 @@ class TurnListQuerySerializer(serializers.Serializer[dict[str, Any]]):
     after = serializers.IntegerField(
         required=False, min_value=0, max_value=MAX_SEQ, help_text="Only turns with a greater seq."
     )
-    limit = serializers.IntegerField(
-        required=False,
-        default=DEFAULT_PAGE_SIZE,
-        min_value=1,
-        max_value=MAX_PAGE_SIZE,
-        help_text="Turns on this page.",
-    )
+    limit = PageSizeField(help_text="Turns on this page.")
 
 
 class PageQuerySerializer(serializers.Serializer[dict[str, Any]]):
     """The query of ``GET users/{user_id}/sessions/`` and ``.../facts/{key}/history/``: keyset
     pagination with an opaque cursor."""
 
-    limit = serializers.IntegerField(
-        required=False,
-        default=DEFAULT_PAGE_SIZE,
-        min_value=1,
-        max_value=MAX_PAGE_SIZE,
-        help_text="Items on this page.",
-    )
+    limit = PageSizeField(help_text="Items on this page.")
     cursor = TextField(
         required=False,
         min_length=1,
@@ -312,13 +321,8 @@ class ContextMessagesQuerySerializer(serializers.Serializer[dict[str, Any]]):
         "words where embeddings are on, else by words), as many as fit a third of the tokens "
         "left, into a third system message; their seqs are in recalled.",
     )
-    now = MomentField(
-        required=False,
-        help_text="ISO-8601: when the question is asked (default: the server's clock); a time "
-        "named in query is read against it.",
-    )
+    now = _asked_at("query")
     min_score = ScoreField(
-        required=False,
         help_text="Recall only turns whose search score is at least this.",
     )
 
@@ -397,21 +401,14 @@ class SearchQuerySerializer(serializers.Serializer[dict[str, Any]]):
         "where it is off is a 400.",
     )
     after = MomentField(
-        required=False,
         help_text="ISO-8601 date or date-time: only turns created at or after it. 400 if bad.",
     )
     before = MomentField(
-        required=False,
         help_text="ISO-8601 date or date-time: only turns created before it (a date: before "
         "that day starts). 400 if bad.",
     )
-    now = MomentField(
-        required=False,
-        help_text="ISO-8601: when the question is asked (default: the server's clock); a time "
-        "named in q (last month, 上个月) is read against it.",
-    )
+    now = _asked_at("q (last month, 上个月)")
     min_score = ScoreField(
-        required=False,
         help_text="Only results whose score (a calibrated relevance in [0, 1]) is at least this.",
     )
 

@@ -166,14 +166,25 @@ def _before(now: dt.datetime, month: int) -> int:
 
 _Build = Callable[[re.Match[str], dt.datetime], tuple[dt.datetime, dt.datetime]]
 
+# The days and weeks both languages name in so many words: (English, Chinese, the range), each
+# language's first expressions, in this order.
+_DAYS_AND_WEEKS: list[tuple[str, str, Callable[[dt.datetime], Range]]] = [
+    (r"\bday before yesterday\b", r"前天", lambda now: _day(now, 2)),
+    (r"\byesterday\b", r"昨天|昨晚", lambda now: _day(now, 1)),
+    (r"\btoday\b|\bthis morning\b|\btonight\b", r"今天|今晚", lambda now: _day(now, 0)),
+    (r"\blast weekend\b|\bover the weekend\b", r"上个?周末|上个?星期六", _weekend),
+    (r"\bthis weekend\b", r"这个?周末", _this_weekend),
+    (r"\blast week\b", r"上个?(?:周|星期|礼拜)", lambda now: _week(now, 1)),
+    (r"\bthis week\b", r"(?:这|本)个?(?:周|星期|礼拜)", lambda now: _week(now, 0)),
+]
+
+
+def _of_now(at: Callable[[dt.datetime], Range]) -> _Build:
+    return lambda match, now: at(now)
+
+
 _EN: list[tuple[str, _Build]] = [
-    (r"\bday before yesterday\b", lambda m, now: _day(now, 2)),
-    (r"\byesterday\b", lambda m, now: _day(now, 1)),
-    (r"\btoday\b|\bthis morning\b|\btonight\b", lambda m, now: _day(now, 0)),
-    (r"\blast weekend\b|\bover the weekend\b", lambda m, now: _weekend(now)),
-    (r"\bthis weekend\b", lambda m, now: _this_weekend(now)),
-    (r"\blast week\b", lambda m, now: _week(now, 1)),
-    (r"\bthis week\b", lambda m, now: _week(now, 0)),
+    *((english, _of_now(at)) for english, _, at in _DAYS_AND_WEEKS),
     (r"\blast month\b", lambda m, now: _months(now.year, now.month - 1, 1)),
     (r"\bthis month\b", lambda m, now: _months(now.year, now.month, 1)),
     (r"\blast year\b", lambda m, now: _months(now.year - 1, 1, 12)),
@@ -235,13 +246,7 @@ def _ago(now: dt.datetime, count: str, unit: str) -> Range:
 
 _ZH_NUM = "[一两二三四五六七八九十\\d]+"
 _ZH: list[tuple[str, _Build]] = [
-    (r"前天", lambda m, now: _day(now, 2)),
-    (r"昨天|昨晚", lambda m, now: _day(now, 1)),
-    (r"今天|今晚", lambda m, now: _day(now, 0)),
-    (r"上个?周末|上个?星期六", lambda m, now: _weekend(now)),
-    (r"这个?周末", lambda m, now: _this_weekend(now)),
-    (r"上个?(?:周|星期|礼拜)", lambda m, now: _week(now, 1)),
-    (r"(?:这|本)个?(?:周|星期|礼拜)", lambda m, now: _week(now, 0)),
+    *((chinese, _of_now(at)) for _, chinese, at in _DAYS_AND_WEEKS),
     (r"上上个?月", lambda m, now: _months(now.year, now.month - 2, 1)),
     (r"上个?月", lambda m, now: _months(now.year, now.month - 1, 1)),
     (r"(?:这|本)个?月", lambda m, now: _months(now.year, now.month, 1)),

@@ -42,12 +42,19 @@ def eventually(condition: Callable[[], bool], *, within: float) -> bool:
     return condition()
 
 
-@real_db
-@pytest.mark.faults
-def test_an_async_read_cancelled_while_it_probes_gives_the_probe_back(own_redis):
+@pytest.fixture
+def warm_redis(own_redis: Any) -> Any:
+    """A Redis of the test's own, holding a warm copy of "wang"."""
     append("My name is Wang Jianguo")
     selectors.context_get(owner_id="wang")
     assert served()
+    return own_redis
+
+
+@real_db
+@pytest.mark.faults
+def test_an_async_read_cancelled_while_it_probes_gives_the_probe_back(warm_redis):
+    own_redis = warm_redis
     own_redis.pause()
     try:
         assert not served()  # times out: the breaker opens
@@ -72,6 +79,80 @@ def test_an_async_read_cancelled_while_it_probes_gives_the_probe_back(own_redis)
     assert context["source"] == "cache"
     assert context["turns"][-1]["content"] == "I like basketball"
     assert cache.repair.pending_count() == 0
+
+
+@real_db
+@pytest.mark.faults
+def test_an_async_read_of_a_paused_redis_ends_at_the_socket_timeout(warm_redis):
+    own_redis = warm_redis
+
+    async def read() -> dict[str, Any]:
+        # NOTE: the async connections have no socket timeout of their own; the call's deadline,
+        # the alias's SOCKET_TIMEOUT (0.2 s), ends the read. Not a speed assertion: redis-py's
+        # default timeout, 5 s, would still be waiting.
+        return await asyncio.wait_for(selectors.acontext_get(owner_id="wang"), 2.0)
+
+    async def reads() -> list[dict[str, Any]]:
+        # NOTE: two at once on one loop: one watch and its one timer end both.
+        return list(await asyncio.gather(read(), read()))
+
+    own_redis.pause()
+    try:
+        contexts = run(reads)
+        state, outages = cache.client.breaker.state, cache.client.breaker.outages
+    finally:
+        own_redis.resume()
+    for context in contexts:
+        assert context["source"] == "database"
+        assert [turn["content"] for turn in context["turns"]] == ["My name is Wang Jianguo"]
+    assert (state, outages) == ("open", 1)
+
+
+def test_the_watch_ends_only_the_calls_past_their_deadline():
+    from memory.cache.wire import Watch
+
+    async def main() -> list[str]:
+        watch = Watch(asyncio.get_running_loop())
+
+        async def call(seconds: float) -> str:
+            task = asyncio.current_task()
+            assert task is not None
+            watch.start(task, seconds)
+            try:
+                await asyncio.sleep(0.3)
+                return "answered"
+            except asyncio.CancelledError:
+                return "timed out" if watch.end(task) else "cancelled"
+            finally:
+                watch.end(task)
+
+        slow = asyncio.create_task(call(0.05))
+        later = asyncio.create_task(call(0.15))
+        fast = asyncio.create_task(call(5.0))
+        gone = asyncio.create_task(call(5.0))
+        await asyncio.sleep(0.01)
+        gone.cancel()
+        return list(await asyncio.gather(slow, later, fast, gone))
+
+    assert asyncio.run(main()) == ["timed out", "timed out", "answered", "cancelled"]
+
+
+@real_db
+@pytest.mark.faults
+def test_an_async_connection_the_server_closed_while_idle_is_connected_again(warm_redis):
+    killer = redis.Redis.from_url(warm_redis.url)
+
+    async def reads() -> list[str]:
+        sources = [(await selectors.acontext_get(owner_id="wang"))["source"]]
+        # NOTE: the connection that read waits, idle, for the next read of this loop; Redis
+        # closes it meanwhile (a restart, CLIENT KILL, an idle timeout).
+        killer.client_kill_filter(_type="normal", skipme=True)
+        await asyncio.sleep(0.1)  # the loop sees the connection closed
+        sources.append((await selectors.acontext_get(owner_id="wang"))["source"])
+        return sources
+
+    assert run(reads) == ["cache", "cache"]
+    assert cache.client.breaker.outages == 0
 
 
 def test_a_sync_call_interrupted_while_it_probes_gives_the_probe_back(db):

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from redis.asyncio.connection import Connection as AsyncConnection
+from redis.connection import Connection
 
 from memory import cache, selectors, services
 from memory.models import Owner
@@ -228,6 +232,46 @@ def test_concurrent_cold_reads_wait_for_one_rehydration(django_capture_on_commit
     second = cache.copy.copy_read(owner_id="wang", turns=20)
     assert isinstance(first, cache.copy.Miss) and first.fill_token
     assert isinstance(second, cache.copy.Miss) and second.fill_token is None
+
+
+def test_a_read_redis_refuses_leaves_its_connection_in_step(
+    django_capture_on_commit_callbacks, redis_client
+):
+    """A read whose HMGET Redis refuses (a key of the wrong type) is a bug, not an outage, and
+    the replies after it are read all the same: its connection goes back to the pool in step,
+    not to be dropped by the next caller."""
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "one")
+    key = cache.keys.owner_key("wang")
+    redis_client.set(key, "not a hash")
+    connection = redis_client.client_id()
+    assert cache.copy.copy_read(owner_id="wang", turns=20) is cache.client.Outcome.ERROR
+    assert cache.client.breaker.bugs == 1 and not cache.client.breaker.down
+    assert redis_client.client_id() == connection
+    assert redis_client.delete(key) == 1
+    assert selectors.context_get(owner_id="wang")["source"] == "database"
+    context = selectors.context_get(owner_id="wang")
+    assert context["source"] == "cache" and contents(context) == ["one"]
+
+
+ARGUMENT = st.one_of(st.text(max_size=40), st.binary(max_size=40), st.integers(), st.floats())
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    commands=st.lists(
+        st.tuples(st.sampled_from(["HMGET", "EXPIRE", "EVALSHA"]), st.lists(ARGUMENT, max_size=6)),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_commands_are_sent_as_redis_py_packs_them(commands):
+    """The warm read's own packing (``client.commands_run``) against its specification, the
+    packer of redis-py's connections, sync and async."""
+    commands = [(name, *arguments) for name, arguments in commands]
+    for connection in (Connection(), AsyncConnection()):
+        packed = cache.wire._packed(connection.encoder.encode, commands)
+        assert packed == b"".join(connection.pack_commands(commands))
 
 
 def test_dead_cache_reads_and_writes_answer_false_without_raising(dead_cache):

@@ -907,6 +907,20 @@ def test_deferred_extraction_leaves_a_fact_changed_after_the_turn(deferred_rules
 
 
 @pytest.mark.django_db
+def test_deferred_extraction_of_a_turn_gone_deletes_its_record(deferred_rules, write):
+    with write():
+        turn = append("My name is Nadia")
+    pending = PendingExtraction.objects.get()
+    with connection.cursor() as cursor:
+        # NOTE: as a delete that bypassed the services would leave it.
+        cursor.execute("DELETE FROM memory_turn WHERE id = %s", [turn.pk])
+    with write():
+        assert deferred.extraction_run.call(pending.pk) == 0
+    assert not PendingExtraction.objects.exists()
+    assert not Fact.objects.exists()
+
+
+@pytest.mark.django_db
 def test_deferred_extraction_of_a_forgotten_owner_writes_nothing(deferred_rules, write):
     with write():
         append("My name is Nadia")

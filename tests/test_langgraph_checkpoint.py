@@ -16,13 +16,14 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.report import ProgressCallbacks
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from memory import selectors, services
 from memory.integrations.langgraph import MemoryCheckpointSaver
-from memory.integrations.langgraph.checkpoint import turn_from_message
+from memory.integrations.langgraph.checkpoint import ALIST_PAGE, turn_from_message
 from memory.models import Checkpoint, CheckpointBlob, CheckpointWrite
 from tests.loop import run
 
@@ -145,6 +146,27 @@ def test_the_async_graph_runs_on_the_async_methods():
     assert [m.text for m in state["messages"]] == ["one", "echo: one", "two", "echo: two"]
     assert len(history) == 6 and history[0].checkpoint["id"] > history[-1].checkpoint["id"]
     assert [t[2] for t in turns_of("wang")] == ["one", "echo: one", "two", "echo: two"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_alist_lists_what_list_does_across_its_pages():
+    saver = MemoryCheckpointSaver(owner_id="wang")
+    config = thread("long")
+    for _ in range(2 * ALIST_PAGE + 3):
+        checkpoint = empty_checkpoint()
+        config = saver.put(config, checkpoint, {"source": "input", "step": -1}, {})
+
+    async def main() -> dict[int | None, list[str]]:
+        return {
+            limit: [t.checkpoint["id"] async for t in saver.alist(thread("long"), limit=limit)]
+            for limit in (None, ALIST_PAGE, ALIST_PAGE + 1, 2 * ALIST_PAGE + 3, 1000)
+        }
+
+    listed = run(main)
+    everything = [t.checkpoint["id"] for t in saver.list(thread("long"))]
+    assert len(everything) == 2 * ALIST_PAGE + 3 == len(set(everything))
+    for limit, ids in listed.items():
+        assert ids == everything[:limit]
 
 
 @pytest.mark.django_db(transaction=True)

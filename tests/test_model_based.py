@@ -1,8 +1,8 @@
 """A model-based test: hypothesis interleaves appends, fact changes, deletes, forgets, ORM writes
 that bypass the services, cache flushes, key deletions, expiries, lost floors during a fill,
 Redis outages (breaker states) and writers dying between commit and cache update; after every
-step the context, the facts and their history served (cache or database) must equal a plain
-Python model of what they must be, within the protocol's bounds (memory.cache)."""
+step the context (sync and async), the facts and their history served (cache or database) must
+equal a plain Python model of what they must be, within the protocol's bounds (memory.cache)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.conf import settings as django_settings
 from django.db import transaction
 from django.test import TestCase, override_settings
@@ -190,6 +191,11 @@ class MemoryMachine(RuleBasedStateMachine):
                     range(total - len(expected) + 1, total + 1)
                 )
                 assert context["facts"] == self.facts[owner]
+                # The async front door reads the same copy on its own connections.
+                twin = async_to_sync(selectors.acontext_get)(
+                    owner_id=self.owner_id(owner), turns=CONTEXT_TURNS
+                )
+                assert (twin["turns"], twin["facts"]) == (context["turns"], context["facts"])
                 facts = selectors.fact_list(owner_id=self.owner_id(owner))
                 assert {fact["key"]: fact["value"] for fact in facts} == self.facts[owner]
 

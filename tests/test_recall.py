@@ -9,6 +9,8 @@ installed these tests skip, saying how to get it.
 
 from __future__ import annotations
 
+import os
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -174,16 +176,16 @@ def test_a_run_gives_an_ack_no_vector_and_embeds_a_repeated_text_once(e5):
 
 
 def test_the_recent_vectors_keep_the_last_texts_and_no_long_ones():
-    recent = embeddings._RecentVectors(size=2, longest=10)
-    recent.put("m", "a", [0.5, 1.0])
-    recent.put("m", "b", [1.5, 2.0])
-    assert recent.get("m", "a") == [0.5, 1.0]  # now the newest
-    recent.put("m", "c", [2.5, 3.0])
-    assert recent.get("m", "b") is None and recent.get("m", "a") == [0.5, 1.0]
+    recent = embedders.RecentVectors(size=2, longest=10)
+    recent.put(("m", "a"), [0.5, 1.0])
+    recent.put(("m", "b"), [1.5, 2.0])
+    assert recent.get(("m", "a")) == [0.5, 1.0]  # now the newest
+    recent.put(("m", "c"), [2.5, 3.0])
+    assert recent.get(("m", "b")) is None and recent.get(("m", "a")) == [0.5, 1.0]
     # Another model's vector of the same text is another entry; a long text is not kept.
-    assert recent.get("other", "a") is None
-    recent.put("m", "x" * 11, [1.0, 1.0])
-    assert recent.get("m", "x" * 11) is None
+    assert recent.get(("other", "a")) is None
+    recent.put(("m", "x" * 11), [1.0, 1.0])
+    assert recent.get(("m", "x" * 11)) is None
 
 
 def test_an_append_enqueues_one_run_for_a_burst_and_the_task_embeds(e5, write):
@@ -791,6 +793,104 @@ def test_an_embedder_that_fails_leaves_hybrid_to_words_and_semantic_unavailable(
             "/api/memory/users/wang/search/", {"q": "corgi", "mode": "semantic"}
         )
         assert answer.status_code == 503
+
+
+# A gate the gated embedder's slow queries wait at; the embedder's calls.
+_GATE = threading.Event()
+_CALLS: list[str] = []
+
+
+def gated(texts: list[str]) -> list[list[float]]:
+    """``tiny``'s vectors, each text noted in ``_CALLS``; a text holding "slowly" waits until the
+    test opens ``_GATE`` (at most 10 s)."""
+    _CALLS.extend(texts)
+    if any("slowly" in text for text in texts):
+        _GATE.wait(10)
+    return tiny(texts)
+
+
+gated.name = "gated-3"  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def gate(pgvector: None, memory_settings: Any, monkeypatch: Any) -> Iterator[threading.Event]:
+    """The gated embedder, no query of it answered yet in this process, none kept; the gate
+    closed, and opened at the end so that no thread waits on."""
+    from memory.selectors import search as search_selectors
+
+    monkeypatch.setattr(search_selectors, "_ANSWERED", set())
+    search_selectors.queries_forget()
+    _CALLS.clear()
+    _GATE.clear()
+    try:
+        with memory_settings(EMBEDDER="tests.test_recall.gated", QUERY_EMBED_TIMEOUT_MS=50):
+            yield _GATE
+    finally:
+        _GATE.set()
+
+
+def test_an_embedder_past_the_time_limit_leaves_hybrid_to_words_and_semantic_timed_out(
+    gate, service_client, caplog
+):
+    from memory.exceptions import SearchTimeout
+
+    say("wang", CORGI, *FILLER[:2])
+    services.fact_put(owner_id="wang", key="pet", value="a corgi called Mochi")
+    # Its first query answers: the embedder counts as loaded.
+    assert selectors.turn_search(owner_id="wang", q="corgi", mode="hybrid")[0]["content"] == CORGI
+    found = selectors.turn_search(owner_id="wang", q="corgi slowly", mode="hybrid")
+    assert [turn["content"] for turn in found] == [CORGI]
+    assert "took longer than 50 ms on a search query; searching by words" in caplog.text
+    with pytest.raises(SearchTimeout):
+        selectors.turn_search(owner_id="wang", q="my dog, slowly", mode="semantic")
+    answer = service_client.get(
+        "/api/memory/users/wang/search/", {"q": "corgi, slowly", "mode": "semantic"}
+    )
+    assert answer.status_code == 503
+    assert facts_similar(owner_id="wang", query="pet, slowly", limit=10) == {}
+    # The context recalls by words alike.
+    recalled = selectors.context_messages(owner_id="wang", turns=1, query="a corgi, slowly")
+    assert recalled["recalled"] == [1]
+
+
+def test_an_embedders_first_query_is_waited_for_past_the_time_limit(gate):
+    say("wang", CORGI, *FILLER[:2])
+    embeddings.turns_embed(owner_id="wang")
+    # NOTE: a model loading on its first query: the gate opens while the search waits.
+    threading.Timer(0.2, gate.set).start()
+    found = selectors.turn_search(owner_id="wang", q="corgi slowly", mode="semantic", limit=1)
+    assert len(found) == 1 and "corgi slowly" in _CALLS
+
+
+def test_a_forked_child_embeds_its_queries_on_threads_of_its_own(gate):
+    from memory.selectors.search import QueryEmbedding
+
+    # The parent's threads started, and idle.
+    assert QueryEmbedding("wang", "a dog", required=True).vector() == tiny(["a dog"])[0]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            vector = QueryEmbedding("wang", "a cat", required=True).vector()
+            os._exit(0 if vector == tiny(["a cat"])[0] else 1)
+        except BaseException:
+            os._exit(2)
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+def test_a_repeated_query_reuses_the_owners_vector_and_no_other_owners(gate):
+    from memory.selectors.search import queries_forget
+
+    say("wang", CORGI, *FILLER[:2])
+    say("li", "My dog is a poodle named Biscuit.", "Lovely.")
+    for owner_id in ("wang", "wang", "li", "wang"):
+        selectors.turn_search(owner_id=owner_id, q="my dog", mode="hybrid")
+    selectors.context_messages(owner_id="wang", turns=1, query="my dog")
+    # Once for wang (searched three times, then recalled), once for li: no owner's search
+    # is quicker for what another asked.
+    assert _CALLS.count("my dog") == 2
+    queries_forget()
+    selectors.turn_search(owner_id="wang", q="my dog", mode="semantic")
+    assert _CALLS.count("my dog") == 3
 
 
 def test_an_imported_memory_is_embedded_by_the_run_the_import_makes_due(

@@ -319,6 +319,13 @@ def test_the_search_timeout_setting():
     assert conf.SEARCH_TIMEOUT_MS == 500
 
 
+@pytest.mark.parametrize("value", [0, -1, 2.5, "5000", None])
+def test_a_bad_query_embed_timeout_fails_the_checks(value, memory_settings):
+    with memory_settings(QUERY_EMBED_TIMEOUT_MS=value):
+        ids = [message.id for message in checks.check_memory_settings()]
+    assert ids == ["memory.E002"]
+
+
 def test_stop_words_alone_match_nothing():
     append("wang", "the cat is on the mat")
     assert found("wang", "the") == []

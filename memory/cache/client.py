@@ -14,14 +14,13 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from django.conf import settings
 from django.core.cache import caches
 from django_redis.exceptions import ConnectionInterrupted
-from redis import asyncio as aioredis
 from redis import connection as sync_connection
 from redis import exceptions as redis_errors
 from redis.asyncio import connection as async_connection
@@ -29,6 +28,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, SlotNotCoveredError
 
 from memory import counters
+from memory.cache.wire import AsyncConnections, Command, acommands_run
 from memory.conf import conf
 
 logger = logging.getLogger("memory.cache")
@@ -311,11 +311,33 @@ def enabled() -> bool:
     return alias() is not None
 
 
+class _Held(threading.local):
+    """This thread's client of the alias last asked for, and the ``CACHES`` it was made under."""
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.caches: Any = None
+        self.client: Any = None
+
+
+_held = _Held()
+
+
 def client() -> Any:
     """The redis-py client of the memory alias (a connection pool shared by the process)."""
     name = alias()
     assert name is not None
-    return caches[name].client.get_client(write=True)  # type: ignore[attr-defined]
+    return _client_of(name)
+
+
+def _client_of(name: str) -> Any:
+    held, configured = _held, settings.CACHES
+    if held.client is None or held.name != name or held.caches is not configured:
+        # NOTE: kept per thread, as Django keeps each thread's cache object: its lookup, through
+        # asgiref's Local, cost a warm read more than the rest of this module's bookkeeping.
+        held.client = caches[name].client.get_client(write=True)  # type: ignore[attr-defined]
+        held.name, held.caches = name, configured
+    return held.client
 
 
 class Attempt:
@@ -390,10 +412,11 @@ def redis_call(
     outright, for a probe). A write never skips Redis for the breaker; a read does while it is open.
     Never raises a Redis error.
     """
-    if not enabled():
+    name = alias()
+    if name is None:
         return Outcome.DISABLED
     try:
-        redis = client()
+        redis = _client_of(name)
     except Exception:
         # NOTE: a cluster no seed answers cannot be built: the call below counts the same error.
         redis, shard = None, shard or ""
@@ -426,21 +449,45 @@ def _shard(redis: Any, key: str) -> str:
         return ""
 
 
-async def aredis_call(action: str, fn: Callable[[Any], Awaitable[T]]) -> Answer[T] | Outcome | None:
-    """``redis_call`` for a read from async code, on ``redis.asyncio``, with the same breaker and
-    outcomes; ``None`` where the alias has no matching async client. Never raises a Redis error; a
-    cancellation propagates, with the probe given back."""
-    if not enabled():
+async def aredis_call(
+    action: str, commands: Sequence[Command]
+) -> Answer[list[Any]] | Outcome | None:
+    """``redis_call`` of ``commands`` (``acommands_run``) for a read from async code, on
+    ``redis.asyncio``, with the same breaker and outcomes, bounded in all by the alias's socket
+    timeout; ``None`` where the alias has no matching async client. Never raises a Redis error;
+    a cancellation propagates, with the probe given back."""
+    name = alias()
+    if name is None:
         return Outcome.DISABLED
-    redis = async_client()
-    if redis is None:
+    connections = _async_connections(name)
+    if connections is None:
         return None
     ticket = breaker.admit(write=False)
     if not isinstance(ticket, Pass):
         return Outcome.SKIPPED
     with Attempt(action, ticket) as attempt:
-        value = await fn(redis)
+        value = await _bounded(connections, commands)
     return attempt.outcome or Answer(value)
+
+
+async def _bounded(connections: AsyncConnections, commands: Sequence[Command]) -> list[Any]:
+    """``acommands_run``, stopped by the loop's watch (``Watch``) once it has run the alias's
+    socket timeout: then redis-py's ``TimeoutError``."""
+    seconds, watch = connections.deadline, connections.watch
+    task = asyncio.current_task()
+    if seconds is None or task is None:
+        return await acommands_run(connections, commands)
+    cancelling = task.cancelling()
+    watch.start(task, seconds)
+    try:
+        return await acommands_run(connections, commands)
+    except asyncio.CancelledError as e:
+        # NOTE: the watch's own cancellation alone becomes the timeout; any other propagates.
+        if watch.end(task) and task.uncancel() <= cancelling:
+            raise redis_errors.TimeoutError(f"Redis did not answer within {seconds} s.") from e
+        raise
+    finally:
+        watch.end(task)
 
 
 # --- the async client: the sync client's own configuration, on redis.asyncio -----------------
@@ -484,9 +531,14 @@ def _async_parameters(cls: type) -> frozenset[str]:
     return frozenset(names - {"self", "args", "kwargs"})
 
 
-def _async_pool(sync_client: Any) -> Any | None:
-    """A ``redis.asyncio`` pool with the connection settings of ``sync_client``'s pool, or ``None``
-    where redis.asyncio cannot match them (Sentinel, Cluster, a custom connection class)."""
+def _async_pool(sync_client: Any) -> tuple[Any, float | None] | None:
+    """A ``redis.asyncio`` pool with the connection settings of ``sync_client``'s pool but its
+    socket timeout, and that timeout; ``None`` where redis.asyncio cannot match them (Sentinel,
+    Cluster, a custom connection class).
+
+    NOTE: the socket timeout bounds each whole call instead (``_within``): redis.asyncio bounds
+    each write with ``asyncio.wait_for``, a task and two turns of the loop, a sixth of a warm read.
+    """
     pool = getattr(sync_client, "connection_pool", None)
     pool_class = _ASYNC_POOLS.get(type(pool))
     cls = _ASYNC_CONNECTIONS.get(getattr(pool, "connection_class", None))  # type: ignore[arg-type]
@@ -509,32 +561,42 @@ def _async_pool(sync_client: Any) -> Any | None:
         kwargs[name] = value
     if isinstance(pool, sync_connection.BlockingConnectionPool):
         kwargs["timeout"] = pool.timeout
-    return pool_class(connection_class=cls, max_connections=pool.max_connections, **kwargs)
+    deadline = kwargs.pop("socket_timeout", None)
+    made = pool_class(
+        connection_class=cls, max_connections=pool.max_connections, socket_timeout=None, **kwargs
+    )
+    return made, deadline
+
+
+@dataclass(frozen=True)
+class _Async:
+    """An event loop's connections to one alias (``None``: redis.asyncio cannot match it), made
+    for the alias's settings ``params``."""
+
+    params: Any
+    connections: AsyncConnections | None
 
 
 # NOTE: a redis.asyncio pool belongs to its event loop: one per loop and alias, rebuilt when the
 # alias's settings change.
-_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, tuple[Any, Any]]] = (
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Async]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def async_client() -> Any | None:
-    """This event loop's ``redis.asyncio`` client of the memory alias, or ``None`` where it cannot
-    match the sync client's configuration."""
-    name = alias()
-    assert name is not None
+def _async_connections(name: str) -> AsyncConnections | None:
+    """This event loop's connections to the alias ``name``. They have no socket timeout:
+    ``aredis_call`` bounds each call."""
     params = settings.CACHES.get(name)
     per_loop = _async_clients.get(loop := asyncio.get_running_loop())
     if per_loop is None:
         per_loop = _async_clients.setdefault(loop, {})
     made = per_loop.get(name)
-    if made is not None and made[0] is params:
-        return made[1]
-    async_pool = _async_pool(client())
-    redis = None if async_pool is None else aioredis.Redis(connection_pool=async_pool)
-    per_loop[name] = (params, redis)
-    return redis
+    if made is None or made.params is not params:
+        matched = _async_pool(_client_of(name))
+        made = _Async(params, None if matched is None else AsyncConnections(*matched))
+        per_loop[name] = made
+    return made.connections
 
 
 def stats_key() -> str:
@@ -553,6 +615,8 @@ def counts_flush(*, force: bool = False) -> None:
     the owner's answers, which must neither fail a read nor open the breaker for every owner.
     """
     now = time.monotonic()
+    if not force and now - breaker.counts_flushed_at < COUNTS_FLUSH_SECONDS:
+        return
     with breaker.lock:
         if not force and now - breaker.counts_flushed_at < COUNTS_FLUSH_SECONDS:
             return

@@ -27,6 +27,7 @@ from memory.cache.client import (
 )
 from memory.cache.keys import key_pattern, lock_key, owner_key
 from memory.cache.replication import replicated
+from memory.cache.wire import Command, commands_run
 from memory.conf import conf
 from memory.payloads import FactPayload, SummaryPayload, TurnPayload
 
@@ -144,7 +145,8 @@ def _fact_key(fact: FactPayload) -> str:
 
 # What a hit reads, in one HMGET: the stamp, completeness, the turns' end offsets and
 # payloads, the facts' end offsets and payloads, the summary.
-_HIT_FIELDS = ("rev", "complete", "ends", "turns", "fends", "facts", "sum", "floor")
+# NOTE: bytes, which redis-py sends as they are.
+_HIT_FIELDS = (b"rev", b"complete", b"ends", b"turns", b"fends", b"facts", b"sum", b"floor")
 
 
 class _MissShare:
@@ -196,20 +198,19 @@ def copy_read(
     rule 3); a floor alone is set back to at most ``GUARD_TTL``, as ``copy_drop`` promised.
     """
     key = owner_key(owner_id, epoch)
-    ttl = conf.CACHE_TTL
-    token = secrets.token_hex(8) if claim_fill else ""
-    lock, wait_ms = f"{key}:fill", conf.FILL_WAIT_MS * 2
+    commands: list[Command] = [("HMGET", key, *_HIT_FIELDS), ("EXPIRE", key, conf.CACHE_TTL)]
+    token = ""
     pipelined = claim_fill and miss_share.likely()
+    if pipelined:
+        # NOTE: the token is drawn only for a claim sent: a hit needs none.
+        token = secrets.token_hex(8)
+        claim = ("EVALSHA", _CLAIM.sha, 2, key, f"{key}:fill", conf.FILL_WAIT_MS * 2, token)
+        commands.append(claim)
 
     def read(redis: Any) -> Any:
         for attempt in (1, 2):
-            pipe = redis.pipeline(transaction=False)
-            pipe.hmget(key, _HIT_FIELDS)
-            pipe.expire(key, ttl)
-            if pipelined:
-                pipe.evalsha(_CLAIM.sha, 2, key, lock, wait_ms, token)
             try:
-                return pipe.execute()
+                return commands_run(redis, commands)
             except redis_errors.NoScriptError:
                 # NOTE: a restarted or flushed Redis: the HMGET and EXPIRE ran, the claim did
                 # not; load it and send the three again.
@@ -234,10 +235,11 @@ def copy_read(
     if pipelined:
         claimed = answer.value[2]
     else:
+        token = secrets.token_hex(8)
+        args: list[Any] = [conf.FILL_WAIT_MS * 2, token]
+        keys = [key, f"{key}:fill"]
         taken = redis_call(
-            "read",
-            lambda redis: _CLAIM(keys=[key, lock], args=[wait_ms, token], client=redis),
-            key=key,
+            "read", lambda redis: _CLAIM(keys=keys, args=args, client=redis), key=key
         )
         if not isinstance(taken, Answer):
             return taken
@@ -256,23 +258,18 @@ async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | N
     error."""
 
     key = owner_key(owner_id, epoch)
-    ttl = conf.CACHE_TTL
-
-    async def read(redis: Any) -> Any:
-        pipe = redis.pipeline(transaction=False)
-        pipe.hmget(key, _HIT_FIELDS)
-        pipe.expire(key, ttl)
-        return (await pipe.execute())[0]
-
-    answer = await aredis_call("read", read)
+    answer = await aredis_call(
+        "read", (("HMGET", key, *_HIT_FIELDS), ("EXPIRE", key, conf.CACHE_TTL))
+    )
     if not isinstance(answer, Answer):
         return answer
-    if answer.value[0] is None:
-        if answer.value[7] is not None:
-            await aredis_call("read", lambda redis: redis.expire(key, GUARD_TTL, lt=True))
+    held = answer.value[0]
+    if held[0] is None:
+        if held[7] is not None:
+            await aredis_call("read", (("EXPIRE", key, GUARD_TTL, "LT"),))
         breaker.count("misses")
         return Miss(fill_token=None)
-    return _hit_result(answer.value, turns)
+    return _hit_result(held, turns)
 
 
 def _ends(payloads: list[bytes]) -> bytes:
@@ -286,6 +283,12 @@ def _whole(body: bytes | None, ends: bytes | None) -> bool:
     if not ends:
         return not body
     return len(ends) % 4 == 0 and int.from_bytes(ends[-4:]) == len(body or b"")
+
+
+def _array(payloads: bytes, start: int = 0) -> bytes:
+    """The JSON array of the payloads joined by "," in ``payloads`` from byte ``start``, in one
+    copy."""
+    return b"".join((b"[", memoryview(payloads)[start:], b"]"))
 
 
 def _hit_result(held: list[Any], want: int) -> ReadResult:
@@ -305,8 +308,8 @@ def _hit_result(held: list[Any], want: int) -> ReadResult:
     return Hit(
         Snapshot(
             stamp=int(rev),
-            turns=turns_unpack(b"[" + body[start:] + b"]") if want and held_turns else [],
-            facts=facts_unpack(b"[" + facts + b"]") if fends else [],
+            turns=turns_unpack(_array(body, start)) if want and held_turns else [],
+            facts=facts_unpack(_array(facts)) if fends else [],
             summary=codec.loads(summary) if summary else None,
         )
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from memory.cache.history import history_current
@@ -22,6 +23,8 @@ def prefix() -> str:
     return f"{conf.KEY_PREFIX}:{SCHEMA}"
 
 
+# NOTE: remembered, as a hit would otherwise hash its owner id on every read.
+@functools.lru_cache(maxsize=4096)
 def owner_tag(owner_id: str) -> str:
     """The cluster hash tag of every key of the owner, ``{<digest>}``, on any history: the
     owner's slot (and shard) is a function of the owner alone, known without the database.

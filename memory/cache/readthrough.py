@@ -199,6 +199,8 @@ def snapshot_live(snapshot: Snapshot) -> Snapshot:
     here, so a fact leaves a warm copy on every instance the moment it expires, with no write
     and no invalidation; the sweep's delete (``ops.facts_expire``) comes later.
     """
+    if all(fact["expires_at"] is None for fact in snapshot.facts):
+        return snapshot
     facts = facts_live(snapshot.facts, timezone.now())
     return snapshot if facts is snapshot.facts else dataclasses.replace(snapshot, facts=facts)
 

@@ -174,7 +174,7 @@ def eval_run(
     ``modes`` (and the baselines), and forget the owners unless ``keep``. With ``reuse``, an owner
     already holding the conversation is searched as it is."""
     from memory import selectors, services
-    from memory.selectors.search import semantic_on
+    from memory.selectors.search import queries_forget, semantic_on
     from memory.services.embeddings import turns_embed
 
     semantic = semantic_on()
@@ -207,6 +207,8 @@ def eval_run(
                 question = evalset.questions[i]
                 q = question.question.strip()[:200] or "?"
                 for mode in modes:
+                    # NOTE: each mode embeds the question itself, as a first search does.
+                    queries_forget()
                     started = time.perf_counter()
                     try:
                         found = selectors.turn_search(

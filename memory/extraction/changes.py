@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from memory.extraction.text import _I, _cut, _edges, _fold, _is_han, _one, _r, _Rule, _words
+from memory.extraction.text import _I, _cut, _edges, _fold, _is_han, _one, _r, _Rule, _rules, _words
 from memory.extraction.values import (
     _EN_VALUE_STOP,
     _en_plain,
@@ -155,44 +155,32 @@ def _workplace_en(value: str) -> str | None:
 _EN_CHANGE_RULES: tuple[_Rule, ...] = (
     *(_r(key, p, _swap(key, han=False)) for key in ("car", "phone") for p in _EN_SWAPS),
     *(_r("owns", p, _swap(None, han=False)) for p in _EN_SWAPS),
-    _r(
+    *_rules(
         "location",
+        _one(_moved_en),
         rf"^we(?:'ve|\s+have)?\s+{_EN_ADV}(?:moved|relocated)\s+(?:back\s+)?to\s+(?P<v>.+)$",
-        _one(_moved_en),
-    ),
-    _r(
-        "location",
         rf"^(?:i|we)(?:'ve|\s+have)?\s+{_EN_ADV}(?:moved|relocated)\s+from\s+.+?\s+to\s+(?P<v>.+)$",
-        _one(_moved_en),
     ),
-    _r(
-        "location", rf"^we\s+{_EN_ADV}(?:now\s+)?(?:live|reside)\s+in\s+(?P<v>.+)$", _one(_place_en)
-    ),
-    _r(
+    *_rules(
         "location",
-        r"^we(?:'re|\s+are)\s+(?:now\s+)?(?:living|based|settled)\s+in\s+(?P<v>.+)$",
         _one(_place_en),
+        rf"^we\s+{_EN_ADV}(?:now\s+)?(?:live|reside)\s+in\s+(?P<v>.+)$",
+        r"^we(?:'re|\s+are)\s+(?:now\s+)?(?:living|based|settled)\s+in\s+(?P<v>.+)$",
     ),
-    _r(
+    *_rules(
         "occupation",
+        _one(lambda v: _job_en(v, strict=False)),
         rf"^i(?:'ve|\s+have)?\s+{_EN_ADV}{_EN_JOB_START}\s+as\s+(?P<v>.+)$",
-        _one(lambda v: _job_en(v, strict=False)),
-    ),
-    _r(
-        "occupation",
         rf"^i(?:'m|\s+am)\s+{_EN_ADV}(?:now\s+)?(?:working|employed)\s+as\s+(?P<v>.+)$",
-        _one(lambda v: _job_en(v, strict=False)),
     ),
-    _r(
+    *_rules(
         "workplace",
+        _one(_workplace_en),
         rf"^i(?:'ve|\s+have)?\s+{_EN_ADV}(?:{_EN_JOB_START}\s+(?:at|with)|joined)\s+(?P<v>.+)$",
-        _one(_workplace_en),
-    ),
-    _r(
-        "workplace",
-        rf"^(?:i|i'm|i\s+am)\s+{_EN_ADV}(?:now\s+|currently\s+)?(?:work|working)\s+(?:at|for)"
-        r"\s+(?P<v>.+)$",
-        _one(_workplace_en),
+        (
+            rf"^(?:i|i'm|i\s+am)\s+{_EN_ADV}(?:now\s+|currently\s+)?(?:work|working)\s+(?:at|for)"
+            r"\s+(?P<v>.+)$"
+        ),
     ),
 )
 
@@ -218,13 +206,15 @@ _ZH_CHANGE_RULES: tuple[_Rule, ...] = (
         r"(?P<v>.+?)(?:来了|去了|住了|生活了|了)?$",
         _one(_place_zh),
     ),
-    _r(
+    *_rules(
         "workplace",
-        rf"^我{_ZH_ADV}(?:跳槽到了|跳槽到|跳槽去了|入职了|入职|加入了)(?P<v>[^，,]+?)"
-        r"(?:工作|上班)?(?:了)?$",
         _one(_workplace_zh),
+        (
+            rf"^我{_ZH_ADV}(?:跳槽到了|跳槽到|跳槽去了|入职了|入职|加入了)(?P<v>[^，,]+?)"
+            r"(?:工作|上班)?(?:了)?$"
+        ),
+        rf"^我{_ZH_ADV}在(?P<v>[^，,]+?)(?:工作|上班)(?:了)?$",
     ),
-    _r("workplace", rf"^我{_ZH_ADV}在(?P<v>[^，,]+?)(?:工作|上班)(?:了)?$", _one(_workplace_zh)),
 )
 
 # A clause that leaves out its subject after a first-person one: "我把旧车卖了，买了一辆比亚迪".

@@ -5,12 +5,24 @@ from __future__ import annotations
 
 import re
 
-from memory.extraction.text import _HAN, _HAN_RE, _fold, _is_han, _items, _one, _r, _Rule, _set
+from memory.extraction.text import (
+    _HAN,
+    _HAN_RE,
+    _fold,
+    _is_han,
+    _items,
+    _one,
+    _r,
+    _Rule,
+    _rules,
+    _set,
+)
 from memory.extraction.values import (
+    _NAME,
+    _NAME_STRICT,
     _items_zh,
     _job_zh,
     _language_zh,
-    _name,
     _name_call,
     _name_zh,
     _place_zh,
@@ -89,29 +101,26 @@ _ZH_NEG = (
     r"(?:不|没|没有|别|并不|并没有|从不|从没|从来不|从来没有|不再|再也不|不是很|不太|一点也不|"
     r"一点都不|根本不)"
 )
+# ``_job_zh`` as a rule reads it: among other words, or only when the value is exactly a job.
+_JOB = _one(lambda v: _job_zh(v, strict=False))
+_JOB_STRICT = _one(lambda v: _job_zh(v, strict=True))
 _ZH_RULES: tuple[_Rule, ...] = (
     # preferred_name
-    _r(
+    *_rules(
         "preferred_name",
-        r"^(?P<polite>(?:请|麻烦)?(?:你|您|你们|大家)?(?:以后|之后|今后)?(?:就|都|也)?"
-        r"(?:可以|直接|就|能)?(?:都|就)?)叫我(?:做)?(?P<v>.+)$",
         _call_zh,
-    ),
-    _r(
-        "preferred_name",
+        (
+            r"^(?P<polite>(?:请|麻烦)?(?:你|您|你们|大家)?(?:以后|之后|今后)?(?:就|都|也)?"
+            r"(?:可以|直接|就|能)?(?:都|就)?)叫我(?:做)?(?P<v>.+)$"
+        ),
         r"^我的?(?:小名|昵称|外号|绰号|网名|英文名字?|英文名)(?:是|叫)(?P<v>.+)$",
-        _call_zh,
     ),
     # name
-    _r(
+    *_rules(
         "name",
+        _NAME,
         r"^我的?(?:全名|名字|姓名|真名|真实姓名|大名)(?:是|叫)(?P<v>.+)$",
-        _one(lambda v: _name(v, strict=False)),
-    ),
-    _r(
-        "name",
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?(?:叫做|叫)(?P<v>.+)$",
-        _one(lambda v: _name(v, strict=False)),
     ),
     # likes and dislikes
     _r(
@@ -131,93 +140,63 @@ _ZH_RULES: tuple[_Rule, ...] = (
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?(?:讨厌|厌恶|受不了|反感|嫌弃|不能忍受|忍受不了|恨|烦透了)(?P<v>.+)$",
         _items(_items_zh),
     ),
-    _r(
+    *_rules(
         "likes",
+        _items(_items_zh),
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?(?:喜欢|热爱|喜爱|钟爱|偏爱|爱好|享受|爱)(?P<v>.+)$",
-        _items(_items_zh),
-    ),
-    _r(
-        "likes",
         r"^我(?:的)?(?:爱好|兴趣|兴趣爱好|业余爱好|爱好们)(?:是|有|包括|就是)(?P<v>.+)$",
-        _items(_items_zh),
-    ),
-    _r(
-        "likes",
         rf"^我{_ZH_ADV}对(?P<v>[^不没]+?){_ZH_ADV}(?:感兴趣|有兴趣|着迷)$",
-        _items(_items_zh),
     ),
     # location
-    _r(
+    *_rules(
         "location",
+        _one(_place_zh),
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?(?:住在|居住在|生活在|定居在|定居于|住于|待在|呆在)(?P<v>.+)$",
-        _one(_place_zh),
-    ),
-    _r(
-        "location",
-        rf"^我{_ZH_ADV}(?:{_ZH_NEG})?(?:搬到了|搬到|搬去了|搬去|搬来了|搬来|移居到|移居|迁居到)"
-        r"(?P<v>.+?)(?:来了|去了|住了|生活了|了)?$",
-        _one(_place_zh),
-    ),
-    _r(
-        "location",
+        (
+            rf"^我{_ZH_ADV}(?:{_ZH_NEG})?(?:搬到了|搬到|搬去了|搬去|搬来了|搬来|移居到|移居|迁居到)"
+            r"(?P<v>.+?)(?:来了|去了|住了|生活了|了)?$"
+        ),
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?在(?P<v>.+?)(?:生活|居住|定居|安家)(?:了)?$",
-        _one(_place_zh),
+        r"^我(?:的)?家(?:现在|目前)?(?:住)?在(?P<v>.+)$",
     ),
-    _r("location", r"^我(?:的)?家(?:现在|目前)?(?:住)?在(?P<v>.+)$", _one(_place_zh)),
     _r(
         "location",
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?住(?P<v>.+)$",
         _one(lambda v: _place_zh(v, bare=True)),
     ),
     # language
-    _r("language", r"^我(?:的)?(?:母语|第一语言)(?:是)?(?P<v>.+)$", _one(_language_zh)),
-    _r(
+    *_rules(
         "language",
-        rf"^我{_ZH_ADV}(?:{_ZH_NEG})?(?:会|能|可以)?(?:说|讲|用)(?P<v>.+)$",
         _one(_language_zh),
+        r"^我(?:的)?(?:母语|第一语言)(?:是)?(?P<v>.+)$",
+        rf"^我{_ZH_ADV}(?:{_ZH_NEG})?(?:会|能|可以)?(?:说|讲|用)(?P<v>.+)$",
+        rf"^我{_ZH_ADV}(?:{_ZH_NEG})?会(?P<v>.+)$",
     ),
-    _r("language", rf"^我{_ZH_ADV}(?:{_ZH_NEG})?会(?P<v>.+)$", _one(_language_zh)),
     # occupation
-    _r(
+    *_rules(
         "occupation",
+        _JOB,
         r"^我(?:的)?(?:工作|职业|本职工作|本职|岗位|职位)(?:是)(?P<v>.+)$",
-        _one(lambda v: _job_zh(v, strict=False)),
-    ),
-    _r(
-        "occupation",
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?是(?:一名|一位|名)(?P<v>.+)$",
-        _one(lambda v: _job_zh(v, strict=False)),
-    ),
-    _r(
-        "occupation",
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?是做(?P<v>.+?)的$",
-        _one(lambda v: _job_zh(v, strict=False)),
-    ),
-    _r(
-        "occupation",
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?从事(?P<v>.+?)(?:方面的工作|相关工作|相关的工作|工作|行业)?$",
-        _one(lambda v: _job_zh(v, strict=False)),
     ),
-    _r(
+    *_rules(
         "occupation",
+        _JOB_STRICT,
         rf"^我{_ZH_ADV}(?:在[^，,]{{1,15}}?)?(?:{_ZH_NEG})?(?:当|担任|做)(?:了)?(?:一名|一个|名|个)?(?P<v>.+)$",
-        _one(lambda v: _job_zh(v, strict=True)),
-    ),
-    _r(
-        "occupation",
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?是(?:一个|个)(?P<v>.+)$",
-        _one(lambda v: _job_zh(v, strict=True)),
     ),
     # "我是X": a name when X is exactly a name, else an occupation when X is a job
     _r(
         "name",
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?是(?P<v>.+?)(?<!的)$",
-        _one(lambda v: _name(v, strict=True)),
+        _NAME_STRICT,
     ),
     _r(
         "occupation",
         rf"^我{_ZH_ADV}(?:{_ZH_NEG})?是(?P<v>.+)$",
-        _one(lambda v: _job_zh(v, strict=True)),
+        _JOB_STRICT,
     ),
 )
 # NOTE: the Chinese negation is matched inside the rules above, then refused by this check.

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import re
 
-from memory.extraction.text import _I, _items, _one, _r, _Rule, _words
-from memory.extraction.values import _items_en, _job_en, _language_en, _name, _name_call, _place_en
+from memory.extraction.text import _I, _items, _one, _r, _Rule, _rules, _words
+from memory.extraction.values import (
+    _NAME,
+    _NAME_STRICT,
+    _items_en,
+    _job_en,
+    _language_en,
+    _name_call,
+    _place_en,
+)
 
 _EN_CARRY_VERB = (
     r"(?:(?:also|really|totally|absolutely|just|still|now|currently|even|do|actually)\s+)*"
@@ -89,59 +97,46 @@ _EN_ADVN = (
 _IM = r"i(?:'m|m|\s+am)"
 
 _EN_FAN_ADJ = r"(?:(?:big|huge|great|massive|real|true|die-?hard|avid|crazy|total|long-?time)\s+)*"
+# ``_job_en`` as a rule reads it: among other words, or only when the value is exactly a job.
+_JOB = _one(lambda v: _job_en(v, strict=False))
+_JOB_STRICT = _one(lambda v: _job_en(v, strict=True))
 _EN_RULES: tuple[_Rule, ...] = (
     # preferred_name
-    _r(
+    *_rules(
         "preferred_name",
-        r"^(?:(?:you|u)\s+(?:can|could|may|should)\s+(?:just\s+|also\s+|always\s+)?"
-        r"|please\s+|pls\s+|just\s+|simply\s+|everyone\s+|everybody\s+|people\s+"
-        r"|most\s+people\s+)?calls?\s+me\s+(?P<v>.+)$",
         _one(_name_call),
-    ),
-    _r(
-        r"preferred_name",
+        (
+            r"^(?:(?:you|u)\s+(?:can|could|may|should)\s+(?:just\s+|also\s+|always\s+)?"
+            r"|please\s+|pls\s+|just\s+|simply\s+|everyone\s+|everybody\s+|people\s+"
+            r"|most\s+people\s+)?calls?\s+me\s+(?P<v>.+)$"
+        ),
         rf"^i\s+{_EN_ADVN}go\s+by\s+(?:the\s+name\s+(?:of\s+)?)?(?P<v>.+)$",
-        _one(_name_call),
-    ),
-    _r(
-        "preferred_name", rf"^my\s+nick\s*name(?:'s|\s+is)\s+{_EN_ADVN}(?P<v>.+)$", _one(_name_call)
-    ),
-    _r(
-        "preferred_name",
-        rf"^i(?:'d|\s+would)?\s+{_EN_ADVN}(?:prefer|like|want)\s+(?:to\s+be|being)"
-        rf"\s+called\s+(?P<v>.+)$",
-        _one(_name_call),
+        rf"^my\s+nick\s*name(?:'s|\s+is)\s+{_EN_ADVN}(?P<v>.+)$",
+        (
+            rf"^i(?:'d|\s+would)?\s+{_EN_ADVN}(?:prefer|like|want)\s+(?:to\s+be|being)"
+            rf"\s+called\s+(?P<v>.+)$"
+        ),
     ),
     # name
-    _r(
+    *_rules(
         "name",
-        rf"^(?:(?:my|the)\s+(?:full\s+|real\s+|actual\s+|legal\s+)?name(?:'s|\s+is)|name's)"
-        rf"\s+{_EN_ADVN}(?P<v>.+)$",
-        _one(lambda v: _name(v, strict=False)),
-    ),
-    _r(
-        "name",
+        _NAME,
+        (
+            rf"^(?:(?:my|the)\s+(?:full\s+|real\s+|actual\s+|legal\s+)?name(?:'s|\s+is)|name's)"
+            rf"\s+{_EN_ADVN}(?P<v>.+)$"
+        ),
         rf"^{_IM}\s+{_EN_ADVN}(?:called|named)\s+(?P<v>.+)$",
-        _one(lambda v: _name(v, strict=False)),
     ),
     # dislikes stated by a negation
-    _r(
+    *_rules(
         "dislikes",
+        _items(_items_en),
         rf"^i\s+{_EN_ADV}(?:don't|dont|do\s+not)\s+{_EN_ADV}(?:like|enjoy|care\s+for)\s+(?P<v>.+)$",
-        _items(_items_en),
-        negative=True,
-    ),
-    _r(
-        "dislikes",
         rf"^i\s+{_EN_ADV}(?:can't|cant|cannot|can\s+not)\s+stand\s+(?P<v>.+)$",
-        _items(_items_en),
-        negative=True,
-    ),
-    _r(
-        "dislikes",
-        rf"^{_IM}\s+{_EN_ADV}not\s+{_EN_ADV}"
-        rf"(?:(?:an?\s+)?{_EN_FAN_ADJ}fan\s+of|into|fond\s+of|keen\s+on)\s+(?P<v>.+)$",
-        _items(_items_en),
+        (
+            rf"^{_IM}\s+{_EN_ADV}not\s+{_EN_ADV}"
+            rf"(?:(?:an?\s+)?{_EN_FAN_ADJ}fan\s+of|into|fond\s+of|keen\s+on)\s+(?P<v>.+)$"
+        ),
         negative=True,
     ),
     # dislikes
@@ -151,102 +146,80 @@ _EN_RULES: tuple[_Rule, ...] = (
         _items(_items_en),
     ),
     # likes
-    _r(
+    *_rules(
         "likes",
+        _items(_items_en),
         rf"^i\s+{_EN_ADVN}(?:like|love|enjoy|adore|dig|prefer)\s+(?P<v>.+)$",
-        _items(_items_en),
-    ),
-    _r(
-        "likes",
-        rf"^{_IM}\s+{_EN_ADVN}(?:into|fond\s+of|keen\s+on|passionate\s+about|interested\s+in|"
-        r"crazy\s+about|obsessed\s+with|addicted\s+to|a\s+lover\s+of)\s+(?P<v>.+)$",
-        _items(_items_en),
-    ),
-    _r("likes", rf"^{_IM}\s+{_EN_ADVN}an?\s+{_EN_FAN_ADJ}fan\s+of\s+(?P<v>.+)$", _items(_items_en)),
-    _r(
-        "likes",
-        rf"^{_IM}\s+{_EN_ADVN}an?\s+{_EN_FAN_ADJ}"
-        r"(?P<v>.+?)\s+(?:fan|lover|enthusiast|nerd|geek|buff)$",
-        _items(_items_en),
-    ),
-    _r(
-        "likes",
-        r"^my\s+(?:all[- ]time\s+|absolute\s+)?fav(?:ou?rite)?s?\s+(?:[\w-]+\s+){0,2}?"
-        rf"(?:is|are|would\s+be)\s+{_EN_ADVN}(?P<v>.+)$",
-        _items(_items_en),
-    ),
-    _r(
-        "likes",
-        rf"^my\s+(?:main\s+|favou?rite\s+)?(?:hobby|hobbies|interests?|passions?|pastimes?)"
-        rf"\s+(?:is|are|include|includes)\s+{_EN_ADVN}(?P<v>.+)$",
-        _items(_items_en),
+        (
+            rf"^{_IM}\s+{_EN_ADVN}(?:into|fond\s+of|keen\s+on|passionate\s+about|interested\s+in|"
+            r"crazy\s+about|obsessed\s+with|addicted\s+to|a\s+lover\s+of)\s+(?P<v>.+)$"
+        ),
+        rf"^{_IM}\s+{_EN_ADVN}an?\s+{_EN_FAN_ADJ}fan\s+of\s+(?P<v>.+)$",
+        (
+            rf"^{_IM}\s+{_EN_ADVN}an?\s+{_EN_FAN_ADJ}"
+            r"(?P<v>.+?)\s+(?:fan|lover|enthusiast|nerd|geek|buff)$"
+        ),
+        (
+            r"^my\s+(?:all[- ]time\s+|absolute\s+)?fav(?:ou?rite)?s?\s+(?:[\w-]+\s+){0,2}?"
+            rf"(?:is|are|would\s+be)\s+{_EN_ADVN}(?P<v>.+)$"
+        ),
+        (
+            rf"^my\s+(?:main\s+|favou?rite\s+)?(?:hobby|hobbies|interests?|passions?|pastimes?)"
+            rf"\s+(?:is|are|include|includes)\s+{_EN_ADVN}(?P<v>.+)$"
+        ),
     ),
     # language
-    _r(
+    *_rules(
         "language",
+        _one(_language_en),
         rf"^i\s+{_EN_ADVN}(?:can\s+)?(?:speak|talk\s+in)\s+(?P<v>.+)$",
-        _one(_language_en),
-    ),
-    _r(
-        "language",
         rf"^{_IM}\s+{_EN_ADVN}(?:fluent|native|bilingual)\s+in\s+(?P<v>.+)$",
-        _one(_language_en),
+        (
+            rf"^my\s+(?:native|first|mother|home|main|primary)\s+(?:language|tongue)"
+            rf"\s+is\s+{_EN_ADVN}(?P<v>.+)$"
+        ),
+        rf"^{_IM}\s+{_EN_ADVN}an?\s+native\s+(?P<v>.+?)\s+speaker$",
     ),
-    _r(
-        "language",
-        rf"^my\s+(?:native|first|mother|home|main|primary)\s+(?:language|tongue)"
-        rf"\s+is\s+{_EN_ADVN}(?P<v>.+)$",
-        _one(_language_en),
-    ),
-    _r("language", rf"^{_IM}\s+{_EN_ADVN}an?\s+native\s+(?P<v>.+?)\s+speaker$", _one(_language_en)),
     # location
-    _r("location", rf"^i\s+{_EN_ADVN}(?:live|reside)\s+in\s+(?P<v>.+)$", _one(_place_en)),
-    _r(
+    *_rules(
         "location",
-        rf"^{_IM}\s+{_EN_ADVN}(?:living|based|located|residing|settled)\s+(?:in|out\s+of)"
-        rf"\s+(?P<v>.+)$",
         _one(_place_en),
-    ),
-    _r(
-        "location",
+        rf"^i\s+{_EN_ADVN}(?:live|reside)\s+in\s+(?P<v>.+)$",
+        (
+            rf"^{_IM}\s+{_EN_ADVN}(?:living|based|located|residing|settled)\s+(?:in|out\s+of)"
+            rf"\s+(?P<v>.+)$"
+        ),
         rf"^i(?:'ve|\s+have)\s+been\s+{_EN_ADVN}(?:living|based)\s+in\s+(?P<v>.+)$",
-        _one(_place_en),
-    ),
-    _r(
-        "location",
         rf"^i(?:'ve|\s+have)?\s+{_EN_ADVN}(?:moved|relocated)\s+(?:back\s+)?to\s+(?P<v>.+)$",
-        _one(_place_en),
+        rf"^my\s+home\s+is\s+{_EN_ADVN}in\s+(?P<v>.+)$",
     ),
-    _r("location", rf"^my\s+home\s+is\s+{_EN_ADVN}in\s+(?P<v>.+)$", _one(_place_en)),
     # occupation
-    _r(
+    *_rules(
         "occupation",
+        _JOB,
         rf"^(?:i|{_IM})\s+{_EN_ADVN}(?:work|working)\s+as\s+(?P<v>.+)$",
-        _one(lambda v: _job_en(v, strict=False)),
-    ),
-    _r(
-        "occupation",
-        rf"^my\s+(?:current\s+|day\s+)?(?:occupation|profession|job\s+title|position|role)"
-        rf"\s+is\s+{_EN_ADVN}(?P<v>.+)$",
-        _one(lambda v: _job_en(v, strict=False)),
+        (
+            rf"^my\s+(?:current\s+|day\s+)?(?:occupation|profession|job\s+title|position|role)"
+            rf"\s+is\s+{_EN_ADVN}(?P<v>.+)$"
+        ),
     ),
     _r(
         "occupation",
         rf"^my\s+(?:current\s+|day\s+)?job\s+is\s+{_EN_ADVN}(?:being\s+)?(?P<v>.+)$",
-        _one(lambda v: _job_en(v, strict=True)),
+        _JOB_STRICT,
     ),
     _r(
         "occupation",
         rf"^{_IM}\s+{_EN_ADVN}(?:an?\s+)?(?P<v>.+?)\s+by\s+(?:profession|trade)$",
-        _one(lambda v: _job_en(v, strict=False)),
+        _JOB,
     ),
     _r(
         "occupation",
         rf"^{_IM}\s+{_EN_ADVN}(?P<v>an?\s+.+)$",
-        _one(lambda v: _job_en(v, strict=True)),
+        _JOB_STRICT,
     ),
     # name, last: "I'm Bob" (a capitalised name after every other "I'm ..." rule)
-    _r("name", rf"^{_IM}\s+{_EN_ADVN}(?P<v>.+)$", _one(lambda v: _name(v, strict=True))),
+    _r("name", rf"^{_IM}\s+{_EN_ADVN}(?P<v>.+)$", _NAME_STRICT),
 )
 
 

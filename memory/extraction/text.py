@@ -110,3 +110,13 @@ def _r(
     negative: bool = False,
 ) -> _Rule:
     return _Rule(key, re.compile(pattern, _I), check, negative)
+
+
+def _rules(
+    key: str,
+    check: Callable[[str, re.Match[str]], list[str]],
+    *patterns: str,
+    negative: bool = False,
+) -> tuple[_Rule, ...]:
+    """A rule of ``key`` read by ``check`` for each of ``patterns``, tried in their order."""
+    return tuple(_r(key, pattern, check, negative=negative) for pattern in patterns)

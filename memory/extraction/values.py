@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import re
 
-from memory.extraction.text import _HAN, _I, _cut, _edges, _fits, _fold, _is_han, _strip_lead
+from memory.extraction.text import (
+    _HAN,
+    _I,
+    _cut,
+    _edges,
+    _fits,
+    _fold,
+    _is_han,
+    _one,
+    _strip_lead,
+)
 from memory.extraction.words import (
     _DEMONYMS,
     _EN_COMMON,
@@ -139,6 +149,11 @@ def _name(value: str, *, strict: bool) -> str | None:
         return None
     result = " ".join(name)
     return result if _fits(result) and len(result) <= 64 else None
+
+
+# ``_name`` as a rule reads it: among other words, or only when the value is exactly a name.
+_NAME = _one(lambda v: _name(v, strict=False))
+_NAME_STRICT = _one(lambda v: _name(v, strict=True))
 
 
 def _name_call(value: str) -> str | None:

@@ -61,25 +61,23 @@ class Migration(migrations.Migration):
     dependencies: list[tuple[str, str]] = []
 
     operations = [
-        migrations.CreateModel(
-            name="CacheInvalidation",
-            fields=[
-                _fields.auto_id(),
+        _fields.model(
+            "CacheInvalidation",
+            [
                 ("external_id", models.CharField(max_length=128)),
                 ("stamp", models.BigIntegerField()),
                 ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
-            options={
+            {
                 "default_permissions": (),
                 "indexes": [
                     models.Index(fields=["created_at"], name="memory_cacheinval_created_idx")
                 ],
             },
         ),
-        migrations.CreateModel(
-            name="Owner",
-            fields=[
-                _fields.auto_id(),
+        _fields.model(
+            "Owner",
+            [
                 ("external_id", models.CharField(max_length=128, unique=True)),
                 ("last_seq", models.BigIntegerField(default=0)),
                 ("stamp", models.BigIntegerField(default=0)),
@@ -87,7 +85,7 @@ class Migration(migrations.Migration):
                 ("created_at", models.DateTimeField(auto_now_add=True)),
                 ("updated_at", models.DateTimeField(auto_now=True)),
             ],
-            options={
+            {
                 "verbose_name": "memory owner",
                 "ordering": ["external_id"],
                 "permissions": [("access_all_memories", "Can read and write every owner's memory")],
@@ -101,10 +99,9 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.CreateModel(
-            name="FactVersion",
-            fields=[
-                _fields.auto_id(),
+        _fields.model(
+            "FactVersion",
+            [
                 ("key", models.CharField(max_length=64)),
                 ("value", models.JSONField(null=True)),
                 ("version", models.PositiveIntegerField()),
@@ -114,7 +111,7 @@ class Migration(migrations.Migration):
                 ("updated_at", models.DateTimeField()),
                 ("owner", _fields.owner("fact_versions")),
             ],
-            options={
+            {
                 "ordering": ["owner_id", "key", "-version"],
                 "default_permissions": ("view",),
                 "constraints": [
@@ -124,10 +121,9 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.CreateModel(
-            name="Fact",
-            fields=[
-                _fields.auto_id(),
+        _fields.model(
+            "Fact",
+            [
                 ("key", models.CharField(max_length=64)),
                 ("value", models.JSONField()),
                 ("version", models.PositiveIntegerField(default=1)),
@@ -136,7 +132,7 @@ class Migration(migrations.Migration):
                 ("updated_at", models.DateTimeField()),
                 ("owner", _fields.owner("facts")),
             ],
-            options={
+            {
                 "ordering": ["owner_id", "key"],
                 "constraints": [
                     models.UniqueConstraint(
@@ -148,17 +144,16 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.CreateModel(
-            name="Session",
-            fields=[
-                _fields.auto_id(),
+        _fields.model(
+            "Session",
+            [
                 ("session_id", models.CharField(max_length=128)),
                 ("first_seen", models.DateTimeField()),
                 ("last_seen", models.DateTimeField()),
                 ("turn_count", models.PositiveIntegerField(default=0)),
                 ("owner", _fields.owner("sessions")),
             ],
-            options={
+            {
                 "verbose_name": "chat session",
                 "ordering": ["-last_seen"],
                 "default_permissions": ("view",),
@@ -172,10 +167,9 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.CreateModel(
-            name="Turn",
-            fields=[
-                _fields.auto_id(),
+        _fields.model(
+            "Turn",
+            [
                 ("seq", models.BigIntegerField()),
                 ("session_id", models.CharField(max_length=128)),
                 (
@@ -196,7 +190,7 @@ class Migration(migrations.Migration):
                 ("created_at", models.DateTimeField()),
                 ("owner", _fields.owner("turns")),
             ],
-            options={
+            {
                 "ordering": ["owner_id", "seq"],
                 "default_permissions": ("view", "delete"),
                 "indexes": [

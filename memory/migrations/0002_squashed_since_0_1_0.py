@@ -26,7 +26,6 @@ from django.db import migrations, models
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.state import StateApps
 
-import memory.models
 from memory.migrations import _fields
 from memory.postgres import sql
 
@@ -207,10 +206,9 @@ class Migration(migrations.Migration):
                 ),
             ],
         ),
-        migrations.CreateModel(
-            name="OwnerLink",
-            fields=[
-                _fields.auto_id(),
+        _fields.model(
+            "OwnerLink",
+            [
                 ("seqs", models.JSONField(default=dict)),
                 (
                     "started_at",
@@ -219,31 +217,26 @@ class Migration(migrations.Migration):
                 ("source", _fields.owner("+", one=True)),
                 ("target", _fields.owner("+")),
             ],
-            options={
+            {
                 "default_permissions": (),
             },
         ),
-        migrations.AddField(
-            model_name="owner",
-            name="summary_tokens",
-            field=models.BigIntegerField(db_default=0),
-        ),
+        _fields.add("owner", "summary_tokens", models.BigIntegerField(db_default=0)),
         _fields.work_queue(
             "PendingSummary",
             ("owner", _fields.owner("+", one=True)),
             "memory_pendsumm_enqueued_idx",
         ),
-        migrations.CreateModel(
-            name="Summary",
-            fields=[
-                _fields.auto_id(),
+        _fields.model(
+            "Summary",
+            [
                 ("text", models.TextField()),
                 ("through_seq", models.BigIntegerField()),
                 ("tokens", models.PositiveIntegerField(default=0)),
                 ("updated_at", models.DateTimeField()),
                 ("owner", _fields.owner("summary", one=True)),
             ],
-            options={
+            {
                 "verbose_name": "conversation summary",
                 "verbose_name_plural": "conversation summaries",
                 "default_permissions": ("view",),
@@ -256,20 +249,12 @@ class Migration(migrations.Migration):
             },
         ),
         *(
-            migrations.AddField(
-                model_name=model,
-                name="expires_at",
-                field=models.DateTimeField(blank=True, null=True),
-            )
+            _fields.add(model, "expires_at", models.DateTimeField(blank=True, null=True))
             for model in ("fact", "factversion")
         ),
         # NOTE: the default fills the versions stored before (Django drops it from the column
         # after: every writer names its actor).
-        migrations.AddField(
-            model_name="factversion",
-            name="actor",
-            field=models.CharField(default="python", max_length=200),
-        ),
+        _fields.add("factversion", "actor", models.CharField(default="python", max_length=200)),
         migrations.AddIndex(
             model_name="fact",
             index=models.Index(
@@ -279,43 +264,15 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.RunPython(_append_forwards, _append_backwards, elidable=False),
-        migrations.AddField(
-            model_name="owner",
-            name="embedded_seq",
-            field=models.BigIntegerField(db_default=0),
-        ),
-        migrations.SeparateDatabaseAndState(
-            state_operations=[
-                migrations.CreateModel(
-                    name="TurnVector",
-                    fields=[
-                        *_fields.vector_keys("memory.turn"),
-                        ("model", models.CharField(max_length=100)),
-                        ("vector", memory.models.VectorField()),
-                    ],
-                    options={"default_permissions": ()},
-                ),
-            ],
-        ),
-        migrations.SeparateDatabaseAndState(
-            state_operations=[
-                migrations.CreateModel(
-                    name="FactVector",
-                    fields=[
-                        *_fields.vector_keys("memory.fact"),
-                        ("model", models.CharField(max_length=100)),
-                        ("version", models.PositiveIntegerField()),
-                        ("vector", memory.models.VectorField()),
-                    ],
-                    options={"default_permissions": ()},
-                ),
-            ],
+        _fields.add("owner", "embedded_seq", models.BigIntegerField(db_default=0)),
+        _fields.vector_table("TurnVector", "memory.turn"),
+        _fields.vector_table(
+            "FactVector", "memory.fact", ("version", models.PositiveIntegerField())
         ),
         migrations.RunPython(_vectors_forwards, _vectors_backwards, elidable=False),
-        migrations.CreateModel(
-            name="Checkpoint",
-            fields=[
-                _fields.auto_id(),
+        _fields.model(
+            "Checkpoint",
+            [
                 *_fields.thread(),
                 ("checkpoint_id", models.CharField(max_length=128)),
                 ("parent_checkpoint_id", models.CharField(blank=True, max_length=128, null=True)),
@@ -326,7 +283,7 @@ class Migration(migrations.Migration):
                 ("created_at", models.DateTimeField()),
                 ("owner", _fields.owner("checkpoints", db_index=False)),
             ],
-            options={
+            {
                 "verbose_name": "LangGraph checkpoint",
                 "default_permissions": ("view",),
                 "constraints": [
@@ -337,10 +294,9 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.CreateModel(
-            name="CheckpointBlob",
-            fields=[
-                _fields.auto_id(),
+        _fields.model(
+            "CheckpointBlob",
+            [
                 *_fields.thread(),
                 ("channel", models.TextField()),
                 ("version", models.CharField(max_length=128)),
@@ -348,7 +304,7 @@ class Migration(migrations.Migration):
                 ("blob", models.BinaryField(null=True)),
                 ("owner", _fields.owner("+", db_index=False)),
             ],
-            options=_fields.internal(
+            _fields.internal(
                 "memory_checkpointblob_uniq",
                 "owner",
                 "thread_id",
@@ -357,10 +313,9 @@ class Migration(migrations.Migration):
                 "version",
             ),
         ),
-        migrations.CreateModel(
-            name="CheckpointWrite",
-            fields=[
-                _fields.auto_id(),
+        _fields.model(
+            "CheckpointWrite",
+            [
                 *_fields.thread(),
                 ("checkpoint_id", models.CharField(max_length=128)),
                 ("task_id", models.TextField()),
@@ -371,7 +326,7 @@ class Migration(migrations.Migration):
                 ("blob", models.BinaryField()),
                 ("owner", _fields.owner("+", db_index=False)),
             ],
-            options=_fields.internal(
+            _fields.internal(
                 "memory_checkpointwrite_uniq",
                 "owner",
                 "thread_id",
@@ -381,17 +336,16 @@ class Migration(migrations.Migration):
                 "idx",
             ),
         ),
-        migrations.CreateModel(
-            name="StoreVector",
-            fields=[
-                _fields.auto_id(),
+        _fields.model(
+            "StoreVector",
+            [
                 ("model", models.CharField(max_length=100)),
                 ("path", models.CharField(max_length=200)),
                 ("version", models.PositiveIntegerField()),
                 ("vector", models.JSONField()),
                 ("fact", _fields.loose_key("memory.fact")),
             ],
-            options=_fields.internal("memory_storevector_uniq", "fact", "model", "path"),
+            _fields.internal("memory_storevector_uniq", "fact", "model", "path"),
         ),
         migrations.RunPython(_store_vector_cascade, _store_vector_uncascade),
     ]

@@ -1,5 +1,5 @@
-"""Builders of the fields the migrations repeat. A migration's schema is history: a builder
-here is never edited once a migration calls it (add another instead)."""
+"""Builders of the fields and operations the migrations repeat. A migration's schema is
+history: a builder here is never edited once a migration calls it (add another instead)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 
 from django.db import migrations, models
 from django.db.models import deletion
+
+from memory.models import VectorField
 
 
 def auto_id() -> tuple[str, models.Field[Any, Any]]:
@@ -16,6 +18,17 @@ def auto_id() -> tuple[str, models.Field[Any, Any]]:
             auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
         ),
     )
+
+
+def add(model_name: str, name: str, field: models.Field[Any, Any]) -> migrations.AddField:
+    return migrations.AddField(model_name=model_name, name=name, field=field)
+
+
+def model(
+    name: str, fields: list[tuple[str, models.Field[Any, Any]]], options: dict[str, Any]
+) -> migrations.CreateModel:
+    """A table with Django's auto id before ``fields``."""
+    return migrations.CreateModel(name=name, fields=[auto_id(), *fields], options=options)
 
 
 def owner(related_name: str, *, one: bool = False, db_index: bool = True) -> models.Field[Any, Any]:
@@ -55,6 +68,27 @@ def vector_keys(to: str) -> tuple[tuple[str, models.Field[Any, Any]], ...]:
                 to="memory.owner",
             ),
         ),
+    )
+
+
+def vector_table(
+    name: str, to: str, *fields: tuple[str, models.Field[Any, Any]]
+) -> migrations.SeparateDatabaseAndState:
+    """A vector table of the rows of ``to``, in the state only (``sql.vectors_setup`` creates it
+    where pgvector is): its keys, the embedder's model, ``fields``, the vector."""
+    return migrations.SeparateDatabaseAndState(
+        state_operations=[
+            migrations.CreateModel(
+                name=name,
+                fields=[
+                    *vector_keys(to),
+                    ("model", models.CharField(max_length=100)),
+                    *fields,
+                    ("vector", VectorField()),
+                ],
+                options={"default_permissions": ()},
+            ),
+        ],
     )
 
 

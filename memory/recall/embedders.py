@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -108,6 +110,41 @@ class WordLlamaEnglish(_Loaded):
         if not texts:
             return []
         return self._loaded().embed(list(texts), norm=True).tolist()  # type: ignore[no-any-return]
+
+
+class RecentVectors:
+    """The vectors of the last texts embedded, by a key whose last part is the text (at most
+    ``size``, oldest out first; no text longer than ``longest``): a repeated text reuses its
+    vector."""
+
+    def __init__(self, size: int = 1024, longest: int = 2000) -> None:
+        self.size = size
+        self.longest = longest
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple[str, ...], array[float]] = OrderedDict()
+
+    def get(self, key: tuple[str, ...]) -> list[float] | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is None:
+                return None
+            self._items.move_to_end(key)
+        return found.tolist()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def put(self, key: tuple[str, ...], vector: Sequence[float]) -> None:
+        if len(key[-1]) > self.longest:
+            return
+        # NOTE: float32, as the model computes them.
+        kept = array("f", vector)
+        with self._lock:
+            self._items[key] = kept
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
 
 
 @functools.cache

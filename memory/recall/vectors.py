@@ -15,6 +15,7 @@ taken off both sides before the cosine, so that what a turn says apart from the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -182,12 +183,15 @@ class Centred:
             return column
         return f"({column} - %(centre)s::halfvec)"
 
-    def params(self) -> dict[str, Any]:
-        """The statement's parameters of ``distance_sql``, and ``walk``: the direction an
-        index walk goes."""
+    @functools.cached_property
+    def query_text(self) -> str:
+        """The query's vector in pgvector's text form."""
+        return vector_text(self.query)
+
+    @functools.cached_property
+    def _params(self) -> dict[str, Any]:
         if self.centre is None:
-            text = vector_text(self.query)
-            return {"vector": text, "walk": text}
+            return {"vector": self.query_text, "walk": self.query_text}
         centred = [q - c for q, c in zip(self.query, self.centre, strict=True)]
         scale = math.sqrt(sum(x * x for x in centred)) or 1e-6
         text = vector_text(centred)
@@ -199,6 +203,11 @@ class Centred:
             "scale": scale,
         }
 
+    def params(self) -> dict[str, Any]:
+        """The statement's parameters of ``distance_sql``, and ``walk``: the direction an
+        index walk goes (computed once per measure)."""
+        return dict(self._params)
+
 
 # Per (database alias, index name): true once seen valid; else when it was last seen missing.
 _INDEXED: dict[tuple[str, str], bool] = {}
@@ -207,7 +216,7 @@ _UNINDEXED_AT: dict[tuple[str, str], float] = {}
 
 def vector_text(vector: Sequence[float]) -> str:
     """pgvector's text form of ``vector``."""
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+    return "[" + ",".join(map(repr, map(float, vector))) + "]"
 
 
 def vectors_ready(using: str) -> bool:
@@ -241,6 +250,14 @@ def embeddings_on(using: str) -> bool:
     from memory.conf import conf
 
     return conf.EMBEDDER is not None and vectors_ready(using)
+
+
+def embeddings_known_on(using: str) -> bool:
+    """``embeddings_on`` as this process last saw it, without asking the database: false until
+    ``vectors_ready`` has once found the table there."""
+    from memory.conf import conf
+
+    return conf.EMBEDDER is not None and bool(_READY.get(using))
 
 
 def vectors_forget_ready() -> None:
@@ -379,13 +396,15 @@ def vectors_nearest(
     embedded: int = 0,
     filters: Any = None,
     centre: Sequence[float] | None = None,
+    measure: Centred | None = None,
 ) -> list[tuple[int, float]]:
     """The ``limit`` turns of owner ``owner_pk`` whose vectors (of ``model``) are nearest to
     ``query``: ``(turn pk, distance)``, nearest first: the cosine distance, centred on ``centre``
     where given (``Centred``). Past ``INDEX_FROM`` ``embedded`` turns, the HNSW index serves where
     it exists, walked ``INDEX_WALK_FACTOR`` times deeper and ranked exactly; ``filters`` keeps
-    only the turns it allows."""
-    measure = Centred(query, centre)
+    only the turns it allows; ``measure``, where given, is ``Centred(query, centre)`` already
+    made."""
+    measure = measure or Centred(query, centre)
     clauses, params = filters.sql("t") if filters else ("", {})
     join = _FILTER_JOIN if clauses else ""
     params = {**params, **measure.params(), "owner": owner_pk, "model": model, "limit": limit}

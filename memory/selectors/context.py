@@ -30,7 +30,13 @@ from memory.payloads import (
 )
 from memory.postgres import context_read
 from memory.selectors.pages import check_owner
-from memory.selectors.search import aturns_recalled, clean_min_score, turns_recalled
+from memory.selectors.search import (
+    QueryEmbedding,
+    aturns_recalled,
+    clean_min_score,
+    recall_begin,
+    turns_recalled,
+)
 
 
 def _context(
@@ -317,7 +323,12 @@ RECALL_CANDIDATES = 20
 
 
 def _recall_args(
-    plan: _Plan, owner_id: str, query: str, now: Any, min_score: float | None
+    plan: _Plan,
+    owner_id: str,
+    query: str,
+    now: Any,
+    min_score: float | None,
+    begun: QueryEmbedding | None,
 ) -> dict[str, Any]:
     return {
         "owner_id": owner_id,
@@ -326,7 +337,34 @@ def _recall_args(
         "limit": conf.RECALL_TURNS if plan.budget is None else RECALL_CANDIDATES,
         "now": now,
         "min_score": min_score,
+        "begun": begun,
     }
+
+
+def _messages(
+    owner_id: str,
+    max_tokens: int | None,
+    turns: int | None,
+    query: str | None,
+    now: Any,
+    min_score: float | None,
+    /,
+) -> aio.Steps[ContextMessagesPayload]:
+    """``context_messages`` between its reads: the owner's context, then the recall."""
+    _max_tokens_check(max_tokens)
+    _recall_check(now, min_score)
+    # NOTE: the query's embedding runs while the context is read (no I/O here).
+    begun = None if query is None else recall_begin(owner_id=owner_id, query=query, now=now)
+    n = _messages_turns(max_tokens, turns)
+    memory, source = yield aio.Step(lambda: _read(owner_id, n), lambda: _aread(owner_id, n))
+    context = _context(owner_id, memory, source)
+    plan = _Plan(memory, context, max_tokens)
+    if query is not None:
+        args = _recall_args(plan, owner_id, query, now, min_score, begun)
+        plan.recall(
+            (yield aio.Step(lambda: turns_recalled(**args), lambda: aturns_recalled(**args)))
+        )
+    return plan.payload(context)
 
 
 def context_messages(
@@ -353,31 +391,7 @@ def context_messages(
     never cut); ``MemoryUnavailable`` when the database cannot be reached, ``SearchTimeout`` when
     the recall ran past its limit, ``ImproperlyConfigured`` for a bad ``MEMORY["TOKEN_COUNTER"]``.
     """
-    _max_tokens_check(max_tokens)
-    _recall_check(now, min_score)
-    memory, source = _read(owner_id, _messages_turns(max_tokens, turns))
-    context = _context(owner_id, memory, source)
-    plan = _Plan(memory, context, max_tokens)
-    if query is not None:
-        plan.recall(turns_recalled(**_recall_args(plan, owner_id, query, now, min_score)))
-    return plan.payload(context)
+    return aio.steps_run(_messages(owner_id, max_tokens, turns, query, now, min_score))
 
 
-@aio.twin_of(context_messages)
-async def acontext_messages(
-    *,
-    owner_id: str,
-    max_tokens: int | None = None,
-    turns: int | None = None,
-    query: str | None = None,
-    now: Any = None,
-    min_score: float | None = None,
-) -> ContextMessagesPayload:
-    _max_tokens_check(max_tokens)
-    _recall_check(now, min_score)
-    memory, source = await _aread(owner_id, _messages_turns(max_tokens, turns))
-    context = _context(owner_id, memory, source)
-    plan = _Plan(memory, context, max_tokens)
-    if query is not None:
-        plan.recall(await aturns_recalled(**_recall_args(plan, owner_id, query, now, min_score)))
-    return plan.payload(context)
+acontext_messages = aio.steps_twin(context_messages, _messages)

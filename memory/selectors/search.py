@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -21,10 +24,9 @@ from django.utils import timezone
 
 from memory import aio, fusion, ranking, search, when
 from memory.conf import conf
-from memory.exceptions import SearchUnavailable, database_guard
+from memory.exceptions import SearchTimeout, SearchUnavailable, database_guard
 from memory.models import Owner, Turn
 from memory.payloads import (
-    TURN_FIELDS,
     TurnPayload,
     turn_payload_from_row,
 )
@@ -104,47 +106,121 @@ def search_mode(mode: str | None) -> str:
     return mode
 
 
-# NOTE: a hybrid search embeds its query here while its text search runs in the database.
-_EMBED_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memory-query-embed")
+# NOTE: a search embeds its query on one of these threads while the request thread reads the
+# database (the embedder's engine lets the GIL go); a burst waits its turn, each search at most
+# until MEMORY["QUERY_EMBED_TIMEOUT_MS"].
+EMBED_THREADS = 4
+_EMBED_THREADS = ThreadPoolExecutor(
+    max_workers=EMBED_THREADS, thread_name_prefix="memory-query-embed"
+)
 
-# A query's vector, or its embedding under way (a hybrid search's).
-QueryVector = list[float] | Future[list[float]] | None
+
+def _after_fork() -> None:
+    # NOTE: a child has none of its parent's threads, which the pool would count as idle and wait
+    # for: a pool of its own.
+    global _EMBED_THREADS
+    _EMBED_THREADS = ThreadPoolExecutor(
+        max_workers=EMBED_THREADS, thread_name_prefix="memory-query-embed"
+    )
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
 # An owner as a search reads it: (pk, embedded_seq, last_seq).
 OwnerRow = tuple[int, int, int]
 
-
-def _query_vector(q: str, mode: str) -> tuple[str, QueryVector]:
-    """The vector of ``q``: ``semantic`` embeds it here, before any transaction, and raises
-    ``SearchUnavailable`` where the embedder fails; ``hybrid`` starts it on a thread."""
-    if mode == "text":
-        return mode, None
-    embedder = embedders.embedder_get()
-    assert embedder is not None
-    if mode == "hybrid":
-        return mode, _EMBED_THREADS.submit(embedders.query_embed, embedder, q)
-    try:
-        return mode, embedders.query_embed(embedder, q)
-    except Exception as e:
-        logger.exception("The embedder failed on a search query.")
-        raise SearchUnavailable("Search by meaning failed: the embedder raised.") from e
+# NOTE: an embedder's first query in a process may load its model (the built-in one: about a
+# second); until it has answered once here, a query's embedding is waited for this long.
+FIRST_ANSWER_SECONDS = 30.0
+# The embedders (by name) that have answered a query in this process.
+_ANSWERED: set[str] = set()
+# NOTE: the vectors of the owners' last queries, by owner, embedder and text: an agent's loop
+# asks for the same context again at each of its steps. Kept per owner, so that a search's time
+# never tells whether another owner asked the same.
+_RECENT_QUERIES = embedders.RecentVectors(size=256, longest=search.MAX_QUERY_CHARS)
 
 
-def _resolved(query: QueryVector) -> list[float] | None:
-    """The vector, once embedded; None where that failed (logged; hybrid goes on by words)."""
-    if not isinstance(query, Future):
-        return query
-    try:
-        return query.result()
-    except Exception:
-        logger.exception("The embedder failed on a search query; searching by words.")
+def queries_forget() -> None:
+    """Forget the recent queries' vectors: a measurement's next searches embed their queries."""
+    _RECENT_QUERIES.clear()
+
+
+def _embedded(embedder: Any, key: tuple[str, str, str]) -> list[float]:
+    vector = embedders.query_embed(embedder, key[-1])
+    _RECENT_QUERIES.put(key, vector)
+    return vector
+
+
+class QueryEmbedding:
+    """The vector of a search's query ``text``, embedded on a thread from when the search begins;
+    a text the owner searched moments before reuses its vector (``_RECENT_QUERIES``).
+
+    ``vector()`` waits for it until ``MEMORY["QUERY_EMBED_TIMEOUT_MS"]`` after that begin
+    (``FIRST_ANSWER_SECONDS`` until the embedder has once answered in the process). Where the
+    embedder raised or took longer, a ``required`` embedding (``semantic``) raises
+    ``SearchUnavailable`` or ``SearchTimeout``; another one logs it and answers ``None`` (a
+    ``hybrid`` search goes on by words)."""
+
+    def __init__(self, owner_id: str, text: str, *, required: bool) -> None:
+        embedder = embedders.embedder_get()
+        assert embedder is not None
+        self.text = text
+        self.required = required
+        self.milliseconds = conf.QUERY_EMBED_TIMEOUT_MS
+        self._name = embedders.embedder_name(embedder)
+        key = (owner_id, self._name, text)
+        self._known = _RECENT_QUERIES.get(key)
+        self._future: Future[list[float]] | None = None
+        if self._known is None:
+            wait = self.milliseconds / 1000
+            if self._name not in _ANSWERED:
+                wait = max(wait, FIRST_ANSWER_SECONDS)
+            self._deadline = time.monotonic() + wait
+            self._future = _EMBED_THREADS.submit(_embedded, embedder, key)
+
+    def vector(self) -> list[float] | None:
+        """The query's vector (see the class for failures)."""
+        if self._future is None:
+            return self._known
+        try:
+            vector = self._future.result(timeout=max(0.0, self._deadline - time.monotonic()))
+            _ANSWERED.add(self._name)
+            return vector
+        except FuturesTimeout as e:
+            self._future.cancel()
+            if self.required:
+                raise SearchTimeout(self.milliseconds) from e
+            logger.warning(
+                "The embedder took longer than %d ms on a search query; searching by words.",
+                self.milliseconds,
+            )
+        except Exception as e:
+            if self.required:
+                logger.exception("The embedder failed on a search query.")
+                raise SearchUnavailable("Search by meaning failed: the embedder raised.") from e
+            logger.exception("The embedder failed on a search query; searching by words.")
         return None
+
+    def cancel(self) -> None:
+        """Drop it unused: it is not embedded where it has not started yet."""
+        if self._future is not None:
+            self._future.cancel()
+
+
+def query_embedding(owner_id: str, text: str, mode: str) -> QueryEmbedding | None:
+    """The query's embedding, begun, for a search by ``mode`` of the owner's turns: none for
+    ``text``."""
+    if mode == "text":
+        return None
+    return QueryEmbedding(owner_id, text, required=mode == "semantic")
 
 
 def _candidates(
     owner: OwnerRow,
     q: str,
     mode: str,
-    query: QueryVector,
+    query: QueryEmbedding | None,
     depth: int,
     filters: ranking.TurnFilters,
 ) -> tuple[list[fusion.Candidate], str]:
@@ -169,7 +245,7 @@ def _candidates(
         )
         terms = sorted(words.idf)
         pks = [pk for pk, *_ in words.hits]
-    vector = _resolved(query)
+    vector = None if query is None else query.vector()
     model = None
     measure = None
     if vector is not None:
@@ -180,9 +256,18 @@ def _candidates(
         measure = vectors.Centred(vector, centre)
         mode += "" if centre else " plain"
         nearest = vectors.vectors_nearest(
-            using, owner_pk, model, vector, depth, embedded=embedded, filters=filters, centre=centre
+            using,
+            owner_pk,
+            model,
+            vector,
+            depth,
+            embedded=embedded,
+            filters=filters,
+            centre=centre,
+            measure=measure,
         )
-        pks += [pk for pk, _ in nearest if pk not in set(pks)]
+        seen = set(pks)
+        pks += [pk for pk, _ in nearest if pk not in seen]
     elif mode == "hybrid":
         mode = "text"
     similar = False
@@ -199,7 +284,7 @@ def _candidates(
         pks=pks,
         terms=terms,
         model=model,
-        vector=None if vector is None else vectors.vector_text(vector),
+        vector=None if measure is None else measure.query_text,
         measure=measure,
         alike=fusion.ALIKE,
     )
@@ -227,7 +312,7 @@ def _with_context(owner_pk: int, results: list[TurnPayload]) -> None:
         return
     shown = {turn["seq"] for turn in results}
     wanted = {turn["seq"] + step for turn in results for step in (-1, 1)} - shown
-    rows = owner_turns(owner_pk).filter(seq__in=wanted).values_list(*TURN_FIELDS)
+    rows = ranking.turns_at(using=Turn.objects.db, owner_pk=owner_pk, seqs=sorted(wanted))
     near = {row[0]: turn_payload_from_row(row) for row in rows}
     for turn in results:
         around = [near.get(turn["seq"] - 1), near.get(turn["seq"] + 1)]
@@ -242,7 +327,7 @@ def ranked_turns(
     owner: OwnerRow,
     q: str,
     mode: str,
-    query: QueryVector,
+    query: QueryEmbedding | None,
     limit: int,
     *,
     filters: ranking.TurnFilters | None = None,
@@ -268,13 +353,16 @@ def ranked_turns(
     return results
 
 
+_OWNER_SQL = f"SELECT id, embedded_seq, last_seq FROM {Owner._meta.db_table} WHERE external_id = %s"
+
+
 def _owner_read(owner_id: str) -> OwnerRow | None:
     """The owner's ``(pk, embedded_seq, last_seq)``, or None for an unknown owner."""
-    return (
-        Owner.objects.filter(external_id=owner_id)
-        .values_list("pk", "embedded_seq", "last_seq")
-        .first()
-    )
+    # NOTE: one plain statement: the ORM's query building was a millisecond of a search's CPU.
+    with connections[Owner.objects.db].cursor() as cursor:
+        cursor.execute(_OWNER_SQL, [owner_id])
+        row = cursor.fetchone()
+    return None if row is None else (row[0], row[1], row[2])
 
 
 def search_filters(
@@ -341,24 +429,63 @@ def turn_search(
     ``limit`` is 1-100. Bounded work, each statement under ``MEMORY["SEARCH_TIMEOUT_MS"]``
     (docs/recall.md).
 
-    Raises ``ValidationError`` ({field: messages}) for bad input or a mode whose embeddings are off,
-    ``SearchTimeout`` when a statement ran past its limit, ``SearchUnavailable`` when ``semantic``
-    could not embed the query, and ``MemoryUnavailable`` when the database cannot be reached.
+    The query is embedded on a thread while the database is read (``QueryEmbedding``). Raises
+    ``ValidationError`` ({field: messages}) for bad input or a mode whose embeddings are off,
+    ``SearchTimeout`` when a statement (or ``semantic``'s embedding) ran past its limit,
+    ``SearchUnavailable`` when ``semantic`` could not embed the query (``hybrid`` then goes on by
+    words), and ``MemoryUnavailable`` when the database cannot be reached.
     """
     check_owner(owner_id)
     q = search.clean_query(q)
     limit = search.clean_limit(limit)
     min_score = clean_min_score(min_score)
     filters, text = search_filters(q, after=after, before=before, now=now)
-    mode, query = _query_vector(text, search_mode(mode))
-    with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
-        owner = _owner_read(owner_id)
-        if owner is None:
-            return []
-        return ranked_turns(owner, text, mode, query, limit, filters=filters, min_score=min_score)
+    mode = search_mode(mode)
+    query = query_embedding(owner_id, text, mode)
+    return _searched(owner_id, text, mode, query, limit, filters=filters, min_score=min_score)
 
 
 aturn_search = aio.twin(turn_search)
+
+
+def _searched(
+    owner_id: str,
+    text: str,
+    mode: str,
+    query: QueryEmbedding | None,
+    limit: int,
+    *,
+    filters: ranking.TurnFilters,
+    min_score: float | None,
+    context: bool = True,
+) -> list[TurnPayload]:
+    """``ranked_turns`` of the owner ``owner_id`` in a search transaction; none for an unknown
+    owner."""
+    with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
+        owner = _owner_read(owner_id)
+        if owner is None:
+            if query is not None:
+                query.cancel()
+            return []
+        return ranked_turns(
+            owner, text, mode, query, limit, filters=filters, min_score=min_score, context=context
+        )
+
+
+def recall_begin(*, owner_id: str, query: str, now: Any = None) -> QueryEmbedding | None:
+    """The embedding of a recall's ``query``, begun ahead of ``turns_recalled`` so that it runs
+    while the caller reads the context; ``None`` where there is nothing to begin yet (a query
+    ``turns_recalled`` will refuse, a search by words, or embeddings not known to be on: no I/O
+    here, so the async path may call it)."""
+    try:
+        check_owner(owner_id)
+        q = search.clean_query(query)
+        text = search_filters(q, now=now)[1]
+    except ValidationError:
+        return None
+    if not vectors.embeddings_known_on(Turn.objects.db):
+        return None
+    return QueryEmbedding(owner_id, text, required=False)
 
 
 @database_guard()
@@ -370,24 +497,26 @@ def turns_recalled(
     limit: int,
     now: Any = None,
     min_score: float | None = None,
+    begun: QueryEmbedding | None = None,
 ) -> list[TurnPayload]:
     """The owner's turns before ``before_seq`` (all when ``None``) most relevant to ``query``, best
-    first, at most ``limit``, without ``context``: ``turn_search`` in its default mode. Raises
-    ``ValidationError`` ({"query": ...}) for a query ``turn_search`` would refuse."""
+    first, at most ``limit``, without ``context``: ``turn_search`` in its default mode, ``begun``
+    the query's embedding where ``recall_begin`` began it. Raises ``ValidationError``
+    ({"query": ...}) for a query ``turn_search`` would refuse."""
     try:
         q = search.clean_query(query)
     except ValidationError as e:
         raise ValidationError({"query": e.message_dict["q"]}) from e
     min_score = clean_min_score(min_score)
     filters, text = search_filters(q, now=now, before_seq=before_seq)
-    mode, vector = _query_vector(text, search_mode(None))
-    with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
-        owner = _owner_read(owner_id)
-        if owner is None:
-            return []
-        return ranked_turns(
-            owner, text, mode, vector, limit, filters=filters, min_score=min_score, context=False
-        )
+    mode = search_mode(None)
+    if begun is not None and (mode == "text" or begun.text != text):
+        begun.cancel()
+        begun = None
+    embedding = begun or query_embedding(owner_id, text, mode)
+    return _searched(
+        owner_id, text, mode, embedding, limit, filters=filters, min_score=min_score, context=False
+    )
 
 
 aturns_recalled = aio.twin(turns_recalled)
@@ -396,23 +525,22 @@ aturns_recalled = aio.twin(turns_recalled)
 @database_guard()
 def facts_similar(*, owner_id: str, query: str, limit: int) -> dict[str, float]:
     """The cosine similarity to ``query`` of the owner's ``limit`` nearest facts, by key; empty
-    where search by meaning is off, the owner is unknown, or the embedder failed (logged). Raises
+    where search by meaning is off, the owner is unknown, or the embedder failed or ran past
+    ``MEMORY["QUERY_EMBED_TIMEOUT_MS"]`` (logged). Raises
     ``ValidationError`` ({"q": ...}) for a query ``turn_search`` would refuse."""
     check_owner(owner_id)
     q = search.clean_query(query)
     if not semantic_on():
         return {}
-    embedder = embedders.embedder_get()
-    assert embedder is not None
-    try:
-        vector = embedders.query_embed(embedder, q)
-    except Exception:
-        logger.exception("The embedder failed on a query of facts; ranking them by words.")
-        return {}
+    embedding = QueryEmbedding(owner_id, q, required=False)
     with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
         owner = _owner_read(owner_id)
-        if owner is None:
+        vector = embedding.vector() if owner is not None else None
+        if owner is None or vector is None:
+            embedding.cancel()
             return {}
+        embedder = embedders.embedder_get()
+        assert embedder is not None
         nearest = vectors.facts_nearest(
             Turn.objects.db, owner[0], embedders.embedder_name(embedder), vector, limit
         )

@@ -10,7 +10,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from memory import aio
-from memory.models import Checkpoint, CheckpointBlob, CheckpointWrite, Owner, Turn
+from memory.models import (
+    CHECKPOINT_WRITE_KEY,
+    Checkpoint,
+    CheckpointBlob,
+    CheckpointWrite,
+    Owner,
+    Turn,
+)
 from memory.services.common import field_check, owner_lock, service_transaction
 from memory.services.turns import turn_append
 from memory.validators import validate_owner_id, validate_session_id
@@ -172,14 +179,7 @@ def checkpoint_writes_put(
             CheckpointWrite.objects.bulk_create(
                 rows,
                 update_conflicts=True,
-                unique_fields=[
-                    "owner",
-                    "thread_id",
-                    "checkpoint_ns",
-                    "checkpoint_id",
-                    "task_id",
-                    "idx",
-                ],
+                unique_fields=CHECKPOINT_WRITE_KEY,
                 update_fields=["channel", "type", "blob", "task_path"],
             )
         else:

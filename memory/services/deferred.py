@@ -20,7 +20,7 @@ from django_tasks import task
 from memory.exceptions import database_guard
 from memory.extraction.base import logger
 from memory.models import PendingExtraction, PendingSummary
-from memory.services.turn_facts import turn_facts_extract
+from memory.services.turn_facts import pending_extraction_run
 
 # Records re-enqueued per statement by ``pending_enqueue``.
 BATCH = 500
@@ -31,18 +31,7 @@ def extraction_run(pending_pk: int) -> int:
     """Extract the facts of the turn of ``PendingExtraction`` ``pending_pk``; return how many
     changed. A record done or gone does nothing. Raises ``MemoryUnavailable`` when the database
     cannot be reached; the record stays for ``memory_extract --pending``."""
-    with database_guard():
-        turn = (
-            PendingExtraction.objects.filter(pk=pending_pk)
-            .values_list("turn__owner__external_id", "turn__seq")
-            .first()
-        )
-        if turn is None:
-            # Done already, or its turn is gone: the record goes.
-            PendingExtraction.objects.filter(pk=pending_pk).delete()
-            return 0
-    owner_id, seq = turn
-    return len(turn_facts_extract(owner_id=owner_id, seq=seq))
+    return len(pending_extraction_run(pending_pk=pending_pk))
 
 
 def extraction_enqueue(*, pending_pk: int) -> bool:

@@ -5,9 +5,6 @@ are derived data: a turn whose task never ran is embedded by a later run."""
 from __future__ import annotations
 
 import logging
-import threading
-from array import array
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,37 +24,8 @@ from memory.validators import validate_owner_id
 logger = logging.getLogger("memory.recall")
 
 
-class _RecentVectors:
-    """The vectors of the last texts this process embedded, by model and text (at most ``size``,
-    oldest out first): a repeated text reuses its vector."""
-
-    def __init__(self, size: int = 1024, longest: int = 2000) -> None:
-        self.size = size
-        self.longest = longest
-        self._lock = threading.Lock()
-        self._items: OrderedDict[tuple[str, str], array[float]] = OrderedDict()
-
-    def get(self, model: str, text: str) -> list[float] | None:
-        with self._lock:
-            found = self._items.get((model, text))
-            if found is None:
-                return None
-            self._items.move_to_end((model, text))
-        return found.tolist()
-
-    def put(self, model: str, text: str, vector: Sequence[float]) -> None:
-        if len(text) > self.longest:
-            return
-        # NOTE: float32, as the model computes them.
-        kept = array("f", vector)
-        with self._lock:
-            self._items[(model, text)] = kept
-            self._items.move_to_end((model, text))
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-
-_recent = _RecentVectors()
+# The vectors of the last texts this process embedded: a repeated text reuses its vector.
+_recent = embedders.RecentVectors()
 
 
 def batch_vectors(
@@ -77,7 +45,7 @@ def batch_vectors(
     for text in texts:
         if text in known or text in fresh:
             continue
-        vector = _recent.get(model, text)
+        vector = _recent.get((model, text))
         if vector is None:
             fresh.append(text)
         else:
@@ -85,7 +53,7 @@ def batch_vectors(
     if fresh:
         for text, vector in zip(fresh, embedders.passages_embed(embedder, fresh), strict=True):
             known[text] = vector
-            _recent.put(model, text, vector)
+            _recent.put((model, text), vector)
     counts = {
         "embedded": len(fresh),
         "duplicate": len(texts) - len(fresh),

@@ -89,22 +89,33 @@ def turn_facts_extract(*, owner_id: str, seq: int) -> list[Fact]:
     ``MemoryUnavailable`` when the database cannot be reached; the turn stays pending.
     """
     field_check("user_id", validate_owner_id, owner_id)
-    changed: list[Fact] = []
     with database_guard():
         target_pk = (
             PendingExtraction.objects.filter(turn__owner__external_id=owner_id, turn__seq=seq)
             .values_list("pk", flat=True)
             .first()
         )
-    while target_pk is not None:
+    return [] if target_pk is None else pending_extraction_run(pending_pk=target_pk)
+
+
+aturn_facts_extract = aio.twin(turn_facts_extract)
+
+
+def pending_extraction_run(*, pending_pk: int) -> list[Fact]:
+    """``turn_facts_extract`` of the turn of ``PendingExtraction`` ``pending_pk``. A record done
+    already does nothing; one whose turn is gone is deleted."""
+    changed: list[Fact] = []
+    while True:
         with database_guard():
             # NOTE: re-read each round: a link may have moved the turn to another owner.
             target = (
-                PendingExtraction.objects.filter(pk=target_pk)
+                PendingExtraction.objects.filter(pk=pending_pk)
                 .values_list("turn__owner_id", "turn__seq")
                 .first()
             )
             if target is None:
+                # Done, or its turn is gone: then the record goes.
+                PendingExtraction.objects.filter(pk=pending_pk).delete()
                 break
             # NOTE: each round deletes a record or finds it moved or gone, so the loop ends.
             pending = (
@@ -117,9 +128,6 @@ def turn_facts_extract(*, owner_id: str, seq: int) -> list[Fact]:
             break
         changed += _pending_extract(pending)
     return changed
-
-
-aturn_facts_extract = aio.twin(turn_facts_extract)
 
 
 def _pending_extract(pending: PendingExtraction) -> list[Fact]:

@@ -80,6 +80,16 @@ def _fact_key(description: str) -> dict[str, Any]:
     }
 
 
+def _limit(maximum: int, default: int, description: str) -> dict[str, Any]:
+    return {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": maximum,
+        "default": default,
+        "description": description,
+    }
+
+
 def _json_rules() -> str:
     # NOTE: re-read on each call, as conf promises: the size limit is a setting.
     return (
@@ -113,13 +123,7 @@ def _search_memory_schema() -> dict[str, Any]:
                 "in English (any form or case of a word) or Chinese (no spaces needed), never "
                 "query syntax.",
             },
-            "limit": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": MAX_SEARCH_RESULTS,
-                "default": 5,
-                "description": "Most turns to return.",
-            },
+            "limit": _limit(MAX_SEARCH_RESULTS, 5, "Most turns to return."),
             "after": {
                 "type": "string",
                 "pattern": ISO_DATE_PATTERN,
@@ -168,15 +172,7 @@ def _forget_fact_schema() -> dict[str, Any]:
 
 def _recent_turns_schema() -> dict[str, Any]:
     return _object(
-        {
-            "limit": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": MAX_RECENT_TURNS,
-                "default": 10,
-                "description": "How many of the newest turns to return.",
-            }
-        },
+        {"limit": _limit(MAX_RECENT_TURNS, 10, "How many of the newest turns to return.")},
         [],
     )
 

@@ -1,5 +1,5 @@
-"""The HTTP errors of the API that DRF lacks (412, 422, 413, 503), and the mapping of the app's
-domain errors and Django's database errors to them (``api_exception``)."""
+"""The mapping of the app's domain errors and Django's database errors to the API's errors
+(``api_exception``); ``ApiError`` for the statuses DRF has no class for (412, 422, 413, 503)."""
 
 from __future__ import annotations
 
@@ -20,54 +20,50 @@ from memory.exceptions import (
     unavailable_log,
 )
 
-
-class PreconditionFailed(exceptions.APIException):
-    status_code = status.HTTP_412_PRECONDITION_FAILED
-    default_detail = "The fact is not at the version given in If-Match."
-    default_code = "precondition_failed"
+# NOTE: a fixed text: the driver's message would tell the caller the database's address.
+UNAVAILABLE = "The memory database is unavailable; try again later."
+TOO_LARGE = "The request body is larger than this server accepts."
 
 
-class UnprocessableEntity(exceptions.APIException):
-    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
-    default_detail = "The Idempotency-Key was already used for a different request."
-    default_code = "idempotency_key_reused"
+class ApiError(exceptions.APIException):
+    """An API error of a status DRF has no exception class for."""
+
+    # NOTE: DRF's handler sends it as Retry-After.
+    wait: int | None = None
+
+    def __init__(
+        self, status_code: int, detail: str, code: str, *, wait: int | None = None
+    ) -> None:
+        super().__init__(detail, code)
+        self.status_code = status_code
+        self.wait = wait
 
 
-class PayloadTooLarge(exceptions.APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_detail = "The request body is larger than this server accepts."
-    default_code = "payload_too_large"
-
-
-class ServiceUnavailable(exceptions.APIException):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    # NOTE: a fixed text: the driver's message would tell the caller the database's address.
-    default_detail = "The memory database is unavailable; try again later."
-    default_code = "service_unavailable"
-    # NOTE: DRF's handler sends it as Retry-After: a database failing over is back in seconds.
-    wait = 1
+def _unavailable(detail: str) -> ApiError:
+    # NOTE: Retry-After 1: a database failing over is back in seconds.
+    return ApiError(status.HTTP_503_SERVICE_UNAVAILABLE, detail, "service_unavailable", wait=1)
 
 
 def api_exception(exc: Exception) -> Exception:
     """The DRF exception an app or Django error stands for; any other error as it is."""
     if isinstance(exc, FactVersionConflict):
-        return PreconditionFailed(str(exc))
+        return ApiError(status.HTTP_412_PRECONDITION_FAILED, str(exc), "precondition_failed")
     if isinstance(exc, IdempotencyKeyReused):
-        return UnprocessableEntity(str(exc))
+        return ApiError(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc), "idempotency_key_reused")
     if isinstance(exc, FactNotFound):
         return exceptions.NotFound(str(exc))
     if isinstance(exc, (SearchTimeout, SearchUnavailable)):
-        return ServiceUnavailable(str(exc))
+        return _unavailable(str(exc))
     if isinstance(exc, ReadsInFlight):
         return exceptions.Throttled(wait=exc.retry_after, detail=str(exc))
     if isinstance(exc, (OperationalError, InterfaceError)):
         # NOTE: one that no service's guard met (a ``MemoryUnavailable`` was logged there).
         unavailable_log(exc)
-        return ServiceUnavailable()
+        return _unavailable(UNAVAILABLE)
     if isinstance(exc, MemoryUnavailable):
-        return ServiceUnavailable()
+        return _unavailable(UNAVAILABLE)
     if isinstance(exc, DjangoValidationError):
         return exceptions.ValidationError(as_serializer_error(exc))
     if isinstance(exc, RequestDataTooBig):
-        return PayloadTooLarge()
+        return ApiError(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, TOO_LARGE, "payload_too_large")
     return exc

@@ -8,10 +8,9 @@ import builtins
 import hashlib
 import json
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -27,6 +26,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from memory import aio
 from memory.conf import conf
 from memory.integrations.threads import thread_connection
 from memory.selectors import checkpoints as checkpoint_reads
@@ -47,7 +47,7 @@ MESSAGE_ROLES = {
 }
 # The prefix of the idempotency key of a turn mirrored from a thread's message.
 TURN_KEY_PREFIX = "langgraph:"
-# Checkpoints ``list`` and ``alist`` read per hop to the database (thread).
+# Checkpoints ``list`` reads per query, and ``alist`` per hop to Django's thread.
 ALIST_PAGE = 50
 
 
@@ -403,61 +403,14 @@ class MemoryCheckpointSaver(BaseCheckpointSaver[str]):
         return f"{number + 1:032}.{random.random():016}"
 
     # The async twins: each runs its sync method in Django's thread for sync code.
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await sync_to_async(self.get_tuple, thread_sensitive=True)(config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        page_of = sync_to_async(self._list_page, thread_sensitive=True)
-        for size, offset in _pages(limit):
-            page = await page_of(config, filter, before, size, offset)
-            for item in page:
-                yield item
-            if len(page) < size:
-                return
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return await sync_to_async(self.put, thread_sensitive=True)(
-            config, checkpoint, metadata, new_versions
-        )
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        await sync_to_async(self.put_writes, thread_sensitive=True)(
-            config, writes, task_id, task_path
-        )
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await sync_to_async(self.delete_thread, thread_sensitive=True)(thread_id)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await sync_to_async(self.delete_for_runs, thread_sensitive=True)(run_ids)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await sync_to_async(self.copy_thread, thread_sensitive=True)(
-            source_thread_id, target_thread_id
-        )
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await sync_to_async(self.prune, thread_sensitive=True)(thread_ids, strategy=strategy)
+    aget_tuple = aio.twin_method(get_tuple)
+    alist = aio.twin_iter_method(list, batch=ALIST_PAGE)
+    aput = aio.twin_method(put)
+    aput_writes = aio.twin_method(put_writes)
+    adelete_thread = aio.twin_method(delete_thread)
+    adelete_for_runs = aio.twin_method(delete_for_runs)
+    acopy_thread = aio.twin_method(copy_thread)
+    aprune = aio.twin_method(prune)
 
 
 __all__ = ["MemoryCheckpointSaver", "message_identity", "turn_from_message"]

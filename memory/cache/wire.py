@@ -1,0 +1,208 @@
+"""Commands on the wire: a read's commands sent in one write on a pooled connection and their
+replies read, sync and on redis.asyncio, without a pipeline's objects; an event loop's async
+connections and the watch that keeps their calls' deadlines. Callers bring the failure boundary
+(``client.redis_call``, ``client.aredis_call``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis import Redis
+from redis import exceptions as redis_errors
+from redis.asyncio import connection as async_connection
+
+# A command: its one-word name, then its arguments (bytes go as they are).
+Command = tuple[Any, ...]
+
+
+def commands_run(redis: Any, commands: Sequence[Command]) -> list[Any]:
+    """Run ``commands`` in one round trip: their replies as redis-py parses them (no response
+    callbacks), or the first ``ResponseError`` once every reply is read. Raises what redis-py
+    raises, after the retries of the client's ``Retry``, as a pipeline does.
+
+    NOTE: one write and the replies' reads on a pooled connection, without a pipeline's objects
+    and bookkeeping: a fifth of a warm read's time (docs/performance.md). A client that routes
+    by key (a cluster) runs them in its pipeline.
+    """
+    if not isinstance(redis, Redis):
+        pipe = redis.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(pipe.execute())
+    pool = redis.connection_pool
+    connection = pool.get_connection(*_command_name(pool, commands))
+    try:
+        packed = _packed(connection.encoder.encode, commands)
+        return connection.retry.call_with_retry(
+            lambda: _exchange(connection, packed, len(commands)),
+            lambda _error: connection.disconnect(),
+        )
+    finally:
+        pool.release(connection)
+
+
+def _command_name(pool: Any, commands: Sequence[Command]) -> tuple[str, ...]:
+    """What ``pool.get_connection`` takes: the first command's name before redis-py 5.3, which
+    requires it, else nothing (later ones warn when it is given)."""
+    return (commands[0][0],) if _names_command(type(pool).get_connection) else ()
+
+
+@functools.cache
+def _names_command(get_connection: Callable[..., Any]) -> bool:
+    parameter = inspect.signature(get_connection).parameters.get("command_name")
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+def _packed(encode: Callable[[Any], bytes], commands: Sequence[Command]) -> bytes:
+    """``commands`` in the Redis protocol, each an array of bulk strings, the arguments encoded
+    as the connection encodes them.
+
+    NOTE: ours, not the connection's ``pack_commands``: a warm read's arguments are bytes but
+    its key, and redis-py's packer, which encodes every one and plans for large values, took a
+    tenth of the read's time.
+    """
+    parts: list[bytes] = []
+    for command in commands:
+        parts.append(b"*%d\r\n" % len(command))
+        for argument in command:
+            data = argument if type(argument) is bytes else encode(argument)
+            parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def _exchange(connection: Any, packed: bytes, n: int) -> list[Any]:
+    connection.send_packed_command([packed])
+    return _in_step([_reply(connection) for _ in range(n)])
+
+
+def _reply(connection: Any) -> Any:
+    try:
+        return connection.read_response()
+    except redis_errors.ResponseError as e:
+        return e
+
+
+def _in_step(replies: list[Any]) -> list[Any]:
+    """``replies``, or the first ``ResponseError`` among them, raised once every one was read.
+
+    NOTE: the replies after a refused command are read all the same: the pooled connection
+    stays in step.
+    """
+    for reply in replies:
+        if isinstance(reply, redis_errors.ResponseError):
+            raise reply
+    return replies
+
+
+async def acommands_run(connections: AsyncConnections, commands: Sequence[Command]) -> list[Any]:
+    """``commands_run`` on an event loop's connections."""
+    connection = await connections.take(commands)
+    in_step = False
+    try:
+        packed = _packed(connection.encoder.encode, commands)
+        replies: list[Any] = await connection.retry.call_with_retry(
+            lambda: _aexchange(connection, packed, len(commands)),
+            lambda _error: connection.disconnect(),
+        )
+        in_step = True
+        return replies
+    except redis_errors.ResponseError:
+        in_step = True  # every reply was read
+        raise
+    finally:
+        await connections.give_back(connection, in_step=in_step)
+
+
+async def _aexchange(connection: Any, packed: bytes, n: int) -> list[Any]:
+    await connection.send_packed_command([packed])
+    return _in_step([await _areply(connection) for _ in range(n)])
+
+
+async def _areply(connection: Any) -> Any:
+    try:
+        return await connection.read_response()
+    except redis_errors.ResponseError as e:
+        return e
+
+
+class AsyncConnections:
+    """An event loop's ``redis.asyncio`` connections to the alias: the pool they come from, the
+    ones kept out of it between calls, and the seconds one call may take in all."""
+
+    def __init__(self, pool: Any, deadline: float | None) -> None:
+        self.pool = pool
+        self.deadline = deadline
+        # NOTE: a connection that ends a call in step waits here, still checked out of the pool:
+        # the pool's check-out and return (a lock, its bookkeeping) were a tenth of an async
+        # read. Never more than the most calls at once, which the pool's limit still counts;
+        # none from a blocking pool, whose waiters would wait on them.
+        self.idle: list[Any] = []
+        blocking = isinstance(pool, async_connection.BlockingConnectionPool)
+        # The pool's own check of a connection before use; ``None``: keep none.
+        self.check = None if blocking else getattr(pool, "ensure_connection", None)
+        self.watch = Watch(asyncio.get_running_loop())
+
+    async def take(self, commands: Sequence[Command]) -> Any:
+        """A connected connection in step for ``commands`` (one the server closed is connected
+        again)."""
+        if self.idle and self.check is not None:
+            connection = self.idle.pop()
+            try:
+                await self.check(connection)
+            except BaseException:
+                await self.pool.release(connection)
+                raise
+            return connection
+        return await self.pool.get_connection(*_command_name(self.pool, commands))
+
+    async def give_back(self, connection: Any, *, in_step: bool) -> None:
+        if in_step and self.check is not None:
+            self.idle.append(connection)
+        else:
+            await self.pool.release(connection)
+
+
+class Watch:
+    """The deadlines of an event loop's Redis calls in flight, kept by one timer at a time: a
+    call past its deadline has its task cancelled (``_bounded`` makes that the timeout).
+
+    NOTE: not ``asyncio.timeout``, whose timer of each call's own was a twentieth of an async
+    warm read; here a call costs two dict updates, and the timer runs once a timeout at most.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.deadlines: dict[asyncio.Task[Any], float] = {}
+        self.expired: set[asyncio.Task[Any]] = set()
+        self.timer: asyncio.TimerHandle | None = None
+
+    def start(self, task: asyncio.Task[Any], seconds: float) -> None:
+        deadline = self.loop.time() + seconds
+        self.deadlines[task] = deadline
+        if self.timer is None:
+            self.timer = self.loop.call_at(deadline, self._check)
+
+    def end(self, task: asyncio.Task[Any]) -> bool:
+        """Forget the task's call; whether the watch cancelled it (once)."""
+        self.deadlines.pop(task, None)
+        if task in self.expired:
+            self.expired.discard(task)
+            return True
+        return False
+
+    def _check(self) -> None:
+        self.timer = None
+        now, later = self.loop.time(), []
+        for task, deadline in list(self.deadlines.items()):
+            if deadline > now:
+                later.append(deadline)
+            elif task not in self.expired:
+                self.expired.add(task)
+                task.cancel()
+        if later:
+            self.timer = self.loop.call_at(min(later), self._check)
