@@ -26,6 +26,15 @@ def dumps(value: Any) -> bytes:
         return orjson.dumps(wide_ints_as_fragments(value))
 
 
+def dumps_all(values: list[Any]) -> list[bytes]:
+    """Each of ``values`` encoded as ``dumps`` encodes it, in one pass (a cached copy's
+    payloads)."""
+    try:
+        return [orjson.dumps(value) for value in values]
+    except TypeError:
+        return [dumps(value) for value in values]
+
+
 def wide_ints_as_fragments(value: Any) -> Any:
     """``value`` with each integer past 64 bits as an ``orjson.Fragment`` of its digits."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -52,6 +61,36 @@ def loads_jsonb(text: str) -> Any:
     """Decode a ``jsonb`` column's text as Django's ``JSONField`` does, with orjson where the two
     agree (everywhere but an integer past 64 bits)."""
     return json.loads(text) if _LONG_DIGITS.search(text) else orjson.loads(text)
+
+
+# orjson reads an integer past 64 bits as a float of at least this magnitude (or fails on one
+# past a double); no other number it reads differs from json.loads's.
+_WIDE = float(2**63)
+
+
+def _wide(value: Any) -> bool:
+    """Whether a value orjson decoded holds a float that may have been a wider integer."""
+    if isinstance(value, float):
+        return not abs(value) < _WIDE
+    if isinstance(value, dict):
+        return any(_wide(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_wide(item) for item in value)
+    return False
+
+
+def loads_jsonb_rows(text: str, column: int) -> list[list[Any]]:
+    """A JSON array of rows (arrays) whose ``column`` holds a ``jsonb`` value, each decoded as
+    ``loads_jsonb`` decodes it: with orjson in one pass, or, where a value holds a number orjson
+    may have read otherwise, the whole with ``json.loads``."""
+    try:
+        rows: list[list[Any]] = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return list(json.loads(text))
+    for row in rows:
+        if row[column] and _wide(row[column]):
+            return list(json.loads(text))
+    return rows
 
 
 def json_key(value: Any) -> Any:

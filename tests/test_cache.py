@@ -16,12 +16,12 @@ from memory.models import Owner
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True, params=["claim-after", "claim-pipelined"])
+@pytest.fixture(autouse=True, params=["claim-after", "read-claim-script"])
 def claim_path(request, monkeypatch):
-    """Each test with a miss's claim sent after its read, and riding in its pipeline
+    """Each test with a miss's claim sent after its read, and in one script with it
     (``memory.cache.copy.miss_share``)."""
-    pipelined = request.param == "claim-pipelined"
-    monkeypatch.setattr(cache.copy.miss_share, "THRESHOLD", -1.0 if pipelined else 2.0)
+    in_script = request.param == "read-claim-script"
+    monkeypatch.setattr(cache.copy.miss_share, "THRESHOLD", -1.0 if in_script else 2.0)
 
 
 def append(owner_id: str, content: str) -> None:

@@ -92,8 +92,8 @@ def test_a_cold_read_claims_in_its_read_pipeline_on_a_cluster(on_cluster, write)
     for server in on_cluster.nodes:
         redis.Redis(port=server.port).script_flush()
     for owner in ("wang", "li", "zhang"):
-        # NOTE: reads that mostly miss: the claim rides in the pipeline, to each owner's node,
-        # loading the script there first (a flushed cluster has none).
+        # NOTE: reads that mostly miss: the read and its claim are one script, sent to each
+        # owner's node, loading it there first (a flushed cluster has none).
         cache.copy.miss_share.share = 1.0
         miss = cache.copy.copy_read(owner_id=owner, turns=20)
         assert isinstance(miss, cache.copy.Miss) and miss.fill_token

@@ -59,8 +59,8 @@ class MemoryMachine(RuleBasedStateMachine):
 
     @rule(missing=st.booleans())
     def reads_lately(self, missing: bool) -> None:
-        """This process's recent reads mostly missed (a miss's claim rides in its read's
-        pipeline) or mostly hit (the claim goes after the read)."""
+        """This process's recent reads mostly missed (a read and its claim are one script) or
+        mostly hit (the claim goes after the read)."""
         cache.copy.miss_share.share = 1.0 if missing else 0.0
 
     @rule(

@@ -336,6 +336,18 @@ HISTORY = st.fixed_dictionaries(
     owners={"li": {"turns": [], "facts": {"city": (-9.2e18, None, None)}, "summary": None}},
     reads=[("li", 0, NOW)],
 )
+# NOTE: nineteen digits in a row anywhere (here in a turn's text) decode the whole read as Django
+# decodes a jsonb value, with json.loads: a float and a wide integer beside them stay exact.
+@example(
+    owners={
+        "wang": {
+            "turns": [("1234567890123456789", {"a": 0.1, "b": [9223372036854775807]}, None)],
+            "facts": {"city": (1.5, None, None)},
+            "summary": None,
+        }
+    },
+    reads=[("wang", 1, NOW)],
+)
 # NOTE: a fact expiring at the instant read is expired, one a microsecond later is not.
 @example(
     owners={

@@ -132,27 +132,27 @@ def test_a_warm_process_sends_no_claim_with_its_hits(history, own_redis):
     assert _redis_calls(admin) == {"hmget": 1, "expire": 1}
 
 
-@pytest.mark.parametrize("pipelined", [False, True], ids=["claim-after", "claim-pipelined"])
+@pytest.mark.parametrize("in_script", [False, True], ids=["claim-after", "read-claim-script"])
 def test_a_cold_read_claims_the_fill_in_its_first_round_trip_when_reads_miss(
-    history, own_redis, pipelined
+    history, own_redis, in_script
 ):
     history()
     admin = redis.Redis.from_url(own_redis.url)
+    cache.copy.miss_share.share = 1.0 if in_script else 0.0
     _settle()  # the scripts loaded
-    cache.copy.miss_share.share = 1.0 if pipelined else 0.0
     admin.config_resetstat()
     with CaptureQueriesContext(connection) as queries:
         assert selectors.context_get(owner_id="wang")["source"] == "database"
     calls = _redis_calls(admin)
-    # NOTE: one pipeline (HMGET, EXPIRE and the claim script) or a pipeline and the claim
-    # after it; then the database's one statement and the fill script. The claim held: no
-    # query verifies the fill.
+    # NOTE: one script (the HMGET, EXPIRE and claim) or a pipeline and the claim after it;
+    # then the database's one statement and the fill script. The claim held: no query
+    # verifies the fill.
     assert calls["hmget"] == 1 and calls["evalsha"] == 2 and calls["hset"] >= 1
     assert len(queries) == 1
     assert selectors.context_get(owner_id="wang")["source"] == "cache"
 
 
-def test_a_pipelined_claim_on_a_redis_without_the_script_loads_it_and_claims(history, own_redis):
+def test_a_read_and_claim_script_on_a_redis_without_it_loads_it_and_claims(history, own_redis):
     history()
     admin = redis.Redis.from_url(own_redis.url)
     admin.script_flush()
@@ -182,6 +182,68 @@ def test_the_claim_takes_the_fill_lock_only_where_there_is_no_copy(history, own_
     admin.delete(key)
     assert claim(keys=[key, f"{key}:fill"], args=[0, "d"], client=admin) == 0
     assert not admin.exists(key, f"{key}:fill")
+
+
+def _read_then_claim(admin: redis.Redis, key: str, args: list) -> object:
+    """What ``read_claim.lua`` replaces: the read's pipeline, then, on a miss, the floor's
+    EXPIRE and the claim script, as ``copy_read`` sends them while its reads mostly hit."""
+    ttl, guard_ttl, wait_ms, token = args
+    pipe = admin.pipeline(transaction=False)
+    pipe.hmget(key, cache.copy._HIT_FIELDS)
+    pipe.expire(key, ttl)
+    held = pipe.execute()[0]
+    if held[0] is not None:
+        return held
+    if held[7] is not None:
+        admin.expire(key, guard_ttl, lt=True)
+    return cache.copy._CLAIM(keys=[key, f"{key}:fill"], args=[wait_ms, token], client=admin)
+
+
+def _state(admin: redis.Redis, key: str) -> tuple:
+    """A key and its lock as a read leaves them: fields, lock holder, TTLs to the second."""
+    lock = f"{key}:fill"
+    return (
+        admin.hgetall(key),
+        admin.get(lock),
+        round(admin.pttl(key) / 1000),
+        round(admin.pttl(lock) / 1000),
+    )
+
+
+@pytest.mark.parametrize("wait_ms", [400, 0])
+@pytest.mark.parametrize(
+    "start", ["none", "copy", "floor", "claim", "claim-unlocked", "floor-locked"]
+)
+def test_the_read_claim_script_does_what_the_read_pipeline_and_claim_do(
+    history, redis_client, start, wait_ms
+):
+    history()
+    selectors.context_get(owner_id="wang")
+    copy_key = cache.keys.owner_key("wang")
+    assert redis_client.hexists(copy_key, "rev")
+    made: dict[str, str] = {}
+    for side in ("spec", "script"):
+        key = cache.keys.owner_key(f"read-claim-{side}")
+        lock = f"{key}:fill"
+        redis_client.delete(key, lock)
+        if start == "copy":
+            redis_client.restore(key, 0, redis_client.dump(copy_key))
+        elif start.startswith("floor"):
+            cache.copy.copy_drop(owner_id=f"read-claim-{side}", stamp=7)
+        elif start.startswith("claim"):
+            redis_client.hset(key, "claim", "other")
+            redis_client.pexpire(key, 400)
+        if start in ("claim", "floor-locked"):
+            redis_client.set(lock, "other", px=400)
+        made[side] = key
+    args = [3600, cache.copy.GUARD_TTL, wait_ms, "token"]
+    spec_key, script_key = made["spec"], made["script"]
+    spec = _read_then_claim(redis_client, spec_key, args)
+    script = cache.copy._READ_CLAIM(
+        keys=[script_key, f"{script_key}:fill"], args=args, client=redis_client
+    )
+    assert script == spec
+    assert _state(redis_client, script_key) == _state(redis_client, spec_key)
 
 
 def test_cold_read_query_count_does_not_grow_with_history(history):

@@ -5,7 +5,6 @@ drop it. Each call is one round trip and one owner's keys (one cluster slot); no
 from __future__ import annotations
 
 import enum
-import itertools
 import operator
 import secrets
 import struct
@@ -61,7 +60,24 @@ def _script(name: str) -> Script:
     return Script(None, (LUA / f"{name}.lua").read_bytes())  # type: ignore[arg-type]
 
 
+def _run(script: Script, redis: Any, keys: list[str], args: list[Any]) -> Any:
+    """Run ``script`` on the client ``redis`` by EVALSHA in one write (``commands_run``), loading
+    it on NOSCRIPT.
+
+    NOTE: not ``Script.__call__``, whose checks for pipeline classes cost about 5 us a call (their
+    bases make each ``isinstance`` a Protocol check), nor redis-py's packer, which sends a fill's
+    13 KB of turns as a write of its own (three writes a fill).
+    """
+    command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+    try:
+        return commands_run(redis, [command])[0]
+    except redis_errors.NoScriptError:
+        redis.script_load(script.script)
+        return commands_run(redis, [command])[0]
+
+
 _CLAIM = _script("claim")
+_READ_CLAIM = _script("read_claim")
 _FILL = _script("fill")
 _APPLY = _script("apply")
 _DROP = _script("drop")
@@ -165,14 +181,14 @@ _HIT_FIELDS = (
 
 class _MissShare:
     """The share of this process's recent reads that found no copy, weighted to the latest
-    (each read moves it 1/16 of the way to 1 or 0): whether a read's claim should ride in its
-    pipeline.
+    (each read moves it 1/16 of the way to 1 or 0): whether a read should claim the fill in the
+    same round trip (``read_claim.lua``).
 
-    NOTE: the claim script pipelined after a hit costs the hit about 25 us (its run and its
-    reply, against a 100 us pipeline); sent after a miss it saves the second round trip, about
-    110 us. So it rides along while more than a fifth of the reads miss (a cold start, a flushed
-    Redis, owners read once), and a warm process's hits pay nothing for it. Updated without a
-    lock: a lost update moves the share a little less, never past what either path allows.
+    NOTE: that script costs a hit about 30 us (Redis copies the fields through Lua; a hit without
+    it runs no script); after a miss it saves the claim's own round trip, about 110 us. So it is
+    used while more than a fifth of the reads miss (a cold start, a flushed Redis, owners read
+    once), and a warm process's hits pay nothing for it. Updated without a lock: a lost update
+    moves the share a little less, never past what either path allows.
     """
 
     THRESHOLD = 0.2
@@ -201,37 +217,24 @@ def copy_read(
     ``Hit`` on a hit; ``Miss`` when there is no copy (with a fill token when ``claim_fill`` and
     this caller took the fill lock); ``Short`` when the copy holds fewer turns than asked; an
     ``Outcome`` when no cache is configured, the breaker skipped Redis, or Redis failed.
-    A hit is one round trip (HMGET and EXPIRE pipelined). A miss that claims the fill lock is
-    one too while this process's reads often miss (``miss_share``: the claim script rides in
-    the same pipeline and takes the lock only where there is no copy), else a second. Never
-    raises.
+    A hit is one round trip (HMGET and EXPIRE pipelined), and a miss that claims the fill lock
+    a second (the claim script). While this process's reads often miss (``miss_share``), either
+    is one script doing the same (``read_claim.lua``). Never raises.
 
-    NOTE: no script reads the copy: running one cost Redis ten times the HMGET it runs, half a
-    warm read's time; the claim only asks whether the hash has a ``rev`` (docs/performance.md).
-    The EXPIRE renews a claim that the HMGET found without a copy as well (not load-bearing,
-    rule 3); a floor alone is set back to at most ``GUARD_TTL``, as ``copy_drop`` promised.
+    NOTE: a warm process's hit runs no script: one cost Redis ten times the HMGET it runs, half a
+    warm read's time (docs/performance.md). The EXPIRE renews a claim that the HMGET found
+    without a copy as well (not load-bearing, rule 3); a floor alone is set back to at most
+    ``GUARD_TTL``, as ``copy_drop`` promised.
     """
     key = owner_key(owner_id, epoch)
-    commands: list[Command] = [("HMGET", key, *_HIT_FIELDS), ("EXPIRE", key, conf.CACHE_TTL)]
-    token = ""
-    pipelined = claim_fill and miss_share.likely()
-    if pipelined:
+    ttl, wait_ms = conf.CACHE_TTL, conf.FILL_WAIT_MS * 2
+    if claim_fill and miss_share.likely():
         # NOTE: the token is drawn only for a claim sent: a hit needs none.
-        token = secrets.token_hex(8)
-        claim = ("EVALSHA", _CLAIM.sha, 2, key, f"{key}:fill", conf.FILL_WAIT_MS * 2, token)
-        commands.append(claim)
+        return _read_claim(key, turns, [ttl, GUARD_TTL, wait_ms, secrets.token_hex(8)])
+    commands: list[Command] = [("HMGET", key, *_HIT_FIELDS), ("EXPIRE", key, ttl)]
 
     def read(redis: Any) -> Any:
-        for attempt in (1, 2):
-            try:
-                return commands_run(redis, commands)
-            except redis_errors.NoScriptError:
-                # NOTE: a restarted or flushed Redis: the HMGET and EXPIRE ran, the claim did
-                # not; load it and send the three again.
-                if attempt == 2:
-                    raise
-                redis.script_load(_CLAIM.script)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return commands_run(redis, commands)
 
     answer = redis_call("read", read, key=key)
     if not isinstance(answer, Answer):
@@ -246,24 +249,42 @@ def copy_read(
     if not claim_fill:
         breaker.count("misses")
         return Miss(fill_token=None)
-    if pipelined:
-        claimed = answer.value[2]
-    else:
-        token = secrets.token_hex(8)
-        args: list[Any] = [conf.FILL_WAIT_MS * 2, token]
-        keys = [key, f"{key}:fill"]
-        taken = redis_call(
-            "read", lambda redis: _CLAIM(keys=keys, args=args, client=redis), key=key
-        )
-        if not isinstance(taken, Answer):
-            return taken
-        claimed = taken.value
-    if claimed == 2:
+    token = secrets.token_hex(8)
+    lock = f"{key}:fill"
+    taken = redis_call(
+        "read",
+        lambda redis: _run(_CLAIM, redis, [key, lock], [wait_ms, token]),
+        key=key,
+    )
+    if not isinstance(taken, Answer):
+        return taken
+    if taken.value == 2:
         # NOTE: a fill stored the copy between the HMGET and the claim: read it, claiming
         # nothing (so this never repeats).
         return copy_read(owner_id=owner_id, turns=turns, claim_fill=False, epoch=epoch)
     breaker.count("misses")
-    return Miss(fill_token=token if claimed == 1 else None)
+    return Miss(fill_token=token if taken.value == 1 else None)
+
+
+def _read_claim(key: str, turns: int, args: list[Any]) -> ReadResult:
+    """``copy_read`` of the hash ``key`` in a process whose reads often miss: the read and the
+    claim in one script (``read_claim.lua``; ``args``: TTL, guard TTL, lock ms, token), one round
+    trip whether it hits or misses."""
+    answer = redis_call(
+        "read",
+        lambda redis: _run(_READ_CLAIM, redis, [key, f"{key}:fill"], args),
+        key=key,
+    )
+    if not isinstance(answer, Answer):
+        return answer
+    counts_flush()
+    held = answer.value
+    hit = isinstance(held, list)
+    miss_share.saw(not hit)
+    if hit:
+        return _hit_result(held, turns)
+    breaker.count("misses")
+    return Miss(fill_token=args[3] if held == 1 else None)
 
 
 async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | None:
@@ -288,15 +309,21 @@ async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | N
 
 def _ends(payloads: list[bytes]) -> bytes:
     """The ``fends`` of payloads joined by ",": each one's end offset, 4 bytes big-endian."""
-    ends = itertools.accumulate(len(payload) + 1 for payload in payloads)
-    return struct.pack(f">{len(payloads)}I", *[end - 1 for end in ends])
+    end, ends = -1, []
+    for payload in payloads:
+        end += len(payload) + 1
+        ends.append(end)
+    return struct.pack(f">{len(ends)}I", *ends)
 
 
 def _turn_ends(payloads: list[bytes]) -> bytes:
     """The ``ends`` of payloads each followed by ",": 0, then where each one's successor
     begins, 4 bytes big-endian each."""
-    starts = itertools.accumulate((len(payload) + 1 for payload in payloads), initial=0)
-    return struct.pack(f">{len(payloads) + 1}I", *starts)
+    start, starts = 0, [0]
+    for payload in payloads:
+        start += len(payload) + 1
+        starts.append(start)
+    return struct.pack(f">{len(starts)}I", *starts)
 
 
 def _whole(body: bytes | None, ends: bytes | None) -> bool:
@@ -374,17 +401,17 @@ def copy_fill(
     Never raises.
     """
     turns, facts = snapshot.turns, snapshot.facts
-    packed = [turn_pack(turn) for turn in turns]
-    fact_payloads = [fact_pack(fact) for fact in facts]
+    packed = codec.dumps_all(list(map(_turn_values, turns)))
+    fact_payloads = codec.dumps_all(list(map(_fact_values, facts)))
     args: list[Any] = [
         snapshot.stamp,
         conf.CACHE_TTL,
         "1" if complete else "0",
         fill_token or "",
-        " ".join(str(turn["seq"]) for turn in turns),
+        " ".join([str(turn["seq"]) for turn in turns]),
         _turn_ends(packed),
-        b"".join(payload + b"," for payload in packed),
-        " ".join(fact["key"] for fact in facts),
+        b",".join(packed) + b"," if packed else b"",
+        " ".join([fact["key"] for fact in facts]),
         _ends(fact_payloads),
         b",".join(fact_payloads),
         codec.dumps(snapshot.summary) if snapshot.summary is not None else "",
@@ -392,7 +419,7 @@ def copy_fill(
     key = owner_key(owner_id, epoch)
     answer = redis_call(
         "fill",
-        lambda redis: _FILL(keys=[key, f"{key}:fill"], args=args, client=redis),
+        lambda redis: _run(_FILL, redis, [key, f"{key}:fill"], args),
         key=key,
     )
     if not isinstance(answer, Answer):

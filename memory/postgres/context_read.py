@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -46,17 +45,15 @@ def _context_read_sql(alias: str) -> str:
     Parameters: turns, instant, owner id."""
     q = connections[alias].ops.quote_name
     owner, turn, fact, summary = (q(model._meta.db_table) for model in (Owner, Turn, Fact, Summary))
-    # NOTE: jsonb columns as text inside the JSON, decoded one by one as Django decodes them
-    # (codec.loads_jsonb); every other value is text or an integer of at most 64 bits.
+    # NOTE: jsonb columns inside the JSON as they are, the whole decoded at once as Django
+    # decodes each of them (codec.loads_jsonb_rows); every other value is text or an integer of
+    # at most 64 bits.
     turn_columns = [
-        *(f"t.{q(f)}" for f in TURN_FIELDS[:4]),
-        f"t.{q(TURN_FIELDS[4])}::text",
+        *(f"t.{q(f)}" for f in TURN_FIELDS[:5]),
         _utc(f"t.{q(TURN_FIELDS[5])}"),
     ]
     fact_columns = [
-        f"f.{q(FACT_FIELDS[0])}",
-        f"f.{q(FACT_FIELDS[1])}::text",
-        f"f.{q(FACT_FIELDS[2])}",
+        *(f"f.{q(f)}" for f in FACT_FIELDS[:3]),
         _utc(f"f.{q(FACT_FIELDS[3])}"),
         f"f.{q(FACT_FIELDS[4])}",
         _utc(f"f.{q(FACT_FIELDS[5])}"),
@@ -106,30 +103,19 @@ def context_read(
     if row is None:
         return cache.Snapshot(stamp=0, turns=[], facts=[]), True
     stamp, turns_json, facts_json, summary_json = row
-    turn_rows: list[list[Any]] = codec.loads(turns_json) if turns_json else []
+    turn_rows = codec.loads_jsonb_rows(turns_json, 4) if turns_json else []
+    # NOTE: a literal per turn, as copy.turns_unpack builds them.
     turn_list: list[TurnPayload] = [
-        {
-            "seq": seq,
-            "session_id": session_id,
-            "role": role,
-            "content": content,
-            "metadata": codec.loads_jsonb(metadata),
-            "created_at": created_at,
-        }
-        for seq, session_id, role, content, metadata, created_at in turn_rows
-    ]
-    fact_rows: list[list[Any]] = codec.loads(facts_json) if facts_json else []
+        {"seq": t[0], "session_id": t[1], "role": t[2], "content": t[3], "metadata": t[4],
+         "created_at": t[5]}
+        for t in turn_rows
+    ]  # fmt: skip
+    fact_rows = codec.loads_jsonb_rows(facts_json, 1) if facts_json else []
     facts: list[FactPayload] = [
-        {
-            "key": key,
-            "value": codec.loads_jsonb(value),
-            "session_id": session_id,
-            "updated_at": updated_at,
-            "version": version,
-            "expires_at": expires_at,
-        }
-        for key, value, session_id, updated_at, version, expires_at in fact_rows
-    ]
+        {"key": f[0], "value": f[1], "session_id": f[2], "updated_at": f[3], "version": f[4],
+         "expires_at": f[5]}
+        for f in fact_rows
+    ]  # fmt: skip
     summary: SummaryPayload | None = None
     if summary_json is not None:
         text, through_seq, tokens, updated_at = codec.loads(summary_json)
