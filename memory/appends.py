@@ -45,7 +45,7 @@ def summary_count(content: str) -> SummaryCount:
     if conf.SUMMARIZER is None:
         return SummaryCount()
     try:
-        return SummaryCount(tokens.counter_remembering()(content), conf.SUMMARY_AFTER_TOKENS)
+        return SummaryCount(tokens.count_remembering(content), conf.SUMMARY_AFTER_TOKENS)
     except Exception:
         extraction_logger.exception("Counting a turn's tokens for the summary failed.")
         return SummaryCount()

@@ -498,7 +498,7 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
 def _check_alias_prefix(
     alias: str, config: dict[str, Any], user: dict[str, Any]
 ) -> list[CheckMessage]:
-    # NOTE: the app builds its own keys (``<MEMORY["KEY_PREFIX"]>:v5:...``) and sends them to
+    # NOTE: the app builds its own keys (``<MEMORY["KEY_PREFIX"]>:v6:...``) and sends them to
     # Redis as they are, so Django's per-alias KEY_PREFIX never reaches them. A site that
     # separates its keys that way would believe they are separated when they are not.
     alias_prefix = config.get("KEY_PREFIX")

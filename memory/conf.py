@@ -154,6 +154,20 @@ def _embedder_installed() -> bool:
 
 _T = TypeVar("_T")
 
+# NOTE: LazySettings keeps each setting it was asked for in its own __dict__, and empties it when
+# settings change (override_settings, assignment, deletion): a kept MEMORY is read there, a dict
+# lookup, not through LazySettings' __getattribute__ (half the cost of a kept setting).
+_settings_kept: dict[str, Any] = object.__getattribute__(settings, "__dict__")
+_UNSET = object()
+
+
+def _memory_setting() -> Any:
+    """``settings.MEMORY``, or ``None`` when the host has none."""
+    memory = _settings_kept.get("MEMORY", _UNSET)
+    if memory is _UNSET:
+        memory = getattr(settings, "MEMORY", None)
+    return memory
+
 
 class setting(property, Generic[_T]):
     """A ``Settings`` property whose checked value is kept in ``Settings.values`` until a setting
@@ -175,18 +189,21 @@ class setting(property, Generic[_T]):
     def __get__(self, obj: Settings | None, objtype: type | None = None) -> setting[_T] | _T:
         if obj is None:
             return self
-        assert self.fget is not None
-        name = self.name
-        memory = getattr(settings, "MEMORY", None)
+        memory = _settings_kept.get("MEMORY", _UNSET)
         if memory is not obj.source:
-            # NOTE: MEMORY assigned anew without the signal is as stale as after setting_changed.
-            obj.forget()
-            obj.source = memory
+            memory = _memory_setting()
+            if memory is not obj.source:
+                # NOTE: MEMORY assigned anew without the signal is as stale as after
+                # setting_changed.
+                obj.forget()
+                obj.source = memory
+        name = self.name
         kept = obj.values.get(name)
         generation = obj.generation
         if kept is not None and kept[0] == generation:
             held: _T = kept[1]
             return held
+        assert self.fget is not None
         value: _T = self.fget(obj)
         # NOTE: stored under the generation read before, so a change signalled meanwhile makes it
         # stale.

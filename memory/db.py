@@ -119,7 +119,10 @@ def _prepared_run(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] |
         raw.prepare_threshold = 1 << 62
     try:
         cursor.execute(sql, params)
-        row: tuple[Any, ...] | None = cursor.fetchone()
+        # NOTE: the psycopg cursor's own fetchone, in Django's error mapping: the wrapper's
+        # attribute lookup builds a decorated function on every call.
+        with db.wrap_database_errors:
+            row: tuple[Any, ...] | None = cursor.cursor.fetchone()
         return row
     finally:
         if threshold is None:

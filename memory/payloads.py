@@ -84,13 +84,20 @@ def isoformat(value: dt.datetime) -> str:
 
 TURN_FIELDS = ("seq", "session_id", "role", "content", "metadata", "created_at")
 FACT_FIELDS = ("key", "value", "session_id", "updated_at", "version", "expires_at")
-# A model instance as the row ``values_list(*FIELDS)`` reads of it.
-_turn_row = operator.attrgetter(*TURN_FIELDS)
+# A fact instance as the row ``values_list(*FACT_FIELDS)`` reads of it.
 _fact_row = operator.attrgetter(*FACT_FIELDS)
 
 
 def turn_payload(turn: Turn) -> TurnPayload:
-    return turn_payload_from_row(_turn_row(turn))
+    # NOTE: a literal of TURN_FIELDS, not ``turn_payload_from_row``: every append builds one.
+    return {
+        "seq": turn.seq,
+        "session_id": turn.session_id,
+        "role": turn.role,
+        "content": turn.content,
+        "metadata": turn.metadata,
+        "created_at": isoformat(turn.created_at),
+    }
 
 
 def _row_payload(fields: tuple[str, ...], row: tuple[Any, ...], *instants: str) -> dict[str, Any]:

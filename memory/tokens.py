@@ -156,3 +156,8 @@ def counter_remembering() -> TokenCounter:
     for the process. Raises as ``counter_get``."""
     counter = counter_get()
     return functools.partial(memo.count, conf.TOKEN_COUNTER, counter)
+
+
+def count_remembering(text: str) -> int:
+    """``counter_remembering()(text)`` for one text (an append's). Raises as ``counter_get``."""
+    return memo.count(conf.TOKEN_COUNTER, counter_get(), text)

@@ -10,6 +10,7 @@ from redis.asyncio.connection import Connection as AsyncConnection
 from redis.connection import Connection
 
 from memory import cache, selectors, services
+from memory.cache.copy import Hit, Short, Snapshot
 from memory.models import Owner
 
 pytestmark = pytest.mark.django_db
@@ -34,7 +35,7 @@ def contents(context) -> list[str]:
 def test_owner_key_has_prefix_schema_and_hash_tag_without_the_id(settings):
     key = cache.keys.owner_key("wang@example.com")
     history = cache.history.history_current()
-    prefix = f"{settings.MEMORY['KEY_PREFIX']}:v5:h{history}:{{"
+    prefix = f"{settings.MEMORY['KEY_PREFIX']}:v6:h{history}:{{"
     assert key.startswith(prefix) and key.endswith("}")
     assert "wang" not in key
     assert key != cache.keys.owner_key("wang@example.org")
@@ -49,10 +50,12 @@ def test_cached_payload_is_a_json_array_of_the_api_fields(
         services.fact_put(owner_id="wang", key="name", value="王建国")
     context = selectors.context_get(owner_id="wang")
     raw = redis_client.hgetall(cache.keys.owner_key("wang"))
-    # NOTE: the turns are one field, their payloads joined; here one turn.
-    assert raw[b"seqs"] == b"1" and int.from_bytes(raw[b"ends"]) == len(raw[b"turns"])
-    assert cache.copy.turns_unpack(b"[" + raw[b"turns"] + b"]") == context["turns"][:1]
-    assert orjson.loads(raw[b"turns"]) == [context["turns"][0][f] for f in cache.copy.TURN_FIELDS]
+    # NOTE: the turns are one field, each payload followed by a comma; here one turn, from 0.
+    assert raw[b"seqs"] == b"1" and b"tail" not in raw
+    assert raw[b"ends"] == bytes(4) + len(raw[b"turns"]).to_bytes(4)
+    payload = raw[b"turns"].removesuffix(b",")
+    assert cache.copy.turns_unpack(b"[" + payload + b"]") == context["turns"][:1]
+    assert orjson.loads(payload) == [context["turns"][0][f] for f in cache.copy.TURN_FIELDS]
     assert orjson.loads(raw[b"facts"])[1] == "王建国"
     assert "我叫王建国".encode() in raw[b"turns"]
     (fact,) = selectors.fact_list(owner_id="wang")
@@ -189,9 +192,10 @@ def test_fact_keys_follow_every_delta(django_capture_on_commit_callbacks, redis_
 def test_turns_field_is_cut_where_the_turns_asked_begin(
     django_capture_on_commit_callbacks, redis_client, memory_settings
 ):
-    """The cached turns are one field, where each payload ends in ``ends``: a hit returns the
-    turns asked for, whatever their bytes (Chinese, commas, quotes), and a delta past
-    ``CACHE_TURNS`` cuts the oldest off the front."""
+    """The cached turns are two fields, ``turns`` then ``tail``, where each cached payload
+    begins and ends by ``ends``: a hit returns the turns asked for, whatever their bytes
+    (Chinese, commas, quotes), and a delta past ``CACHE_TURNS`` moves the first offset past the
+    oldest."""
     texts = ["我叫王建国", 'a, "quoted" one', "[x]", "{}", "plain", "篮球,足球"]
     with memory_settings(CACHE_TURNS=4, CONTEXT_TURNS=3):
         with django_capture_on_commit_callbacks(execute=True):
@@ -201,10 +205,12 @@ def test_turns_field_is_cut_where_the_turns_asked_begin(
             with django_capture_on_commit_callbacks(execute=True):
                 append("wang", text)
         key = cache.keys.owner_key("wang")
-        held = redis_client.hmget(key, "seqs", "turns", "complete", "ends")
+        held = redis_client.hmget(key, "seqs", "turns", "complete", "ends", "tail")
         assert held[0] == b"3 4 5 6" and held[2] == b"0"
+        body = held[1] + held[4]
         ends = [int.from_bytes(held[3][i : i + 4]) for i in range(0, len(held[3]), 4)]
-        assert ends[-1] == len(held[1]) and all(held[1][end : end + 1] == b"," for end in ends[:-1])
+        assert len(ends) == 5 and ends[-1] == len(body) and ends[0] > 0
+        assert all(body[end - 1 : end] == b"," for end in ends)
         for turns in (0, 1, 3, 4):
             context = selectors.context_get(owner_id="wang", turns=turns)
             assert context["source"] == "cache"
@@ -212,8 +218,115 @@ def test_turns_field_is_cut_where_the_turns_asked_begin(
             assert contents(context) == wanted
         assert selectors.context_get(owner_id="wang", turns=5)["source"] == "database"
     # A field that does not end where its ends say is never cut: the database answers.
-    redis_client.hset(key, "turns", held[1][:-1])
+    redis_client.hset(key, "tail", held[4][:-1])
     assert selectors.context_get(owner_id="wang", turns=2)["source"] == "database"
+
+
+def test_appends_fold_the_tail_into_the_turns_field(
+    django_capture_on_commit_callbacks, redis_client, memory_settings
+):
+    """An append writes ``tail`` and ``ends``; once ``tail`` and the bytes of turns no longer
+    cached reach a quarter of ``turns`` (1 KB at least), they are folded into ``turns``. Every
+    read between serves the last turns, as the database holds them."""
+    key = cache.keys.owner_key("wang")
+    with memory_settings(CACHE_TURNS=5, CONTEXT_TURNS=5):
+        with django_capture_on_commit_callbacks(execute=True):
+            append("wang", "first")
+        selectors.context_get(owner_id="wang")
+        folds = 0
+        for i in range(40):
+            with django_capture_on_commit_callbacks(execute=True):
+                append("wang", f"turn {i} " + "x" * 90)
+            held = redis_client.hmget(key, "turns", "tail", "ends")
+            if held[1] is None:
+                folds += 1
+                assert held[2][:4] == bytes(4)
+            context = selectors.context_get(owner_id="wang")
+            assert context["source"] == "cache"
+            assert [turn["seq"] for turn in context["turns"]] == list(range(max(1, i - 2), i + 3))
+            assert contents(context)[-1] == f"turn {i} " + "x" * 90
+            assert len(held[0] or b"") + len(held[1] or b"") < 5 * 200 + 1024 + 200
+        assert 2 <= folds < 20
+
+
+# A turn's text: long ones make the script fold the tail into ``turns`` within a few deltas.
+CONTENT = st.tuples(
+    st.sampled_from(["", "篮球,足球", 'a, "q"', "[x]", "{}"]), st.integers(0, 700)
+).map(lambda parts: parts[0] + "x" * parts[1])
+# A delta: new turns (their text), a repeat of the newest cached turn, a fact set or deleted.
+DELTA = st.tuples(
+    st.lists(CONTENT, max_size=3),
+    st.booleans(),
+    st.sampled_from([None, ("set", "name"), ("set", "city"), ("delete", "name")]),
+)
+
+
+AT = "2026-12-07T08:00:00Z"
+
+
+def turn_of(seq: int, content: str) -> dict:
+    return {"seq": seq, "session_id": "s", "role": "user", "content": content, "metadata": {},
+            "created_at": AT}  # fmt: skip
+
+
+def fact_of(key: str, version: int) -> dict:
+    return {"key": key, "value": f"{key} {version}", "session_id": "s", "updated_at": AT,
+            "version": version, "expires_at": None}  # fmt: skip
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    filled=st.lists(CONTENT, max_size=8),
+    depth=st.integers(1, 6),
+    deltas=st.lists(DELTA, min_size=1, max_size=12),
+)
+def test_a_copy_after_any_deltas_reads_as_its_turns_and_facts(
+    memory_settings, filled, depth, deltas
+):
+    """Whatever the deltas (turns added, repeated, the oldest cut past ``CACHE_TURNS``, facts set
+    and deleted) and wherever the script folded its tail, every read of the copy returns the
+    last turns asked for and the facts, as a model of the copy holds them, or ``Short``."""
+    cache.copy.copy_evict(owner_id="prop")
+    with memory_settings(CACHE_TURNS=depth):
+        held = [turn_of(seq, text) for seq, text in enumerate(filled, start=1)]
+        complete = len(held) <= depth
+        held = held[-depth:]
+        stamp, seq, facts = 10, len(filled), {}
+        stored = cache.copy.copy_fill(
+            owner_id="prop", snapshot=Snapshot(stamp, held, []), complete=complete
+        )
+        assert stored is cache.copy.Fill.UNCLAIMED
+        for texts, repeat, fact in deltas:
+            turns = [turn_of(seq := seq + 1, text) for text in texts]
+            if repeat and held:
+                turns.insert(0, held[-1])
+            written, deleted = [], []
+            if fact is not None and fact[0] == "set":
+                written = [fact_of(fact[1], stamp)]
+                facts[fact[1]] = written[0]
+            elif fact is not None and facts.pop(fact[1], None) is not None:
+                deleted = [fact[1]]
+            assert cache.copy.copy_apply(
+                owner_id="prop", prev_stamp=stamp, stamp=stamp + 1, turns=turns,
+                facts=written, deleted_keys=deleted,
+            )  # fmt: skip
+            stamp += 1
+            cached = {turn["seq"] for turn in held}
+            held += [turn for turn in turns if turn["seq"] not in cached]
+            if len(held) > depth:
+                held, complete = held[-depth:], False
+            for want in range(depth + 2):
+                got = cache.copy.copy_read(owner_id="prop", turns=want, claim_fill=False)
+                if want > len(held) and not complete:
+                    assert isinstance(got, Short)
+                    continue
+                assert isinstance(got, Hit) and got.snapshot.stamp == stamp
+                assert got.snapshot.turns == (held[max(len(held) - want, 0) :] if want else [])
+                assert got.snapshot.facts == [facts[key] for key in sorted(facts)]
 
 
 def test_evicted_owner_goes_whole(django_capture_on_commit_callbacks, redis_client):

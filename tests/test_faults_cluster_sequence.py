@@ -114,7 +114,7 @@ def pause_every_node(cluster: RedisCluster) -> None:
 
 
 def fail_over_a_primary(cluster: RedisCluster) -> None:
-    victim = cluster.master_for(f"memory:v5:{{{uuid.uuid4().hex}}}")
+    victim = cluster.master_for(f"memory:v6:{{{uuid.uuid4().hex}}}")
     cluster.kill(victim)
     cluster.wait_promoted(victim)
     victim.start()
@@ -239,7 +239,7 @@ def test_clients_on_two_instances_through_a_node_pause_a_kill_and_a_failover(
         time.sleep(1.0)
         for log in quiet:
             chaos.tell(stack, 0, log, "said before the faults")
-        paused = cluster.master_for(f"memory:v5:{{{uuid.uuid4().hex}}}")
+        paused = cluster.master_for(f"memory:v6:{{{uuid.uuid4().hex}}}")
         started = time.monotonic()
         paused.pause()
         for log in quiet:
@@ -252,7 +252,7 @@ def test_clients_on_two_instances_through_a_node_pause_a_kill_and_a_failover(
         threads.append(watch)
         watch.start()
         time.sleep(1.5)
-        victim = cluster.master_for(f"memory:v5:{{{uuid.uuid4().hex}}}")
+        victim = cluster.master_for(f"memory:v6:{{{uuid.uuid4().hex}}}")
         started = time.monotonic()
         cluster.kill(victim)
         cluster.wait_promoted(victim)

@@ -1,7 +1,8 @@
-"""Tests of the app's two migrations on Postgres: the schema 0.1.0 shipped (``0001``) and
-everything since (``0002``). A database of 0.1.0 migrates to the schema a new one gets, with its
-data; the functions in the database are the ``memory/postgres/sql`` files; migrating back to
-0.1.0 restores its indexes, and forward drops them again."""
+"""Tests of the app's migrations on Postgres: the schema 0.1.0 shipped (``0001``), everything
+since (``0002``) and a change of the append's function (``0003``). A database of 0.1.0 migrates
+to the schema a new one gets, with its data; the functions in the database are the
+``memory/postgres/sql`` files; migrating back to 0.1.0 restores its indexes, and forward drops
+them again."""
 
 from __future__ import annotations
 
@@ -70,7 +71,11 @@ def file_body(text: str, name: str) -> str:
 
 def test_the_app_starts_with_the_two_squashed_migrations_of_its_history():
     names = sorted(p.name for p in (ROOT / "memory" / "migrations").glob("0*.py"))
-    assert names == ["0001_squashed_0_1_0.py", "0002_squashed_since_0_1_0.py"]
+    assert names == [
+        "0001_squashed_0_1_0.py",
+        "0002_squashed_since_0_1_0.py",
+        "0003_turn_append_by_version.py",
+    ]
 
 
 def test_a_database_at_the_heads_the_squash_replaced_has_nothing_left_to_migrate():

@@ -91,9 +91,9 @@ before the read began, except within these bounds:
    it): a primary that keeps committing beside the new one is a split brain no cache rule
    mends.
 
-Redis keys: ``<KEY_PREFIX>:v5:h<epoch>:{<digest of owner id>}`` (a hash; the braces are a
+Redis keys: ``<KEY_PREFIX>:v6:h<epoch>:{<digest of owner id>}`` (a hash; the braces are a
 cluster hash tag, so an owner's keys share a slot and every script touches one slot; the epoch
-is rule 9's), ``...:fill`` (the fill lock), ``<KEY_PREFIX>:v5:stats`` (shared counters).
+is rule 9's), ``...:fill`` (the fill lock), ``<KEY_PREFIX>:v6:stats`` (shared counters).
 """
 
 from __future__ import annotations

@@ -324,7 +324,12 @@ _held = _Held()
 
 
 def client() -> Any:
-    """The redis-py client of the memory alias (a connection pool shared by the process)."""
+    """The redis-py client of the memory alias (a connection pool shared by the process).
+
+    NOTE: kept for as long as the alias's entry in CACHES is the same dict: Django's cache handler
+    is looked up per thread and context, and each thread's django-redis client shares the one
+    pool anyway (a cluster: one ``RedisCluster`` per process).
+    """
     name = alias()
     assert name is not None
     return _client_of(name)
@@ -441,12 +446,24 @@ def shard_for(key: str) -> str:
 
 def _shard(redis: Any, key: str) -> str:
     """The cluster node ``key``'s slot is on ("" for a single Redis, or a slot with no node)."""
-    if not isinstance(redis, RedisCluster):
+    if not _cluster_type(type(redis)):
         return ""
     try:
         return str(redis.nodes_manager.get_node_from_slot(redis.keyslot(key)).name)
     except Exception:  # a slot no node serves, mid-failover: the whole cluster's gate
         return ""
+
+
+# NOTE: by the client's class: an isinstance check against RedisCluster goes through typing's
+# protocol machinery, a microsecond a call.
+_cluster_types: dict[type, bool] = {}
+
+
+def _cluster_type(kind: type) -> bool:
+    cluster = _cluster_types.get(kind)
+    if cluster is None:
+        cluster = _cluster_types[kind] = issubclass(kind, RedisCluster)
+    return cluster
 
 
 async def aredis_call(

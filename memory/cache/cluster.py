@@ -207,7 +207,7 @@ class ClusterConnectionFactory(ConnectionFactory):  # type: ignore[misc]  # djan
 class ClusterClient(DefaultClient):  # type: ignore[misc]  # django-redis has no types
     """django-redis's ``DefaultClient`` over a Redis Cluster, seeds in ``LOCATION``.
 
-    Every owner's keys share one hash tag (``memory:v5:{digest}``), so each Lua script of the
+    Every owner's keys share one hash tag (``memory:v6:{digest}``), so each Lua script of the
     cache layer runs in one slot. ``get_many`` and ``set_many`` are split per slot, so they
     are not atomic, as on any cluster.
     """

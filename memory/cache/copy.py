@@ -36,8 +36,11 @@ from memory.payloads import FactPayload, SummaryPayload, TurnPayload
 #   floor     highest stamp any writer announced; a fill older than it is refused
 #   complete  "1" if the cached turns are all of the owner's turns
 #   seqs      the cached turn seqs, oldest first, space-separated
-#   turns     the cached turns' payloads, oldest first, joined by ","
-#   ends      where each of those payloads ends in ``turns`` (exclusive), 4 bytes big-endian each
+#   turns     the cached turns' payloads, oldest first, each followed by ","; it may begin with
+#             payloads no longer cached, and the newest may be in ``tail``
+#   tail      the newest payloads the same way, while they are few (absent: none)
+#   ends      where the first cached payload begins in ``turns`` + ``tail``, then where each
+#             one's successor would begin (the last: their length); 4 bytes big-endian each
 #   fkeys     the keys of the cached facts, space-separated
 #   facts     their payloads, in that order, joined by ","
 #   fends     where each ends in ``facts``, as ``ends``
@@ -47,7 +50,8 @@ from memory.payloads import FactPayload, SummaryPayload, TurnPayload
 # dicts back faster than it parses objects). The turns are one field, and the facts one, not
 # one field each: a field costs Redis about 100 bytes of its own in a hash too big for a
 # listpack, half the bytes of a 200-character turn; and a hit is then one HMGET of fixed
-# fields, no script (docs/performance.md).
+# fields, no script (docs/performance.md). An append writes the small ``tail`` and ``ends``,
+# not the whole ``turns``: the apply script folds them into it once in many appends.
 
 LUA = Path(__file__).resolve().parent / "lua"
 
@@ -143,10 +147,20 @@ def _fact_key(fact: FactPayload) -> str:
     return fact["key"]
 
 
-# What a hit reads, in one HMGET: the stamp, completeness, the turns' end offsets and
-# payloads, the facts' end offsets and payloads, the summary.
+# What a hit reads, in one HMGET: the stamp, completeness, the turns' offsets and payloads
+# (two fields), the facts' end offsets and payloads, the summary.
 # NOTE: bytes, which redis-py sends as they are.
-_HIT_FIELDS = (b"rev", b"complete", b"ends", b"turns", b"fends", b"facts", b"sum", b"floor")
+_HIT_FIELDS = (
+    b"rev",
+    b"complete",
+    b"ends",
+    b"turns",
+    b"fends",
+    b"facts",
+    b"sum",
+    b"floor",
+    b"tail",
+)
 
 
 class _MissShare:
@@ -273,9 +287,16 @@ async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | N
 
 
 def _ends(payloads: list[bytes]) -> bytes:
-    """The ``ends`` of payloads joined by ",": each one's end offset, 4 bytes big-endian."""
+    """The ``fends`` of payloads joined by ",": each one's end offset, 4 bytes big-endian."""
     ends = itertools.accumulate(len(payload) + 1 for payload in payloads)
     return struct.pack(f">{len(payloads)}I", *[end - 1 for end in ends])
+
+
+def _turn_ends(payloads: list[bytes]) -> bytes:
+    """The ``ends`` of payloads each followed by ",": 0, then where each one's successor
+    begins, 4 bytes big-endian each."""
+    starts = itertools.accumulate((len(payload) + 1 for payload in payloads), initial=0)
+    return struct.pack(f">{len(payloads) + 1}I", *starts)
 
 
 def _whole(body: bytes | None, ends: bytes | None) -> bool:
@@ -293,22 +314,35 @@ def _array(payloads: bytes, start: int = 0) -> bytes:
 
 def _hit_result(held: list[Any], want: int) -> ReadResult:
     """What a copy's ``_HIT_FIELDS`` say for a read of its last ``want`` turns, counted: the
-    turns cut from the ``turns`` field at the byte where they begin; ``Short`` when it holds
-    fewer, or when a field does not end where its ends say (never served)."""
-    rev, complete, ends, body, fends, facts, summary = held[:7]
-    held_turns = len(ends or b"") // 4
-    if (want > held_turns and complete != b"1") or not (
-        _whole(body, ends) and _whole(facts, fends)
+    turns cut from ``turns`` + ``tail`` at the bytes where they begin and end; ``Short`` when
+    it holds fewer, or when a field does not end where its offsets say (never served)."""
+    rev, complete, ends, head, fends, facts, summary, _, tail = held
+    head, tail, ends = head or b"", tail or b"", ends or b""
+    held_turns = len(ends) // 4 - 1
+    if (
+        held_turns < 0
+        or (want > held_turns and complete != b"1")
+        or len(ends) % 4
+        or int.from_bytes(ends[-4:]) != len(head) + len(tail)
+        or ends[:4] > ends[-4:]
+        or not _whole(facts, fends)
     ):
         breaker.count("short")
         return Short()
     breaker.count("hits")
-    skip = held_turns - want
-    start = int.from_bytes(ends[4 * skip - 4 : 4 * skip]) + 1 if skip > 0 else 0
+    turns: list[TurnPayload] = []
+    if want and held_turns:
+        skip = max(held_turns - want, 0)
+        start = int.from_bytes(ends[4 * skip : 4 * skip + 4])
+        if start >= len(head):
+            text = tail[start - len(head) : -1]
+        else:
+            text = head[start:] + tail[:-1] if tail else head[start:-1]
+        turns = turns_unpack(b"[" + text + b"]")
     return Hit(
         Snapshot(
             stamp=int(rev),
-            turns=turns_unpack(_array(body, start)) if want and held_turns else [],
+            turns=turns,
             facts=facts_unpack(_array(facts)) if fends else [],
             summary=codec.loads(summary) if summary else None,
         )
@@ -348,8 +382,8 @@ def copy_fill(
         "1" if complete else "0",
         fill_token or "",
         " ".join(str(turn["seq"]) for turn in turns),
-        _ends(packed),
-        b",".join(packed),
+        _turn_ends(packed),
+        b"".join(payload + b"," for payload in packed),
         " ".join(fact["key"] for fact in facts),
         _ends(fact_payloads),
         b",".join(fact_payloads),

@@ -16,7 +16,9 @@ from memory.conf import conf
 #     not objects: a v3 copy's objects would be read as arrays.
 # v5: the cached turns are one field (``turns``, with their end offsets in ``ends``), the facts
 #     one (``facts``, ``fends``), not one field each: a v4 copy has neither.
-SCHEMA = "v5"
+# v6: the newest turns may be in ``tail``, ``turns`` may begin with turns no longer cached, and
+#     ``ends`` begins with where the first cached one starts: a v5 reader would misread both.
+SCHEMA = "v6"
 
 
 def prefix() -> str:

@@ -59,7 +59,9 @@ class _State:
     def reset(self) -> None:
         with self.lock:
             self.pending: dict[str, Pending] = {}
-            self.confirmed: set[tuple[int, int]] = set()
+            # The highest stamp Redis confirmed per owner (pk): only that one can still clear the
+            # owner's mark, as stamps only grow.
+            self.confirmed: dict[int, int] = {}
             self.next_sweep = 0.0
             self.thread: threading.Thread | None = None
             self.pid = os.getpid()
@@ -109,15 +111,16 @@ def confirmed(*, owner_pk: int, stamp: int, outbox_pk: int | None = None) -> Non
         return
     if _repairer_alive():
         with _state.lock:
-            _state.confirmed.add((owner_pk, stamp))
+            if stamp > _state.confirmed.get(owner_pk, 0):
+                _state.confirmed[owner_pk] = stamp
         return
     dirty_clear([(owner_pk, stamp)])
 
 
 def _confirmed_flush() -> None:
     with _state.lock:
-        batch, _state.confirmed = _state.confirmed, set()
-    dirty_clear(batch)
+        batch, _state.confirmed = _state.confirmed, {}
+    dirty_clear(batch.items())
 
 
 def _confirmed_flush_at_exit() -> None:
@@ -126,11 +129,11 @@ def _confirmed_flush_at_exit() -> None:
     if _state.pid != os.getpid():
         return
     with _state.lock:
-        batch, _state.confirmed = _state.confirmed, set()
+        batch, _state.confirmed = _state.confirmed, {}
     if batch:
         # NOTE: the interpreter is going away: whatever fails, the marks stay for a sweep.
         with contextlib.suppress(Exception):
-            dirty_clear(batch, quiet=True)
+            dirty_clear(batch.items(), quiet=True)
 
 
 atexit.register(_confirmed_flush_at_exit)
@@ -249,7 +252,7 @@ def repairer_ensure() -> None:
         if _state.pid != os.getpid():
             # NOTE: a forked child inherits the parent's pending work but not its thread.
             _state.pid = os.getpid()
-            _state.confirmed = set()
+            _state.confirmed = {}
         thread = threading.Thread(target=_repairer_loop, name="memory-cache-repair", daemon=True)
         _state.thread = thread
         breaker.prober = thread

@@ -34,14 +34,16 @@ _in_service: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 
 
-@contextmanager
-def service_write() -> Iterator[None]:
+class service_write:
     """Mark the code inside as a service's write: its cache update is the service's own."""
-    token = _in_service.set(True)
-    try:
-        yield
-    finally:
-        _in_service.reset(token)
+
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> None:
+        self._token = _in_service.set(True)
+
+    def __exit__(self, *exc: object) -> None:
+        _in_service.reset(self._token)
 
 
 def write_commit(

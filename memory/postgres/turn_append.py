@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from memory import codec
@@ -48,16 +48,16 @@ class Appended(NamedTuple):
 
 
 def turn_append_call(
-    new: TurnInput, plan: AppendPlan, count: SummaryCount, *, dirty: bool
+    new: TurnInput, plan: AppendPlan, count: SummaryCount, *, dirty: bool, db: BaseDatabaseWrapper
 ) -> Appended | None:
     """``turn_append`` of checked input on PostgreSQL, as ``_turn_append_django`` does it, in
-    one call of ``memory_turn_append()``: one round trip, its own transaction in autocommit,
-    whatever the key and the facts. ``dirty`` marks the owner's copy dirty with the stamp (the
-    cache is on). ``count`` goes into the owner's ``summary_tokens`` in the same ``UPDATE``
-    that takes the seq. Returns what was stored (the caller updates the cache with it), or
-    ``None`` when a fact of ``plan`` changed between its read and the owner's lock (then
-    nothing was written: the caller takes the general path). Raises ``IdempotencyKeyReused``
-    as ``turn_append`` does.
+    one call of ``memory_turn_append()`` on ``db`` (the default database): one round trip, its
+    own transaction in autocommit, whatever the key and the facts. ``dirty`` marks the owner's
+    copy dirty with the stamp (the cache is on). ``count`` goes into the owner's
+    ``summary_tokens`` in the same ``UPDATE`` that takes the seq. Returns what was stored (the
+    caller updates the cache with it), or ``None`` when a fact of ``plan`` changed between its
+    read and the owner's lock (then nothing was written: the caller takes the general path).
+    Raises ``IdempotencyKeyReused`` as ``turn_append`` does.
 
     NOTE: the path of nearly every append, so it is one call of a function whose statements
     the server plans once per connection: the ORM's lock, update, insert, session update and
@@ -65,7 +65,6 @@ def turn_append_call(
     client-side binding was planned anew each time (docs/performance.md).
     """
     owner_id, session_id, role, content, metadata, idempotency_key = new
-    db = connections[DEFAULT_DB_ALIAS]
     at = timezone.now()
     row = prepared_fetchone(
         db,

@@ -38,7 +38,7 @@ _thread: threading.Thread | None = None
 def embedding_due(owner_id: str) -> None:
     """After commit, have the owner's embedding run enqueued, unless this process did within
     ``DEBOUNCE_SECONDS``. Called by every append."""
-    if find_spec("django_tasks") is None or not vectors.embeddings_on(DEFAULT_DB_ALIAS):
+    if not vectors.embeddings_on(DEFAULT_DB_ALIAS) or find_spec("django_tasks") is None:
         return
     now = time.monotonic()
     with _due_lock:

@@ -9,7 +9,8 @@ from contextlib import nullcontext
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import (
     QuerySet,
 )
@@ -74,6 +75,7 @@ def turn_append(
     ``ValidationError`` ({field: messages}) for bad input and ``MemoryUnavailable`` when the
     database cannot be reached; then nothing was stored.
     """
+    db = connections[DEFAULT_DB_ALIAS]
     return _turn_append(
         owner_id,
         session_id,
@@ -81,7 +83,8 @@ def turn_append(
         content,
         metadata,
         idempotency_key,
-        fast=connection.vendor == "postgresql",
+        fast=db.vendor == "postgresql",
+        db=db,
     )
 
 
@@ -94,9 +97,13 @@ def _turn_append(
     idempotency_key: str | None,
     *,
     fast: bool,
+    db: BaseDatabaseWrapper | None = None,
 ) -> Turn:
     """``turn_append`` after its checks and extraction plan: with ``fast`` the one-statement path
-    unless a planned fact moved meanwhile, else ``_turn_append_django``."""
+    unless a planned fact moved meanwhile, else ``_turn_append_django``. ``db``: the default
+    database's connection, when the caller has it."""
+    if db is None:
+        db = connections[DEFAULT_DB_ALIAS]
     metadata = dict(metadata) if metadata is not None else {}
     field_check("user_id", validate_owner_id, owner_id)
     field_check("session_id", validate_session_id, session_id)
@@ -109,12 +116,12 @@ def _turn_append(
     # NOTE: on every path, once and before any lock: the general path below (SQLite, or
     # Postgres after a fact moved meanwhile) merges what it found under the lock, and never
     # runs the extractor again.
-    plan = _turn_facts_plan(owner_id, role, content)
+    plan = _turn_facts_plan(owner_id, role, content, db)
     new = TurnInput(owner_id, session_id, role, content, metadata, idempotency_key)
     count = summary_count(content)
     if fast:
         with cache.service_write(), database_guard():
-            done = turn_append_call(new, plan, count, dirty=cache.enabled())
+            done = turn_append_call(new, plan, count, dirty=cache.enabled(), db=db)
             if done is not None and done.owner is not None:
                 cache.owner_changed(
                     done.owner,
@@ -185,7 +192,7 @@ def _turn_summary_count(owner: Owner, count: SummaryCount, at: Any) -> None:
         _summary_due(owner, at)
 
 
-def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
+def _turn_facts_plan(owner_id: str, role: str, content: str, db: BaseDatabaseWrapper) -> AppendPlan:
     """Run the inline extractor on a user turn, before the transaction and holding no lock, and
     merge its findings into the owner's current facts of those keys. A bad fact is logged and
     dropped; a failing extractor is logged, and the turn is stored without facts."""
@@ -205,7 +212,7 @@ def _turn_facts_plan(owner_id: str, role: str, content: str) -> AppendPlan:
             )
         )
         # NOTE: inside a caller's transaction, a failing query must not abort it.
-        with transaction.atomic() if connection.in_atomic_block else nullcontext():
+        with transaction.atomic() if db.in_atomic_block else nullcontext():
             found = list(extractor.extract(content, facts=held))
             if not found:
                 return _NOTHING

@@ -5,7 +5,8 @@
 local key = KEYS[1]
 local stamp = tonumber(ARGV[2])
 -- NOTE: one read of the small fields; the payloads only when the delta changes them.
-local held = redis.call('HMGET', key, 'rev', 'floor', 'seqs', 'complete', 'fkeys', 'ends', 'fends')
+local held = redis.call('HMGET', key, 'rev', 'floor', 'seqs', 'complete', 'fkeys', 'ends', 'fends',
+  'tail')
 local cur = held[1]
 if cur and tonumber(cur) >= stamp then return 2 end
 local floor = tonumber(held[2] or '0')
@@ -18,10 +19,9 @@ if not cur or cur ~= ARGV[1] then
 end
 local complete = held[4] or '0'
 
--- A list of payloads joined by ',' in one field, with the end offset of each (exclusive,
--- from 0) as 4 bytes big-endian in another.
--- NOTE: offsets are converted up to BLOCK at a time, one struct call each: a call per offset
--- cost Redis about a fifth of an append's script.
+-- Offsets as 4 bytes big-endian each.
+-- NOTE: converted up to BLOCK at a time, one struct call each: a call per offset cost Redis
+-- about a fifth of an append's script.
 local BLOCK = 200
 local function ends_of(packed)
   local ends, n = {}, #(packed or '') / 4
@@ -44,16 +44,28 @@ local function ends_packed(ends, from)
   return table.concat(parts)
 end
 
+-- The cached turns' payloads, each followed by ',', are the fields turns .. tail, in order; ends
+-- holds where the first cached payload begins in them, then where each one's successor would
+-- begin (the last: their length). A turn goes on the end of tail, the oldest goes by moving
+-- the first offset past it; tail and the bytes dropped are folded into turns once they reach a
+-- quarter of it (FOLD_MIN at least). So an append rewrites the small fields, and the big one
+-- once in many appends.
+local FOLD_MIN = 1024
 -- NOTE: the cached seqs ascend (a fill stores them so, and a turn goes at the end only above
 -- the last one), so a turn above the last cached seq is new without listing the others; the
 -- set of cached seqs is built only for one that is not.
-local seqs, packed_ends = held[3] or '', held[6] or ''
-local count = #packed_ends / 4
-local last_seq = tonumber(string.match(seqs, '(%d+)$') or '')
-local last_end = 0
-if count > 0 then last_end = struct.unpack('>I4', packed_ends, 4 * count - 3) end
+local seqs, packed, tail = held[3] or '', held[6] or '', held[8] or ''
+if #packed < 4 then packed = struct.pack('>I4', 0) end
+local count = #packed / 4 - 1
+local last_end = struct.unpack('>I4', packed, #packed - 3)
+local last_seq = nil
+if count > 0 then
+  local j = #seqs
+  while j > 0 and string.byte(seqs, j) ~= 32 do j = j - 1 end
+  last_seq = tonumber(string.sub(seqs, j + 1))
+end
 local have = nil
-local body = nil
+local changed = false
 local i = 6
 local n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do
@@ -68,44 +80,60 @@ for _ = 1, n do
   if have == nil then new = true else new = not have[seq] end
   if new then
     if have ~= nil then have[seq] = true end
-    if body == nil then body = redis.call('HGET', key, 'turns') or '' end
-    if count == 0 then
-      body = payload
-      last_end = #payload
-      seqs = seq
-      packed_ends = struct.pack('>I4', last_end)
-    else
-      body = body .. ',' .. payload
-      last_end = last_end + 1 + #payload
-      seqs = seqs .. ' ' .. seq
-      packed_ends = packed_ends .. struct.pack('>I4', last_end)
-    end
+    tail = tail .. payload .. ','
+    last_end = last_end + #payload + 1
+    packed = packed .. struct.pack('>I4', last_end)
+    if count == 0 then seqs = seq else seqs = seqs .. ' ' .. seq end
     count = count + 1
     last_seq = tonumber(seq)
+    changed = true
   end
   i = i + 2
 end
 local depth = tonumber(ARGV[5])
 if count > depth then
-  if body == nil then body = redis.call('HGET', key, 'turns') or '' end
   local cut = count - depth
-  local ends = ends_of(packed_ends)
-  local shift = ends[cut] + 1
-  body = string.sub(body, shift + 1)
-  for j = cut + 1, count do ends[j] = ends[j] - shift end
-  packed_ends = ends_packed(ends, cut + 1)
+  packed = string.sub(packed, 4 * cut + 1)
   local from = 1
   for _ = 1, cut do from = string.find(seqs, ' ', from, true) + 1 end
   seqs = string.sub(seqs, from)
+  count = depth
   complete = '0'
+  changed = true
 end
-if body ~= nil then
-  redis.call('HSET', key, 'seqs', seqs, 'ends', packed_ends, 'turns', body)
+-- NOTE: every field the delta changes is written by one HSET at the end.
+local fields = {'rev', ARGV[2], 'floor', floor, 'complete', complete}
+local function put(name, value)
+  fields[#fields + 1] = name
+  fields[#fields + 1] = value
+end
+if changed then
+  local start = struct.unpack('>I4', packed, 1)
+  local head = last_end - #tail
+  local loose = start + #tail
+  put('seqs', seqs)
+  if loose >= FOLD_MIN and 4 * loose >= head then
+    local body
+    if start < head then
+      body = string.sub(redis.call('HGET', key, 'turns') or '', start + 1) .. tail
+    else
+      body = string.sub(tail, start - head + 1)
+    end
+    local ends = ends_of(packed)
+    for j = 1, #ends do ends[j] = ends[j] - start end
+    put('ends', ends_packed(ends, 1))
+    put('turns', body)
+    redis.call('HDEL', key, 'tail')
+  else
+    put('ends', packed)
+    put('tail', tail)
+  end
 end
 local nfacts = tonumber(ARGV[i])
 local ndeleted = tonumber(ARGV[i + 1 + 2 * nfacts])
 if nfacts > 0 or ndeleted > 0 then
-  -- The cached facts the same way: their keys in fkeys, payloads in facts, ends in fends.
+  -- The cached facts: their keys in fkeys, payloads joined by ',' in facts, each one's end
+  -- offset in fends.
   local names, payloads, from = {}, {}, 1
   local stored = redis.call('HGET', key, 'facts') or ''
   local fends = ends_of(held[7])
@@ -137,9 +165,10 @@ if nfacts > 0 or ndeleted > 0 then
       kept_ends[#kept_ends + 1] = size
     end
   end
-  redis.call('HSET', key, 'fkeys', table.concat(listed, ' '), 'fends', ends_packed(kept_ends, 1),
-    'facts', table.concat(bodies, ','))
+  put('fkeys', table.concat(listed, ' '))
+  put('fends', ends_packed(kept_ends, 1))
+  put('facts', table.concat(bodies, ','))
 end
-redis.call('HSET', key, 'rev', ARGV[2], 'floor', floor, 'complete', complete)
+redis.call('HSET', key, unpack(fields))
 redis.call('EXPIRE', key, ARGV[3])
 return 1

@@ -1,8 +1,8 @@
 -- Store a rehydrated copy unless a writer moved past it (memory/cache/copy.py: copy_fill).
 -- KEYS: memory hash, fill lock.
--- ARGV: stamp, ttl, complete, lock token, then the turns' seqs, end offsets and payloads
---   (fields seqs, ends, turns), the facts' keys, end offsets and payloads (fkeys, fends,
---   facts), and the summary payload ('' for none).
+-- ARGV: stamp, ttl, complete, lock token, then the turns' seqs, offsets and payloads
+--   (fields seqs, ends, turns; apply.lua says how they are laid out), the facts' keys, end
+--   offsets and payloads (fkeys, fends, facts), and the summary payload ('' for none).
 -- Returns 1 stored over this caller's claim, 2 stored without it (the hash was removed since
 -- the miss: verify the fill), 0 refused (the copy is at or past the stamp, or a floor is above it).
 if redis.call('GET', KEYS[2]) == ARGV[4] then redis.call('DEL', KEYS[2]) end

@@ -23,12 +23,15 @@ BEGIN
     -- record of its own before it. It takes the seq only if the stamp it finds locked is the
     -- one its snapshot read (a write that committed in between fails the test on the row's
     -- newest version), so the stamp it returns as taken before is the one it replaced; else
-    -- nothing is written and the general path below runs.
+    -- nothing is written and the general path below runs. The row is found again by the
+    -- version its snapshot read (ctid), not by a second index scan: the stamp test alone
+    -- decides, as before.
     UPDATE memory_owner AS o SET stamp = nextval('memory_stamp_seq'), last_seq = o.last_seq + 1,
       cache_dirty = o.cache_dirty OR p_dirty, updated_at = statement_timestamp(),
       summary_tokens = o.summary_tokens + p_tokens
-    FROM (SELECT w.id, w.stamp FROM memory_owner AS w WHERE w.external_id = p_owner) AS was
-    WHERE o.id = was.id AND o.stamp = was.stamp
+    FROM (SELECT w.ctid AS version, w.stamp FROM memory_owner AS w WHERE w.external_id = p_owner)
+      AS was
+    WHERE o.ctid = was.version AND o.stamp = was.stamp
     RETURNING o.id, was.stamp, o.last_seq, o.stamp, o.summary_tokens
     INTO owner_pk, prev_stamp, seq, stamp, v_tokens;
   END IF;
