@@ -55,9 +55,11 @@ from memory.payloads import FactPayload, SummaryPayload, TurnPayload
 LUA = Path(__file__).resolve().parent / "lua"
 
 
-def _script(name: str) -> Script:
+def _script(name: str, *chunks: str) -> Script:
+    """The script ``lua/<name>.lua``, after the ``chunks`` (``lua/<chunk>.lua``) it calls."""
+    source = b"".join([(LUA / f"{part}.lua").read_bytes() for part in (*chunks, name)])
     # NOTE: no client here: each call passes the alias's, which loads the script on NOSCRIPT.
-    return Script(None, (LUA / f"{name}.lua").read_bytes())  # type: ignore[arg-type]
+    return Script(None, source)  # type: ignore[arg-type]
 
 
 def _run(script: Script, redis: Any, keys: list[str], args: list[Any]) -> Any:
@@ -76,8 +78,8 @@ def _run(script: Script, redis: Any, keys: list[str], args: list[Any]) -> Any:
         return commands_run(redis, [command])[0]
 
 
-_CLAIM = _script("claim")
-_READ_CLAIM = _script("read_claim")
+_CLAIM = _script("claim", "take")
+_READ_CLAIM = _script("read_claim", "take")
 _FILL = _script("fill")
 _APPLY = _script("apply")
 _DROP = _script("drop")
