@@ -78,6 +78,12 @@ def _run(script: Script, redis: Any, keys: list[str], args: list[Any]) -> Any:
         return commands_run(redis, [command])[0]
 
 
+def _run_locked(action: str, script: Script, key: str, args: list[Any]) -> Answer[Any] | Outcome:
+    """``redis_call`` of ``script`` over an owner's hash ``key`` and its fill lock, on ``args``."""
+    keys = [key, f"{key}:fill"]
+    return redis_call(action, lambda redis: _run(script, redis, keys, args), key=key)
+
+
 _CLAIM = _script("claim", "take")
 _READ_CLAIM = _script("read_claim", "take")
 _FILL = _script("fill")
@@ -252,12 +258,7 @@ def copy_read(
         breaker.count("misses")
         return Miss(fill_token=None)
     token = secrets.token_hex(8)
-    lock = f"{key}:fill"
-    taken = redis_call(
-        "read",
-        lambda redis: _run(_CLAIM, redis, [key, lock], [wait_ms, token]),
-        key=key,
-    )
+    taken = _run_locked("read", _CLAIM, key, [wait_ms, token])
     if not isinstance(taken, Answer):
         return taken
     if taken.value == 2:
@@ -272,11 +273,7 @@ def _read_claim(key: str, turns: int, args: list[Any]) -> ReadResult:
     """``copy_read`` of the hash ``key`` in a process whose reads often miss: the read and the
     claim in one script (``read_claim.lua``; ``args``: TTL, guard TTL, lock ms, token), one round
     trip whether it hits or misses."""
-    answer = redis_call(
-        "read",
-        lambda redis: _run(_READ_CLAIM, redis, [key, f"{key}:fill"], args),
-        key=key,
-    )
+    answer = _run_locked("read", _READ_CLAIM, key, args)
     if not isinstance(answer, Answer):
         return answer
     counts_flush()
@@ -419,11 +416,7 @@ def copy_fill(
         codec.dumps(snapshot.summary) if snapshot.summary is not None else "",
     ]
     key = owner_key(owner_id, epoch)
-    answer = redis_call(
-        "fill",
-        lambda redis: _run(_FILL, redis, [key, f"{key}:fill"], args),
-        key=key,
-    )
+    answer = _run_locked("fill", _FILL, key, args)
     if not isinstance(answer, Answer):
         return answer
     result = Fill(int(answer.value))
