@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.urls import URLPattern, path
 from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -72,3 +73,10 @@ class SummaryView(MemoryView):
         if summary is None:
             raise exceptions.NotFound("The user has no summary yet.")
         return Response(summary)
+
+
+urlpatterns: list[URLPattern] = [
+    path("context/", ContextView.as_view(), name="context"),
+    path("context/messages/", ContextMessagesView.as_view(), name="context-messages"),
+    path("summary/", SummaryView.as_view(), name="summary"),
+]

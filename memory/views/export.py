@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.http import StreamingHttpResponse
+from django.urls import URLPattern, path
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework.request import Request
 
@@ -39,3 +40,6 @@ class ExportView(MemoryView):
             slot.close()
             raise
         return export_response(request._request, user_id, stream, slot)
+
+
+urlpatterns: list[URLPattern] = [path("export/", ExportView.as_view(), name="export")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.urls import URLPattern, path, register_converter
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
 from rest_framework.request import Request
@@ -141,3 +142,24 @@ class FactHistoryView(MemoryView):
             # no such fact (or a forgotten owner): a 404, like a DELETE of it.
             raise FactNotFound(key)
         return Response({"results": versions, "next": _next_url(request, cursor)})
+
+
+class FactKeyConverter:
+    """``<fact_key:key>``: 1-64 lower-case letters, digits and ``_ - .``, not only dots."""
+
+    # NOTE: the lookahead ends at the segment's end, so "facts/../" (or %2E%2E) matches no fact URL.
+    regex = r"(?!\.+(?![a-z0-9_\-.]))[a-z0-9_\-.]{1,64}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(FactKeyConverter, "fact_key")
+urlpatterns: list[URLPattern] = [
+    path("facts/", FactsView.as_view(), name="facts"),
+    path("facts/<fact_key:key>/", FactView.as_view(), name="fact"),
+    path("facts/<fact_key:key>/history/", FactHistoryView.as_view(), name="fact-history"),
+]

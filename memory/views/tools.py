@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from django.urls import URLPattern, path
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
@@ -163,3 +164,10 @@ def tool_view(name: str) -> Any:
     }
     view: type[ToolCallView] = type(f"ToolCallView_{name}", (ToolCallView,), attributes)
     return view.as_view()
+
+
+# NOTE: before ``tools/<str:name>/``, so that each tool's own view answers it in the schema.
+urlpatterns: list[URLPattern] = [
+    *(path(f"tools/{name}/", tool_view(name)) for name in TOOLS),
+    path("tools/<str:name>/", ToolCallView.as_view(), name="tool-call"),
+]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.urls import URLPattern, path
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
 from rest_framework.request import Request
@@ -85,3 +86,9 @@ class SearchView(MemoryView):
     def get(self, request: Request, user_id: str, *, query: dict[str, Any]) -> Response:
         self.heavy_read(request, user_id)
         return Response({"results": selectors.turn_search(owner_id=user_id, **query)})
+
+
+urlpatterns: list[URLPattern] = [
+    path("turns/", TurnsView.as_view(), name="turns"),
+    path("search/", SearchView.as_view(), name="search"),
+]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import Http404
+from django.urls import URLPattern, path
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -75,3 +76,10 @@ class LinkView(MemoryView):
             raise Http404
         result = services.memory_link(owner_id=user_id, from_owner_id=from_user_id)
         return Response(result._asdict())
+
+
+urlpatterns: list[URLPattern] = [
+    path("", UserView.as_view(), name="user"),
+    path("sessions/", SessionsView.as_view(), name="sessions"),
+    path("link/", LinkView.as_view(), name="link"),
+]
