@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, include, path, re_path, register_converter
 
 from memory.validators import OWNER_ID_RE
-from memory.views import context, export, facts, health, turns, users
+from memory.views import context, facts, health, sessions, turns, users
 from memory.views import tools as tool_views
 from memory.views.base import not_found
 
@@ -40,7 +40,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
                 *turns.urlpatterns,
                 *context.urlpatterns,
                 *facts.urlpatterns,
-                *export.urlpatterns,
+                *sessions.urlpatterns,
                 *tool_views.urlpatterns,
             ]
         ),

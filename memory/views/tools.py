@@ -148,7 +148,6 @@ def tool_view(name: str) -> Any:
         f"Run the tool {name} on the user's memory",
         {200: ToolCallResultSerializer},
         WRITE_ERRORS,
-        tag="tools",
         request=ToolCallInputSerializer,
         bad_input=TOOL_CALL_400,
         description=TOOLS[name].description,
