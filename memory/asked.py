@@ -105,7 +105,7 @@ _SLOTS: dict[str, re.Pattern[str]] = {
     ),
     "reason": re.compile(r"\bwhy\b|\bwhat (?:made|caused)\b|为什么|为何|什么原因|怎么会"),
     "feeling": re.compile(
-        r"\bhow did (?:\w+ ){0,3}(?:feel|find|take)\b|\bhow (?:do|does|was|were) (?:\w+ ){0,3}"
+        r"\bhow did (?:\w+ ){0,3}feel\b|\bhow (?:do|does|was|were) (?:\w+ ){0,3}"
         r"(?:feel|feeling)\b|\bfeel(?:ings?)? about\b|感受|心情|感觉(?:怎么样|如何)|什么感觉|情绪"
     ),
 }

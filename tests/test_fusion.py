@@ -201,6 +201,7 @@ def test_only_a_later_turn_saying_a_change_replaces_a_result():
         ("How did I feel after finishing my first half marathon?", {"feeling"}),
         ("我第一次上台讲话是什么感受？", {"feeling"}),
         ("我儿子转学以后心情怎么样？", {"feeling"}),
+        ("How did I find my flat?", set()),
         # A request asks for a suggestion, not for a value said.
         ("Where should we go for our anniversary dinner?", set()),
         ("周末带孩子去哪玩比较好？给点建议。", set()),
