@@ -100,9 +100,7 @@ def turn_append_reached(access: AppendAccess, **turn: Any) -> Turn:
     PostgreSQL in the append's own statement; on any other path, or before anything else is
     read, by ``access.require()``. The caller settles ``access`` if this raises first."""
     db = connections[DEFAULT_DB_ALIAS]
-    return _turn_append(
-        **turn, fast=db.vendor == "postgresql" and not db.in_atomic_block, db=db, access=access
-    )
+    return _turn_append(**turn, fast=db.vendor == "postgresql", db=db, access=access)
 
 
 def _turn_append(
