@@ -5,7 +5,7 @@ whatever was revoked just before."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -16,7 +16,6 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from memory import db
 from memory.models import Owner, Turn
 from tests.instance import database_url
 
@@ -201,45 +200,3 @@ def test_a_turn_whose_facts_are_read_first_checks_the_caller_first(callers):
     response = client_of(callers["own"]).post("/api/memory/users/wang/turns/", body, format="json")
     assert response.status_code == 201
     assert turns_of("wang") == 1
-
-
-@pytest.fixture
-def kept_connection(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
-    """A connection of the test's own, kept across requests; each Django health check's
-    answer."""
-    monkeypatch.setattr(db._Prepared, "works", True)
-    assert connection.settings_dict["CONN_HEALTH_CHECKS"]
-    connection.close()
-    connection.ensure_connection()
-    done: list[bool] = []
-    real = connection.is_usable
-
-    def counted() -> bool:
-        done.append(real())
-        return done[-1]
-
-    monkeypatch.setattr(connection, "is_usable", counted)
-    yield done
-
-
-def test_a_kept_connection_is_looked_at_not_asked(kept_connection, callers):
-    """The append's statement writes, so no retry may send it twice: a kept connection that
-    looks clean is used without Django's ``SELECT 1``; one the server ended while idle is
-    found so, checked by Django and replaced before the statement is sent."""
-    client = client_of(callers["direct"])
-    assert client.post("/api/memory/users/wang/turns/", BODY, format="json").status_code == 201
-    close_old_connections()
-    assert db.idle_clean(connection)
-    assert client.post("/api/memory/users/wang/turns/", BODY, format="json").status_code == 201
-    assert kept_connection == []
-    ended = connection.connection.info.backend_pid
-    elsewhere("SELECT pg_terminate_backend(%s)", ended)
-    with psycopg.connect(database_url(), autocommit=True) as other:
-        while other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [ended]).fetchone():
-            pass
-    close_old_connections()
-    assert not db.idle_clean(connection)
-    assert client.post("/api/memory/users/wang/turns/", BODY, format="json").status_code == 201
-    assert kept_connection == [False]
-    assert connection.connection.info.backend_pid != ended
-    assert turns_of("wang") == 3
