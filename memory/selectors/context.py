@@ -229,12 +229,26 @@ def recalled_text(turns: list[TurnPayload]) -> str:
     return "\n".join(lines)
 
 
+def _counted_once(count: tokens.TokenCounter) -> tokens.TokenCounter:
+    """``count``, each text counted once: a plan fits the turns it kept again after each system
+    message it adds."""
+    known: dict[str, int] = {}
+
+    def counted(text: str) -> int:
+        found = known.get(text)
+        if found is None:
+            found = known[text] = count(text)
+        return found
+
+    return counted
+
+
 class _Plan:
     """What ``context_messages`` sends: the system messages, the budget left, the turns kept and
     what they count."""
 
     def __init__(self, memory: cache.Snapshot, context: ContextPayload, max_tokens: int | None):
-        self.count = tokens.counter_remembering()
+        self.count = _counted_once(tokens.counter_remembering())
         facts = _facts_text(context["facts"])
         self.used = self.count(facts)
         if max_tokens is not None and self.used > max_tokens:
