@@ -319,9 +319,12 @@ def test_a_later_answer_to_the_same_question_replaces_a_result_without_a_word_of
 
 def test_a_later_turn_about_the_same_subject_and_about_as_likely_replaces_a_result():
     q = "What does my dog eat now?"
-    old = _candidate(3, "s1", "user", "Our corgi has always eaten Royal Canin.", 0.90)
-    new = _candidate(90, "s7", "user", "The vet put our boy on Acana.", 0.89)
-    other = _candidate(40, "s4", "user", "We walk him twice a day.", 0.895)
+    said = (
+        (3, "s1", "Our corgi has always eaten Royal Canin.", 0.90),
+        (40, "s4", "We walk him twice a day.", 0.895),
+        (90, "s7", "The vet put our boy on Acana.", 0.89),
+    )
+    old, other, new = (_candidate(seq, s, "user", text, cos) for seq, s, text, cos in said)
     assert fusion.ranked([old, other, new], "semantic plain", 3, q) == [old, other, new]
     old.alike, new.alike = frozenset({new.pk}), frozenset({old.pk})
     assert fusion.ranked([old, other, new], "semantic plain", 3, q) == [new, old, other]
