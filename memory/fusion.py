@@ -76,9 +76,9 @@ SESSION_PENALTY = 0.1
 # sessions takes one place of the results, not five.
 REPEAT_PENALTY = 2.0
 REPEAT_SHARE = 0.6
-# NOTE: added to the ranking's logit (not the score's) of a user's turn that says something of
-# the user (``says_of_self``) in a question about the user: what a user said of themselves
-# answers such a question more often than a question they asked about the world.
+# NOTE: added to the ranking's logit (not the score's) of a user's turn that tells something
+# (``says_of_self``) in a question about the user: what a user said of themselves answers such
+# a question more often than a question they asked about the world.
 SELF_WEIGHT = 1.0
 # The results are chosen from the best this many times their number (at least 30).
 POOL_PER_RESULT = 3
@@ -100,9 +100,8 @@ ALIKE = 0.2
 SUPERSEDE_POOL = 10
 NEWER_MARGIN = 3.0
 # NOTE: and without a word of a change or a value asked, a later user's turn alike to a result
-# that says something of the user (``says_of_self``) replaces it when it is at most this many
-# logits less likely evidence: "switched the dog to Acana" after "he has always eaten Royal
-# Canin", for "what does my dog eat now?".
+# replaces it when it is at most this many logits less likely evidence: "the vet put him on
+# Acana" after "he has always eaten Royal Canin", for "what does my dog eat now?".
 SAME_SUBJECT_MARGIN = 3.0
 # NOTE: in a question asking for a value (a number, a name, a colour, a date, a place, a named
 # place of business, a reason, a feeling: ``slot_asked``), a result that holds none of that
