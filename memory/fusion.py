@@ -18,6 +18,7 @@ from memory.asked import (
     repeat_terms,
     role_asked,
     says_change,
+    says_of_self,
     slot_asked,
     slot_held,
     stated,
@@ -76,6 +77,10 @@ SESSION_PENALTY = 0.1
 # sessions takes one place of the results, not five.
 REPEAT_PENALTY = 2.0
 REPEAT_SHARE = 0.6
+# NOTE: added to the ranking's logit (not the score's) of a user's turn that tells something
+# (``says_of_self``) in a question about the user: what a user said of themselves answers such
+# a question more often than a question they asked about the world.
+SELF_WEIGHT = 1.0
 # The results are chosen from the best this many times their number (at least 30).
 POOL_PER_RESULT = 3
 # A candidate gains this share of what its best neighbour in the session (the turn just before
@@ -95,6 +100,10 @@ SIMILAR_COVERAGE = 0.5
 ALIKE = 0.2
 SUPERSEDE_POOL = 10
 NEWER_MARGIN = 3.0
+# NOTE: and without a word of a change or a value asked, a later user's turn alike to a result
+# replaces it when it is at most this many logits less likely evidence: "the vet put him on
+# Acana" after "he has always eaten Royal Canin", for "what does my dog eat now?".
+SAME_SUBJECT_MARGIN = 3.0
 # NOTE: in a question asking for a value (a number, a name, a colour, a date, a place, a named
 # place of business, a reason, a feeling: ``slot_asked``), a result that holds none of that
 # kind (``slot_held``; for a question about the other side, nor the reply beside it) is
@@ -278,7 +287,8 @@ def ranked(
     density = DENSITY_USUAL if dated else search_density(candidates)
     own = {
         c.seq: (
-            candidate_logit(mode, c, asked=asked, cjk=cjk, present=present),
+            candidate_logit(mode, c, asked=asked, cjk=cjk, present=present)
+            + (SELF_WEIGHT if asked == c.role == "user" and says_of_self(c.content) else 0.0),
             candidate_score_logit(mode, c, asked=asked, cjk=cjk, present=present, density=density),
             c.session_id,
         )
@@ -388,6 +398,10 @@ def superseded(
             and (
                 ((c.pk in old.alike or old.pk in c.alike) and c.change)
                 or (holds[c.pk] and holds[old.pk] and c.logit >= old.logit - NEWER_MARGIN)
+                or (
+                    (c.pk in old.alike or old.pk in c.alike)
+                    and c.logit >= old.logit - SAME_SUBJECT_MARGIN
+                )
             )
         ]
         if later:

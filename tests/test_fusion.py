@@ -27,6 +27,10 @@ from tests.test_recall import e5, pgvector, say  # noqa: F401  (fixtures)
         ("你给我介绍的那个动作叫什么？", "assistant"),
         ("What breed did we end up adopting?", "user"),
         ("Can you recommend a curry recipe for me?", "user"),
+        # A request to the assistant asks for something new, not for what it said.
+        ("Can you suggest something for me to read on my next flight?", "user"),
+        ("Could you tell me a film I would like?", "user"),
+        ("Can you remind me what you recommended?", "assistant"),
         ("我平时怎么去公司？", "user"),
         ("What is the capital of France?", None),
     ],
@@ -69,7 +73,7 @@ def _candidate(seq: int, session: str, role: str, content: str, cosine: float, c
 def test_the_score_shown_reads_the_plain_cosine_where_the_ranking_is_centred():
     near = _candidate(5, "s1", "user", "I adopted a corgi named Mochi.", 0.30, 0.05)
     near.plain = 0.90
-    far = _candidate(9, "s2", "user", "How do I fix a flat tyre?", 0.32, 0.05)
+    far = _candidate(9, "s2", "user", "How do I fix a flat tyre?", 0.40, 0.05)
     far.plain = 0.80
     q = "What is my dog called?"
     # Ranked by the centred cosine; each shows the score of its plain one.
@@ -374,6 +378,41 @@ def test_a_later_answer_to_the_same_question_replaces_a_result_without_a_word_of
     assert fusion.ranked([old, other, far], "semantic plain", 3, q)[0] is old
     past = "Where did I work at the start of the year?"
     assert fusion.ranked([old, other, new], "semantic plain", 3, past)[0] is old
+
+
+def test_a_later_turn_about_the_same_subject_and_about_as_likely_replaces_a_result():
+    q = "What does my dog eat now?"
+    said = (
+        (3, "s1", "Our corgi has always eaten Royal Canin.", 0.90),
+        (40, "s4", "We walk him twice a day.", 0.895),
+        (90, "s7", "The vet put our boy on Acana.", 0.89),
+    )
+    old, other, new = (_candidate(seq, s, "user", text, cos) for seq, s, text, cos in said)
+    assert fusion.ranked([old, other, new], "semantic plain", 3, q) == [old, other, new]
+    old.alike, new.alike = frozenset({new.pk}), frozenset({old.pk})
+    assert fusion.ranked([old, other, new], "semantic plain", 3, q) == [new, old, other]
+    # Not one far less likely evidence (SAME_SUBJECT_MARGIN), nor in a question about the past.
+    far = _candidate(90, "s7", "user", "The vet put our boy on Acana.", 0.80)
+    old.alike, far.alike = frozenset({far.pk}), frozenset({old.pk})
+    assert fusion.ranked([old, other, far], "semantic plain", 3, q)[0] is old
+    assert (
+        fusion.ranked([old, other, new], "semantic plain", 3, "What did my dog eat at first?")[0]
+        is old
+    )
+
+
+def test_what_a_user_said_of_themselves_ranks_above_what_they_asked():
+    assert asked.says_of_self("Since that documentary I haven't touched meat. Any tips?")
+    assert asked.says_of_self("我恐高，上次腿都软了。")
+    assert not asked.says_of_self("Quick question: How do I find out who is on my network?")
+    assert not asked.says_of_self("怎么查看有谁在蹭我家的网？")
+    q = "Can you suggest something for me to read?"
+    asks = _candidate(3, "s1", "user", "What makes a sonnet a sonnet?", 0.872)
+    said = _candidate(9, "s2", "user", "I love guessing the murderer before Poirot does.", 0.87)
+    assert fusion.ranked([asks, said], "semantic plain", 2, q) == [said, asks]
+    # Not for a question about what the assistant said.
+    told = "What did you suggest I read?"
+    assert fusion.ranked([asks, said], "semantic plain", 2, told) == [asks, said]
 
 
 def test_a_search_narrowed_to_dates_scores_without_the_density():

@@ -586,7 +586,8 @@ def test_the_owners_centre_is_read_again_only_when_more_turns_are_embedded(e5, m
 
 def test_the_index_walk_ranks_centred_as_the_exact_scan(indexed_from, monkeypatch):
     monkeypatch.setattr(vectors, "CENTRE_FROM", 5)
-    say("wang", CORGI, *FILLER, "We moved to a flat near the river in May.")
+    say("wang", CORGI, *FILLER)
+    say("wang", "We moved to a flat near the river in May.")
     embeddings.turns_embed(owner_id="wang")
     for q in ("what's my dog's name?", "where do we live?"):
         walked, statements = _searched_statements("wang", q, mode="semantic", limit=3)
