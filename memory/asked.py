@@ -23,7 +23,6 @@ _ASSISTANT_ZH = re.compile(
     r"你(?:上次|之前|以前|那次|刚才|前几天|当时)?(?:跟我|给我|帮我|对我|向我)?"
     r"(?:说|讲|提|告诉|推荐|建议|教|介绍|给的|列|举)"
 )
-_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|my|me|mine|we|we're|we've|our|us)\b|我")
 
 
 # NOTE: "can you suggest", "could you recommend": a request for something new, not a question
@@ -37,6 +36,9 @@ def _about_said(text: str) -> bool:
         if not _ASKING_NOW.search(text[: match.start()]):
             return True
     return _ASSISTANT_ZH.search(text) is not None
+
+
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|my|me|mine|we|we're|we've|our|us)\b|我")
 
 
 def role_asked(q: str) -> str | None:
@@ -197,8 +199,6 @@ _PLACE_ZH = re.compile(
     r"[\u4e00-\u9fff](?:省|市|县|区|镇|村|州|路|街|岛|湾|港)|(?:在|去|到|回|从|住|飞|搬|来自)"
     r"[\u4e00-\u9fff]"
 )
-_SENTENCE_RE = re.compile(r"[.!?;:]\s+|\n")
-_NAME_WORD_RE = re.compile(r"[\w&'-]+")
 
 
 _SENTENCE_END_RE = re.compile(r"(?<=[.!?。！？])\s*")
@@ -239,6 +239,10 @@ def slot_asked(q: str) -> frozenset[str]:
     if role_asked(q) != "assistant" and _REQUEST.search(text):
         return frozenset()
     return frozenset(kind for kind, pattern in _SLOTS.items() if pattern.search(text))
+
+
+_SENTENCE_RE = re.compile(r"[.!?;:]\s+|\n")
+_NAME_WORD_RE = re.compile(r"[\w&'-]+")
 
 
 def slot_held(kind: str, content: str, q: str) -> bool:
