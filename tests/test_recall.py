@@ -584,6 +584,31 @@ def test_the_owners_centre_is_read_again_only_when_more_turns_are_embedded(e5, m
     assert centre_reads() == 0
 
 
+def test_the_owners_centre_is_the_mean_of_their_first_turns_whatever_the_rows_order(
+    e5, monkeypatch
+):
+    monkeypatch.setattr(vectors, "CENTRE_FROM", 5)
+    monkeypatch.setattr(vectors, "CENTRE_SAMPLE", 5)
+    say("wang", CORGI, *FILLER)
+    embeddings.turns_embed(owner_id="wang")
+    wang = Owner.objects.get(external_id="wang").pk
+    stored = _stored(wang)
+    first = sorted(stored)[:5]
+    # The first turn's row rewritten: a scan in the table's order meets it last (and the
+    # table read by such a scan, as a large owner's is).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memory_turnvector SET vector = vector WHERE turn_id = %s", [first[0]]
+        )
+        cursor.execute("SET LOCAL enable_indexscan = off")
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+    model = embedders.embedder_name(embedders.multilingual_e5)
+    centre = vectors.owner_centre(connection.alias, wang, model)
+    assert centre is not None
+    mean = [sum(stored[pk][i] for pk in first) / 5 for i in range(384)]
+    assert max(abs(a - b) for a, b in zip(centre, mean, strict=True)) < 1e-3
+
+
 def test_the_index_walk_ranks_centred_as_the_exact_scan(indexed_from, monkeypatch):
     monkeypatch.setattr(vectors, "CENTRE_FROM", 5)
     say("wang", CORGI, *FILLER)

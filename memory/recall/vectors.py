@@ -134,9 +134,10 @@ LIMIT %(limit)s
 # cosine's numerator does; this many times the results asked are walked, then ranked exactly.
 INDEX_WALK_FACTOR = 2
 
-# The owner's mean is taken over at most this many of their vectors (the first embedded, in the
-# index's order): a component's error is then about a thousandth, on a history of any length,
-# and reading them a millisecond or two.
+# The owner's mean is taken over at most this many of their vectors, the first turns': a
+# component's error is then about a thousandth, on a history of any length. In turn order, not
+# a scan's (which starts where another scan is, PostgreSQL's synchronized scans): the same
+# sample, so the same ranking, on every run.
 CENTRE_SAMPLE = 500
 # An owner with fewer vectors than this is compared uncentred: the mean of a short history is
 # mostly its own few turns, and would take off what they say.
@@ -151,6 +152,7 @@ _CENTRE_SQL = """
 SELECT avg(s.vector)::text, count(*) FROM (
   SELECT vector FROM memory_turnvector
   WHERE owner_id = %s::bigint AND model = %s
+  ORDER BY turn_id
   LIMIT %s
 ) AS s
 """
