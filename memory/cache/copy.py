@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from redis import exceptions as redis_errors
 from redis.commands.core import Script
 
 from memory import codec
@@ -26,7 +25,7 @@ from memory.cache.client import (
 )
 from memory.cache.keys import key_pattern, lock_key, owner_key
 from memory.cache.replication import replicated
-from memory.cache.wire import Command, commands_run
+from memory.cache.wire import Command, commands_run, script_run
 from memory.conf import conf
 from memory.payloads import FactPayload, SummaryPayload, TurnPayload
 
@@ -58,22 +57,6 @@ LUA = Path(__file__).resolve().parent / "lua"
 def _script(name: str) -> Script:
     # NOTE: no client here: each call passes the alias's, which loads the script on NOSCRIPT.
     return Script(None, (LUA / f"{name}.lua").read_bytes())  # type: ignore[arg-type]
-
-
-def _run(script: Script, redis: Any, keys: list[str], args: list[Any]) -> Any:
-    """Run ``script`` on the client ``redis`` by EVALSHA in one write (``commands_run``), loading
-    it on NOSCRIPT.
-
-    NOTE: not ``Script.__call__``, whose checks for pipeline classes cost about 5 us a call (their
-    bases make each ``isinstance`` a Protocol check), nor redis-py's packer, which sends a fill's
-    13 KB of turns as a write of its own (three writes a fill).
-    """
-    command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-    try:
-        return commands_run(redis, [command])[0]
-    except redis_errors.NoScriptError:
-        redis.script_load(script.script)
-        return commands_run(redis, [command])[0]
 
 
 _CLAIM = _script("claim")
@@ -253,7 +236,7 @@ def copy_read(
     lock = f"{key}:fill"
     taken = redis_call(
         "read",
-        lambda redis: _run(_CLAIM, redis, [key, lock], [wait_ms, token]),
+        lambda redis: script_run(_CLAIM, redis, [key, lock], [wait_ms, token]),
         key=key,
     )
     if not isinstance(taken, Answer):
@@ -272,7 +255,7 @@ def _read_claim(key: str, turns: int, args: list[Any]) -> ReadResult:
     trip whether it hits or misses."""
     answer = redis_call(
         "read",
-        lambda redis: _run(_READ_CLAIM, redis, [key, f"{key}:fill"], args),
+        lambda redis: script_run(_READ_CLAIM, redis, [key, f"{key}:fill"], args),
         key=key,
     )
     if not isinstance(answer, Answer):
@@ -419,7 +402,7 @@ def copy_fill(
     key = owner_key(owner_id, epoch)
     answer = redis_call(
         "fill",
-        lambda redis: _run(_FILL, redis, [key, f"{key}:fill"], args),
+        lambda redis: script_run(_FILL, redis, [key, f"{key}:fill"], args),
         key=key,
     )
     if not isinstance(answer, Answer):
