@@ -87,7 +87,11 @@ def _packed(encode: Callable[[Any], bytes], commands: Sequence[Command]) -> byte
     for command in commands:
         parts.append(b"*%d\r\n" % len(command))
         for argument in command:
-            data = argument if type(argument) is bytes else encode(argument)
+            kind = type(argument)
+            # NOTE: an int as redis-py's encoder writes it (``repr``), without its type checks.
+            data = (
+                argument if kind is bytes else b"%d" % argument if kind is int else encode(argument)
+            )
             parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
     return b"".join(parts)
 
