@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from importlib.util import find_spec
 from typing import Any, Generic, TypeVar, overload
 
@@ -262,6 +262,21 @@ class flag_setting(setting[bool]):
         return value
 
 
+class choice_setting(setting[str | None]):
+    """A setting that must be None or one of ``choices()``, which its error names ``kind``."""
+
+    def __init__(self, choices: Callable[[], Container[str]], kind: str) -> None:
+        super().__init__(self._read)
+        self.choices = choices
+        self.kind = kind
+
+    def _read(self, obj: Settings) -> str | None:
+        value = obj._get(self.name)
+        if value is None or (isinstance(value, str) and value in self.choices()):
+            return value
+        raise ImproperlyConfigured(f"MEMORY['{self.name}'] must be {self.kind}, not {value!r}.")
+
+
 class Settings:
     """Typed access to ``settings.MEMORY``; every setting raises ``ImproperlyConfigured`` for a
     value of the wrong type or range, and keeps a good one until ``setting_changed``."""
@@ -326,14 +341,7 @@ class Settings:
     RECONCILE_GRACE = seconds_setting()
     HISTORY_LEASE = seconds_setting(positive=True)
 
-    @setting
-    def READ_DATABASE(self) -> str | None:
-        value = self._get("READ_DATABASE")
-        if value is not None and not (isinstance(value, str) and value in settings.DATABASES):
-            raise ImproperlyConfigured(
-                f"MEMORY['READ_DATABASE'] must be None or an alias in DATABASES, not {value!r}."
-            )
-        return value
+    READ_DATABASE = choice_setting(lambda: settings.DATABASES, "None or an alias in DATABASES")
 
     SUSPECT_WINDOW = seconds_setting()
     CACHE_REPLICA_GRACE = seconds_setting()
@@ -346,14 +354,7 @@ class Settings:
     REPAIR_THREAD = flag_setting()
     ENQUEUE_THREAD = flag_setting()
 
-    @setting
-    def POOLER(self) -> str | None:
-        value = self._get("POOLER")
-        if not (value is None or (isinstance(value, str) and value in POOLERS)):
-            raise ImproperlyConfigured(
-                f"MEMORY['POOLER'] must be None, 'session' or 'transaction', not {value!r}."
-            )
-        return value
+    POOLER = choice_setting(lambda: POOLERS, "None, 'session' or 'transaction'")
 
     @setting
     def PREPARED_STATEMENTS(self) -> bool:

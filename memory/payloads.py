@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import operator
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal, TypedDict, cast
 
 from memory.models import Fact, FactVersion, Session, Turn
@@ -113,6 +114,25 @@ def _row_payload(fields: tuple[str, ...], row: tuple[Any, ...], *instants: str) 
 def turn_payload_from_row(row: tuple[Any, ...]) -> TurnPayload:
     """A turn from a ``values_list(*TURN_FIELDS)`` row, without building a model instance."""
     return cast(TurnPayload, _row_payload(TURN_FIELDS, row, "created_at"))
+
+
+def payloads_from_arrays(
+    turns: Iterable[Sequence[Any]], facts: Iterable[Sequence[Any]]
+) -> tuple[list[TurnPayload], list[FactPayload]]:
+    """Turns and facts from arrays of their fields' JSON values in ``TURN_FIELDS`` and
+    ``FACT_FIELDS`` order (as the cache and the one-statement read hold them), in their order."""
+    # NOTE: a literal per payload, not dict(zip(...)): 10 us against 26 us for 20 turns.
+    turn_list: list[TurnPayload] = [
+        {"seq": t[0], "session_id": t[1], "role": t[2], "content": t[3], "metadata": t[4],
+         "created_at": t[5]}
+        for t in turns
+    ]  # fmt: skip
+    fact_list: list[FactPayload] = [
+        {"key": f[0], "value": f[1], "session_id": f[2], "updated_at": f[3], "version": f[4],
+         "expires_at": f[5]}
+        for f in facts
+    ]  # fmt: skip
+    return turn_list, fact_list
 
 
 def fact_payload(fact: Fact) -> FactPayload:

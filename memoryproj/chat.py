@@ -45,12 +45,13 @@ from memory.exceptions import (
     MemoryUnavailable,
     database_guard,
 )
+from memory.integrations.channels import reply_chunks
 from memory.models import Role, Turn
 from memory.payloads import ContextPayload, FactPayload, TurnPayload, turn_payload
 from memory.validators import validate_content, validate_owner_id, validate_session_id
 from memoryproj import anonymous, logins
 from memoryproj.anonymous import ANON_SESSION_KEY, session_anon_id
-from memoryproj.responders import reply_chunks, responder_get
+from memoryproj.responders import responder_get
 from memoryproj.tasks import ANON_PREFIX
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,6 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
@@ -48,21 +47,6 @@ class StreamingResponder(Responder, Protocol):
     def astream(self, *, context: ContextPayload, message: str) -> AsyncIterator[str]:
         """The reply to ``message`` in chunks whose concatenation is the whole reply."""
         ...
-
-
-async def reply_chunks(
-    responder: Responder, *, context: ContextPayload, message: str
-) -> AsyncIterator[str]:
-    """The reply as chunks: from ``astream`` if the responder streams, else ``respond``'s whole
-    reply as one chunk (computed in a thread, as it may block)."""
-    astream = getattr(responder, "astream", None)
-    if astream is not None:
-        async for chunk in astream(context=context, message=message):
-            yield chunk
-        return
-    yield await sync_to_async(responder.respond, thread_sensitive=False)(
-        context=context, message=message
-    )
 
 
 def responder_get() -> Responder:

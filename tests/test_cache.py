@@ -54,14 +54,14 @@ def test_cached_payload_is_a_json_array_of_the_api_fields(
     assert raw[b"seqs"] == b"1" and b"tail" not in raw
     assert raw[b"ends"] == bytes(4) + len(raw[b"turns"]).to_bytes(4)
     payload = raw[b"turns"].removesuffix(b",")
-    assert cache.copy.turns_unpack(b"[" + payload + b"]") == context["turns"][:1]
     assert orjson.loads(payload) == [context["turns"][0][f] for f in cache.copy.TURN_FIELDS]
     assert orjson.loads(raw[b"facts"])[1] == "王建国"
     assert "我叫王建国".encode() in raw[b"turns"]
     (fact,) = selectors.fact_list(owner_id="wang")
     stored = {field: fact[field] for field in cache.copy.FACT_FIELDS}
     assert orjson.loads(raw[b"facts"]) == list(stored.values())
-    assert cache.copy.facts_unpack(b"[" + raw[b"facts"] + b"]") == [stored]
+    unpacked = cache.copy.payloads_unpack(b"[" + payload + b"]", b"[" + raw[b"facts"] + b"]")
+    assert unpacked == (context["turns"][:1], [stored])
 
 
 def test_stale_fill_after_a_write_is_refused(django_capture_on_commit_callbacks):

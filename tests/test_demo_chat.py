@@ -22,9 +22,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient, Client
 
 from memory import ops, selectors, services
+from memory.integrations.channels import reply_chunks
 from memory.payloads import ContextPayload
 from memoryproj.chat import ANON_SESSION_KEY
-from memoryproj.responders import DeterministicResponder, reply_chunks, responder_get
+from memoryproj.responders import DeterministicResponder, responder_get
 
 # NOTE: only the tests that store turns commit; the others touch no database.
 commits = pytest.mark.django_db(transaction=True)

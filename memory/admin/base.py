@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.contrib import admin, messages
@@ -259,16 +259,6 @@ class _BoundedInlineFormSet(BaseInlineFormSet):  # type: ignore[type-arg]  # not
         return self._bounded
 
 
-class _LatestTurnsFormSet(_BoundedInlineFormSet):
-    limit = INLINE_TURNS
-    order = ("-seq",)
-
-
-class _FirstFactsFormSet(_BoundedInlineFormSet):
-    limit = INLINE_FACTS
-    order = ("key",)
-
-
 class ViewOnly:
     """A page or inline that adds and changes nothing: its rows change only through the
     services' writes."""
@@ -287,32 +277,43 @@ class NoDelete:
         return False
 
 
+def _preview(description: str, show: Callable[[Any], str]) -> Callable[[Any, Any], str]:
+    """An admin column ``description``: ``show(row)`` in at most 120 characters."""
+
+    @admin.display(description=description)
+    def column(page: Any, row: Any) -> str:
+        return Truncator(show(row)).chars(120)
+
+    return column
+
+
 class _ReadOnlyInline(ViewOnly, NoDelete, admin.TabularInline):  # type: ignore[type-arg]  # not subscriptable at run time
+    """An owner's first ``limit`` rows in ``order``, read only; each subclass's ``fields`` are
+    shown as they are."""
+
     extra = 0
     max_num = 0
     can_delete = False
     show_change_link = True
+    limit = 0
+    order: Sequence[str] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        bounds = {"limit": cls.limit, "order": cls.order}
+        cls.formset = type(f"_{cls.__name__}FormSet", (_BoundedInlineFormSet,), bounds)
+        cls.readonly_fields = tuple(name for name in cls.fields or () if isinstance(name, str))
 
 
 class LatestTurnsInline(_ReadOnlyInline):
-    model = Turn
-    formset = _LatestTurnsFormSet
+    model, limit, order = Turn, INLINE_TURNS, ("-seq",)
     verbose_name_plural = f"latest {INLINE_TURNS} turns, newest first"
     fields = ("seq", "session_id", "role", "content_preview", "created_at")
-    readonly_fields = fields
-
-    @admin.display(description="content")
-    def content_preview(self, turn: Turn) -> str:
-        return Truncator(turn.content).chars(120)
+    content_preview = _preview("content", lambda turn: turn.content)
 
 
 class FactsInline(_ReadOnlyInline):
-    model = Fact
-    formset = _FirstFactsFormSet
+    model, limit, order = Fact, INLINE_FACTS, ("key",)
     verbose_name_plural = f"facts (first {INLINE_FACTS} by key)"
     fields = ("key", "value_preview", "version", "session_id", "updated_at")
-    readonly_fields = fields
-
-    @admin.display(description="value")
-    def value_preview(self, fact: Fact) -> str:
-        return _json_preview(fact.value, 120)
+    value_preview = _preview("value", lambda fact: _json(fact.value, indent=None))

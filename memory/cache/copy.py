@@ -27,7 +27,12 @@ from memory.cache.keys import key_pattern, lock_key, owner_key
 from memory.cache.replication import replicated
 from memory.cache.wire import Command, commands_run, script_run
 from memory.conf import conf
-from memory.payloads import FactPayload, SummaryPayload, TurnPayload
+from memory.payloads import (
+    FactPayload,
+    SummaryPayload,
+    TurnPayload,
+    payloads_from_arrays,
+)
 
 # An owner's cached memory is one hash, so that eviction takes it whole or not at all:
 #   rev       stamp of the database state the payload reflects (absent: a miss)
@@ -54,13 +59,21 @@ from memory.payloads import FactPayload, SummaryPayload, TurnPayload
 LUA = Path(__file__).resolve().parent / "lua"
 
 
-def _script(name: str) -> Script:
+def _script(name: str, *chunks: str) -> Script:
+    """The script ``lua/<name>.lua``, after the ``chunks`` (``lua/<chunk>.lua``) it calls."""
+    source = b"".join([(LUA / f"{part}.lua").read_bytes() for part in (*chunks, name)])
     # NOTE: no client here: each call passes the alias's, which loads the script on NOSCRIPT.
-    return Script(None, (LUA / f"{name}.lua").read_bytes())  # type: ignore[arg-type]
+    return Script(None, source)  # type: ignore[arg-type]
 
 
-_CLAIM = _script("claim")
-_READ_CLAIM = _script("read_claim")
+def _run_locked(action: str, script: Script, key: str, args: list[Any]) -> Answer[Any] | Outcome:
+    """``redis_call`` of ``script`` over an owner's hash ``key`` and its fill lock, on ``args``."""
+    keys = [key, f"{key}:fill"]
+    return redis_call(action, lambda redis: script_run(script, redis, keys, args), key=key)
+
+
+_CLAIM = _script("claim", "take")
+_READ_CLAIM = _script("read_claim", "take")
 _FILL = _script("fill")
 _APPLY = _script("apply")
 _DROP = _script("drop")
@@ -121,25 +134,12 @@ def fact_pack(fact: FactPayload) -> bytes:
     return codec.dumps(_fact_values(fact))
 
 
-def turns_unpack(payloads: bytes) -> list[TurnPayload]:
-    """The turns of a JSON array of packed turns (``turn_pack``)."""
-    # NOTE: a literal per turn, not dict(zip(...)): 10 us against 26 us for 20 turns.
-    return [
-        {"seq": t[0], "session_id": t[1], "role": t[2], "content": t[3], "metadata": t[4],
-         "created_at": t[5]}
-        for t in codec.loads(payloads)
-    ]  # fmt: skip
-
-
-def facts_unpack(payloads: bytes) -> list[FactPayload]:
-    """The facts of a JSON array of packed facts (``fact_pack``), by key."""
-    facts: list[FactPayload] = [
-        {"key": f[0], "value": f[1], "session_id": f[2], "updated_at": f[3], "version": f[4],
-         "expires_at": f[5]}
-        for f in codec.loads(payloads)
-    ]  # fmt: skip
-    facts.sort(key=_fact_key)
-    return facts
+def payloads_unpack(turns: bytes, facts: bytes) -> tuple[list[TurnPayload], list[FactPayload]]:
+    """The turns, and the facts by key, of JSON arrays of packed turns and facts (``turn_pack``,
+    ``fact_pack``)."""
+    turn_list, fact_list = payloads_from_arrays(codec.loads(turns), codec.loads(facts))
+    fact_list.sort(key=_fact_key)
+    return turn_list, fact_list
 
 
 def _fact_key(fact: FactPayload) -> str:
@@ -233,12 +233,7 @@ def copy_read(
         breaker.count("misses")
         return Miss(fill_token=None)
     token = secrets.token_hex(8)
-    lock = f"{key}:fill"
-    taken = redis_call(
-        "read",
-        lambda redis: script_run(_CLAIM, redis, [key, lock], [wait_ms, token]),
-        key=key,
-    )
+    taken = _run_locked("read", _CLAIM, key, [wait_ms, token])
     if not isinstance(taken, Answer):
         return taken
     if taken.value == 2:
@@ -253,11 +248,7 @@ def _read_claim(key: str, turns: int, args: list[Any]) -> ReadResult:
     """``copy_read`` of the hash ``key`` in a process whose reads often miss: the read and the
     claim in one script (``read_claim.lua``; ``args``: TTL, guard TTL, lock ms, token), one round
     trip whether it hits or misses."""
-    answer = redis_call(
-        "read",
-        lambda redis: script_run(_READ_CLAIM, redis, [key, f"{key}:fill"], args),
-        key=key,
-    )
+    answer = _run_locked("read", _READ_CLAIM, key, args)
     if not isinstance(answer, Answer):
         return answer
     counts_flush()
@@ -340,7 +331,7 @@ def _hit_result(held: list[Any], want: int) -> ReadResult:
         breaker.count("short")
         return Short()
     breaker.count("hits")
-    turns: list[TurnPayload] = []
+    text = b""
     if want and held_turns:
         skip = max(held_turns - want, 0)
         start = int.from_bytes(ends[4 * skip : 4 * skip + 4])
@@ -348,15 +339,9 @@ def _hit_result(held: list[Any], want: int) -> ReadResult:
             text = tail[start - len(head) : -1]
         else:
             text = head[start:] + tail[:-1] if tail else head[start:-1]
-        turns = turns_unpack(b"[" + text + b"]")
-    return Hit(
-        Snapshot(
-            stamp=int(rev),
-            turns=turns,
-            facts=facts_unpack(_array(facts)) if fends else [],
-            summary=codec.loads(summary) if summary else None,
-        )
-    )
+    turns, fact_list = payloads_unpack(b"[" + text + b"]", _array(facts) if fends else b"[]")
+    summary_payload = codec.loads(summary) if summary else None
+    return Hit(Snapshot(int(rev), turns, fact_list, summary_payload))
 
 
 class Fill(enum.Enum):
@@ -400,11 +385,7 @@ def copy_fill(
         codec.dumps(snapshot.summary) if snapshot.summary is not None else "",
     ]
     key = owner_key(owner_id, epoch)
-    answer = redis_call(
-        "fill",
-        lambda redis: script_run(_FILL, redis, [key, f"{key}:fill"], args),
-        key=key,
-    )
+    answer = _run_locked("fill", _FILL, key, args)
     if not isinstance(answer, Answer):
         return answer
     result = Fill(int(answer.value))

@@ -228,21 +228,6 @@ _ZH_NAME_BOUNDARY = re.compile(
 _ZH_BLOCK_ANY = re.compile(
     r"你|您|他|她|它|们|谁|什么|哪|吗|怎么|别人|人家|大家|自己|[这那][个首部本家些种样里边儿位]"
 )
-_ZH_BLOCK_START = re.compile(r"^(?:这|一个|个|了|过|着|得|的|上了|死|不|没|去|来|把|被|给|让)")
-_ZH_TAIL = re.compile(
-    r"(?:就行了?|就好了?|就可以了?|就是了|即可|好了|而已|吧|啊|呀|哦|噢|喔|啦|哈+|嘛|呢|了|的|"
-    r"[~～。.!！]|\s)+$"
-)
-
-_ZH_JOB_SUFFIX = re.compile(
-    r"(?:师|员|工|官|医|匠|(?:学|医|研究|实习|留学|博士|硕士|本科|大学|中学|高中|初中|小学)生|"
-    r"(?:记|学|作|创业|工作|从业)者|(?:歌|选|水|骑|助|舵|鼓|吉他)手|(?<!大|国|人|老|专|东|自|管)家|"
-    r"经理|总监|主管|老板|主任|职员|教授|律师|护士|警察|司机|会计|秘书|助理|编辑|演员|模特|"
-    r"主播|博主|农民|工人|军人|商人|(?:校|院|店|厂|村|局|处|科|部|市|县|馆|站|社|董事|行)长)$"
-)
-_ZH_LIST_SPLIT = re.compile(
-    r"、|，|,|以及|还有|或者|跟|(?<![温暖平缓柔随祥谦总饱附调讲共])和(?![平服谐气蔼善睦煦的])"
-)
 
 
 def _name_zh(value: str, *, strict: bool) -> str | None:
@@ -265,6 +250,12 @@ def _name_zh(value: str, *, strict: bool) -> str | None:
     return None
 
 
+_ZH_TAIL = re.compile(
+    r"(?:就行了?|就好了?|就可以了?|就是了|即可|好了|而已|吧|啊|呀|哦|噢|喔|啦|哈+|嘛|呢|了|的|"
+    r"[~～。.!！]|\s)+$"
+)
+
+
 def _zh_clean(value: str) -> str:
     value = _edges(value)
     while True:
@@ -274,6 +265,9 @@ def _zh_clean(value: str) -> str:
         value = stripped
 
 
+_ZH_BLOCK_START = re.compile(r"^(?:这|一个|个|了|过|着|得|的|上了|死|不|没|去|来|把|被|给|让)")
+
+
 def _zh_ok(value: str, *, max_chars: int = 20) -> bool:
     folded = _fold(value)
     return (
@@ -281,6 +275,11 @@ def _zh_ok(value: str, *, max_chars: int = 20) -> bool:
         and not _ZH_BLOCK_ANY.search(folded)
         and not _ZH_BLOCK_START.match(folded)
     )
+
+
+_ZH_LIST_SPLIT = re.compile(
+    r"、|，|,|以及|还有|或者|跟|(?<![温暖平缓柔随祥谦总饱附调讲共])和(?![平服谐气蔼善睦煦的])"
+)
 
 
 def _items_zh(value: str) -> list[str]:
@@ -324,6 +323,14 @@ def _place_zh(value: str, *, bare: bool = False) -> str | None:
     if not _is_han(value[0]):
         return _place_en(value)
     return value
+
+
+_ZH_JOB_SUFFIX = re.compile(
+    r"(?:师|员|工|官|医|匠|(?:学|医|研究|实习|留学|博士|硕士|本科|大学|中学|高中|初中|小学)生|"
+    r"(?:记|学|作|创业|工作|从业)者|(?:歌|选|水|骑|助|舵|鼓|吉他)手|(?<!大|国|人|老|专|东|自|管)家|"
+    r"经理|总监|主管|老板|主任|职员|教授|律师|护士|警察|司机|会计|秘书|助理|编辑|演员|模特|"
+    r"主播|博主|农民|工人|军人|商人|(?:校|院|店|厂|村|局|处|科|部|市|县|馆|站|社|董事|行)长)$"
+)
 
 
 def _zh_job_word(value: str) -> bool:

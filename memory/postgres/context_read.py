@@ -16,9 +16,8 @@ from memory.payloads import (
     FACT_FIELDS,
     SUMMARY_FIELDS,
     TURN_FIELDS,
-    FactPayload,
     SummaryPayload,
-    TurnPayload,
+    payloads_from_arrays,
 )
 
 
@@ -103,19 +102,10 @@ def context_read(
     if row is None:
         return cache.Snapshot(stamp=0, turns=[], facts=[]), True
     stamp, turns_json, facts_json, summary_json = row
-    turn_rows = codec.loads_jsonb_rows(turns_json, 4) if turns_json else []
-    # NOTE: a literal per turn, as copy.turns_unpack builds them.
-    turn_list: list[TurnPayload] = [
-        {"seq": t[0], "session_id": t[1], "role": t[2], "content": t[3], "metadata": t[4],
-         "created_at": t[5]}
-        for t in turn_rows
-    ]  # fmt: skip
-    fact_rows = codec.loads_jsonb_rows(facts_json, 1) if facts_json else []
-    facts: list[FactPayload] = [
-        {"key": f[0], "value": f[1], "session_id": f[2], "updated_at": f[3], "version": f[4],
-         "expires_at": f[5]}
-        for f in fact_rows
-    ]  # fmt: skip
+    turn_list, facts = payloads_from_arrays(
+        codec.loads_jsonb_rows(turns_json, 4) if turns_json else (),
+        codec.loads_jsonb_rows(facts_json, 1) if facts_json else (),
+    )
     summary: SummaryPayload | None = None
     if summary_json is not None:
         text, through_seq, tokens, updated_at = codec.loads(summary_json)

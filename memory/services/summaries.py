@@ -122,15 +122,11 @@ def _batch_write(
         if (stored.through_seq if stored is not None else 0) != through:
             # Another refresh got there first.
             return False
-        Summary.objects.update_or_create(
-            owner=owner,
-            defaults={
-                "text": text,
-                "through_seq": through_seq,
-                "tokens": text_tokens,
-                "updated_at": timezone.now(),
-            },
-        )
+        # NOTE: the row read and locked above, written as it is: one statement.
+        summary = stored if stored is not None else Summary(owner=owner)
+        summary.text, summary.through_seq, summary.tokens = text, through_seq, text_tokens
+        summary.updated_at = timezone.now()
+        summary.save()
         Owner.objects.filter(pk=owner.pk).update(
             summary_tokens=Greatest(F("summary_tokens") - counted, Value(0))
         )

@@ -1,7 +1,7 @@
 -- A read that may miss, and its claim, in one call (memory/cache/copy.py: copy_read, while
 -- this process's reads often miss): the HMGET and EXPIRE of a read, then on a miss the claim of
 -- claim.lua, with the same effects as those three sent in one pipeline.
--- KEYS: memory hash, fill lock. ARGV: ttl, guard ttl, lock ms, lock token.
+-- Loaded after take.lua. KEYS: memory hash, fill lock. ARGV: ttl, guard ttl, lock ms, lock token.
 -- Returns the HMGET's fields when the hash holds a copy (no lock taken); else 1 when this
 -- caller took the fill lock (and left its claim in the hash), 0 when it did not.
 local key = KEYS[1]
@@ -12,13 +12,4 @@ redis.call('EXPIRE', key, ARGV[1])
 if held[1] then return held end
 -- NOTE: a floor alone is set back to at most the guard's TTL, as copy_drop promised.
 if held[8] then redis.call('EXPIRE', key, ARGV[2], 'LT') end
-if ARGV[3] == '0' then return 0 end
-local got = redis.call('SET', KEYS[2], ARGV[4], 'NX', 'PX', ARGV[3])
-if not got then return 0 end
-if redis.call('EXISTS', key) == 0 then
-  redis.call('HSET', key, 'claim', ARGV[4])
-  redis.call('PEXPIRE', key, ARGV[3])
-else
-  redis.call('HSET', key, 'claim', ARGV[4])
-end
-return 1
+return take(ARGV[3], ARGV[4])
