@@ -7,9 +7,9 @@ import os
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
 from hypothesis import given
 from hypothesis import strategies as st
-from django.test import override_settings
 
 from memory import tokens
 
