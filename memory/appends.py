@@ -5,7 +5,7 @@ turn from a row, the warning of a fact past the cap."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Model
@@ -29,6 +29,20 @@ class TurnInput(NamedTuple):
     content: str
     metadata: dict[str, Any]
     idempotency_key: str | None
+
+
+class AppendAccess(Protocol):
+    """A caller not yet authenticated, whose token the append's own statement reads with the
+    permission ``permission`` ("app_label.codename"). ``settle`` gets what it read (``None``: no
+    such token) and raises unless the caller reaches the owner; ``require`` checks the caller
+    the ordinary way, before any other path reads or writes. Both do it once."""
+
+    key: str
+    permission: str
+
+    def settle(self, found: tuple[Any, Any, bool] | None) -> None: ...
+
+    def require(self) -> None: ...
 
 
 class SummaryCount(NamedTuple):

@@ -103,7 +103,35 @@ _SLOTS: dict[str, re.Pattern[str]] = {
         r"(?:哪家|哪所|哪个)(?:酒店|宾馆|医院|餐厅|饭店|幼儿园|学校|大学|银行|健身房|航空公司|机场|"
         r"博物馆)"
     ),
+    "reason": re.compile(r"\bwhy\b|\bwhat (?:made|caused)\b|为什么|为何|什么原因|怎么会"),
+    "feeling": re.compile(
+        r"\bhow did (?:\w+ ){0,3}feel\b|\bhow (?:do|does|was|were) (?:\w+ ){0,3}"
+        r"(?:feel|feeling)\b|\bfeel(?:ings?)? about\b|感受|心情|感觉(?:怎么样|如何)|什么感觉|情绪"
+    ),
 }
+# NOTE: kinds whose value is an account (a reason, a feeling), not a value a later statement
+# replaces: they lower a near miss's score but never move a result (``fusion.superseded``).
+ACCOUNT_KINDS = frozenset({"reason", "feeling"})
+# NOTE: a reason is said with a word of cause ("because", "so", "因为", "就", "才"); a feeling with
+# a word of one ("relieved", "nervous", "紧张", "开心", "哭"). Either is a closed class of words, so
+# a near miss on the subject ("my sister called off her wedding") holds neither.
+_REASON = re.compile(
+    r"\b(?:because|since|as|so|due|thanks to|owing to|reason|why|after|too|sick of|tired of|"
+    r"fed up|couldn't|could not|wasn't|didn't)\b|因为|由于|所以|因此|为了|原因|导致|害得|结果|"
+    r"才|就|太|受不了|撑不住|嫌|怕|不想|没法"
+)
+_FEELING = re.compile(
+    r"\b(?:happy|glad|sad|upset|relieved|proud|nervous|anxious|worried|excited|thrilled|"
+    r"scared|afraid|terrified|angry|annoyed|furious|frustrated|disappointed|embarrassed|"
+    r"ashamed|lonely|homesick|overwhelmed|exhausted|drained|calm|relaxed|confident|shy|"
+    r"grateful|guilty|jealous|miserable|elated|ecstatic|devastated|heartbroken|hopeful|"
+    r"stressed|tense|shaking|shaky|cried|crying|tears|loved|loves|hated|hates|enjoyed|enjoys|"
+    r"bored|fine|great|awful|terrible|amazing|wonderful|over the moon|on edge|butterflies|"
+    r"panic\w*|thrill\w*|fear\w*|joy\w*|love\w*|feel\w*|felt)\b|"
+    r"开心|高兴|快乐|难过|伤心|激动|兴奋|害怕|担心|焦虑|紧张|生气|失望|尴尬|丢脸|孤独|想家|累|轻松|骄傲|"
+    r"自豪|感动|委屈|郁闷|沮丧|崩溃|哭|抖|慌|忐忑|不安|放松|满足|欣慰|后悔|舒服|难受|喜欢|讨厌|害羞|"
+    r"烦|怕|爽|美滋滋|松了一口气|觉得|感觉"
+)
 # NOTE: a request ("where should we go", "can you recommend", "帮我推荐") asks for a suggestion,
 # not for a value said: no kind of value is asked.
 _REQUEST = re.compile(
@@ -129,7 +157,11 @@ _NOT_NAMES_TEXT = (
 _NOT_NAMES = frozenset(_NOT_NAMES_TEXT.split())
 _COLOURS = re.compile(
     r"\b(?:red|blue|green|yellow|white|black|grey|gray|pink|purple|orange|brown|beige|cream|"
-    r"teal|navy|sage|olive|turquoise|lilac|mint|ochre|terracotta)\b|[红蓝绿黄白黑灰粉紫橙棕褐青米]色"
+    r"teal|navy|sage|olive|turquoise|lilac|mint|ochre|terracotta)(?:ish|head|heads)?\b|"
+    r"\b(?:reddish|blond|blonde|brunette|"
+    r"auburn|ginger|copper|silver|gold|golden|bronze|platinum|ivory|charcoal|burgundy|maroon|"
+    r"peach|coral|indigo|violet|magenta|khaki|tan)\b|[红蓝绿黄白黑灰粉紫橙棕褐青米金银]色"
+    r"|[\u4e00-\u9fff][红蓝绿黄黑灰粉紫橙棕褐](?=[，。！？、的,.!? ]|$)"
 )
 # NOTE: the common Chinese surnames: a person is often named by one with a title (王阿姨,
 # 李老师) or a familiar prefix (小陈, 老王).
@@ -195,6 +227,8 @@ def slot_held(kind: str, content: str, q: str) -> bool:
         return kind == "date" and _DATE_WORDS.search(lower) is not None
     if kind == "colour":
         return _COLOURS.search(lower) is not None
+    if kind in ACCOUNT_KINDS:
+        return (_REASON if kind == "reason" else _FEELING).search(lower) is not None
     asked = {word.lower() for word in _WORD_RE.findall(unicodedata.normalize("NFKC", q))}
     for sentence in _SENTENCE_RE.split(text):
         words = _NAME_WORD_RE.findall(sentence)
@@ -240,3 +274,18 @@ def repeat_terms(content: str) -> frozenset[str]:
     for run in runs:
         terms.update(cjk_grams(run).split())
     return frozenset(terms)
+
+
+# NOTE: the characters of a Chinese question that say how it asks, not what about (我, 什么, 了,
+# 哪, 吗): a pair holding one is no term of its subject.
+_FUNCTION_ZH = frozenset("我你他她它们的了是在有什么哪吗呢吧啊给把被让和跟与也都就还又才这那个")
+
+
+def subject_terms(q: str) -> frozenset[str]:
+    """The terms of what ``q`` is about, as ``repeat_terms`` reads a turn: its words of two
+    letters or more but common ones, and its CJK pairs without a character of how it asks."""
+    return frozenset(
+        term
+        for term in repeat_terms(q)
+        if (_FUNCTION_ZH.isdisjoint(term) if CJK_RUN_RE.match(term) else len(term) > 1)
+    )

@@ -12,6 +12,7 @@ import unicodedata
 from typing import Any
 
 from memory.asked import (
+    ACCOUNT_KINDS,
     asks_present,
     repeat_terms,
     role_asked,
@@ -19,6 +20,7 @@ from memory.asked import (
     slot_asked,
     slot_held,
     stated,
+    subject_terms,
 )
 from memory.search import CJK_RUN_RE
 
@@ -93,12 +95,20 @@ ALIKE = 0.2
 SUPERSEDE_POOL = 10
 NEWER_MARGIN = 3.0
 # NOTE: in a question asking for a value (a number, a name, a colour, a date, a place, a named
-# place of business: ``slot_asked``), a result that holds none of that kind (``slot_held``;
-# for a question about the other side, nor the reply beside it) is likely not its answer: a
-# near miss on its subject ("my son needs new football boots" for "what shoe size does my son
-# wear?"). Its score loses ``SLOT_PENALTY`` logits; the order is unchanged. Chosen on the
-# abstention of the team's quality set (docs/recall.md, "The score").
+# place of business, a reason, a feeling: ``slot_asked``), a result that holds none of that
+# kind (``slot_held``; for a question about the other side, nor the reply beside it) is
+# likely not its answer: a near miss on its subject ("my son needs new football boots" for
+# "what shoe size does my son wear?"). Its score loses ``SLOT_PENALTY`` logits; the order is
+# unchanged. Chosen on the abstention of the team's quality set (docs/recall.md, "The score").
 SLOT_PENALTY = 6.0
+# NOTE: a result that holds no value asked (or where the question asks for none a rule can
+# check: a breed, a dish, a medicine) and repeats more than ``ECHO_FREE`` of the question's
+# subject terms (``subject_terms``) loses ``ECHO_WEIGHT`` logits of its score per unit of share
+# beyond: a near miss names the subject in the question's own words ("my neighbour's cat keeps
+# sleeping on our car" for "what breed is my neighbour's cat?"), an answer names the value in
+# its own ("a little beagle"). The order is unchanged (docs/recall.md, "The score").
+ECHO_WEIGHT = 10.0
+ECHO_FREE = 0.2
 
 # What the ranking's text rules read of a turn: its opening. A search's CPU (and the time its
 # thread holds the interpreter from the rest of the process) stays bounded by the candidates'
@@ -247,8 +257,9 @@ def ranked(
     (``RECENCY_WEIGHT``), then chosen one by one, each session's later picks held back
     (``SESSION_PENALTY``) and a turn that says again what a chosen one said held back more
     (``REPEAT_PENALTY``); in a question about the user's present, a later turn that replaces a
-    result ranks directly above it (``superseded``); the scores of a question asking for a
-    value none of the best results holds are lowered (``SLOT_PENALTY``)."""
+    result ranks directly above it (``superseded``); the scores of results that hold no value
+    asked (``SLOT_PENALTY``) or repeat the question's subject unanswered (``ECHO_WEIGHT``) are
+    lowered."""
     if not candidates:
         return []
     asked = role_asked(q)
@@ -322,7 +333,7 @@ def ranked(
             unmarked = [c for c in unmarked if c is not best]
     if present:
         chosen = superseded(chosen, ordered[:SUPERSEDE_POOL], limit, q)
-    _slot_checked(chosen, candidates, q)
+    _slot_checked(chosen, candidates, q, terms)
     return chosen
 
 
@@ -336,7 +347,7 @@ def superseded(
     kind (``slot_held``), one about as likely evidence (``NEWER_MARGIN``): a later answer to
     the same question. A turn placed so is itself replaced in turn; every move places a later
     turn, so the pass ends."""
-    kinds = slot_asked(q)
+    kinds = slot_asked(q) - ACCOUNT_KINDS
     holds = {
         c.pk: any(slot_held(kind, stated(c.content), q) for kind in kinds) for c in (*chosen, *pool)
     }
@@ -367,14 +378,20 @@ def superseded(
     return out[:limit]
 
 
-def _slot_checked(chosen: list[Candidate], candidates: list[Candidate], q: str) -> None:
+def _slot_checked(
+    chosen: list[Candidate],
+    candidates: list[Candidate],
+    q: str,
+    terms: dict[int, frozenset[str]] | None = None,
+) -> None:
     """Each of ``chosen``'s ``score_logit`` less ``SLOT_PENALTY`` where ``q`` asks for a value
     (``slot_asked``) that it does not hold (``slot_held``); a turn of the other side than the
     one asked about (``role_asked``) by the turn of that side just after or before it in its
-    session (the reply to a question: its ``context``)."""
+    session (the reply to a question: its ``context``). One holding no value asked loses
+    ``ECHO_WEIGHT`` per share of ``q``'s subject terms it repeats beyond ``ECHO_FREE``; ``terms``:
+    the results' ``repeat_terms``, where read already."""
     kinds = slot_asked(q)
-    if not kinds:
-        return
+    wanted = subject_terms(q)
     asked = role_asked(q)
     by_seq = {c.seq: c for c in candidates}
     for c in chosen:
@@ -382,5 +399,10 @@ def _slot_checked(chosen: list[Candidate], candidates: list[Candidate], q: str) 
         if asked is not None and c.role != asked:
             near = (by_seq.get(c.seq + 1), by_seq.get(c.seq - 1))
             said += [n for n in near if n and n.session_id == c.session_id and n.role == asked]
-        if not any(slot_held(kind, n.content, q) for kind in kinds for n in said):
+        if kinds and any(slot_held(kind, n.content, q) for kind in kinds for n in said):
+            continue
+        if kinds:
             c.score_logit -= SLOT_PENALTY
+        if wanted:
+            held = terms[c.pk] if terms and c.pk in terms else repeat_terms(c.content)
+            c.score_logit -= ECHO_WEIGHT * max(0.0, len(wanted & held) / len(wanted) - ECHO_FREE)

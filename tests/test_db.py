@@ -119,6 +119,26 @@ def test_a_connection_the_server_ended_while_idle_is_replaced(
     assert client.get("/api/memory/users/wang/context/").status_code == 200
 
 
+def test_an_append_that_reads_its_token_looks_at_a_kept_connection(checks, client):
+    """The append whose statement reads the token writes, so it is never sent twice: a kept
+    connection that looks clean is used without Django's ``SELECT 1``; one the server ended
+    while idle is found so, checked by Django and replaced before the statement is sent."""
+    body = {"session_id": "s", "role": "user", "content": "what is a good name for a cat?"}
+    assert client.post("/api/memory/users/wang/turns/", body, format="json").status_code == 201
+    new_request()
+    assert db.idle_clean(connection)
+    assert client.post("/api/memory/users/wang/turns/", body, format="json").status_code == 201
+    assert checks == []
+    ended = pid()
+    backend_ended(ended)
+    new_request()
+    assert not db.idle_clean(connection)
+    assert client.post("/api/memory/users/wang/turns/", body, format="json").status_code == 201
+    assert checks == [False]
+    assert pid() != ended
+    assert selectors.turn_list(owner_id="wang", limit=10)[0][-1]["seq"] == 3
+
+
 def test_a_cold_context_read_is_one_prepared_statement(checks):
     services.turn_append(owner_id="wang", session_id="s", role="user", content="hello")
     services.fact_put(owner_id="wang", key="name", value="Wang")

@@ -196,6 +196,12 @@ def test_only_a_later_turn_saying_a_change_replaces_a_result():
         ("我同事小刘是哪里人？", {"place"}),
         ("我去东京坐的是哪家航空公司？", {"entity"}),
         ("我的房东姓什么？", {"name"}),
+        ("Why did I stop singing with the choir?", {"reason"}),
+        ("我为什么辞掉了上一份工作？", {"reason"}),
+        ("How did I feel after finishing my first half marathon?", {"feeling"}),
+        ("我第一次上台讲话是什么感受？", {"feeling"}),
+        ("我儿子转学以后心情怎么样？", {"feeling"}),
+        ("How did I find my flat?", set()),
         # A request asks for a suggestion, not for a value said.
         ("Where should we go for our anniversary dinner?", set()),
         ("周末带孩子去哪玩比较好？给点建议。", set()),
@@ -222,6 +228,17 @@ def test_the_value_a_question_asks_for(q, kinds):
         ("colour", "We went with a sage green.", True),
         ("colour", "客厅刷成了浅灰色。", True),
         ("colour", "How many coats will we need?", False),
+        ("colour", "Came out of the salon a copper redhead!", True),
+        ("colour", "周五去理发店染了个亚麻棕，能保持多久？", True),
+        ("colour", "明白，我先说说可以怎么做。", False),
+        ("reason", "I left because the rehearsals clashed with my shifts.", True),
+        ("reason", "通勤要三个小时，实在撑不住就辞了。", True),
+        ("reason", "My sister called off her wedding last month.", False),
+        ("reason", "妹妹上个月取消了婚礼。", False),
+        ("feeling", "Honestly I was more relieved than proud.", True),
+        ("feeling", "手一直在抖，紧张得差点忘词。", True),
+        ("feeling", "My son started at his new school this week.", False),
+        ("feeling", "儿子这周转到新学校了。", False),
         ("date", "We married on 12 June.", True),
         ("date", "It was a lovely day.", False),
         ("entity", "PureGym is packed at 6pm.", True),
@@ -261,7 +278,9 @@ def test_what_a_turn_states_is_its_text_without_its_questions():
     assert "办法" not in said
 
 
-def test_a_question_whose_value_no_result_holds_scores_lower_in_the_same_order():
+def test_a_question_whose_value_no_result_holds_scores_lower_in_the_same_order(monkeypatch):
+    # NOTE: the value asked alone: the subject a turn repeats is the test below.
+    monkeypatch.setattr(fusion, "ECHO_WEIGHT", 0.0)
     q = "What shoe size does my son wear?"
     boots = _candidate(5, "s1", "user", "My son needs new football boots.", 0.90)
     other = _candidate(9, "s2", "user", "My son starts school in September.", 0.85)
@@ -276,6 +295,48 @@ def test_a_question_whose_value_no_result_holds_scores_lower_in_the_same_order()
     assert boots.score_logit == pytest.approx(own - fusion.SLOT_PENALTY)
     held = fusion.candidate_score_logit("semantic plain", size, asked="user", cjk=False)
     assert size.score_logit == pytest.approx(held)
+
+
+def test_a_near_miss_repeating_the_questions_subject_scores_lower_in_the_same_order():
+    q = "What breed is my neighbour's cat?"
+    near = _candidate(5, "s1", "user", "My neighbour's cat keeps sleeping on our car.", 0.90)
+    answer = _candidate(9, "s2", "user", "We adopted a little beagle last spring.", 0.85)
+    assert asked.subject_terms(q) == {"breed", "neighbour", "cat"}
+    assert fusion.ranked([near, answer], "semantic plain", 2, q) == [near, answer]
+    own = {
+        c.seq: fusion.candidate_score_logit("semantic plain", c, asked="user", cjk=False)
+        for c in (near, answer)
+    }
+    # Two of the subject's three terms repeated, none of what it asks answered.
+    lost = fusion.ECHO_WEIGHT * (2 / 3 - fusion.ECHO_FREE)
+    assert near.score_logit == pytest.approx(own[5] - lost)
+    assert answer.score_logit == pytest.approx(own[9])
+
+
+def test_a_chinese_questions_subject_is_its_pairs_without_the_words_that_ask():
+    assert asked.subject_terms("我邻居家的猫是什么品种？") == {"邻居", "居家", "品种"}
+    assert asked.subject_terms("我为什么辞职了？") == {"辞职"}
+
+
+def test_a_result_holding_the_kind_asked_keeps_its_score_whatever_it_repeats():
+    q = "Why did I stop singing with the choir?"
+    said = _candidate(5, "s1", "user", "I stopped singing with the choir because of shifts.", 0.9)
+    near = _candidate(9, "s2", "user", "Singing with the choir is fun.", 0.8)
+    fusion.ranked([said, near], "semantic plain", 2, q)
+    past = {"asked": "user", "cjk": False, "present": False}
+    own = fusion.candidate_score_logit("semantic plain", said, **past)
+    assert said.score_logit == pytest.approx(own)
+    other = fusion.candidate_score_logit("semantic plain", near, **past)
+    assert near.score_logit < other - fusion.SLOT_PENALTY
+
+
+def test_a_later_reason_or_feeling_replaces_no_result():
+    q = "Why do I want to leave my job?"
+    first = _candidate(5, "s1", "user", "The commute is too long, so I want out.", 0.9)
+    later = _candidate(30, "s3", "user", "My manager is rude, because he shouts a lot.", 0.85)
+    first.logit, later.logit = 1.0, 0.5
+    assert asked.slot_asked(q) == {"reason"}
+    assert fusion.superseded([first, later], [first, later], 2, q) == [first, later]
 
 
 def test_a_question_to_the_assistant_reads_the_value_in_the_reply_beside_a_result():

@@ -18,7 +18,6 @@ def token_lookup(*, alias: str, key: str, permission: str) -> tuple[Any, User, b
     """The ``authtoken.Token`` of ``key`` with its ``user`` loaded, and whether that user holds
     ``permission`` ("app_label.codename") by row; ``None`` when no token has that key. For the
     stock ``Token`` and ``auth.User`` only; ``key`` holds no NUL (PostgreSQL refuses one)."""
-    from rest_framework.authtoken.models import Token
 
     app_label, codename = permission.split(".")
     # NOTE: prepared: its plan (six tables) was most of its time (memory.db); and the
@@ -26,13 +25,54 @@ def token_lookup(*, alias: str, key: str, permission: str) -> tuple[Any, User, b
     row = prepared_fetchone(
         connections[alias], _token_sql(alias), [app_label, codename, key], read_only=True
     )
-    if row is None:
-        return None
+    return None if row is None else token_loaded(alias, row)
+
+
+def token_loaded(alias: str, row: tuple[Any, ...]) -> tuple[Any, User, bool]:
+    """The token, its user and the permission's answer from the first ``token_columns(alias)``
+    values of ``row``."""
+    from rest_framework.authtoken.models import Token
+
     token_names, user_names = _attnames()
+    width = len(token_names) + len(user_names)
     token = Token.from_db(alias, token_names, row[: len(token_names)])
-    user = User.from_db(alias, user_names, row[len(token_names) : -1])
+    user = User.from_db(alias, user_names, row[len(token_names) : width])
     token.user = user
-    return token, user, bool(row[-1])
+    return token, user, bool(row[width])
+
+
+def token_columns(alias: str) -> int:
+    """How many columns of ``reach_sql``'s statement come before its function's: those
+    ``token_loaded`` reads, then whether the caller reaches the owner."""
+    token_names, user_names = _attnames()
+    return len(token_names) + len(user_names) + 2
+
+
+@functools.cache
+def reach_sql(alias: str, function: str, args: tuple[str, ...]) -> str:
+    """One statement: ``token_lookup``'s, then ``SELECT * FROM function(args)`` (one row) only
+    if that token's user is active and reaches the owner as ``memory.permissions.can_reach``
+    decides by default (their username, a superuser, or one holding the permission); else
+    the function's columns are NULL. Parameters: the owner id, app label, codename, key, then
+    those of ``args`` (the first one the owner id again). No token: no row.
+
+    NOTE: one snapshot reads the token, the user, the permission and writes, so a token
+    deleted, a user deactivated or a permission removed before it ran is never passed. The
+    check is a one-time filter the executor tests before it calls the function (``OFFSET 0``
+    keeps the planner from joining first and filtering after); and the function gets no owner
+    unless the check passed, so a plan that called it anyway would fail, not write.
+    """
+    token_names, user_names = _attnames()
+    names = [f"c{i}" for i in range(len(token_names) + len(user_names))]
+    user_column = dict(zip(user_names, names[len(token_names) :], strict=True))
+    active, superuser = user_column["is_active"], user_column["is_superuser"]
+    username = user_column[User.USERNAME_FIELD]
+    return (
+        f"SELECT a.*, f.* FROM (SELECT *, {active} AND ({superuser} OR held OR {username} = %s)"
+        f" AS ok FROM ({_token_sql(alias)} OFFSET 0) AS t({', '.join(names)}, held) OFFSET 0) AS a"
+        f" LEFT JOIN LATERAL (SELECT * FROM {function}(CASE WHEN a.ok THEN {args[0]} END,"
+        f" {', '.join(args[1:])}) WHERE a.ok OFFSET 0) AS f ON true"
+    )
 
 
 @functools.cache

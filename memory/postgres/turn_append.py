@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from memory import codec
 from memory.appends import (
+    AppendAccess,
     AppendPlan,
     SummaryCount,
     TurnInput,
@@ -23,14 +24,15 @@ from memory.conf import conf
 from memory.db import prepared_fetchone
 from memory.models import Owner, Turn
 from memory.payloads import FactPayload, fact_payload_from_row
+from memory.postgres.token_lookup import reach_sql, token_columns, token_loaded
 
 # The parameters of memory_turn_append() (sql/turn_append.sql), in its order, typed
 # for a cursor that binds them on the server.
-_APPEND_CALL = (
-    "SELECT * FROM memory_turn_append(%s::text, %s::text, %s::text, %s::text, %s::jsonb,"
-    " %s::text, %s::boolean, %s::timestamptz, %s::boolean, %s::jsonb, %s::integer,"
-    " %s::integer, %s::integer)"
-)
+_APPEND_ARGS = (
+    "%s::text", "%s::text", "%s::text", "%s::text", "%s::jsonb", "%s::text", "%s::boolean",
+    "%s::timestamptz", "%s::boolean", "%s::jsonb", "%s::integer", "%s::integer", "%s::integer",
+)  # fmt: skip
+_APPEND_CALL = f"SELECT * FROM memory_turn_append({', '.join(_APPEND_ARGS)})"
 
 
 class Appended(NamedTuple):
@@ -48,7 +50,13 @@ class Appended(NamedTuple):
 
 
 def turn_append_call(
-    new: TurnInput, plan: AppendPlan, count: SummaryCount, *, dirty: bool, db: BaseDatabaseWrapper
+    new: TurnInput,
+    plan: AppendPlan,
+    count: SummaryCount,
+    *,
+    dirty: bool,
+    db: BaseDatabaseWrapper,
+    access: AppendAccess | None = None,
 ) -> Appended | None:
     """``turn_append`` of checked input on PostgreSQL, as ``_turn_append_django`` does it, in
     one call of ``memory_turn_append()`` on ``db`` (the default database): one round trip, its
@@ -57,7 +65,9 @@ def turn_append_call(
     ``summary_tokens`` in the same ``UPDATE`` that takes the seq. Returns what was stored (the
     caller updates the cache with it), or ``None`` when a fact of ``plan`` changed between its
     read and the owner's lock (then nothing was written: the caller takes the general path).
-    Raises ``IdempotencyKeyReused`` as ``turn_append`` does.
+    Raises ``IdempotencyKeyReused`` as ``turn_append`` does. With ``access``, the same statement
+    reads the caller's token first and appends only for a caller who reaches the owner
+    (``token_lookup.reach_sql``); ``access.settle`` raises for any other.
 
     NOTE: the path of nearly every append, so it is one call of a function whose statements
     the server plans once per connection: the ORM's lock, update, insert, session update and
@@ -66,25 +76,38 @@ def turn_append_call(
     """
     owner_id, session_id, role, content, metadata, idempotency_key = new
     at = timezone.now()
-    row = prepared_fetchone(
-        db,
-        _APPEND_CALL,
-        [
-            owner_id,
-            session_id,
-            role,
-            content,
-            codec.dumps(metadata).decode(),
-            idempotency_key,
-            dirty,
-            at,
-            plan.defer,
-            codec.dumps(plan.facts).decode() if plan.facts is not None else None,
-            conf.MAX_FACTS,
-            count.tokens,
-            count.after,
-        ],
-    )
+    params = [
+        owner_id,
+        session_id,
+        role,
+        content,
+        codec.dumps(metadata).decode(),
+        idempotency_key,
+        dirty,
+        at,
+        plan.defer,
+        codec.dumps(plan.facts).decode() if plan.facts is not None else None,
+        conf.MAX_FACTS,
+        count.tokens,
+        count.after,
+    ]
+    if access is None:
+        row = prepared_fetchone(db, _APPEND_CALL, params)
+    else:
+        app_label, codename = access.permission.split(".")
+        row = prepared_fetchone(
+            db,
+            reach_sql(db.alias, "memory_turn_append", _APPEND_ARGS),
+            [owner_id, app_label, codename, access.key, *params],
+            idle_look=True,
+        )
+        access.settle(None if row is None else token_loaded(db.alias, row))
+        assert row is not None  # settle raises for no token
+        row = row[token_columns(db.alias) :]
+        if row[0] is None:
+            # NOTE: refused by the statement where settle let the caller through: nothing was
+            # written, and the general path writes as for any caller settle let through.
+            return None
     assert row is not None  # the SELECT of one function call: one row
     created, conflict, turn_pk, owner_pk, seq, stamp, prev, *stored = row[:12]
     pending_pk, written, skipped, summary_pk = row[12:16]

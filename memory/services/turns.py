@@ -17,7 +17,14 @@ from django.db.models import (
 from django.utils import timezone
 
 from memory import aio, cache
-from memory.appends import AppendPlan, SummaryCount, TurnInput, retry_checked, summary_count
+from memory.appends import (
+    AppendAccess,
+    AppendPlan,
+    SummaryCount,
+    TurnInput,
+    retry_checked,
+    summary_count,
+)
 from memory.exceptions import (
     database_guard,
 )
@@ -88,20 +95,29 @@ def turn_append(
     )
 
 
+def turn_append_reached(access: AppendAccess, **turn: Any) -> Turn:
+    """``turn_append(**turn)`` for a caller checked by ``access`` (``AppendAccess``): on
+    PostgreSQL in the append's own statement; on any other path, or before anything else is
+    read, by ``access.require()``. The caller settles ``access`` if this raises first."""
+    db = connections[DEFAULT_DB_ALIAS]
+    return _turn_append(**turn, fast=db.vendor == "postgresql", db=db, access=access)
+
+
 def _turn_append(
     owner_id: str,
     session_id: str,
     role: str,
     content: str,
-    metadata: Mapping[str, Any] | None,
-    idempotency_key: str | None,
+    metadata: Mapping[str, Any] | None = None,
+    idempotency_key: str | None = None,
     *,
     fast: bool,
     db: BaseDatabaseWrapper | None = None,
+    access: AppendAccess | None = None,
 ) -> Turn:
     """``turn_append`` after its checks and extraction plan: with ``fast`` the one-statement path
     unless a planned fact moved meanwhile, else ``_turn_append_django``. ``db``: the default
-    database's connection, when the caller has it."""
+    database's connection, when the caller has it; ``access``: as ``turn_append_reached``."""
     if db is None:
         db = connections[DEFAULT_DB_ALIAS]
     metadata = dict(metadata) if metadata is not None else {}
@@ -116,12 +132,12 @@ def _turn_append(
     # NOTE: on every path, once and before any lock: the general path below (SQLite, or
     # Postgres after a fact moved meanwhile) merges what it found under the lock, and never
     # runs the extractor again.
-    plan = _turn_facts_plan(owner_id, role, content, db)
+    plan = _turn_facts_plan(owner_id, role, content, db, access)
     new = TurnInput(owner_id, session_id, role, content, metadata, idempotency_key)
     count = summary_count(content)
     if fast:
         with cache.service_write(), database_guard():
-            done = turn_append_call(new, plan, count, dirty=cache.enabled(), db=db)
+            done = turn_append_call(new, plan, count, dirty=cache.enabled(), db=db, access=access)
             if done is not None and done.owner is not None:
                 cache.owner_changed(
                     done.owner,
@@ -137,6 +153,8 @@ def _turn_append(
                 _summary_enqueue(done.summary_pk)
             embedding_due(owner_id)
             return done.turn
+    if access is not None:
+        access.require()
     turn = _turn_append_django(new, plan, count)
     embedding_due(owner_id)
     return turn
@@ -193,10 +211,33 @@ def _turn_summary_count(owner: Owner, count: SummaryCount, at: Any) -> None:
         _summary_due(owner, at)
 
 
-def _turn_facts_plan(owner_id: str, role: str, content: str, db: BaseDatabaseWrapper) -> AppendPlan:
+def _turn_facts_plan(
+    owner_id: str,
+    role: str,
+    content: str,
+    db: BaseDatabaseWrapper,
+    access: AppendAccess | None = None,
+) -> AppendPlan:
     """Run the inline extractor on a user turn, before the transaction and holding no lock, and
     merge its findings into the owner's current facts of those keys. A bad fact is logged and
-    dropped; a failing extractor is logged, and the turn is stored without facts."""
+    dropped; a failing extractor is logged, and the turn is stored without facts. ``access`` is
+    required before the owner's facts are read."""
+
+    refused: list[Exception] = []
+
+    def facts_read(**keys: Any) -> dict[str, Any]:
+        if access is not None:
+            try:
+                access.require()
+            except Exception as e:
+                refused.append(e)
+                raise
+        return dict(
+            Fact.objects.filter(
+                fact_live(timezone.now()), owner__external_id=owner_id, **keys
+            ).values_list("key", "value")
+        )
+
     if role != Role.USER:
         return _NOTHING
     try:
@@ -205,13 +246,7 @@ def _turn_facts_plan(owner_id: str, role: str, content: str, db: BaseDatabaseWra
             return _NOTHING
         if extractor_deferred(extractor):
             return AppendPlan(defer=True)
-        held = LazyFacts(
-            lambda: dict(
-                Fact.objects.filter(
-                    fact_live(timezone.now()), owner__external_id=owner_id
-                ).values_list("key", "value")
-            )
-        )
+        held = LazyFacts(facts_read)
         # NOTE: inside a caller's transaction, a failing query must not abort it.
         with transaction.atomic() if db.in_atomic_block else nullcontext():
             found = list(extractor.extract(content, facts=held))
@@ -221,13 +256,11 @@ def _turn_facts_plan(owner_id: str, role: str, content: str, db: BaseDatabaseWra
             current = (
                 {key: value for key, value in held.items() if key in keys}
                 if held.loaded
-                else dict(
-                    Fact.objects.filter(
-                        fact_live(timezone.now()), owner__external_id=owner_id, key__in=keys
-                    ).values_list("key", "value")
-                )
+                else facts_read(key__in=keys)
             )
     except Exception:
+        if refused:
+            raise refused[0] from None
         extraction_logger.exception(
             "Fact extraction failed for a turn of %r; the turn is stored without facts.",
             owner_id,

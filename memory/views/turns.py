@@ -22,6 +22,8 @@ from memory.serializers import (
     TurnSerializer,
     turn_input_accepted,
 )
+from memory.services.turns import turn_append_reached
+from memory.views.access import TokenAccess, append_access
 from memory.views.base import MemoryView, _idempotency_key, _validated, owner_query_operation
 from memory.views.schema import (
     IDEMPOTENCY_KEY,
@@ -32,6 +34,26 @@ from memory.views.schema import (
 
 class TurnsView(MemoryView):
     """``users/{user_id}/turns/``: append a turn; list turns, oldest first."""
+
+    # NOTE: an append may leave DRF's checks to its own statement (``append_access``): one
+    # round trip for the request; any error before it runs the checks first, as DRF orders them.
+    _access: TokenAccess | None = None
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        self._access = append_access(request, self) if request.method == "POST" else None
+        super().initial(request, *args, **kwargs)
+
+    def perform_authentication(self, request: Request) -> None:
+        if self._access is None:
+            super().perform_authentication(request)
+
+    def check_permissions(self, request: Request) -> None:
+        if self._access is None:
+            super().check_permissions(request)
+
+    def check_throttles(self, request: Request) -> None:
+        if self._access is None:
+            super().check_throttles(request)
 
     @owner_operation(
         "turn_append",
@@ -47,11 +69,24 @@ class TurnsView(MemoryView):
         request=TurnInputSerializer,
     )
     def post(self, request: Request, user_id: str) -> Response:
-        idempotency_key = _idempotency_key(request)
-        data = turn_input_accepted(request.data)
-        if data is None:
-            data = _validated(TurnInputSerializer, request.data)
-        turn = services.turn_append(owner_id=user_id, idempotency_key=idempotency_key, **data)
+        access = self._access
+        try:
+            idempotency_key = _idempotency_key(request)
+            data = turn_input_accepted(request.data)
+            if data is None:
+                data = _validated(TurnInputSerializer, request.data)
+            if access is None:
+                turn = services.turn_append(
+                    owner_id=user_id, idempotency_key=idempotency_key, **data
+                )
+            else:
+                turn = turn_append_reached(
+                    access, owner_id=user_id, idempotency_key=idempotency_key, **data
+                )
+        except Exception:
+            if access is not None:
+                access.require()
+            raise
         # NOTE: a retry answers exactly as the first try did: 201 and the turn first stored.
         return Response(turn_payload(turn), status=status.HTTP_201_CREATED)
 
