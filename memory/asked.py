@@ -26,11 +26,25 @@ _ASSISTANT_ZH = re.compile(
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|my|me|mine|we|we're|we've|our|us)\b|我")
 
 
+# NOTE: "can you suggest", "could you recommend": a request for something new, not a question
+# about what the assistant said.
+_ASKING_NOW = re.compile(r"\b(?:can|could|would|will|won't)\s+$")
+
+
+def _about_said(text: str) -> bool:
+    """Whether ``text`` (lower-cased) names the assistant saying something, but in a request."""
+    for match in _ASSISTANT_EN.finditer(text):
+        if not _ASKING_NOW.search(text[: match.start()]):
+            return True
+    return _ASSISTANT_ZH.search(text) is not None
+
+
 def role_asked(q: str) -> str | None:
     """The side whose turns answer ``q``: ``assistant`` for a question about what the
-    assistant said, ``user`` for another question in the first person, else ``None``."""
+    assistant said ("what did you suggest", not "can you suggest"), ``user`` for another
+    question in the first person, else ``None``."""
     text = unicodedata.normalize("NFKC", q).lower()
-    if _ASSISTANT_EN.search(text) or _ASSISTANT_ZH.search(text):
+    if _about_said(text):
         return "assistant"
     if _FIRST_PERSON.search(text):
         return "user"
@@ -201,6 +215,20 @@ def stated(content: str) -> str:
         elif CJK_RUN_RE.search(sentence):
             kept.extend(_CLAUSE_RE.split(sentence)[:-1])
     return " ".join(kept)
+
+
+# NOTE: a statement that says something: so many words outside a turn's questions (CJK
+# characters count as words), more than a greeting or an opener ("Hi again!", "问一下，").
+STATED_WORDS = 4
+
+
+def says_of_self(content: str) -> bool:
+    """Whether ``content``, said by a user, tells something rather than only asks: at least
+    ``STATED_WORDS`` words outside its questions (``stated``), what they are, have, did or
+    like."""
+    words, runs = query_split(stated(content))
+    count = len(_WORD_RE.findall(words)) + sum(len(run) for run in runs) // 2
+    return count >= STATED_WORDS
 
 
 def slot_asked(q: str) -> frozenset[str]:

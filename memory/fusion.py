@@ -7,6 +7,7 @@ chosen one said yield to others). Pure Python over the candidates' features, no 
 
 from __future__ import annotations
 
+import heapq
 import math
 import unicodedata
 from typing import Any
@@ -17,6 +18,7 @@ from memory.asked import (
     repeat_terms,
     role_asked,
     says_change,
+    says_of_self,
     slot_asked,
     slot_held,
     stated,
@@ -75,6 +77,10 @@ SESSION_PENALTY = 0.1
 # sessions takes one place of the results, not five.
 REPEAT_PENALTY = 2.0
 REPEAT_SHARE = 0.6
+# NOTE: added to the ranking's logit (not the score's) of a user's turn that tells something
+# (``says_of_self``) in a question about the user: what a user said of themselves answers such
+# a question more often than a question they asked about the world.
+SELF_WEIGHT = 1.0
 # The results are chosen from the best this many times their number (at least 30).
 POOL_PER_RESULT = 3
 # A candidate gains this share of what its best neighbour in the session (the turn just before
@@ -94,6 +100,10 @@ SIMILAR_COVERAGE = 0.5
 ALIKE = 0.2
 SUPERSEDE_POOL = 10
 NEWER_MARGIN = 3.0
+# NOTE: and without a word of a change or a value asked, a later user's turn alike to a result
+# replaces it when it is at most this many logits less likely evidence: "the vet put him on
+# Acana" after "he has always eaten Royal Canin", for "what does my dog eat now?".
+SAME_SUBJECT_MARGIN = 3.0
 # NOTE: in a question asking for a value (a number, a name, a colour, a date, a place, a named
 # place of business, a reason, a feeling: ``slot_asked``), a result that holds none of that
 # kind (``slot_held``; for a question about the other side, nor the reply beside it) is
@@ -277,7 +287,8 @@ def ranked(
     density = DENSITY_USUAL if dated else search_density(candidates)
     own = {
         c.seq: (
-            candidate_logit(mode, c, asked=asked, cjk=cjk, present=present),
+            candidate_logit(mode, c, asked=asked, cjk=cjk, present=present)
+            + (SELF_WEIGHT if asked == c.role == "user" and says_of_self(c.content) else 0.0),
             candidate_score_logit(mode, c, asked=asked, cjk=cjk, present=present, density=density),
             c.session_id,
         )
@@ -291,50 +302,71 @@ def ranked(
         c.score_logit = _lifted(shown, [n[1] for n in near])
         c.logit = _lifted(logit, [n[0] for n in near]) + RECENCY_WEIGHT * late
     # NOTE: the best ``POOL_PER_RESULT`` times ``limit`` are chosen from: the penalties are
-    # bounded, so a candidate further down comes in only past many repeats; each pick marks the
-    # ones that repeat it, so choosing is O(limit x pool) set comparisons.
+    # bounded, so a candidate further down comes in only past many repeats. They only ever lower
+    # a candidate's logit, so the pool is a heap of logits at most as high as they are now: the
+    # top one whose logit is still that is the best by (logit held back, seq); another is put
+    # back lower. A candidate's words are read, and compared with the picks since its last look,
+    # only when it would be picked.
     ordered = sorted(candidates, key=lambda c: (-c.logit, -c.seq))
     pool = ordered[: max(limit * POOL_PER_RESULT, 30)]
-    terms = {c.pk: repeat_terms(c.content) for c in pool}
+    heap = [(-c.logit, -c.seq, i) for i, c in enumerate(pool)]
+    terms: dict[int, frozenset[str]] = {}
+    looked: dict[int, int] = {}
     repeated: set[int] = set()
-    # The pool's candidates a pick may still mark as repeating it: with terms, not marked yet.
-    unmarked = [c for c in pool if terms[c.pk]]
     chosen: list[Candidate] = []
     taken: dict[str, int] = {}
-    while pool and len(chosen) < limit:
-        # NOTE: the best by (logit held back, seq), as max() with a key would choose it, without
-        # a call and a tuple per candidate and pick.
-        best = pool[0]
-        best_logit = -math.inf
-        for c in pool:
-            logit = c.logit - SESSION_PENALTY * taken.get(c.session_id, 0)
-            if c.pk in repeated:
-                logit -= REPEAT_PENALTY
-            if logit > best_logit or (logit == best_logit and c.seq > best.seq):
-                best, best_logit = c, logit
-        pool.remove(best)
-        chosen.append(best)
-        taken[best.session_id] = taken.get(best.session_id, 0) + 1
-        said = terms[best.pk]
-        if said:
-            still = []
-            for c in unmarked:
-                if c is best:
-                    continue
-                held = terms[c.pk]
-                if not held.isdisjoint(said) and len(held & said) >= REPEAT_SHARE * min(
-                    len(held), len(said)
-                ):
-                    repeated.add(c.pk)
-                else:
-                    still.append(c)
-            unmarked = still
-        else:
-            unmarked = [c for c in unmarked if c is not best]
+    while heap and len(chosen) < limit:
+        top, seq, i = heapq.heappop(heap)
+        c = pool[i]
+        logit = c.logit - SESSION_PENALTY * taken.get(c.session_id, 0)
+        if c.pk in repeated:
+            logit -= REPEAT_PENALTY
+        elif logit == -top and _repeats(c, chosen, looked, terms):
+            repeated.add(c.pk)
+            logit -= REPEAT_PENALTY
+        if logit != -top:
+            heapq.heappush(heap, (-logit, seq, i))
+            continue
+        chosen.append(c)
+        taken[c.session_id] = taken.get(c.session_id, 0) + 1
     if present:
         chosen = superseded(chosen, ordered[:SUPERSEDE_POOL], limit, q)
     _slot_checked(chosen, candidates, q, terms)
     return chosen
+
+
+def _repeats(
+    c: Candidate,
+    chosen: list[Candidate],
+    looked: dict[int, int],
+    terms: dict[int, frozenset[str]],
+) -> bool:
+    """Whether ``c`` says again what a pick of ``chosen`` it has not been compared with yet said
+    (at least ``REPEAT_SHARE`` of the shorter one's ``repeat_terms``); ``looked`` counts the
+    picks each has been compared with, ``terms`` keeps what each says."""
+    start = looked.get(c.pk, 0)
+    looked[c.pk] = len(chosen)
+    if start == len(chosen):
+        return False
+    held = _terms(c, terms)
+    if not held:
+        return False
+    for b in chosen[start:]:
+        said = _terms(b, terms)
+        if (
+            said
+            and not held.isdisjoint(said)
+            and len(held & said) >= REPEAT_SHARE * min(len(held), len(said))
+        ):
+            return True
+    return False
+
+
+def _terms(c: Candidate, terms: dict[int, frozenset[str]]) -> frozenset[str]:
+    found = terms.get(c.pk)
+    if found is None:
+        found = terms[c.pk] = repeat_terms(c.content)
+    return found
 
 
 def superseded(
@@ -366,6 +398,10 @@ def superseded(
             and (
                 ((c.pk in old.alike or old.pk in c.alike) and c.change)
                 or (holds[c.pk] and holds[old.pk] and c.logit >= old.logit - NEWER_MARGIN)
+                or (
+                    (c.pk in old.alike or old.pk in c.alike)
+                    and c.logit >= old.logit - SAME_SUBJECT_MARGIN
+                )
             )
         ]
         if later:

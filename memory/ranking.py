@@ -4,6 +4,7 @@ features both rankings of a hybrid search read."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -104,6 +105,10 @@ class WordRanking:
         self.avgdl = avgdl
         self.hits = hits
 
+    @functools.cached_property
+    def _most(self) -> float:
+        return sum(self.idf.values()) * (BM25_K1 + 1) / (1 + BM25_K1 * (1 - BM25_B))
+
     def bm25(self, length: int, terms: list[str]) -> float:
         """The BM25 of a turn of ``length`` words holding ``terms`` (each once) of the query."""
         weight = sum(self.idf.get(term, 0.0) for term in terms)
@@ -113,7 +118,7 @@ class WordRanking:
     def coverage(self, length: int, terms: list[str]) -> float:
         """``bm25`` over the most a turn could score: in [0, 1], how much of the query the turn
         matches, and how little else it says."""
-        total = sum(self.idf.values()) * (BM25_K1 + 1) / (1 + BM25_K1 * (1 - BM25_B))
+        total = self._most
         if total <= 0:
             return 0.0
         return min(1.0, self.bm25(length, terms) / total)
@@ -127,12 +132,17 @@ APART_SHARE = 0.7
 def as_written(q: str, content: str) -> float:
     """1 where ``content`` holds each CJK run of ``q`` of three characters or more as written
     (or ``q`` has none), else ``APART_SHARE`` times the share it holds."""
-    runs = [run for run in query_split(q)[1] if len(run) > 2]
+    runs = _long_runs(q)
     if not runs:
         return 1.0
     text = unicodedata.normalize("NFKC", content)
     held = sum(run in text for run in runs)
     return 1.0 if held == len(runs) else APART_SHARE * (1 + held) / (1 + len(runs))
+
+
+@functools.lru_cache(maxsize=64)
+def _long_runs(q: str) -> tuple[str, ...]:
+    return tuple(run for run in query_split(q)[1] if len(run) > 2)
 
 
 def query_terms(q: str) -> tuple[str, list[str]]:

@@ -147,10 +147,10 @@ def _this_weekend(now: dt.datetime) -> Range:
     return monday + dt.timedelta(days=5), monday + dt.timedelta(days=7)
 
 
-def _season(now: dt.datetime, first: int, last: bool) -> Range:
+def _season(now: dt.datetime, first: int, last: bool, this: bool = False) -> Range:
     """The season starting in month ``first``: the latest one begun before now (``last``: the
-    latest one over before now)."""
-    year = now.year if now.month >= first else now.year - 1
+    latest one over before now; ``this``: this year's, which may be still to come)."""
+    year = now.year if this or now.month >= first else now.year - 1
     if first == 12 and now.month < 3:
         year = now.year - 1
     start, end = _months(year, first, 3)
@@ -191,7 +191,9 @@ _EN: list[tuple[str, _Build]] = [
     (r"\bthis year\b", lambda m, now: _months(now.year, 1, 12)),
     (
         r"\b(last|this|past) (spring|summer|autumn|fall|winter)\b",
-        lambda m, now: _season(now, _SEASONS[m.group(2)], m.group(1) != "this"),
+        lambda m, now: _season(
+            now, _SEASONS[m.group(2)], m.group(1) != "this", this=m.group(1) == "this"
+        ),
     ),
     (
         r"\b(\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|couple of|few)"
@@ -214,7 +216,31 @@ _EN: list[tuple[str, _Build]] = [
         lambda m, now: _months(now.year, 1, 2),
     ),
     (r"\b(?:(?:over|at|during|around|for) )?christmas\b", lambda m, now: _christmas(now)),
+    (r"\b(?:(?:over|at|during|around|for) )?easter\b", lambda m, now: _easter(now)),
 ]
+
+
+def easter_day(year: int) -> dt.date:
+    """Easter Sunday of ``year`` in the Gregorian calendar (the anonymous computus)."""
+    a, b, c = year % 19, year // 100, year % 100
+    d, e = divmod(b, 4)
+    g = (8 * b + 13) // 25
+    h = (19 * a + b - d - g + 15) % 30
+    i, k = divmod(c, 4)
+    weekday = (32 + 2 * e + 2 * i - h - k) % 7
+    m = (a + 11 * h + 19 * weekday) // 433
+    month, day = divmod(h + weekday - 7 * m + 114, 31)
+    return dt.date(year, month, day + 1)
+
+
+def _easter(now: dt.datetime) -> Range:
+    """The last Easter weekend begun before ``now``: Good Friday to Easter Monday."""
+    year = now.year
+    day = easter_day(year)
+    if dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC) - dt.timedelta(days=2) > now:
+        day = easter_day(year - 1)
+    start = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC) - dt.timedelta(days=2)
+    return start, start + dt.timedelta(days=4)
 
 
 def _christmas(now: dt.datetime) -> Range:
@@ -253,6 +279,7 @@ _ZH: list[tuple[str, _Build]] = [
     (r"(去年|今年)?(?:春节|过年)", lambda m, now: _spring_festival(now, m.group(1))),
     (r"(去年|今年)?年初", lambda m, now: _months(now.year - (m.group(1) == "去年"), 1, 2)),
     (r"圣诞", lambda m, now: _christmas(now)),
+    (r"复活节", lambda m, now: _easter(now)),
     (
         r"(去年|今年)?(春|夏|秋|冬)(?:天|季|初|末)",
         lambda m, now: _zh_season(now, m.group(1), _ZH_SEASONS[m.group(2)]),

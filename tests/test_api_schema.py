@@ -204,6 +204,23 @@ def test_pages_have_limit_cursor_and_next(schema, operation_id):
     assert page["properties"]["next"]["type"] == ["string", "null"]
 
 
+def test_each_operation_is_tagged_with_the_entity_of_its_view_module(schema):
+    tags = {operation_id: op["tags"] for operation_id, op in operations(schema).items()}
+    assert tags["turn_append"] == tags["turn_list"] == tags["turn_search"] == ["turns"]
+    assert tags["context_get"] == tags["context_messages"] == tags["summary_get"] == ["context"]
+    assert tags["session_list"] == ["sessions"]
+    assert tags["memory_forget"] == tags["memory_link"] == tags["owner_export"] == ["users"]
+    assert {tag for tagged in tags.values() for tag in tagged} == {
+        "turns",
+        "context",
+        "facts",
+        "sessions",
+        "users",
+        "tools",
+        "health",
+    }
+
+
 def test_a_deleted_facts_history_is_linked_from_the_delete(schema):
     links = operations(schema)["fact_delete"]["responses"]["204"]["links"]
     assert links["FactHistory"]["operationId"] == "fact_history"

@@ -75,7 +75,7 @@ def test_stale_fill_after_a_write_is_refused(django_capture_on_commit_callbacks)
     stale, complete = selectors.context.database_read("wang", 51)
     with django_capture_on_commit_callbacks(execute=True):
         append("wang", "two")
-    stored = cache.copy.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
+    stored = cache.copy.copy_fill(owner_id="wang", loaded=cache.Loaded(stale, complete))
     assert stored is cache.copy.Fill.REFUSED
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
@@ -92,7 +92,7 @@ def test_fill_before_a_committed_writes_cache_update_is_caught_up(
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         append("wang", "two")
     assert (
-        cache.copy.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
+        cache.copy.copy_fill(owner_id="wang", loaded=cache.Loaded(stale, complete))
         is cache.copy.Fill.UNCLAIMED
     )
     for callback in callbacks:
@@ -114,8 +114,7 @@ def test_fill_that_already_holds_the_write_is_not_doubled(django_capture_on_comm
     assert (
         cache.copy.copy_fill(
             owner_id="wang",
-            snapshot=cache.Snapshot(before, mixed.turns, mixed.facts),
-            complete=complete,
+            loaded=cache.Loaded(cache.Snapshot(before, mixed.turns, mixed.facts), complete),
         )
         is cache.copy.Fill.UNCLAIMED
     )
@@ -133,7 +132,7 @@ def test_stale_fill_after_forget_cannot_resurrect_memory(django_capture_on_commi
     with django_capture_on_commit_callbacks(execute=True):
         services.memory_forget(owner_id="wang")
     assert (
-        cache.copy.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
+        cache.copy.copy_fill(owner_id="wang", loaded=cache.Loaded(stale, complete))
         is cache.copy.Fill.REFUSED
     )
     assert selectors.context_get(owner_id="wang")["turns"] == []
@@ -146,7 +145,7 @@ def test_stale_fill_after_fact_change_is_refused(django_capture_on_commit_callba
     with django_capture_on_commit_callbacks(execute=True):
         services.fact_put(owner_id="wang", key="name", value="Wang Jianguo")
     assert (
-        cache.copy.copy_fill(owner_id="wang", snapshot=stale, complete=complete)
+        cache.copy.copy_fill(owner_id="wang", loaded=cache.Loaded(stale, complete))
         is cache.copy.Fill.REFUSED
     )
     assert selectors.context_get(owner_id="wang")["facts"] == {"name": "Wang Jianguo"}
@@ -297,7 +296,7 @@ def test_a_copy_after_any_deltas_reads_as_its_turns_and_facts(
         held = held[-depth:]
         stamp, seq, facts = 10, len(filled), {}
         stored = cache.copy.copy_fill(
-            owner_id="prop", snapshot=Snapshot(stamp, held, []), complete=complete
+            owner_id="prop", loaded=cache.Loaded(Snapshot(stamp, held, []), complete)
         )
         assert stored is cache.copy.Fill.UNCLAIMED
         for texts, repeat, fact in deltas:

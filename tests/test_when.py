@@ -81,6 +81,10 @@ def test_questions_without_a_calendar_time_name_none(q):
         ("三月份我给爸爸买了什么？", ("2026-03-01", "2026-04-01")),
         # A season still to come this year names nothing before now: this year, then.
         ("今年夏初我做了什么菜？", ("2026-01-01", "2027-01-01")),
+        # Easter: Good Friday to Easter Monday, the last begun (2026: April 5).
+        ("Who came to stay with us over Easter?", ("2026-04-03", "2026-04-07")),
+        ("复活节我们去了哪里？", ("2026-04-03", "2026-04-07")),
+        ("what did I do this spring", ("2026-03-01", "2026-06-01")),
     ],
 )
 def test_more_times_named(q, days):
@@ -99,10 +103,26 @@ def test_more_times_named(q, days):
         "What should I cook tonight?",
         "这周末推荐去哪玩？",
         "我今天应该穿什么？",
+        # This winter is still to come: not the winter that is over.
+        "Suggest somewhere for me to go on holiday this winter.",
     ],
 )
 def test_a_request_or_a_plan_for_a_time_around_now_is_not_a_filter(q):
     assert when.when_in_query(q, NOW) == (None, q)
+
+
+def test_easter_day_by_the_computus():
+    assert [when.easter_day(y) for y in (2000, 2019, 2024, 2025, 2026, 2285)] == [
+        dt.date(2000, 4, 23),
+        dt.date(2019, 4, 21),
+        dt.date(2024, 3, 31),
+        dt.date(2025, 4, 20),
+        dt.date(2026, 4, 5),
+        dt.date(2285, 3, 22),
+    ]
+    # Before this year's Good Friday, Easter is last year's.
+    named, _ = when.when_in_query("over Easter", dt.datetime(2026, 3, 1, tzinfo=dt.UTC))
+    assert named is not None and named[0].date() == dt.date(2025, 4, 18) - when.MARGIN
 
 
 def test_a_past_question_about_a_time_around_now_is_still_a_filter():

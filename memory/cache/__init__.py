@@ -102,7 +102,7 @@ from typing import Literal
 
 from memory.cache.aio import aread_through
 from memory.cache.client import enabled
-from memory.cache.copy import Snapshot, ping, stats
+from memory.cache.copy import Loaded, Snapshot, ping, stats
 from memory.cache.limits import window_count
 from memory.cache.readthrough import Source, read_through
 from memory.cache.repair import run_once
@@ -140,6 +140,7 @@ def reset() -> None:
 
 
 __all__ = [
+    "Loaded",
     "OwnerWrite",
     "Snapshot",
     "Source",

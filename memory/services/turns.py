@@ -100,6 +100,7 @@ def turn_append_reached(access: AppendAccess, **turn: Any) -> Turn:
     PostgreSQL in the append's own statement; on any other path, or before anything else is
     read, by ``access.require()``. The caller settles ``access`` if this raises first."""
     db = connections[DEFAULT_DB_ALIAS]
+    turn = {"metadata": None, "idempotency_key": None, **turn}
     return _turn_append(**turn, fast=db.vendor == "postgresql", db=db, access=access)
 
 
@@ -108,8 +109,8 @@ def _turn_append(
     session_id: str,
     role: str,
     content: str,
-    metadata: Mapping[str, Any] | None = None,
-    idempotency_key: str | None = None,
+    metadata: Mapping[str, Any] | None,
+    idempotency_key: str | None,
     *,
     fast: bool,
     db: BaseDatabaseWrapper | None = None,

@@ -7,10 +7,9 @@ The error mapping, the parser, the renderer and the schema's parts live in ``exc
 
 from __future__ import annotations
 
-import functools
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -33,7 +32,7 @@ from memory.views.exceptions import (
 )
 from memory.views.parsers import JSONParser
 from memory.views.renderers import JSONRenderer
-from memory.views.schema import MemorySchema, owner_operation
+from memory.views.schema import MemorySchema
 
 __all__ = ["IF_MATCH_RE", "MemoryView", "not_found", "request_actor"]
 
@@ -46,30 +45,6 @@ def _validated(serializer_class: type[Serializer[Any]], data: Any) -> dict[str, 
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data  # type: ignore[no-any-return]
-
-
-_Handler = Callable[..., Response]
-
-
-def owner_query_operation(
-    query: type[Serializer[Any]],
-    *operation: Any,
-    parameters: Sequence[Any] = (),
-    **options: Any,
-) -> Callable[[_Handler], _Handler]:
-    """``owner_operation`` of a read whose query string ``query`` both declares (after
-    ``parameters``) and checks: the handler gets the checked query as ``query=``; a bad query is a
-    400 before it runs."""
-
-    def decorator(handler: _Handler) -> _Handler:
-        @functools.wraps(handler)
-        def checked(self: APIView, request: Request, *path: Any, **kwargs: Any) -> Response:
-            checked_query = _validated(query, request.query_params.dict())
-            return handler(self, request, *path, query=checked_query, **kwargs)
-
-        return owner_operation(*operation, parameters=[*parameters, query], **options)(checked)
-
-    return decorator
 
 
 def _idempotency_key(request: Request) -> str | None:
@@ -112,6 +87,9 @@ class MemoryView(APIView):
     permission_classes = [CanReachOwner]
     parser_classes = [JSONParser]
     schema = MemorySchema()
+    # The query string of ``get``: in its schema, checked before it runs (a 400), as ``self.query``.
+    query_serializer: type[Serializer[Any]] | None = None
+    query: dict[str, Any]
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
@@ -120,6 +98,8 @@ class MemoryView(APIView):
         repeated = sorted({k for k, v in request.query_params.lists() if len(v) > 1})
         if repeated:
             raise exceptions.ValidationError({k: ["Give this parameter once."] for k in repeated})
+        if self.query_serializer is not None and request.method in ("GET", "HEAD"):
+            self.query = _validated(self.query_serializer, request.query_params.dict())
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from django.urls import URLPattern, path
 from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,18 +15,17 @@ from memory.serializers import (
     ContextSerializer,
     SummarySerializer,
 )
-from memory.views.base import MemoryView, _validated, owner_query_operation
-from memory.views.schema import BUDGET_400, owner_operation
+from memory.views.base import MemoryView, _validated
+from memory.views.schema import owner_read
 
 
 class ContextView(MemoryView):
     """``users/{user_id}/context/``: the facts and last turns, for the next model call."""
 
-    @owner_operation(
+    @owner_read(
         "context_get",
         "The context for the next reply",
-        {200: ContextSerializer},
-        tag="context",
+        ContextSerializer,
         parameters=[ContextQuerySerializer],
     )
     def get(self, request: Request, user_id: str) -> Response:
@@ -42,15 +40,15 @@ class ContextView(MemoryView):
 class ContextMessagesView(MemoryView):
     """``users/{user_id}/context/messages/``: the context as an LLM chat API's messages."""
 
-    @owner_query_operation(
-        ContextMessagesQuerySerializer,
+    query_serializer = ContextMessagesQuerySerializer
+
+    @owner_read(
         "context_messages",
         "The context as model messages, within a token budget",
-        {200: ContextMessagesSerializer},
-        tag="context",
-        bad_input=BUDGET_400,
+        ContextMessagesSerializer,
     )
-    def get(self, request: Request, user_id: str, *, query: dict[str, Any]) -> Response:
+    def get(self, request: Request, user_id: str) -> Response:
+        query = self.query
         heavy = limits.context_heavy(turns=query.get("turns"), max_tokens=query.get("max_tokens"))
         if heavy or "query" in query:
             # NOTE: a recall is a search: it takes a heavy-read slot as search does.
@@ -61,14 +59,20 @@ class ContextMessagesView(MemoryView):
 class SummaryView(MemoryView):
     """``users/{user_id}/summary/``: the owner's summary of its older turns; 404 while none."""
 
-    @owner_operation(
+    @owner_read(
         "summary_get",
         "The summary of the user's turns 1..through_seq (404 while there is none)",
-        {200: SummarySerializer},
-        tag="context",
+        SummarySerializer,
     )
     def get(self, request: Request, user_id: str) -> Response:
         summary = selectors.summary_get(owner_id=user_id)
         if summary is None:
             raise exceptions.NotFound("The user has no summary yet.")
         return Response(summary)
+
+
+urlpatterns: list[URLPattern] = [
+    path("context/", ContextView.as_view(), name="context"),
+    path("context/messages/", ContextMessagesView.as_view(), name="context-messages"),
+    path("summary/", SummaryView.as_view(), name="summary"),
+]

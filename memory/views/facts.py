@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from django.urls import URLPattern, path, register_converter
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
 from rest_framework.request import Request
@@ -27,11 +26,9 @@ from memory.views.base import (
     _if_match,
     _next_url,
     _validated,
-    owner_query_operation,
     request_actor,
 )
 from memory.views.schema import (
-    CURSOR_400,
     EXPIRED_400,
     FACT_KEY,
     IF_MATCH,
@@ -39,13 +36,14 @@ from memory.views.schema import (
     READ_ERRORS,
     WRITE_ERRORS,
     owner_operation,
+    owner_read,
 )
 
 
 class FactsView(MemoryView):
     """``users/{user_id}/facts/``: every fact; merge several at once."""
 
-    @owner_operation("fact_list", "List facts, by key", {200: FactListSerializer}, tag="facts")
+    @owner_read("fact_list", "List facts, by key", FactListSerializer)
     def get(self, request: Request, user_id: str) -> Response:
         return Response({"facts": selectors.fact_list(owner_id=user_id)})
 
@@ -54,7 +52,6 @@ class FactsView(MemoryView):
         "Set several facts; answer with all facts",
         {200: FactListSerializer},
         WRITE_ERRORS,
-        tag="facts",
         request=FactsMergeInputSerializer,
         bad_input=MAX_FACTS_400 + " Nothing is set.",
     )
@@ -68,12 +65,8 @@ class FactView(MemoryView):
     """``users/{user_id}/facts/{key}/``: read, set or delete one fact, the writes optionally with
     If-Match."""
 
-    @owner_operation(
-        "fact_get",
-        "One fact (404 if there is none)",
-        {200: FactSerializer},
-        tag="facts",
-        parameters=[FACT_KEY],
+    @owner_read(
+        "fact_get", "One fact (404 if there is none)", FactSerializer, parameters=[FACT_KEY]
     )
     def get(self, request: Request, user_id: str, key: str) -> Response:
         return Response(selectors.fact_get(owner_id=user_id, key=key))
@@ -86,7 +79,6 @@ class FactView(MemoryView):
             201: OpenApiResponse(FactSerializer, description="The fact, created."),
         },
         (*WRITE_ERRORS, 412),
-        tag="facts",
         parameters=[FACT_KEY, IF_MATCH],
         request=FactPutInputSerializer,
         bad_input=EXPIRED_400,
@@ -108,7 +100,6 @@ class FactView(MemoryView):
         "Delete one fact (404 if there is none)",
         {204: OpenApiResponse(description="Deleted; its history keeps a deleted version.")},
         (*READ_ERRORS, 412),
-        tag="facts",
         parameters=[FACT_KEY, IF_MATCH],
     )
     def delete(self, request: Request, user_id: str, key: str) -> Response:
@@ -125,19 +116,39 @@ class FactView(MemoryView):
 class FactHistoryView(MemoryView):
     """``users/{user_id}/facts/{key}/history/``: the versions of one fact, newest first, paged."""
 
-    @owner_query_operation(
-        PageQuerySerializer,
+    query_serializer = PageQuerySerializer
+
+    @owner_read(
         "fact_history",
         "Versions of one fact, newest first (404 if the key never existed)",
-        {200: FactHistorySerializer},
-        tag="facts",
+        FactHistorySerializer,
         parameters=[FACT_KEY],
-        bad_input=CURSOR_400,
     )
-    def get(self, request: Request, user_id: str, key: str, *, query: dict[str, Any]) -> Response:
-        versions, cursor = selectors.fact_history(owner_id=user_id, key=key, **query)
-        if not versions and "cursor" not in query:
+    def get(self, request: Request, user_id: str, key: str) -> Response:
+        versions, cursor = selectors.fact_history(owner_id=user_id, key=key, **self.query)
+        if not versions and "cursor" not in self.query:
             # NOTE: every key ever set has at least one version, so an empty history means
             # no such fact (or a forgotten owner): a 404, like a DELETE of it.
             raise FactNotFound(key)
         return Response({"results": versions, "next": _next_url(request, cursor)})
+
+
+class FactKeyConverter:
+    """``<fact_key:key>``: 1-64 lower-case letters, digits and ``_ - .``, not only dots."""
+
+    # NOTE: the lookahead ends at the segment's end, so "facts/../" (or %2E%2E) matches no fact URL.
+    regex = r"(?!\.+(?![a-z0-9_\-.]))[a-z0-9_\-.]{1,64}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(FactKeyConverter, "fact_key")
+urlpatterns: list[URLPattern] = [
+    path("facts/", FactsView.as_view(), name="facts"),
+    path("facts/<fact_key:key>/", FactView.as_view(), name="fact"),
+    path("facts/<fact_key:key>/history/", FactHistoryView.as_view(), name="fact-history"),
+]

@@ -22,10 +22,12 @@ from memory.serializers import (
     MAX_FACTS_PER_MERGE,
     AnyJSONField,
     ContentField,
+    ContextMessagesQuerySerializer,
     ErrorSerializer,
     FactsMapField,
     JSONValueField,
     MetadataField,
+    PageQuerySerializer,
     SearchModeField,
 )
 from memory.validators import (
@@ -254,6 +256,11 @@ BUDGET_400 = (
     f"{BAD_INPUT}, or a max_tokens under what the user's facts alone take (their system "
     "message is always sent whole)."
 )
+# The 400 of a read whose query string refuses more than its fields' types.
+QUERY_400: dict[Any, str] = {
+    PageQuerySerializer: CURSOR_400,
+    ContextMessagesQuerySerializer: BUDGET_400,
+}
 
 
 def schema_responses(
@@ -275,13 +282,19 @@ def schema_responses(
 _Handler = TypeVar("_Handler", bound=Callable[..., Any])
 
 
+def owner_read(
+    operation_id: str, summary: str, result: Any, **options: Any
+) -> Callable[[_Handler], _Handler]:
+    """``owner_operation`` of a read: ``result`` answered with a 200, or one of ``READ_ERRORS``."""
+    return owner_operation(operation_id, summary, {200: result}, **options)
+
+
 def owner_operation(
     operation_id: str,
     summary: str,
     success: dict[int, Any],
     errors: tuple[int, ...] = READ_ERRORS,
     *,
-    tag: str,
     parameters: Sequence[Any] = (),
     request: Any = empty,
     bad_input: str | None = None,
@@ -296,7 +309,6 @@ def owner_operation(
         responses=schema_responses(success, errors, bad_input),
         description=description,
         summary=summary,
-        tags=[tag],
     )
 
 
@@ -341,14 +353,31 @@ LINKS: dict[str, dict[str, dict[str, Any]]] = {
 
 
 class MemorySchema(AutoSchema):
-    """drf-spectacular's schema, plus the OpenAPI links of ``LINKS`` on success responses, and
-    the body a view's ``body_schema()`` gives, where it has one, in place of its serializer's."""
+    """drf-spectacular's schema, plus: the tag of a view's operations, the name of its module
+    (``views/turns.py``: ``turns``); the ``query_serializer`` of its ``get`` and that query's
+    ``QUERY_400``; the OpenAPI links of ``LINKS`` on success responses; and the body a view's
+    ``body_schema()`` gives, where it has one, in place of its serializer's."""
+
+    def get_tags(self) -> list[str]:
+        return [type(self.view).__module__.rpartition(".")[2]]
+
+    def _query(self) -> Any:
+        return getattr(self.view, "query_serializer", None) if self.method == "GET" else None
+
+    def get_override_parameters(self) -> list[Any]:
+        query = self._query()
+        parameters = list(super().get_override_parameters())
+        return parameters if query is None else [*parameters, query]
 
     def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         operation = super().get_operation(*args, **kwargs)
         body_schema = getattr(self.view, "body_schema", None)
         if operation is not None and body_schema is not None and "requestBody" in operation:
             operation["requestBody"]["content"] = {"application/json": {"schema": body_schema()}}
+        if operation is not None and "400" in operation["responses"]:
+            bad_input = QUERY_400.get(self._query())
+            if bad_input is not None:
+                operation["responses"]["400"]["description"] = bad_input
         if operation is not None:
             for code, response in operation["responses"].items():
                 if code.startswith("2") and operation["operationId"] in LINKS:

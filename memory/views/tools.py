@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from django.urls import URLPattern, path
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
@@ -147,7 +148,6 @@ def tool_view(name: str) -> Any:
         f"Run the tool {name} on the user's memory",
         {200: ToolCallResultSerializer},
         WRITE_ERRORS,
-        tag="tools",
         request=ToolCallInputSerializer,
         bad_input=TOOL_CALL_400,
         description=TOOLS[name].description,
@@ -163,3 +163,10 @@ def tool_view(name: str) -> Any:
     }
     view: type[ToolCallView] = type(f"ToolCallView_{name}", (ToolCallView,), attributes)
     return view.as_view()
+
+
+# NOTE: before ``tools/<str:name>/``, so that each tool's own view answers it in the schema.
+urlpatterns: list[URLPattern] = [
+    *(path(f"tools/{name}/", tool_view(name)) for name in TOOLS),
+    path("tools/<str:name>/", ToolCallView.as_view(), name="tool-call"),
+]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.urls import URLPattern, path
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
 from rest_framework.request import Request
@@ -24,16 +25,19 @@ from memory.serializers import (
 )
 from memory.services.turns import turn_append_reached
 from memory.views.access import TokenAccess, append_access
-from memory.views.base import MemoryView, _idempotency_key, _validated, owner_query_operation
+from memory.views.base import MemoryView, _idempotency_key, _validated
 from memory.views.schema import (
     IDEMPOTENCY_KEY,
     WRITE_ERRORS,
     owner_operation,
+    owner_read,
 )
 
 
 class TurnsView(MemoryView):
     """``users/{user_id}/turns/``: append a turn; list turns, oldest first."""
+
+    query_serializer = TurnListQuerySerializer
 
     # NOTE: an append may leave DRF's checks to its own statement (``append_access``): one
     # round trip for the request; any error before it runs the checks first, as DRF orders them.
@@ -64,7 +68,6 @@ class TurnsView(MemoryView):
             )
         },
         (*WRITE_ERRORS, 422),
-        tag="turns",
         parameters=[IDEMPOTENCY_KEY],
         request=TurnInputSerializer,
     )
@@ -90,14 +93,9 @@ class TurnsView(MemoryView):
         # NOTE: a retry answers exactly as the first try did: 201 and the turn first stored.
         return Response(turn_payload(turn), status=status.HTTP_201_CREATED)
 
-    @owner_query_operation(
-        TurnListQuerySerializer,
-        "turn_list",
-        "List turns, oldest first",
-        {200: TurnPageSerializer},
-        tag="turns",
-    )
-    def get(self, request: Request, user_id: str, *, query: dict[str, Any]) -> Response:
+    @owner_read("turn_list", "List turns, oldest first", TurnPageSerializer)
+    def get(self, request: Request, user_id: str) -> Response:
+        query = self.query
         if limits.page_heavy(limit=query["limit"]):
             self.heavy_read(request, user_id)
         turns, more = selectors.turn_list(owner_id=user_id, max_bytes=conf.MAX_PAGE_BYTES, **query)
@@ -110,13 +108,15 @@ class TurnsView(MemoryView):
 class SearchView(MemoryView):
     """``users/{user_id}/search/?q=``: the owner's turns that match a text, best match first."""
 
-    @owner_query_operation(
-        SearchQuerySerializer,
-        "turn_search",
-        "Search turns by content, best match first",
-        {200: TurnSearchSerializer},
-        tag="turns",
-    )
-    def get(self, request: Request, user_id: str, *, query: dict[str, Any]) -> Response:
+    query_serializer = SearchQuerySerializer
+
+    @owner_read("turn_search", "Search turns by content, best match first", TurnSearchSerializer)
+    def get(self, request: Request, user_id: str) -> Response:
         self.heavy_read(request, user_id)
-        return Response({"results": selectors.turn_search(owner_id=user_id, **query)})
+        return Response({"results": selectors.turn_search(owner_id=user_id, **self.query)})
+
+
+urlpatterns: list[URLPattern] = [
+    path("turns/", TurnsView.as_view(), name="turns"),
+    path("search/", SearchView.as_view(), name="search"),
+]

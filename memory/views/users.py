@@ -1,44 +1,29 @@
-"""``users/{user_id}/``: forget; its sessions; linking an anonymous owner."""
+"""``users/{user_id}/``: the owner as a whole: forget it, link an anonymous owner to it, export its
+whole memory as one JSON document, streamed."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.http import Http404
+from django.http import Http404, StreamingHttpResponse
+from django.urls import URLPattern, path
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from memory import selectors, services
+from memory.downloads import export_response
 from memory.permissions import can_reach
 from memory.serializers import (
+    ExportSerializer,
     LinkInputSerializer,
     LinkResultSerializer,
-    PageQuerySerializer,
-    SessionListSerializer,
 )
-from memory.views.base import MemoryView, _next_url, _validated, owner_query_operation
+from memory.views.base import MemoryView, _validated
 from memory.views.schema import (
-    CURSOR_400,
     WRITE_ERRORS,
     owner_operation,
+    owner_read,
 )
-
-
-class SessionsView(MemoryView):
-    """``users/{user_id}/sessions/``: the session labels of the owner's turns, paged."""
-
-    @owner_query_operation(
-        PageQuerySerializer,
-        "session_list",
-        "List sessions, most recently seen first",
-        {200: SessionListSerializer},
-        tag="sessions",
-        bad_input=CURSOR_400,
-    )
-    def get(self, request: Request, user_id: str, *, query: dict[str, Any]) -> Response:
-        sessions, cursor = selectors.session_list(owner_id=user_id, **query)
-        return Response({"results": sessions, "next": _next_url(request, cursor)})
 
 
 class UserView(MemoryView):
@@ -48,7 +33,6 @@ class UserView(MemoryView):
         "memory_forget",
         "Forget the user: every turn, fact, version and session",
         {204: None},
-        tag="users",
     )
     def delete(self, request: Request, user_id: str) -> Response:
         services.memory_forget(owner_id=user_id)
@@ -63,7 +47,6 @@ class LinkView(MemoryView):
         "Link an anonymous user to this one (idempotent)",
         {200: LinkResultSerializer},
         WRITE_ERRORS,
-        tag="users",
         request=LinkInputSerializer,
         bad_input='Invalid input, as {"field": ["message"]}; also a query parameter given '
         "twice, or a user linked to itself.",
@@ -75,3 +58,35 @@ class LinkView(MemoryView):
             raise Http404
         result = services.memory_link(owner_id=user_id, from_owner_id=from_user_id)
         return Response(result._asdict())
+
+
+class ExportView(MemoryView):
+    """``users/{user_id}/export/``: every fact, version, turn and session of the owner."""
+
+    @owner_read(
+        "owner_export",
+        "Export the user's whole memory (access and portability requests)",
+        OpenApiResponse(
+            ExportSerializer,
+            description="The owner's whole memory as one document (an owner with "
+            "nothing stored: empty lists), streamed from one snapshot; a download "
+            "(Content-Disposition: attachment).",
+        ),
+    )
+    def get(self, request: Request, user_id: str) -> StreamingHttpResponse:
+        # NOTE: the slot and the snapshot are taken here, so that a 429, 400 or 503 is an
+        # answer; once the first byte is out, a failure can only cut the document short.
+        slot = self.heavy_slot(request, user_id)
+        try:
+            stream = selectors.owner_export(owner_id=user_id)
+        except BaseException:
+            slot.close()
+            raise
+        return export_response(request._request, user_id, stream, slot)
+
+
+urlpatterns: list[URLPattern] = [
+    path("", UserView.as_view(), name="user"),
+    path("link/", LinkView.as_view(), name="link"),
+    path("export/", ExportView.as_view(), name="export"),
+]
