@@ -33,6 +33,9 @@ _CJK = (
 )
 # A CJK character, a word of other letters and digits, or any other character but white space.
 _PIECES = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|\S")
+# The same pieces in ASCII text (``str.isascii`` is a flag, no scan), by byte classes without the
+# Unicode lookups of ``\w`` and ``\S``: Unicode's white space among ASCII includes \x1c-\x1f.
+_ASCII_PIECES = re.compile(r"[A-Za-z0-9_]+|[^A-Za-z0-9_ \t\n\r\x0b\x0c\x1c-\x1f]")
 
 
 def estimate_counter(text: str) -> int:
@@ -43,7 +46,8 @@ def estimate_counter(text: str) -> int:
     budget is a hard limit, count with the model's own tokenizer. Never raises for a string.
     """
     # NOTE: a piece of one character counts one whatever it is; only words are longer.
-    return sum((len(piece) + 3) // 4 for piece in _PIECES.findall(text))
+    pieces = (_ASCII_PIECES if text.isascii() else _PIECES).findall(text)
+    return sum([(len(piece) + 3) // 4 for piece in pieces])
 
 
 def _tiktoken_cache_path(encoding: str) -> str | None:

@@ -27,6 +27,14 @@ SESSION_ID_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
 # NOTE: a lone surrogate cannot be stored as UTF-8; kept out of the patterns above, which the
 # OpenAPI schema publishes.
 SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
+
+
+def has_surrogate(value: str) -> bool:
+    """Whether ``value`` holds a lone surrogate; ASCII text (a flag of the string) is not
+    scanned."""
+    return not value.isascii() and SURROGATE_RE.search(value) is not None
+
+
 MAX_JSON_DEPTH = 32
 # Integers a JSON value may hold: signed 64 bits, which orjson (the cache's codec) writes.
 MIN_JSON_INT = -(2**63)
@@ -78,11 +86,7 @@ def dots_only(value: str) -> bool:
 
 def validate_session_id(value: str) -> None:
     """A session id is 1-128 characters with no control characters or lone surrogates."""
-    if (
-        not isinstance(value, str)
-        or not SESSION_ID_RE.fullmatch(value)
-        or SURROGATE_RE.search(value)
-    ):
+    if not isinstance(value, str) or not SESSION_ID_RE.fullmatch(value) or has_surrogate(value):
         raise ValidationError(
             "Enter 1-128 characters with no control characters.", code="invalid_session_id"
         )
@@ -110,7 +114,7 @@ def validate_content(value: str) -> None:
         raise ValidationError(
             "Null characters are not allowed.", code="null_characters_not_allowed"
         )
-    if SURROGATE_RE.search(value):
+    if has_surrogate(value):
         raise ValidationError(
             "Surrogate characters are not allowed.", code="surrogate_characters_not_allowed"
         )
@@ -187,7 +191,7 @@ ACTOR_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
 
 def validate_actor(value: str) -> None:
     """An actor is 1-200 characters without control characters."""
-    if not isinstance(value, str) or not ACTOR_RE.fullmatch(value) or SURROGATE_RE.search(value):
+    if not isinstance(value, str) or not ACTOR_RE.fullmatch(value) or has_surrogate(value):
         raise ValidationError(
             "Enter 1-200 characters without control characters.", code="invalid_actor"
         )

@@ -24,6 +24,8 @@ from django.test import override_settings
 from django.utils import timezone
 from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from memory import ops, selectors, services
 from memory.checks import check_memory_settings
@@ -376,6 +378,30 @@ def test_the_english_anchor_skips_only_text_that_states_nothing(monkeypatch):
     monkeypatch.setattr(rules, "_EN_ANCHOR", re.compile(""))
     assert {text: RuleBasedExtractor().extract(text, facts={}) for text in texts} == with_exit
     assert skipped and all(with_exit[t] == [] for t in skipped)
+
+
+@given(
+    st.lists(
+        st.sampled_from(["I", "im", "My", "we", "OUR", "sold", "name", "'s", "is", "call", "s"])
+        | st.sampled_from([" ", "\x1c", "\x1f", "\t", "_", "9"])
+        | st.text(alphabet=st.characters(max_codepoint=127), max_size=3),
+        max_size=8,
+    ).map("".join)
+)
+@example("name\x1cis Li")
+@example("they CALL\x1fme x")
+def test_the_english_anchor_finds_in_ascii_what_the_unicode_pattern_does(text):
+    """The anchor is searched in ASCII text only, by ASCII classes: it matches where the
+    pattern by Unicode's classes does (its spaces include \\x1c-\\x1f)."""
+    import re
+
+    from memory.extraction import rules
+
+    unicode_anchor = re.compile(
+        r"\b(?:i|im|my|we|our|sold)\b|\bname(?:'s|\s+is)\b|\bcalls?\s+me\b", re.I
+    )
+    found = rules._EN_ANCHOR.search(text)
+    assert (found and found.span()) == ((m := unicode_anchor.search(text)) and m.span())
 
 
 def test_list_facts_are_added_and_leave_the_other_list():

@@ -8,6 +8,8 @@ import os
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memory import tokens
 
@@ -44,6 +46,14 @@ def test_estimate_counts_cjk_characters_one_each_and_words_by_four(text, expecte
 def test_estimate_grows_with_the_text():
     text = "My name is Wang Jianguo, 我喜欢打篮球. "
     assert tokens.estimate_counter(text * 10) == 10 * tokens.estimate_counter(text)
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60))
+def test_the_estimate_of_ascii_text_is_the_general_patterns(text):
+    """ASCII text is cut by a pattern of its own; it finds the pieces the general one does (white
+    space by Unicode's rules: \x1c-\x1f are spaces, \x7f and NUL are not)."""
+    general = sum((len(piece) + 3) // 4 for piece in tokens._PIECES.findall(text))
+    assert tokens.estimate_counter(text) == general
 
 
 def test_the_default_counter_is_the_estimate():

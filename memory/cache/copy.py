@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from redis import exceptions as redis_errors
 from redis.commands.core import Script
 
 from memory import codec
@@ -26,7 +25,7 @@ from memory.cache.client import (
 )
 from memory.cache.keys import key_pattern, lock_key, owner_key
 from memory.cache.replication import replicated
-from memory.cache.wire import Command, commands_run
+from memory.cache.wire import Command, commands_run, script_run
 from memory.conf import conf
 from memory.payloads import (
     FactPayload,
@@ -67,26 +66,10 @@ def _script(name: str, *chunks: str) -> Script:
     return Script(None, source)  # type: ignore[arg-type]
 
 
-def _run(script: Script, redis: Any, keys: list[str], args: list[Any]) -> Any:
-    """Run ``script`` on the client ``redis`` by EVALSHA in one write (``commands_run``), loading
-    it on NOSCRIPT.
-
-    NOTE: not ``Script.__call__``, whose checks for pipeline classes cost about 5 us a call (their
-    bases make each ``isinstance`` a Protocol check), nor redis-py's packer, which sends a fill's
-    13 KB of turns as a write of its own (three writes a fill).
-    """
-    command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-    try:
-        return commands_run(redis, [command])[0]
-    except redis_errors.NoScriptError:
-        redis.script_load(script.script)
-        return commands_run(redis, [command])[0]
-
-
 def _run_locked(action: str, script: Script, key: str, args: list[Any]) -> Answer[Any] | Outcome:
     """``redis_call`` of ``script`` over an owner's hash ``key`` and its fill lock, on ``args``."""
     keys = [key, f"{key}:fill"]
-    return redis_call(action, lambda redis: _run(script, redis, keys, args), key=key)
+    return redis_call(action, lambda redis: script_run(script, redis, keys, args), key=key)
 
 
 _CLAIM = _script("claim", "take")

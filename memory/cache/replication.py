@@ -12,6 +12,7 @@ from redis.commands.core import Script
 
 from memory import counters
 from memory.cache.client import breaker, logger
+from memory.cache.wire import script_run
 from memory.conf import conf
 
 
@@ -138,7 +139,7 @@ def replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
     """
     wanted = conf.CACHE_REPLICAS
     if not wanted:
-        return script(keys=[key], args=args, client=redis)
+        return script_run(script, redis, [key], args)
     # NOTE: WAIT counts its own connection's writes: on a cluster, a pipeline to the key's node.
     node = redis.get_redis_connection(redis.get_node_from_key(key)) if _is_cluster(redis) else redis
     kwargs = node.connection_pool.connection_kwargs

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import TypedDict
 
 from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from memory.cache.client import enabled
 from memory.cache.copy import copy_apply, copy_drop
@@ -55,12 +56,14 @@ def write_commit(
     deleted_keys: Sequence[str] = (),
     drop: bool = False,
     outbox_pk: int | None = None,
+    db: BaseDatabaseWrapper | None = None,
 ) -> None:
     """After the current transaction commits, bring the owner's copy from ``prev_stamp`` to its new
     stamp with this delta (or ``drop`` it), then clear the dirty mark (or the ``outbox_pk`` row); if
     Redis does not confirm, have it repaired.
 
-    Call inside the write's transaction, after ``stamp_take``. Never raises.
+    Call inside the write's transaction, after ``stamp_take``; ``db``: the default database's
+    connection, when the caller holds it. Never raises.
     """
     if not enabled():
         return
@@ -89,7 +92,10 @@ def write_commit(
                 Pending(owner_pk=owner_pk, owner_id=owner_id, stamp=stamp, outbox_pk=outbox_pk)
             )
 
-    transaction.on_commit(update, robust=True)
+    if db is None:
+        transaction.on_commit(update, robust=True)
+    else:
+        db.on_commit(update, robust=True)
 
 
 class OwnerWrite:
@@ -155,11 +161,13 @@ def owner_changed(
     facts: Sequence[FactPayload] = (),
     deleted_keys: Sequence[str] = (),
     stamp_taken: int | None = None,
+    db: BaseDatabaseWrapper | None = None,
 ) -> None:
-    """``owner_write`` in one call, for a change already made in the transaction."""
+    """``owner_write`` in one call, for a change already made in the transaction (``db``: the
+    default database's connection, when the caller holds it)."""
     # NOTE: ``owner_write`` without its generator: the append's path.
     prev = stamp_take(owner) if stamp_taken is None else stamp_taken
-    write_commit(owner, prev, turns=turns, facts=facts, deleted_keys=deleted_keys)
+    write_commit(owner, prev, turns=turns, facts=facts, deleted_keys=deleted_keys, db=db)
 
 
 def owner_drop(owner: Owner, *, turns: int = 0, outbox_pk: int | None = None) -> None:

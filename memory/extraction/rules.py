@@ -52,8 +52,12 @@ _AFTER_ABBREVIATION_NEW = re.compile(r"\s*(?:I|I'm|My|Call|You|Please|And|But|Al
 _QUOTED = re.compile(r"\"[^\"\n]{4,}\"|“[^”\n]{4,}”|「[^」]*」|『[^』]*』|```.*?```", re.S)
 _QUOTE_LINE = re.compile(r"^\s*>.*$", re.M)
 # NOTE: every English rule starts at an anchor ("I", "my", "call me", "name is"...), or follows a
-# clause that had one: ASCII text with none states nothing, and skips every rule.
-_EN_ANCHOR = re.compile(r"\b(?:i|im|my|we|our|sold)\b|\bname(?:'s|\s+is)\b|\bcalls?\s+me\b", re.I)
+# clause that had one: ASCII text with none states nothing, and skips every rule. Searched in
+# ASCII text only, so by ASCII classes (no Unicode lookup per character), with Unicode's spaces.
+_EN_ANCHOR = re.compile(
+    r"\b(?:i|im|my|we|our|sold)\b|\bname(?:'s|[\s\x1c-\x1f]+is)\b|\bcalls?[\s\x1c-\x1f]+me\b",
+    re.I | re.A,
+)
 
 # NOTE: the rules of what changed first: they are specific, and an older rule would read "I
 # sold my car and bought ..." or "我在小米工作" otherwise.

@@ -28,6 +28,7 @@ from django.db import DatabaseError, connections
 from psycopg import sql
 
 from memory import codec
+from memory.conf import conf
 
 logger = logging.getLogger("memory.recall")
 
@@ -266,16 +267,12 @@ def vectors_ready(using: str) -> bool:
 def embeddings_on(using: str) -> bool:
     """Whether turns get vectors and searches compare them on ``using``: an embedder set
     (``MEMORY["EMBEDDER"]``) and the vector table in that database."""
-    from memory.conf import conf
-
     return conf.EMBEDDER is not None and vectors_ready(using)
 
 
 def embeddings_known_on(using: str) -> bool:
     """``embeddings_on`` as this process last saw it, without asking the database: false until
     ``vectors_ready`` has once found the table there."""
-    from memory.conf import conf
-
     return conf.EMBEDDER is not None and bool(_READY.get(using))
 
 

@@ -145,6 +145,7 @@ def _turn_append(
                     turns=[turn_payload(done.turn)],
                     facts=done.facts,
                     stamp_taken=done.stamp_taken,
+                    db=db,
                 )
         if done is not None:
             if done.pending_pk is not None:

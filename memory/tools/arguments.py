@@ -19,7 +19,7 @@ from memory.serializers import JSON_RULES, JSONValueField, TextField
 from memory.validators import (
     DATE_OR_DATE_TIME_PATTERN,
     FACT_KEY_RE,
-    SURROGATE_RE,
+    has_surrogate,
     validate_fact_key,
     validate_json_value,
 )
@@ -81,7 +81,7 @@ def _text(value: Any, *, most: int) -> TypeGuard[str]:
         type(value) is str
         and 1 <= len(value) <= most
         and "\x00" not in value
-        and not SURROGATE_RE.search(value)
+        and not has_surrogate(value)
     )
 
 
