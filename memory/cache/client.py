@@ -324,12 +324,8 @@ _held = _Held()
 
 
 def client() -> Any:
-    """The redis-py client of the memory alias (a connection pool shared by the process).
-
-    NOTE: kept for as long as the alias's entry in CACHES is the same dict: Django's cache handler
-    is looked up per thread and context, and each thread's django-redis client shares the one
-    pool anyway (a cluster: one ``RedisCluster`` per process).
-    """
+    """The redis-py client of the memory alias (one pool per process), kept while the alias's
+    entry in CACHES is the same dict."""
     name = alias()
     assert name is not None
     return _client_of(name)
@@ -552,9 +548,7 @@ def _async_pool(sync_client: Any) -> tuple[Any, float | None] | None:
     """A ``redis.asyncio`` pool with the connection settings of ``sync_client``'s pool but its
     socket timeout, and that timeout; ``None`` where redis.asyncio cannot match them (Sentinel,
     Cluster, a custom connection class).
-
-    NOTE: the socket timeout bounds each whole call instead (``_within``): redis.asyncio bounds
-    each write with ``asyncio.wait_for``, a task and two turns of the loop, a sixth of a warm read.
+    The timeout bounds each whole call instead (``_within``).
     """
     pool = getattr(sync_client, "connection_pool", None)
     pool_class = _ASYNC_POOLS.get(type(pool))
@@ -627,9 +621,7 @@ _FLUSH_ERRORS: tuple[type[BaseException], ...] = (*DOWN_ERRORS, redis_errors.Red
 
 def counts_flush(*, force: bool = False) -> None:
     """Add this process's counters to the shared ones in Redis, at most once a second.
-
-    NOTE: outside the breaker: on a cluster the counters' slot may be on a node that is down while
-    the owner's answers, which must neither fail a read nor open the breaker for every owner.
+    Outside the breaker: a counters' node down must not open it for every owner.
     """
     now = time.monotonic()
     if not force and now - breaker.counts_flushed_at < COUNTS_FLUSH_SECONDS:

@@ -174,12 +174,8 @@ class _MissShare:
     """The share of this process's recent reads that found no copy, weighted to the latest
     (each read moves it 1/16 of the way to 1 or 0): whether a read should claim the fill in the
     same round trip (``read_claim.lua``).
-
-    NOTE: that script costs a hit about 30 us (Redis copies the fields through Lua; a hit without
-    it runs no script); after a miss it saves the claim's own round trip, about 110 us. So it is
-    used while more than a fifth of the reads miss (a cold start, a flushed Redis, owners read
-    once), and a warm process's hits pay nothing for it. Updated without a lock: a lost update
-    moves the share a little less, never past what either path allows.
+    Used while more than a fifth of reads miss. Updated without a lock: a lost update only
+    moves the share less.
     """
 
     THRESHOLD = 0.2
@@ -210,12 +206,8 @@ def copy_read(
     ``Outcome`` when no cache is configured, the breaker skipped Redis, or Redis failed.
     A hit is one round trip (HMGET and EXPIRE pipelined), and a miss that claims the fill lock
     a second (the claim script). While this process's reads often miss (``miss_share``), either
-    is one script doing the same (``read_claim.lua``). Never raises.
-
-    NOTE: a warm process's hit runs no script: one cost Redis ten times the HMGET it runs, half a
-    warm read's time (docs/performance.md). The EXPIRE renews a claim that the HMGET found
-    without a copy as well (not load-bearing, rule 3); a floor alone is set back to at most
-    ``GUARD_TTL``, as ``copy_drop`` promised.
+    is one script doing the same (``read_claim.lua``). A floor alone is set back to at most
+    ``GUARD_TTL``. Never raises.
     """
     key = owner_key(owner_id, epoch)
     ttl, wait_ms = conf.CACHE_TTL, conf.FILL_WAIT_MS * 2

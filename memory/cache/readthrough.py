@@ -118,9 +118,7 @@ def _tail(turns: list[_T], n: int) -> list[_T]:
 def fill_verify(owner_id: str, stamp: int, epoch: str | None = None) -> bool:
     """After a fill at ``stamp`` was stored without its claim, check it against the owner's
     stamp in the database; a fill that a write overtook is dropped again. Returns whether it
-    stands.
-
-    NOTE: this, not the floor, keeps a stale fill out (a lost floor lets it in; this catches it).
+    stands. This, not the floor, keeps a stale fill out.
     """
     try:
         current = stamp_get(owner_id)
@@ -195,9 +193,7 @@ def _wait_for_fill(owner_id: str, turns: int, epoch: str) -> ReadResult | Refuse
 def snapshot_live(snapshot: Snapshot) -> Snapshot:
     """``snapshot`` without the facts expired by now, on this process's clock.
 
-    NOTE: the copy keeps each fact's ``expires_at``, and every read drops the facts past it
-    here, so a fact leaves a warm copy on every instance the moment it expires, with no write
-    and no invalidation; the sweep's delete (``ops.facts_expire``) comes later.
+    NOTE: rule 8 of ``memory.cache``: an expired fact leaves every copy at once, with no write.
     """
     if all(fact["expires_at"] is None for fact in snapshot.facts):
         return snapshot

@@ -126,16 +126,8 @@ def replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
     and in the same round trip. Returns the script's reply, or ``None`` when too few replicas
     acknowledged it in ``CACHE_REPLICA_WAIT_MS`` (Redis answered: no outage, but the update has
     not landed).
-
-    NOTE: a replica promoted by Sentinel or a Cluster failover has only what was replicated to
-    it; a write whose update it lacks must stay unconfirmed (its owner dirty, its repair
-    pending), so that the repair drops the older copy on whichever node is primary then. A
-    replica that is not online is not waited for once ``CACHE_REPLICA_GRACE`` has passed since
-    this process saw it drop off (``_Replicas``): within the grace a failover may still promote
-    it with the copies it held, so updates then count as not landed without a ``WAIT`` that
-    could only time out; past it, waiting would keep every owner of that primary out of the
-    cache for as long as the replica is away. ``ROLE`` in the same pipeline tells how many are
-    online for the next write.
+    A replica off its primary counts as not landed for ``CACHE_REPLICA_GRACE`` (``_Replicas``),
+    then is not waited for. ``ROLE`` in the same pipeline counts them for the next write.
     """
     wanted = conf.CACHE_REPLICAS
     if not wanted:

@@ -89,12 +89,8 @@ def context_read(
 ) -> cache.Loaded:
     """``memory.selectors.context.django_read`` in one statement and one round trip, with the
     payloads built straight from its JSON: the same snapshot and completeness.
-
-    NOTE: the ORM's query building, the driver's reading of each row and the server's planning of
-    each statement cost more than the database's work (docs/performance.md): the SQL is written
-    once and sent prepared, timestamps as text. Expired facts are left out by ``at``, not
-    ``now()``: the one clock the cached copy uses. Raises what the statement raises, as Django's
-    errors.
+    Expired facts are left out by ``at``, not ``now()``: the cached copy's clock. Raises what
+    the statement raises, as Django's errors.
     """
     row = prepared_fetchone(
         connections[using], _context_read_sql(using), [turns, at, owner_id], read_only=True
