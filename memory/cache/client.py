@@ -109,8 +109,7 @@ class Breaker:
     Closed: every call goes to Redis. An outage error opens it: with a prober thread (the repairer)
     requests skip Redis until that thread finds it back; without one, reads skip Redis for
     ``BREAKER_SECONDS``, then one caller at a time probes and writes wait for that probe (at most
-    ``PROBE_WAIT_SECONDS``). Any answer closes it. On a cluster each node has its own gate
-    (docs/reliability.md).
+    ``PROBE_WAIT_SECONDS``). Any answer closes it. On a cluster each node has its own gate.
     """
 
     def __init__(self) -> None:

@@ -1,7 +1,6 @@
 """The database history every copy is stamped on: the PostgreSQL cluster's system identifier
 and the primary's timeline, which a promotion changes at once. It names every owner key
-(``keys.owner_key``), so that a copy stamped on a history a failover lost is never read
-again, and a stamp the new primary hands out a second time can never match it.
+(``keys.owner_key``; rule 9 of ``memory.cache``).
 
 A process trusts the history it last confirmed for ``MEMORY["HISTORY_LEASE"]`` seconds
 (monotonic clock); past that, no copy is read or written until one query confirms it again.

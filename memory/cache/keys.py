@@ -40,13 +40,8 @@ def owner_tag(owner_id: str) -> str:
 
 def owner_key(owner_id: str, epoch: str | None = None) -> str:
     """The owner's memory hash on the database history ``epoch``; the hash tag
-    (``owner_tag``) keeps all its keys in one cluster slot, whatever the history.
-
-    The history names the key, so that a copy stamped on a history a failover lost is never
-    read under the new one, and a stamp the new primary draws again cannot match it. The cache
-    protocol always names the epoch it confirmed; ``None`` (operators, tests) means the one
-    this process confirmed last, ``history.history_current``, which asks the database once if
-    it confirmed none yet.
+    (``owner_tag``) keeps all its keys in one cluster slot, whatever the history (rule 9).
+    ``None`` (operators, tests) means ``history.history_current``.
     """
     return f"{prefix()}:h{epoch or history_current()}:{owner_tag(owner_id)}"
 

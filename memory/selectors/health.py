@@ -79,8 +79,7 @@ def health_get() -> HealthPayload:
     this process's last cache update reached its replicas. With several database hosts,
     ``database_primary`` is the index (in ``HOST``) of the one this process writes to; with
     ``MEMORY["READ_DATABASE"]``, ``read_replica`` says whether the replica answers and how many
-    bytes of WAL it has yet to replay (no address in either: the endpoint is open to probes).
-    Never raises."""
+    bytes of WAL it has yet to replay (no address in either). Never raises."""
     started = time.perf_counter()
     try:
         with connection.cursor() as cursor:

@@ -426,16 +426,14 @@ def turn_search(
     """The owner's turns most relevant to ``q``, best first, each with its ``score`` (calibrated, in
     [0, 1]) and its ``context`` (the turns just before and after it in its session).
 
-    ``mode`` (``MODES``): ``text`` by words (BM25, any word form, CJK by character pairs, similar
-    words as a fallback), ``semantic`` by the cosine of ``MEMORY["EMBEDDER"]`` vectors (centred
-    on the owner's mean), ``hybrid`` by both; the default is ``hybrid`` where ``semantic_on()``,
+    ``mode`` (``MODES``): ``text`` by words (BM25), ``semantic`` by ``MEMORY["EMBEDDER"]``
+    vectors, ``hybrid`` by both (docs/recall.md); the default is ``hybrid`` where ``semantic_on()``,
     else ``text``. ``min_score`` drops results whose ``score`` (``fusion.SCORE``) is below it.
     ``after``/``before`` (ISO-8601) keep turns created in that range, narrowed by a time ``q``
     names against ``now``. ``q`` is 1-200 characters of free text, never query syntax;
-    ``limit`` is 1-100. Bounded work, each statement under ``MEMORY["SEARCH_TIMEOUT_MS"]``
-    (docs/recall.md).
+    ``limit`` is 1-100. Each statement runs under ``MEMORY["SEARCH_TIMEOUT_MS"]``.
 
-    The query is embedded on a thread while the database is read (``QueryEmbedding``). Raises
+    Raises
     ``ValidationError`` ({field: messages}) for bad input or a mode whose embeddings are off,
     ``SearchTimeout`` when a statement (or ``semantic``'s embedding) ran past its limit,
     ``SearchUnavailable`` when ``semantic`` could not embed the query (``hybrid`` then goes on by
