@@ -265,8 +265,7 @@ class Breaker:
         self.succeeded(shard)
         if not due:
             return
-        # NOTE: a persistent error recurs on every retry: one line per kind and interval, with a
-        # count.
+        # NOTE: one line per kind and interval, with a count: a persistent error recurs.
         again = f" ({repeats} more since the last report)" if repeats else ""
         logger.error("Redis refused %s: %s (a bug, not an outage)%s.", action, error, again)
 
@@ -333,8 +332,7 @@ def client() -> Any:
 def _client_of(name: str) -> Any:
     held, configured = _held, settings.CACHES
     if held.client is None or held.name != name or held.caches is not configured:
-        # NOTE: kept per thread, as Django keeps each thread's cache object: its lookup, through
-        # asgiref's Local, cost a warm read more than the rest of this module's bookkeeping.
+        # NOTE: kept per thread: asgiref's Local cost a warm read more than the rest here.
         held.client = caches[name].client.get_client(write=True)  # type: ignore[attr-defined]
         held.name, held.caches = name, configured
     return held.client

@@ -58,7 +58,6 @@ def _mapped(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise ClusterCrossSlotError(str(e)) from e
 
 
-# NOTE: the pause between the refresher's attempts on a cluster that does not answer.
 REFRESH_RETRY_SECONDS = 0.5
 
 
@@ -162,8 +161,7 @@ class ClusterConnectionFactory(ConnectionFactory):  # type: ignore[misc]  # djan
     ``ConnectionError`` (down).
     """
 
-    # NOTE: process-global, like django-redis's pools: the slot table must not be rediscovered per
-    # request.
+    # NOTE: process-global: the slot table must not be rediscovered per request.
     _clusters: dict[str, RedisCluster] = {}
     _clusters_lock = threading.Lock()
 

@@ -212,7 +212,6 @@ def copy_read(
     key = owner_key(owner_id, epoch)
     ttl, wait_ms = conf.CACHE_TTL, conf.FILL_WAIT_MS * 2
     if claim_fill and miss_share.likely():
-        # NOTE: the token is drawn only for a claim sent: a hit needs none.
         return _read_claim(key, turns, [ttl, GUARD_TTL, wait_ms, secrets.token_hex(8)])
     commands: list[Command] = [("HMGET", key, *_HIT_FIELDS), ("EXPIRE", key, ttl)]
 

@@ -59,15 +59,13 @@ def history_probe() -> str | None:
     """Ask the database for its history now (one query on the default alias); record and
     return its epoch, or ``None`` when the database does not answer (or is in recovery: a
     standby has no history to write on). Never raises a database error."""
-    # NOTE: the lease runs from before the question: the answer describes the database at
-    # some moment after it, and a slow answer must not stretch the trust past the bound.
+    # NOTE: the lease runs from before the question, so a slow answer cannot stretch it.
     asked = time.monotonic()
     if connection.vendor != "postgresql":
         epoch = SINGLE
     else:
         try:
-            # NOTE: a savepoint inside a caller's transaction, so that a failed probe (a
-            # standby refuses pg_current_wal_lsn()) does not abort it.
+            # NOTE: a savepoint, so a failed probe does not abort a caller's transaction.
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(_QUERY)
                 system_identifier, timeline = cursor.fetchone()

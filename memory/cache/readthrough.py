@@ -219,8 +219,7 @@ def _read_through(owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, So
         return load(turns)[0], "database"
     epoch = history_epoch()
     if epoch is None:
-        # NOTE: no history confirmed within the lease: no copy is trusted, and the database,
-        # if it answers the load, is read as if Redis were down.
+        # NOTE: no history confirmed within the lease: the database is read as if Redis were down.
         breaker.count("history_unconfirmed")
         return load(turns)[0], "database"
     result = cache_lookup(owner_id, turns, epoch=epoch)

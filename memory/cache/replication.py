@@ -68,7 +68,6 @@ class _Replicas:
             if restarted:
                 self.lost.pop(node, None)
             elif previous is not None and online < previous:
-                # NOTE: the grace starts again at each replica lost.
                 self.lost[node] = (max(before, previous), now)
             elif online >= before or now - since >= conf.CACHE_REPLICA_GRACE:
                 self.lost.pop(node, None)
@@ -149,9 +148,7 @@ def replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
                 raise
             node.script_load(script.script)
         except (redis_errors.MovedError, redis_errors.ConnectionError, redis_errors.TimeoutError):
-            # NOTE: the slot moved or its node is gone: this pipeline bypasses the cluster client's
-            # routing, so have it learn the new map; the update counts as down and its repair finds
-            # the new primary.
+            # NOTE: this pipeline bypasses cluster routing: have the client learn the new map.
             if _is_cluster(redis):
                 _cluster_refresh(redis)
             raise

@@ -165,7 +165,6 @@ def owner_changed(
 ) -> None:
     """``owner_write`` in one call, for a change already made in the transaction (``db``: the
     default database's connection, when the caller holds it)."""
-    # NOTE: ``owner_write`` without its generator: the append's path.
     prev = stamp_take(owner) if stamp_taken is None else stamp_taken
     write_commit(owner, prev, turns=turns, facts=facts, deleted_keys=deleted_keys, db=db)
 

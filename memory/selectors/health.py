@@ -87,7 +87,6 @@ def health_get() -> HealthPayload:
         database: Literal["ok", "down"] = "ok"
     except DatabaseError:
         database = "down"
-        # NOTE: drop the broken connection so that the next request reconnects by itself.
         connection.close()
     database_ms = _elapsed_ms(started)
     started = time.perf_counter()

@@ -135,9 +135,7 @@ OwnerRow = tuple[int, int, int]
 FIRST_ANSWER_SECONDS = 30.0
 # The embedders (by name) that have answered a query in this process.
 _ANSWERED: set[str] = set()
-# NOTE: the vectors of the owners' last queries, by owner, embedder and text: an agent's loop
-# asks for the same context again at each of its steps. Kept per owner, so that a search's time
-# never tells whether another owner asked the same.
+# NOTE: an agent's loop asks again each step; kept per owner so timing leaks nothing.
 _RECENT_QUERIES = embedders.RecentVectors(size=256, longest=search.MAX_QUERY_CHARS)
 
 

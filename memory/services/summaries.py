@@ -122,7 +122,6 @@ def _batch_write(
         if (stored.through_seq if stored is not None else 0) != through:
             # Another refresh got there first.
             return False
-        # NOTE: the row read and locked above, written as it is: one statement.
         summary = stored if stored is not None else Summary(owner=owner)
         summary.text, summary.through_seq, summary.tokens = text, through_seq, text_tokens
         summary.updated_at = timezone.now()
