@@ -169,8 +169,7 @@ def _wait_for_fill(owner_id: str, turns: int, epoch: str) -> ReadResult | Refuse
     """Another reader is rehydrating this owner: wait for its copy, for at most
     ``FILL_WAIT_MS``. Returns the validated copy; or a ``Miss`` with a fill token when that
     reader's lock went without leaving a copy and this one took it over; or ``None``: read
-    the database yourself. A rehydration in this process is waited on directly; one in
-    another process is polled for in Redis, backing off.
+    the database yourself.
     """
     deadline = time.monotonic() + conf.FILL_WAIT_MS / 1000
     delay = FILL_POLL_SECONDS

@@ -21,8 +21,7 @@ logger = logging.getLogger("memory.cache")
 def replica_current(*, primary: int, replica: int) -> bool:
     """Whether a replica's read of an owner at stamp ``replica`` is as current as the primary's
     stamp ``primary`` read before it: the same write, or a later one of an owner the primary
-    held (stamps only grow; an owner the primary no longer holds, 0, is current only where the
-    replica holds none either, since a forget it did not replay would show the owner)."""
+    held; an owner the primary no longer holds (0) only where the replica holds none either."""
     return replica == primary or replica > primary > 0
 
 

@@ -167,8 +167,8 @@ def cpu_spare() -> bool:
 
 class WordLlamaEnglish(_Loaded):
     """WordLlama's ``l2_supercat`` token embeddings (256 dimensions) through ``wordllama``:
-    hundreds of times faster than ``MultilingualE5``, far behind it in English (quality set R@5
-    0.40 against 0.82, both centred), useless for Chinese. Its weights derive from Llama 2's:
+    hundreds of times faster than ``MultilingualE5``, far behind it in English, useless for
+    Chinese. Its weights derive from Llama 2's:
     check that their terms suit your site. Install ``wordllama``."""
 
     name = "wordllama-l2-supercat-256"

@@ -161,9 +161,8 @@ class Centred:
     """A search query's vector and the centre its owner's turns are compared around.
 
     The distance of a turn's vector ``p`` is one minus the cosine of ``p - c`` and ``q - c``
-    (``c`` the centre, ``q`` the query): ``(p.(q - c) - c.(q - c)) / (|p - c| |q - c|)``, two
-    of pgvector's operators a row (``<#>``, ``<->``). Without a centre it is the plain cosine
-    distance (``<=>``)."""
+    (``c`` the centre, ``q`` the query). Without a centre it is the plain cosine distance
+    (``<=>``)."""
 
     query: Sequence[float]
     centre: Sequence[float] | None = None
