@@ -236,8 +236,7 @@ def copy_read(
     if not isinstance(taken, Answer):
         return taken
     if taken.value == 2:
-        # NOTE: a fill stored the copy between the HMGET and the claim: read it, claiming
-        # nothing (so this never repeats).
+        # NOTE: filled between the HMGET and the claim: read it, claiming nothing (no loop).
         return copy_read(owner_id=owner_id, turns=turns, claim_fill=False, epoch=epoch)
     breaker.count("misses")
     return Miss(fill_token=token if taken.value == 1 else None)
@@ -497,7 +496,6 @@ def stats() -> dict[str, Any]:
         shared = redis.hgetall(stats_key())
         keys = used = 0
         batch: list[bytes] = []
-        # NOTE: MEMORY USAGE pipelined by the thousand: one round trip per batch.
         for key in redis.scan_iter(match=key_pattern(), count=1000):
             batch.append(key)
             if len(batch) == 1000:

@@ -70,7 +70,6 @@ class _State:
 
 
 _state = _State()
-# NOTE: Redis found down, or answering again, wakes the repairer at once, whoever saw it.
 breaker.listeners.append(_state.wake.set)
 
 

@@ -74,8 +74,7 @@ def _context_read_sql(alias: str) -> str:
         f"SELECT json_build_array({', '.join(summary_columns)})::text"
         f" FROM {summary} s WHERE s.{q('owner_id')} = {owner_pk}"
     )
-    # NOTE: one statement, not four in a pipeline: one parse, plan and row, and the rows arrive
-    # as one JSON text, which orjson reads faster than the driver reads rows.
+    # NOTE: one statement, not four: one plan, and orjson reads the JSON faster than rows.
     return (
         f"SELECT o.{q('stamp')}, ({turns}), ({facts}), ({summaries})"
         f" FROM {owner} o WHERE o.{q('external_id')} = %s"

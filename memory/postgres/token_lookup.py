@@ -20,8 +20,7 @@ def token_lookup(*, alias: str, key: str, permission: str) -> tuple[Any, User, b
     stock ``Token`` and ``auth.User`` only; ``key`` holds no NUL (PostgreSQL refuses one)."""
 
     app_label, codename = permission.split(".")
-    # NOTE: prepared: its plan (six tables) was most of its time (memory.db); and the
-    # connection's health check, a round trip less on each request.
+    # NOTE: prepared (planning six tables was most of its time), and the health check.
     row = prepared_fetchone(
         connections[alias], _token_sql(alias), [app_label, codename, key], read_only=True
     )
