@@ -62,11 +62,9 @@ REFRESH_RETRY_SECONDS = 0.5
 
 
 class _Refresher:
-    """Rebuilds a cluster client's view of the cluster (nodes, slot map) in a thread of its own.
-
-    redis-py rebuilds it inside the failing command, one timeout per known node, in the request.
-    Here a failing command only asks for a rebuild, retried every ``REFRESH_RETRY_SECONDS`` until
-    the cluster answers.
+    """Rebuilds a cluster client's view of the cluster (nodes, slot map) in a thread of its own:
+    a failing command only asks for it, retried every ``REFRESH_RETRY_SECONDS`` until the cluster
+    answers.
     """
 
     def __init__(self, initialize: Callable[..., Any]) -> None:

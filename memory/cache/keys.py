@@ -30,9 +30,7 @@ def prefix() -> str:
 def owner_tag(owner_id: str) -> str:
     """The cluster hash tag of every key of the owner, ``{<digest>}``, on any history: the
     owner's slot (and shard) is a function of the owner alone, known without the database.
-
-    The tag is a digest, not the owner id, so that key names in monitoring and a forgotten owner's
-    floor do not name the owner.
+    A digest, so that no key name shows the owner id.
     """
     digest = hashlib.blake2b(owner_id.encode(), digest_size=12).hexdigest()
     return f"{{{digest}}}"

@@ -1,7 +1,6 @@
 """Reads from a replica that never serve yesterday: a cold read (and the fill it stores) goes
 to ``MEMORY["READ_DATABASE"]`` only when that replica holds the owner's last acknowledged
-write, judged by the owner's stamp (rule 1: every write of an owner draws one, in its
-transaction), else to the primary."""
+write, judged by the owner's stamp (rule 1), else to the primary."""
 
 from __future__ import annotations
 
