@@ -96,10 +96,7 @@ def loads_jsonb_rows(text: str, column: int) -> list[list[Any]]:
 def json_key(value: Any) -> Any:
     """A form of the JSON ``value`` equal (``==``) for two values exactly when they are the same
     JSON value: ``true``, ``1``, ``1.0`` and ``"1"`` are four; an object's key order does not
-    count.
-
-    NOTE: Python's ``True == 1 == 1.0`` made a changed fact "unchanged". One exception: a float
-    of 1e16 or more is the integer jsonb stores it as, so a value equals itself once stored.
+    count. Exception: a float of 1e16 or more is the integer jsonb stores it as.
     """
     if value is None or isinstance(value, str):
         return value

@@ -119,11 +119,8 @@ def _fetchone(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | Non
 
 
 def _prepared_run(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
-    """``sql`` as a prepared statement (psycopg names one per SQL and connection).
-
-    NOTE: Django leaves ``prepare_threshold`` None (psycopg prepares nothing); it is lifted for this
-    statement only, and put back.
-    """
+    """``sql`` as a prepared statement (psycopg names one per SQL and connection); Django's
+    ``prepare_threshold`` is lifted for this statement only."""
     # NOTE: with CONN_HEALTH_CHECKS a connection that died idle is replaced here, not found dead.
     db.close_if_health_check_failed()
     db.ensure_connection()

@@ -17,9 +17,8 @@ before the read began, except within these bounds:
 - after a Postgres failover that lost acknowledged transactions (asynchronous replication),
   no process serves a copy stamped on the lost history once ``HISTORY_LEASE`` (1 s) has
   passed since it last sent the old primary the question that confirmed it: zero after the
-  promotion, when the promotion comes later than that after the old primary's last answer (a
-  failover engine's health checks take several seconds); otherwise at most ``HISTORY_LEASE``
-  minus that time (rule 9).
+  promotion, when the promotion comes later than that after the old primary's last answer;
+  otherwise at most ``HISTORY_LEASE`` minus that time (rule 9).
 
 **The rules that keep it** (each in the module named):
 
@@ -68,7 +67,7 @@ before the read began, except within these bounds:
    back. Any other Redis error (``WRONGTYPE``, a script error) is a bug: logged as an error
    naming the command (once per ``BUG_LOG_SECONDS``, with a count), never an outage; its repair
    backs off up to ``REPAIR_BACKOFF_MAX``. No Redis error reaches a caller. The async client is
-   made from the sync client's own pool, so both reach Redis with the same credentials and TLS.
+   made from the sync client's own pool.
 8. *Expiry* (``readthrough.snapshot_live``). A copy holds each fact's ``expires_at``, and every
    read, from a copy or the database, sync or async, drops the facts whose ``expires_at`` is
    not after this process's clock: an expired fact is absent from every read on every instance
@@ -83,8 +82,7 @@ before the read began, except within these bounds:
    confirmed with the database (one query, the lease counted from before it was sent) within
    ``MEMORY["HISTORY_LEASE"]`` seconds of its monotonic clock; none confirmed, it reads the
    database as if Redis were down and leaves its updates to the repair. Its repairer renews the
-   lease in the background, so a warm read costs no database round trip: only a request that
-   finds the lease run out (no repairer thread, or one held up) asks, once. A fill whose
+   lease in the background; a request that finds the lease run out asks, once. A fill whose
    epoch changed while it read the database is not stored. The owner's slot (``keys.owner_tag``)
    does not depend on the history: routing a key needs no database. This holds as long as the old
    primary stops committing before the standby is promoted (it is dead, or the engine fenced

@@ -109,8 +109,7 @@ class Breaker:
     Closed: every call goes to Redis. An outage error opens it: with a prober thread (the repairer)
     requests skip Redis until that thread finds it back; without one, reads skip Redis for
     ``BREAKER_SECONDS``, then one caller at a time probes and writes wait for that probe (at most
-    ``PROBE_WAIT_SECONDS``). Any answer closes it. On a cluster each node has its own gate
-    (docs/reliability.md).
+    ``PROBE_WAIT_SECONDS``). Any answer closes it. On a cluster each node has its own gate.
     """
 
     def __init__(self) -> None:
@@ -266,8 +265,7 @@ class Breaker:
         self.succeeded(shard)
         if not due:
             return
-        # NOTE: a persistent error recurs on every retry: one line per kind and interval, with a
-        # count.
+        # NOTE: one line per kind and interval, with a count: a persistent error recurs.
         again = f" ({repeats} more since the last report)" if repeats else ""
         logger.error("Redis refused %s: %s (a bug, not an outage)%s.", action, error, again)
 
@@ -324,12 +322,8 @@ _held = _Held()
 
 
 def client() -> Any:
-    """The redis-py client of the memory alias (a connection pool shared by the process).
-
-    NOTE: kept for as long as the alias's entry in CACHES is the same dict: Django's cache handler
-    is looked up per thread and context, and each thread's django-redis client shares the one
-    pool anyway (a cluster: one ``RedisCluster`` per process).
-    """
+    """The redis-py client of the memory alias (one pool per process), kept while the alias's
+    entry in CACHES is the same dict."""
     name = alias()
     assert name is not None
     return _client_of(name)
@@ -338,8 +332,7 @@ def client() -> Any:
 def _client_of(name: str) -> Any:
     held, configured = _held, settings.CACHES
     if held.client is None or held.name != name or held.caches is not configured:
-        # NOTE: kept per thread, as Django keeps each thread's cache object: its lookup, through
-        # asgiref's Local, cost a warm read more than the rest of this module's bookkeeping.
+        # NOTE: kept per thread: asgiref's Local cost a warm read more than the rest here.
         held.client = caches[name].client.get_client(write=True)  # type: ignore[attr-defined]
         held.name, held.caches = name, configured
     return held.client
@@ -552,9 +545,7 @@ def _async_pool(sync_client: Any) -> tuple[Any, float | None] | None:
     """A ``redis.asyncio`` pool with the connection settings of ``sync_client``'s pool but its
     socket timeout, and that timeout; ``None`` where redis.asyncio cannot match them (Sentinel,
     Cluster, a custom connection class).
-
-    NOTE: the socket timeout bounds each whole call instead (``_within``): redis.asyncio bounds
-    each write with ``asyncio.wait_for``, a task and two turns of the loop, a sixth of a warm read.
+    The timeout bounds each whole call instead (``_within``).
     """
     pool = getattr(sync_client, "connection_pool", None)
     pool_class = _ASYNC_POOLS.get(type(pool))
@@ -627,9 +618,7 @@ _FLUSH_ERRORS: tuple[type[BaseException], ...] = (*DOWN_ERRORS, redis_errors.Red
 
 def counts_flush(*, force: bool = False) -> None:
     """Add this process's counters to the shared ones in Redis, at most once a second.
-
-    NOTE: outside the breaker: on a cluster the counters' slot may be on a node that is down while
-    the owner's answers, which must neither fail a read nor open the breaker for every owner.
+    Outside the breaker: a counters' node down must not open it for every owner.
     """
     now = time.monotonic()
     if not force and now - breaker.counts_flushed_at < COUNTS_FLUSH_SECONDS:

@@ -58,16 +58,13 @@ def _mapped(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise ClusterCrossSlotError(str(e)) from e
 
 
-# NOTE: the pause between the refresher's attempts on a cluster that does not answer.
 REFRESH_RETRY_SECONDS = 0.5
 
 
 class _Refresher:
-    """Rebuilds a cluster client's view of the cluster (nodes, slot map) in a thread of its own.
-
-    redis-py rebuilds it inside the failing command, one timeout per known node, in the request.
-    Here a failing command only asks for a rebuild, retried every ``REFRESH_RETRY_SECONDS`` until
-    the cluster answers.
+    """Rebuilds a cluster client's view of the cluster (nodes, slot map) in a thread of its own:
+    a failing command only asks for it, retried every ``REFRESH_RETRY_SECONDS`` until the cluster
+    answers.
     """
 
     def __init__(self, initialize: Callable[..., Any]) -> None:
@@ -162,8 +159,7 @@ class ClusterConnectionFactory(ConnectionFactory):  # type: ignore[misc]  # djan
     ``ConnectionError`` (down).
     """
 
-    # NOTE: process-global, like django-redis's pools: the slot table must not be rediscovered per
-    # request.
+    # NOTE: process-global: the slot table must not be rediscovered per request.
     _clusters: dict[str, RedisCluster] = {}
     _clusters_lock = threading.Lock()
 

@@ -174,12 +174,8 @@ class _MissShare:
     """The share of this process's recent reads that found no copy, weighted to the latest
     (each read moves it 1/16 of the way to 1 or 0): whether a read should claim the fill in the
     same round trip (``read_claim.lua``).
-
-    NOTE: that script costs a hit about 30 us (Redis copies the fields through Lua; a hit without
-    it runs no script); after a miss it saves the claim's own round trip, about 110 us. So it is
-    used while more than a fifth of the reads miss (a cold start, a flushed Redis, owners read
-    once), and a warm process's hits pay nothing for it. Updated without a lock: a lost update
-    moves the share a little less, never past what either path allows.
+    Used while more than a fifth of reads miss. Updated without a lock: a lost update only
+    moves the share less.
     """
 
     THRESHOLD = 0.2
@@ -210,17 +206,12 @@ def copy_read(
     ``Outcome`` when no cache is configured, the breaker skipped Redis, or Redis failed.
     A hit is one round trip (HMGET and EXPIRE pipelined), and a miss that claims the fill lock
     a second (the claim script). While this process's reads often miss (``miss_share``), either
-    is one script doing the same (``read_claim.lua``). Never raises.
-
-    NOTE: a warm process's hit runs no script: one cost Redis ten times the HMGET it runs, half a
-    warm read's time (docs/performance.md). The EXPIRE renews a claim that the HMGET found
-    without a copy as well (not load-bearing, rule 3); a floor alone is set back to at most
-    ``GUARD_TTL``, as ``copy_drop`` promised.
+    is one script doing the same (``read_claim.lua``). A floor alone is set back to at most
+    ``GUARD_TTL``. Never raises.
     """
     key = owner_key(owner_id, epoch)
     ttl, wait_ms = conf.CACHE_TTL, conf.FILL_WAIT_MS * 2
     if claim_fill and miss_share.likely():
-        # NOTE: the token is drawn only for a claim sent: a hit needs none.
         return _read_claim(key, turns, [ttl, GUARD_TTL, wait_ms, secrets.token_hex(8)])
     commands: list[Command] = [("HMGET", key, *_HIT_FIELDS), ("EXPIRE", key, ttl)]
 
@@ -245,8 +236,7 @@ def copy_read(
     if not isinstance(taken, Answer):
         return taken
     if taken.value == 2:
-        # NOTE: a fill stored the copy between the HMGET and the claim: read it, claiming
-        # nothing (so this never repeats).
+        # NOTE: filled between the HMGET and the claim: read it, claiming nothing (no loop).
         return copy_read(owner_id=owner_id, turns=turns, claim_fill=False, epoch=epoch)
     breaker.count("misses")
     return Miss(fill_token=token if taken.value == 1 else None)
@@ -506,7 +496,6 @@ def stats() -> dict[str, Any]:
         shared = redis.hgetall(stats_key())
         keys = used = 0
         batch: list[bytes] = []
-        # NOTE: MEMORY USAGE pipelined by the thousand: one round trip per batch.
         for key in redis.scan_iter(match=key_pattern(), count=1000):
             batch.append(key)
             if len(batch) == 1000:

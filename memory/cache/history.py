@@ -1,7 +1,6 @@
 """The database history every copy is stamped on: the PostgreSQL cluster's system identifier
 and the primary's timeline, which a promotion changes at once. It names every owner key
-(``keys.owner_key``), so that a copy stamped on a history a failover lost is never read
-again, and a stamp the new primary hands out a second time can never match it.
+(``keys.owner_key``; rule 9 of ``memory.cache``).
 
 A process trusts the history it last confirmed for ``MEMORY["HISTORY_LEASE"]`` seconds
 (monotonic clock); past that, no copy is read or written until one query confirms it again.
@@ -60,15 +59,13 @@ def history_probe() -> str | None:
     """Ask the database for its history now (one query on the default alias); record and
     return its epoch, or ``None`` when the database does not answer (or is in recovery: a
     standby has no history to write on). Never raises a database error."""
-    # NOTE: the lease runs from before the question: the answer describes the database at
-    # some moment after it, and a slow answer must not stretch the trust past the bound.
+    # NOTE: the lease runs from before the question, so a slow answer cannot stretch it.
     asked = time.monotonic()
     if connection.vendor != "postgresql":
         epoch = SINGLE
     else:
         try:
-            # NOTE: a savepoint inside a caller's transaction, so that a failed probe (a
-            # standby refuses pg_current_wal_lsn()) does not abort it.
+            # NOTE: a savepoint, so a failed probe does not abort a caller's transaction.
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(_QUERY)
                 system_identifier, timeline = cursor.fetchone()

@@ -30,9 +30,7 @@ def prefix() -> str:
 def owner_tag(owner_id: str) -> str:
     """The cluster hash tag of every key of the owner, ``{<digest>}``, on any history: the
     owner's slot (and shard) is a function of the owner alone, known without the database.
-
-    The tag is a digest, not the owner id, so that key names in monitoring and a forgotten owner's
-    floor do not name the owner.
+    A digest, so that no key name shows the owner id.
     """
     digest = hashlib.blake2b(owner_id.encode(), digest_size=12).hexdigest()
     return f"{{{digest}}}"
@@ -40,13 +38,8 @@ def owner_tag(owner_id: str) -> str:
 
 def owner_key(owner_id: str, epoch: str | None = None) -> str:
     """The owner's memory hash on the database history ``epoch``; the hash tag
-    (``owner_tag``) keeps all its keys in one cluster slot, whatever the history.
-
-    The history names the key, so that a copy stamped on a history a failover lost is never
-    read under the new one, and a stamp the new primary draws again cannot match it. The cache
-    protocol always names the epoch it confirmed; ``None`` (operators, tests) means the one
-    this process confirmed last, ``history.history_current``, which asks the database once if
-    it confirmed none yet.
+    (``owner_tag``) keeps all its keys in one cluster slot, whatever the history (rule 9).
+    ``None`` (operators, tests) means ``history.history_current``.
     """
     return f"{prefix()}:h{epoch or history_current()}:{owner_tag(owner_id)}"
 

@@ -118,9 +118,7 @@ def _tail(turns: list[_T], n: int) -> list[_T]:
 def fill_verify(owner_id: str, stamp: int, epoch: str | None = None) -> bool:
     """After a fill at ``stamp`` was stored without its claim, check it against the owner's
     stamp in the database; a fill that a write overtook is dropped again. Returns whether it
-    stands.
-
-    NOTE: this, not the floor, keeps a stale fill out (a lost floor lets it in; this catches it).
+    stands. This, not the floor, keeps a stale fill out.
     """
     try:
         current = stamp_get(owner_id)
@@ -171,8 +169,7 @@ def _wait_for_fill(owner_id: str, turns: int, epoch: str) -> ReadResult | Refuse
     """Another reader is rehydrating this owner: wait for its copy, for at most
     ``FILL_WAIT_MS``. Returns the validated copy; or a ``Miss`` with a fill token when that
     reader's lock went without leaving a copy and this one took it over; or ``None``: read
-    the database yourself. A rehydration in this process is waited on directly; one in
-    another process is polled for in Redis, backing off.
+    the database yourself.
     """
     deadline = time.monotonic() + conf.FILL_WAIT_MS / 1000
     delay = FILL_POLL_SECONDS
@@ -195,9 +192,7 @@ def _wait_for_fill(owner_id: str, turns: int, epoch: str) -> ReadResult | Refuse
 def snapshot_live(snapshot: Snapshot) -> Snapshot:
     """``snapshot`` without the facts expired by now, on this process's clock.
 
-    NOTE: the copy keeps each fact's ``expires_at``, and every read drops the facts past it
-    here, so a fact leaves a warm copy on every instance the moment it expires, with no write
-    and no invalidation; the sweep's delete (``ops.facts_expire``) comes later.
+    NOTE: rule 8 of ``memory.cache``: an expired fact leaves every copy at once, with no write.
     """
     if all(fact["expires_at"] is None for fact in snapshot.facts):
         return snapshot
@@ -223,8 +218,7 @@ def _read_through(owner_id: str, turns: int, load: Loader) -> tuple[Snapshot, So
         return load(turns)[0], "database"
     epoch = history_epoch()
     if epoch is None:
-        # NOTE: no history confirmed within the lease: no copy is trusted, and the database,
-        # if it answers the load, is read as if Redis were down.
+        # NOTE: no history confirmed within the lease: the database is read as if Redis were down.
         breaker.count("history_unconfirmed")
         return load(turns)[0], "database"
     result = cache_lookup(owner_id, turns, epoch=epoch)

@@ -31,8 +31,7 @@ BATCH = 500
 # NOTE: the retry is also the probe that finds Redis back: it bounds how long a lost update outlives
 # Redis's return.
 REPAIR_POLL = 0.1
-# NOTE: confirmed marks are cleared batched (each clear rewrites the owner's row), well under
-# RECONCILE_GRACE so a confirmed copy is never swept.
+# NOTE: well under RECONCILE_GRACE, so a confirmed copy is never swept.
 CLEAR_POLL = 0.5
 # NOTE: a repair Redis refuses (WRONGTYPE, NOPERM) backs off, doubling up to this; an outage does
 # not (the retry is the probe).
@@ -71,7 +70,6 @@ class _State:
 
 
 _state = _State()
-# NOTE: Redis found down, or answering again, wakes the repairer at once, whoever saw it.
 breaker.listeners.append(_state.wake.set)
 
 
@@ -281,7 +279,6 @@ def _repairer_loop() -> None:
                 sweep()
         except Exception:  # the thread must outlive any bug it meets
             logger.exception("The cache repairer failed; it carries on.")
-        # NOTE: drop a connection that failed, so the next round reconnects to a restarted database.
         if connection.errors_occurred:
             connection.close()
         with _state.lock:
@@ -295,7 +292,6 @@ def _repairer_loop() -> None:
         )
         _repairer_wait(wait)
         _state.wake.clear()
-    # NOTE: a thread that ends (reset, the setting turned off) leaves no connection open.
     connection.close()
 
 

@@ -1,7 +1,6 @@
 """Reads from a replica that never serve yesterday: a cold read (and the fill it stores) goes
 to ``MEMORY["READ_DATABASE"]`` only when that replica holds the owner's last acknowledged
-write, judged by the owner's stamp (rule 1: every write of an owner draws one, in its
-transaction), else to the primary."""
+write, judged by the owner's stamp (rule 1), else to the primary."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ logger = logging.getLogger("memory.cache")
 def replica_current(*, primary: int, replica: int) -> bool:
     """Whether a replica's read of an owner at stamp ``replica`` is as current as the primary's
     stamp ``primary`` read before it: the same write, or a later one of an owner the primary
-    held (stamps only grow; an owner the primary no longer holds, 0, is current only where the
-    replica holds none either, since a forget it did not replay would show the owner)."""
+    held; an owner the primary no longer holds (0) only where the replica holds none either."""
     return replica == primary or replica > primary > 0
 
 

@@ -21,11 +21,8 @@ class _Replicas:
     updates came up short.
 
     A replica that drops off its primary is still waited for during ``CACHE_REPLICA_GRACE``
-    seconds from the first ``ROLE`` that missed it: until then a failover may promote it with
-    the copies it held, older than the primary's, so no update to that primary counts as landed.
-    Past the grace the primary's replicas online are what a write waits for. A primary that
-    restarted (a new run id; without persistence it came back empty) lost no replica holding
-    its copies: its replicas sync again from nothing it had."""
+    seconds from the first ``ROLE`` that missed it (no update to that primary lands); past it,
+    the replicas online are. A primary with a new run id starts with no replica missing."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -71,7 +68,6 @@ class _Replicas:
             if restarted:
                 self.lost.pop(node, None)
             elif previous is not None and online < previous:
-                # NOTE: the grace starts again at each replica lost.
                 self.lost[node] = (max(before, previous), now)
             elif online >= before or now - since >= conf.CACHE_REPLICA_GRACE:
                 self.lost.pop(node, None)
@@ -126,16 +122,8 @@ def replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
     and in the same round trip. Returns the script's reply, or ``None`` when too few replicas
     acknowledged it in ``CACHE_REPLICA_WAIT_MS`` (Redis answered: no outage, but the update has
     not landed).
-
-    NOTE: a replica promoted by Sentinel or a Cluster failover has only what was replicated to
-    it; a write whose update it lacks must stay unconfirmed (its owner dirty, its repair
-    pending), so that the repair drops the older copy on whichever node is primary then. A
-    replica that is not online is not waited for once ``CACHE_REPLICA_GRACE`` has passed since
-    this process saw it drop off (``_Replicas``): within the grace a failover may still promote
-    it with the copies it held, so updates then count as not landed without a ``WAIT`` that
-    could only time out; past it, waiting would keep every owner of that primary out of the
-    cache for as long as the replica is away. ``ROLE`` in the same pipeline tells how many are
-    online for the next write.
+    A replica off its primary counts as not landed for ``CACHE_REPLICA_GRACE`` (``_Replicas``),
+    then is not waited for. ``ROLE`` in the same pipeline counts them for the next write.
     """
     wanted = conf.CACHE_REPLICAS
     if not wanted:
@@ -160,9 +148,7 @@ def replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
                 raise
             node.script_load(script.script)
         except (redis_errors.MovedError, redis_errors.ConnectionError, redis_errors.TimeoutError):
-            # NOTE: the slot moved or its node is gone: this pipeline bypasses the cluster client's
-            # routing, so have it learn the new map; the update counts as down and its repair finds
-            # the new primary.
+            # NOTE: this pipeline bypasses cluster routing: have the client learn the new map.
             if _is_cluster(redis):
                 _cluster_refresh(redis)
             raise

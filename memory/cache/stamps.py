@@ -94,9 +94,7 @@ def dirty_clear(confirmed: Iterable[tuple[int, int]], *, quiet: bool = False) ->
         return
     try:
         if connection.vendor == "postgresql" and not connection.in_atomic_block:
-            # NOTE: no WAL flush wait (docs/performance.md): a crash may lose the clear, which
-            # leaves the owner marked, the safe direction. The setting is local to this statement's
-            # transaction.
+            # NOTE: no WAL flush wait: a lost clear leaves the owner marked, the safe direction.
             values = ", ".join(["(%s::bigint, %s::bigint)"] * len(pairs))
             with connection.cursor() as cursor:
                 cursor.execute(

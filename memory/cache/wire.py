@@ -24,11 +24,8 @@ Command = tuple[Any, ...]
 def commands_run(redis: Any, commands: Sequence[Command]) -> list[Any]:
     """Run ``commands`` in one round trip: their replies as redis-py parses them (no response
     callbacks), or the first ``ResponseError`` once every reply is read. Raises what redis-py
-    raises, after the retries of the client's ``Retry``, as a pipeline does.
-
-    NOTE: one write and the replies' reads on a pooled connection, without a pipeline's objects
-    and bookkeeping: a fifth of a warm read's time (docs/performance.md). A client that routes
-    by key (a cluster) runs them in its pipeline.
+    raises, after the retries of the client's ``Retry``, as a pipeline does. A cluster client
+    runs them in its pipeline.
     """
     if not isinstance(redis, Redis):
         pipe = redis.pipeline(transaction=False)
@@ -49,11 +46,7 @@ def commands_run(redis: Any, commands: Sequence[Command]) -> list[Any]:
 
 def script_run(script: Script, redis: Any, keys: list[str], args: list[Any]) -> Any:
     """Run ``script`` on the client ``redis`` by EVALSHA in one write (``commands_run``), loading
-    it on NOSCRIPT.
-
-    NOTE: not ``Script.__call__``, whose checks for pipeline classes cost about 5 us a call (their
-    bases make each ``isinstance`` a Protocol check), nor redis-py's packer, which sends a fill's
-    13 KB of turns as a write of its own (three writes a fill).
+    it on NOSCRIPT. Not ``Script.__call__``, whose checks cost about 5 us a call.
     """
     command = ("EVALSHA", script.sha, len(keys), *keys, *args)
     try:
@@ -77,11 +70,7 @@ def _names_command(get_connection: Callable[..., Any]) -> bool:
 
 def _packed(encode: Callable[[Any], bytes], commands: Sequence[Command]) -> bytes:
     """``commands`` in the Redis protocol, each an array of bulk strings, the arguments encoded
-    as the connection encodes them.
-
-    NOTE: ours, not the connection's ``pack_commands``: a warm read's arguments are bytes but
-    its key, and redis-py's packer, which encodes every one and plans for large values, took a
-    tenth of the read's time.
+    as the connection encodes them (``pack_commands`` took a tenth of a warm read).
     """
     parts: list[bytes] = []
     for command in commands:
@@ -109,11 +98,8 @@ def _reply(connection: Any) -> Any:
 
 
 def _in_step(replies: list[Any]) -> list[Any]:
-    """``replies``, or the first ``ResponseError`` among them, raised once every one was read.
-
-    NOTE: the replies after a refused command are read all the same: the pooled connection
-    stays in step.
-    """
+    """``replies``, or the first ``ResponseError`` among them, raised once every one was read
+    (the pooled connection stays in step)."""
     for reply in replies:
         if isinstance(reply, redis_errors.ResponseError):
             raise reply
@@ -191,9 +177,7 @@ class AsyncConnections:
 class Watch:
     """The deadlines of an event loop's Redis calls in flight, kept by one timer at a time: a
     call past its deadline has its task cancelled (``_bounded`` makes that the timeout).
-
-    NOTE: not ``asyncio.timeout``, whose timer of each call's own was a twentieth of an async
-    warm read; here a call costs two dict updates, and the timer runs once a timeout at most.
+    Not ``asyncio.timeout``: one timer per call cost a twentieth of an async warm read.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:

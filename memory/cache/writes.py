@@ -165,7 +165,6 @@ def owner_changed(
 ) -> None:
     """``owner_write`` in one call, for a change already made in the transaction (``db``: the
     default database's connection, when the caller holds it)."""
-    # NOTE: ``owner_write`` without its generator: the append's path.
     prev = stamp_take(owner) if stamp_taken is None else stamp_taken
     write_commit(owner, prev, turns=turns, facts=facts, deleted_keys=deleted_keys, db=db)
 
@@ -213,9 +212,8 @@ def _orm_stamp(owner_pk: int) -> Owner | None:
 @contextmanager
 def orm_delete(owner_pks: Callable[[], Iterable[int]]) -> Iterator[None]:
     """Around an ORM delete of turns: ``orm_write`` for each owner ``owner_pks()`` names, in one
-    transaction with the delete. Does nothing inside a service or without a cache.
-
-    NOTE: owners are marked first, in pk order, as a service locks the owner before its turns.
+    transaction with the delete, in pk order (a service's lock order). Does nothing inside a
+    service or without a cache.
     """
     if _in_service.get() or not enabled():
         yield

@@ -70,8 +70,7 @@ def check_memory_databases(app_configs: Any = None, **kwargs: Any) -> list[Check
                 )
             )
     for model in apps.get_app_config("memory").get_models():
-        # NOTE: a replica behind would answer what the stamp rule cannot check (listings,
-        # searches, exports), and fill the cache from them: reads go where writes go.
+        # NOTE: a lagging replica would feed reads the stamp rule cannot check: reads follow writes.
         reads, writes = router.db_for_read(model), router.db_for_write(model)
         if reads != writes:
             errors.append(

@@ -44,9 +44,7 @@ def _context_read_sql(alias: str) -> str:
     Parameters: turns, instant, owner id."""
     q = connections[alias].ops.quote_name
     owner, turn, fact, summary = (q(model._meta.db_table) for model in (Owner, Turn, Fact, Summary))
-    # NOTE: jsonb columns inside the JSON as they are, the whole decoded at once as Django
-    # decodes each of them (codec.loads_jsonb_rows); every other value is text or an integer of
-    # at most 64 bits.
+    # NOTE: jsonb as is, decoded at once (codec.loads_jsonb_rows); the rest text or int64.
     turn_columns = [
         *(f"t.{q(f)}" for f in TURN_FIELDS[:5]),
         _utc(f"t.{q(TURN_FIELDS[5])}"),
@@ -76,8 +74,7 @@ def _context_read_sql(alias: str) -> str:
         f"SELECT json_build_array({', '.join(summary_columns)})::text"
         f" FROM {summary} s WHERE s.{q('owner_id')} = {owner_pk}"
     )
-    # NOTE: one statement, not four in a pipeline: one parse, plan and row, and the rows arrive
-    # as one JSON text, which orjson reads faster than the driver reads rows.
+    # NOTE: one statement, not four: one plan, and orjson reads the JSON faster than rows.
     return (
         f"SELECT o.{q('stamp')}, ({turns}), ({facts}), ({summaries})"
         f" FROM {owner} o WHERE o.{q('external_id')} = %s"
@@ -89,12 +86,8 @@ def context_read(
 ) -> cache.Loaded:
     """``memory.selectors.context.django_read`` in one statement and one round trip, with the
     payloads built straight from its JSON: the same snapshot and completeness.
-
-    NOTE: the ORM's query building, the driver's reading of each row and the server's planning of
-    each statement cost more than the database's work (docs/performance.md): the SQL is written
-    once and sent prepared, timestamps as text. Expired facts are left out by ``at``, not
-    ``now()``: the one clock the cached copy uses. Raises what the statement raises, as Django's
-    errors.
+    Expired facts are left out by ``at``, not ``now()``: the cached copy's clock. Raises what
+    the statement raises, as Django's errors.
     """
     row = prepared_fetchone(
         connections[using], _context_read_sql(using), [turns, at, owner_id], read_only=True

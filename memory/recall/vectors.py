@@ -7,10 +7,7 @@ vectors, top-N sorted); a larger one through the model's HNSW index with pgvecto
 approximately (docs/recall.md). Without the index, the exact scan serves everyone. The statements
 run in the caller's search transaction, under its ``statement_timeout``.
 
-Turns are compared centred on their owner's mean (``owner_centre``, ``Centred``): what every
-turn of a history shares (its language, the assistant's manner, the embedder's own bias) is
-taken off both sides before the cosine, so that what a turn says apart from the rest decides
-(docs/recall.md, "By meaning: centred on the owner").
+Turns are compared centred on their owner's mean (``owner_centre``, ``Centred``; docs/recall.md).
 """
 
 from __future__ import annotations
@@ -164,9 +161,8 @@ class Centred:
     """A search query's vector and the centre its owner's turns are compared around.
 
     The distance of a turn's vector ``p`` is one minus the cosine of ``p - c`` and ``q - c``
-    (``c`` the centre, ``q`` the query): ``(p.(q - c) - c.(q - c)) / (|p - c| |q - c|)``, two
-    of pgvector's operators a row (``<#>``, ``<->``). Without a centre it is the plain cosine
-    distance (``<=>``)."""
+    (``c`` the centre, ``q`` the query). Without a centre it is the plain cosine distance
+    (``<=>``)."""
 
     query: Sequence[float]
     centre: Sequence[float] | None = None
@@ -380,10 +376,8 @@ def owner_centre(
 ) -> list[float] | None:
     """The centre the owner's turns are compared around (``Centred``): the mean of at most
     ``CENTRE_SAMPLE`` of their vectors of ``model``; ``None`` for an owner with fewer than
-    ``CENTRE_FROM`` (compared uncentred). One indexed read of at most ``CENTRE_SAMPLE`` rows,
-    kept by the process for the owner's ``embedded`` count (their ``embedded_seq``) where it is
-    given: the next search reads it again only once the owner has more turns embedded and had
-    fewer than ``CENTRE_SAMPLE`` then."""
+    ``CENTRE_FROM`` (compared uncentred). Kept by the process per ``embedded`` count where given,
+    read again only while the owner had fewer than ``CENTRE_SAMPLE``."""
     key = (using, owner_pk, model)
     kept = _CENTRES.get(key) if embedded is not None else None
     if kept is not None and embedded is not None:

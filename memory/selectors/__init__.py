@@ -1,11 +1,9 @@
 """Reads of an owner's memory: the app's public Python API for looking at it (exactly the
 names of ``__all__``, docs/python-api.md; operators' counts and listings are in ``memory.ops``).
 
-One module per entity (``context``, ``facts``, ``turns``, ``sessions``, ``search``, ``owners``,
-``health``, ``summaries``, ``export``; ``pages`` holds what every listing shares), the public
-reads re-exported here. ``context_get``, ``fact_list``, ``fact_get`` and ``summary_get`` read
-through the Redis copy and rehydrate it from the database on any miss; the other selectors read
-the database.
+One module per entity (``pages`` holds what every listing shares), re-exported here.
+``context_get``, ``fact_list``, ``fact_get`` and ``summary_get`` read through the Redis copy
+and rehydrate it from the database on any miss; the other selectors read the database.
 A lost database raises ``MemoryUnavailable``; Redis failures are never seen by callers.
 """
 

@@ -54,8 +54,8 @@ def database_read(owner_id: str, turns: int, at: dt.datetime | None = None) -> c
     """The owner's stamp, last ``turns`` turns, facts not expired at ``at`` (default: now) and
     summary; and whether those are all its turns.
 
-    Four queries whatever the history length (the (owner, seq) index serves the turns); on
-    PostgreSQL one statement (``memory.postgres.context_read``).
+    Four queries whatever the history length; on PostgreSQL one statement
+    (``memory.postgres.context_read``).
     With ``MEMORY["READ_DATABASE"]``, read from that replica when it holds the owner's last
     acknowledged write, else from the primary (``cache.replica_read``).
     """
@@ -395,8 +395,7 @@ def context_messages(
     the older turns ``turn_search`` finds most relevant, in a third of the tokens left or at most
     ``MEMORY["RECALL_TURNS"]`` (``recalled``); then one message per turn, content kept exactly. With
     ``max_tokens`` the turns are the newest that fit beside the system messages, whole and without
-    gaps; ``tokens`` (by ``MEMORY["TOKEN_COUNTER"]``) never exceeds it. Read through ``context_get``
-    (docs/python-api.md).
+    gaps; ``tokens`` (by ``MEMORY["TOKEN_COUNTER"]``) never exceeds it.
 
     Raises ``ValidationError`` for a bad owner id, ``turns``, ``max_tokens``, ``query``, ``now`` or
     ``min_score``, and ({"max_tokens": ...}) when the facts alone exceed ``max_tokens`` (facts are

@@ -243,8 +243,7 @@ def owner_export(*, owner_id: str) -> ExportStream:
 
     Every row comes from one read-only REPEATABLE READ snapshot on a connection of the stream's own,
     held until the last chunk or ``close()``: each write is wholly in or wholly out. ``exported_at``
-    is the snapshot's instant. Pages of ``EXPORT_PAGE_ROWS`` rows bound the memory
-    (docs/data-requests.md).
+    is the snapshot's instant. Pages of ``EXPORT_PAGE_ROWS`` rows bound the memory.
 
     Raises ``ValidationError`` ({"user_id": messages}) for a bad owner id and ``MemoryUnavailable``
     when the database cannot be reached, before any chunk; a database lost later raises
@@ -256,7 +255,6 @@ def owner_export(*, owner_id: str) -> ExportStream:
 
 @aio.twin_of(owner_export)
 async def aowner_export(*, owner_id: str) -> AsyncIterator[bytes]:
-    # NOTE: an async generator: one hop to open the snapshot, then one per chunk.
     stream = await sync_to_async(owner_export, thread_sensitive=True)(owner_id=owner_id)
     read = sync_to_async(stream.read, thread_sensitive=True)
     try:

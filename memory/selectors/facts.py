@@ -42,7 +42,6 @@ def fact_list(*, owner_id: str) -> list[FactPayload]:
 
 @aio.twin_of(fact_list)
 async def afact_list(*, owner_id: str) -> list[FactPayload]:
-    # NOTE: natively async on a warm copy, as acontext_get.
     check_owner(owner_id)
     with database_guard():
         memory, _ = await cache.aread_through(

@@ -79,8 +79,7 @@ def health_get() -> HealthPayload:
     this process's last cache update reached its replicas. With several database hosts,
     ``database_primary`` is the index (in ``HOST``) of the one this process writes to; with
     ``MEMORY["READ_DATABASE"]``, ``read_replica`` says whether the replica answers and how many
-    bytes of WAL it has yet to replay (no address in either: the endpoint is open to probes).
-    Never raises."""
+    bytes of WAL it has yet to replay (no address in either). Never raises."""
     started = time.perf_counter()
     try:
         with connection.cursor() as cursor:
@@ -88,7 +87,6 @@ def health_get() -> HealthPayload:
         database: Literal["ok", "down"] = "ok"
     except DatabaseError:
         database = "down"
-        # NOTE: drop the broken connection so that the next request reconnects by itself.
         connection.close()
     database_ms = _elapsed_ms(started)
     started = time.perf_counter()

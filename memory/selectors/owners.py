@@ -159,7 +159,6 @@ _aowner_id_chunk = sync_to_async(_owner_id_chunk, thread_sensitive=True)
 
 @aio.twin_of(owner_id_iter)
 async def aowner_id_iter(*, min_last_seq: int = 0, chunk_size: int = 1000) -> AsyncIterator[str]:
-    # NOTE: one hop per chunk of ids, not per id.
     after: int | None = 0
     while after is not None:
         rows = await _aowner_id_chunk(min_last_seq, after, chunk_size)

@@ -135,9 +135,7 @@ OwnerRow = tuple[int, int, int]
 FIRST_ANSWER_SECONDS = 30.0
 # The embedders (by name) that have answered a query in this process.
 _ANSWERED: set[str] = set()
-# NOTE: the vectors of the owners' last queries, by owner, embedder and text: an agent's loop
-# asks for the same context again at each of its steps. Kept per owner, so that a search's time
-# never tells whether another owner asked the same.
+# NOTE: an agent's loop asks again each step; kept per owner so timing leaks nothing.
 _RECENT_QUERIES = embedders.RecentVectors(size=256, longest=search.MAX_QUERY_CHARS)
 
 
@@ -426,16 +424,14 @@ def turn_search(
     """The owner's turns most relevant to ``q``, best first, each with its ``score`` (calibrated, in
     [0, 1]) and its ``context`` (the turns just before and after it in its session).
 
-    ``mode`` (``MODES``): ``text`` by words (BM25, any word form, CJK by character pairs, similar
-    words as a fallback), ``semantic`` by the cosine of ``MEMORY["EMBEDDER"]`` vectors (centred
-    on the owner's mean), ``hybrid`` by both; the default is ``hybrid`` where ``semantic_on()``,
+    ``mode`` (``MODES``): ``text`` by words (BM25), ``semantic`` by ``MEMORY["EMBEDDER"]``
+    vectors, ``hybrid`` by both (docs/recall.md); the default is ``hybrid`` where ``semantic_on()``,
     else ``text``. ``min_score`` drops results whose ``score`` (``fusion.SCORE``) is below it.
     ``after``/``before`` (ISO-8601) keep turns created in that range, narrowed by a time ``q``
     names against ``now``. ``q`` is 1-200 characters of free text, never query syntax;
-    ``limit`` is 1-100. Bounded work, each statement under ``MEMORY["SEARCH_TIMEOUT_MS"]``
-    (docs/recall.md).
+    ``limit`` is 1-100. Each statement runs under ``MEMORY["SEARCH_TIMEOUT_MS"]``.
 
-    The query is embedded on a thread while the database is read (``QueryEmbedding``). Raises
+    Raises
     ``ValidationError`` ({field: messages}) for bad input or a mode whose embeddings are off,
     ``SearchTimeout`` when a statement (or ``semantic``'s embedding) ran past its limit,
     ``SearchUnavailable`` when ``semantic`` could not embed the query (``hybrid`` then goes on by

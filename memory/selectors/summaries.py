@@ -25,7 +25,6 @@ def summary_get(*, owner_id: str) -> SummaryPayload | None:
 
 @aio.twin_of(summary_get)
 async def asummary_get(*, owner_id: str) -> SummaryPayload | None:
-    # NOTE: as acontext_get: a warm read natively async, a cold one in one thread hop.
     check_owner(owner_id)
     with database_guard():
         memory, _ = await cache.aread_through(

@@ -62,10 +62,9 @@ def turn_list(
 @database_guard()
 def turn_tail(*, owner_id: str, limit: int | None = None) -> list[TurnPayload]:
     """The owner's newest ``limit`` turns, oldest first; every turn of the owner when
-    ``limit`` is ``None`` (what the Agents SDK's sessions return without a limit). From the
-    database, in one query, however many turns that is: bound it with ``limit`` where the
-    history may be long. Raises ``ValidationError`` ({"user_id" | "limit": messages}) for bad
-    input and ``MemoryUnavailable`` when the database cannot be reached."""
+    ``limit`` is ``None``. From the database, in one query, however many turns that is. Raises
+    ``ValidationError`` ({"user_id" | "limit": messages}) for bad input and
+    ``MemoryUnavailable`` when the database cannot be reached."""
     check_owner(owner_id)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValidationError({"limit": ["Ensure this value is an integer >= 0."]})

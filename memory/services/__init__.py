@@ -4,11 +4,8 @@ names of ``__all__``, docs/python-api.md; operators' jobs are in ``memory.ops``)
 Every service runs in one transaction under the owner's row lock, commits to the database
 first, and only then (``transaction.on_commit``) updates the Redis copy. A write that raises
 stored nothing; a Redis failure never fails a write (``memory.cache`` states the protocol).
-One module per thing written: ``turns``, ``turn_facts`` (the facts a turn states), ``facts``,
-``expiry`` (the sweep of expired facts), ``owners``, ``summaries``, ``embeddings``, ``imports``
-(an export document loaded into an empty owner); ``common`` holds what they share.
-``deferred`` holds the django-tasks tasks (a deferred extractor's, a summary refresh's, an
-embedding run's), imported only when one is due (not from here).
+One module per thing written; ``common`` holds what they share, ``deferred`` the django-tasks
+tasks (imported only when one is due).
 """
 
 from __future__ import annotations

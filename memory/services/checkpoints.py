@@ -62,8 +62,7 @@ class MirrorTurn(NamedTuple):
 
 
 def _owner_row(owner_id: str) -> Owner:
-    """The owner's row, created if need be. NOTE: not locked: a checkpoint changes nothing the cache
-    copies, and mirrored turns lock for themselves."""
+    """The owner's row, created if need be; not locked (the cache copies no checkpoint)."""
     return Owner.objects.get_or_create(external_id=owner_id)[0]
 
 

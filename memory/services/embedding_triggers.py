@@ -84,7 +84,6 @@ def _handoff_loop() -> None:
         except Exception:  # pragma: no cover - handoff_flush logs and never raises
             logger.exception("The embedding handoff failed.")
         finally:
-            # NOTE: this thread's own connection, not held while it waits.
             connections.close_all()
 
 

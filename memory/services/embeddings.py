@@ -133,7 +133,6 @@ def turns_embed(*, owner_id: str, limit: int | None = None) -> int:
         if not moved:
             return written
         if through > vectors.INDEX_FROM and found:
-            # NOTE: the run that takes an owner past INDEX_FROM builds the HNSW index, once.
             with database_guard():
                 vectors.vectors_index(DEFAULT_DB_ALIAS, model, len(found[0]))
     return written

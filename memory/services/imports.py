@@ -433,8 +433,7 @@ def _store(owner: Owner, checked: _Checked) -> None:
     )
     sources = {(v["key"], v["version"]): v["source_turn_seq"] for v in checked.versions}
     for f in checked.facts:
-        # NOTE: one save per fact (at most MAX_FACTS): JSON null must go in as a JSON value,
-        # which bulk_create cannot say (a bare None would be SQL NULL).
+        # NOTE: one save per fact: bulk_create would write JSON null as SQL NULL.
         row = _row(f, FACT_FIELDS)
         if row["value"] is None:
             row["value"] = Value(None, JSONField())

@@ -110,7 +110,6 @@ def owners_forget_idle(*, prefix: str, idle_for: dt.timedelta, limit: int | None
     while limit is None or forgotten < limit:
         cutoff = timezone.now() - idle_for
         with database_guard():
-            # NOTE: the (updated_at) index serves this, oldest first, a page at a time.
             page = list(
                 Owner.objects.filter(external_id__startswith=prefix, updated_at__lt=cutoff)
                 .order_by("updated_at")

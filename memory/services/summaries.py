@@ -122,7 +122,6 @@ def _batch_write(
         if (stored.through_seq if stored is not None else 0) != through:
             # Another refresh got there first.
             return False
-        # NOTE: the row read and locked above, written as it is: one statement.
         summary = stored if stored is not None else Summary(owner=owner)
         summary.text, summary.through_seq, summary.tokens = text, through_seq, text_tokens
         summary.updated_at = timezone.now()
@@ -136,10 +135,8 @@ def _batch_write(
 
 def _refresh_done(owner_pk: int, target: int) -> bool:
     """Whether the refresh, which found no turn left up to ``target``, is done: the owner has
-    no turn past ``target`` (its count is then exactly 0, whatever deletes made it drift), or
-    its tokens after the summary are below the threshold. Then its record goes, in the same
-    transaction as that check under the owner's lock, so that an append that passes the
-    threshold after it creates a new one."""
+    no turn past ``target``, or its tokens after the summary are below the threshold. Then its
+    record goes, under the owner's lock in the check's transaction."""
     with service_transaction():
         owner = Owner.objects.select_for_update().filter(pk=owner_pk).first()
         if owner is None:

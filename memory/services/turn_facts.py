@@ -157,9 +157,7 @@ def _pending_extract(pending: PendingExtraction) -> list[Fact]:
         )
     with service_transaction():
         owner = owner_lock(owner_id, create=False)
-        # NOTE: re-read under the lock: another run may have done it, a forget or prune
-        # removed its turn, or a link moved the turn to another owner (the caller's next
-        # round finds it there).
+        # NOTE: re-read under the lock: done, removed or moved meanwhile.
         held = PendingExtraction.objects.filter(pk=pending.pk).select_related("turn").first()
         if owner is None or held is None or held.turn.owner_id != owner.pk:
             return []

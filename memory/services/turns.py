@@ -130,9 +130,7 @@ def _turn_append(
     field_check("metadata", validate_metadata, metadata)
     if idempotency_key is not None:
         field_check("idempotency_key", validate_idempotency_key, idempotency_key)
-    # NOTE: on every path, once and before any lock: the general path below (SQLite, or
-    # Postgres after a fact moved meanwhile) merges what it found under the lock, and never
-    # runs the extractor again.
+    # NOTE: once, before any lock: the general path merges this plan, never reruns it.
     plan = _turn_facts_plan(owner_id, role, content, db, access)
     new = TurnInput(owner_id, session_id, role, content, metadata, idempotency_key)
     count = summary_count(content)

@@ -69,8 +69,7 @@ def vectors_setup(schema_editor: BaseDatabaseSchemaEditor) -> bool:
     vector tables; return whether both tables exist now.
 
     Where the extension cannot be created (not installed on the server, no right to create it,
-    not PostgreSQL) nothing is created and the answer is False: ``memory.W016`` tells the
-    operator, and ``manage.py memory_embed --setup`` runs this again once pgvector is there.
+    not PostgreSQL) nothing is created and the answer is False (``memory.W016``).
     """
     if not _postgres(schema_editor):
         return False
