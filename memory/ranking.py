@@ -326,13 +326,10 @@ def turns_features(
 ) -> list[tuple[Any, ...]]:
     """For each of the owner's turns ``pks``: ``(pk, *TURN_FIELDS, length, terms held,
     distance or None, plain cosine distance or None, crowding or None, alike pks or None)``;
-    PostgreSQL only.
-    ``vector`` is the query's in pgvector's text form, ``model`` the embedder's name (no
-    distance without them); ``measure``, where given, is how the vectors' search compared them
-    (centred on the owner's mean: the distance and the crowding are then centred), else the
-    plain cosine. Crowding, for the ``crowded`` turns nearest to the query, is
-    the mean cosine similarity of the turn's ``crowd`` nearest among them, and its alike: the
-    pks of those among them at a cosine similarity of ``alike`` or more, measured alike."""
+    PostgreSQL only. No distance without ``vector`` (pgvector text) and ``model``; ``measure``
+    centres the distance and crowding as the vector search did. Crowding, for the ``crowded``
+    turns nearest the query: the mean cosine similarity of a turn's ``crowd`` nearest among them;
+    alike: the pks among them at a similarity of ``alike`` or more."""
     extra: dict[str, Any] = {} if measure is None else measure.params()
     if vector is None or model is None:
         statement = _FEATURES_SQL

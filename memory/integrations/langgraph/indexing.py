@@ -227,10 +227,8 @@ class TTLMethods:
 def off_event_loop(call: Callable[[], T]) -> T:
     """``call()``; in a running event loop, in a thread of its own, the loop waiting for it.
 
-    NOTE: a sync store call in an event loop blocks the loop, as ``InMemoryStore``'s and
-    ``PostgresStore``'s do (LangGraph's batching wrapper calls ``batch`` from its loop); Django's
-    database calls cannot run in that thread, so they run in another, whose connection
-    ``thread_connection`` closes. Await the ``a...`` methods to keep the loop free.
+    Django refuses database calls in the loop's thread. It blocks the loop, as LangGraph's own
+    stores' sync calls do; await the ``a...`` methods to keep the loop free.
     """
     try:
         asyncio.get_running_loop()

@@ -320,8 +320,7 @@ def _writes_apply(
     vectors: dict[str, dict[str, list[tuple[str, list[float]]]]],
     model: str | None,
 ) -> None:
-    # NOTE: one transaction around the services' own: all of a batch's writes or none. Owners are
-    # locked in id order, so two batches never wait for each other in a circle.
+    # NOTE: owners locked in id order, so two batches never wait for each other in a circle.
     now = timezone.now()
     with database_guard(), transaction.atomic():
         for owner_id in sorted(set(writes) | set(refreshes)):
