@@ -45,8 +45,7 @@ MIN_SIMILAR_CHARS = 4
 RANK_NORMALIZATION = 1
 # Best first; among equals the newest (``pk`` tells apart equal seqs of different owners).
 ORDERING = ("-search_rank", "-seq", "-pk")
-# NOTE: the newest matches ranked, at most: a common word ranks 1,000 turns (2 ms), not all of them
-# (60-100 ms at 50,000 turns).
+# NOTE: the newest matches ranked, at most: a common word ranks these, not all of them.
 RANK_WINDOW = 1000
 # Similar words of the vocabulary that a misspelt word may stand for, the closest first.
 SIMILAR_WORDS = 12
@@ -108,7 +107,7 @@ def _uses_postgres(queryset: QuerySet[Turn]) -> bool:
 
 # NOTE: planner settings for the search's statements only. At the defaults the planner prices a
 # tsvector match as cheap and filters all of an owner's turns rather than walking back to the newest
-# matches (90-160 ms against 2-5 ms, docs/performance.md); JIT never pays here.
+# matches (docs/performance.md); JIT never pays here.
 PLANNER_SETTINGS = {"cpu_operator_cost": "0.025", "random_page_cost": "1.1", "jit": "off"}
 _NAMES = ("statement_timeout", *PLANNER_SETTINGS)
 _SET_SQL = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in _NAMES)

@@ -297,7 +297,6 @@ class MemorySession:
         if n is not None and n <= conf.MAX_CONTEXT_TURNS:
             context = await selectors.acontext_get(owner_id=self.owner_id, turns=n)
             return _items(context["turns"])
-        # NOTE: no limit is the whole history, as the SDK's sessions read it; from the database.
         return _items(await aturn_tail(owner_id=self.owner_id, limit=n))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:

@@ -184,11 +184,9 @@ def _sweep() -> int:
 
 
 class TTLMethods:
-    """``MemoryStore``'s TTL sweep. Called in a running event loop, ``sweep_ttl``,
-    ``start_ttl_sweeper`` and ``stop_ttl_sweeper`` return awaitables, as the methods of
-    LangGraph's async stores are coroutines (``await store.sweep_ttl()``); elsewhere they run
-    and return their result, as the sync stores' do. A sweeper is started, or told to stop,
-    when the method is called, awaited or not."""
+    """``MemoryStore``'s TTL sweep. In a running event loop, ``sweep_ttl``, ``start_ttl_sweeper``
+    and ``stop_ttl_sweeper`` return awaitables, as LangGraph's async stores' do; elsewhere their
+    result. A sweeper starts, or is told to stop, when the method is called, awaited or not."""
 
     ttl_config: TTLConfig | None
     _sweeper: Sweeper | None
