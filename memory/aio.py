@@ -50,10 +50,7 @@ def _named(run: Callable[..., object], fn: Callable[..., object]) -> None:
 
 def twin(fn: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
     """The async twin of ``fn``, named ``a<name>``: the same call, awaited; exceptions as they are.
-
-    NOTE: one thread-sensitive hop per operation, as Django runs sync code: a transaction, its row
-    locks and its on-commit cache update stay in one thread.
-    """
+    One thread-sensitive hop, so a transaction and its on-commit cache update share one thread."""
     hop = sync_to_async(fn, thread_sensitive=True)
 
     @functools.wraps(fn)

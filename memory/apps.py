@@ -30,6 +30,5 @@ class MemoryConfig(AppConfig):
         # NOTE: memory.W011 at run time too: a site served by uvicorn need not say so.
         request_started.connect(checks.asgi_request_started, dispatch_uid=checks.ASGI_RECEIVER)
 
-        # NOTE: under any server, not only manage.py: a MEMORY value of the wrong type or
-        # range stops the start with a message naming it (the system checks list them all).
+        # NOTE: under any server, not only manage.py: a bad MEMORY value stops the start.
         conf.validate()

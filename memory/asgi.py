@@ -57,8 +57,6 @@ def _probe() -> tuple[float, HealthPayload]:
             close_old_connections()
 
 
-# NOTE: thread-sensitive, as Django runs sync code: one thread for all such calls outside a request,
-# or the calling sync thread's own.
 _aprobe = sync_to_async(_probe, thread_sensitive=True)
 
 

@@ -119,7 +119,6 @@ def check_memory_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
             )
         )
     values = {name: user.get(name, DEFAULTS[name]) for name in DEFAULTS}
-    # NOTE: the values' own rules are conf's, which applies them on every read as well.
     problems = conf.problems()
     for name in (
         *COUNTS,
@@ -498,9 +497,7 @@ def check_memory_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
 def _check_alias_prefix(
     alias: str, config: dict[str, Any], user: dict[str, Any]
 ) -> list[CheckMessage]:
-    # NOTE: the app builds its own keys (``<MEMORY["KEY_PREFIX"]>:v6:...``) and sends them to
-    # Redis as they are, so Django's per-alias KEY_PREFIX never reaches them. A site that
-    # separates its keys that way would believe they are separated when they are not.
+    # NOTE: the app builds its own keys, so Django's per-alias KEY_PREFIX never reaches them.
     alias_prefix = config.get("KEY_PREFIX")
     prefix = user.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"])
     if not alias_prefix or alias_prefix == prefix:

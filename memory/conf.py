@@ -193,8 +193,6 @@ class setting(property, Generic[_T]):
         if memory is not obj.source:
             memory = _memory_setting()
             if memory is not obj.source:
-                # NOTE: MEMORY assigned anew without the signal is as stale as after
-                # setting_changed.
                 obj.forget()
                 obj.source = memory
         name = self.name

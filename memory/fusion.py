@@ -1,9 +1,6 @@
-"""Fusing what a search found into one ranking: the calibrated score of a turn (its cosine to
-the query, corrected for how close it is to every other candidate; the share of the query's
-words it holds; whether it was said by the side the question asks about; whether it says that
-something changed), and the order the results are chosen in (a better neighbour lifts a turn,
-the newer of two alike ranks first, a session's later turns and a turn saying again what a
-chosen one said yield to others). Pure Python over the candidates' features, no I/O."""
+"""Fusing what a search found into one ranking: each turn's calibrated score
+(``candidate_logit``) and the order results are chosen in (``ranked``). Pure Python over the
+candidates' features, no I/O."""
 
 from __future__ import annotations
 
@@ -260,20 +257,16 @@ def score_of(logit: float) -> float:
 def ranked(
     candidates: list[Candidate], mode: str, limit: int, q: str, *, dated: bool = False
 ) -> list[Candidate]:
-    """The best ``limit`` of ``candidates`` for ``q`` (a search narrowed to a range of dates
-    where ``dated``: not about the present): by calibrated logit (``candidate_logit``),
-    lifted towards a better neighbour's (``NEIGHBOUR_SHARE``; the score's logit, lifted alike,
-    is each one's ``score_logit``) and with the newer favoured
-    (``RECENCY_WEIGHT``), then chosen one by one, each session's later picks held back
-    (``SESSION_PENALTY``) and a turn that says again what a chosen one said held back more
-    (``REPEAT_PENALTY``); in a question about the user's present, a later turn that replaces a
-    result ranks directly above it (``superseded``); the scores of results that hold no value
-    asked (``SLOT_PENALTY``) or repeat the question's subject unanswered (``ECHO_WEIGHT``) are
-    lowered."""
+    """The best ``limit`` of ``candidates`` for ``q`` (``dated``: a search narrowed to dates, not
+    about the present): by calibrated logit (``candidate_logit``), lifted towards a better
+    neighbour's (``NEIGHBOUR_SHARE``) and favouring the newer (``RECENCY_WEIGHT``), then chosen one
+    by one, holding back a session's later picks (``SESSION_PENALTY``) and repeats
+    (``REPEAT_PENALTY``); about the user's present, a replacing turn ranks just above the one it
+    replaces (``superseded``); results without the value asked (``SLOT_PENALTY``) or echoing the
+    question unanswered (``ECHO_WEIGHT``) score lower."""
     if not candidates:
         return []
     asked = role_asked(q)
-    # NOTE: the user's own state: a question in the first person about the present.
     present = asked == "user" and not dated and asks_present(q)
     cjk = CJK_RUN_RE.search(unicodedata.normalize("NFKC", q)) is not None
     # NOTE: a turn past the crowded ones read (fusion's features) is as crowded as they are.
@@ -372,13 +365,11 @@ def _terms(c: Candidate, terms: dict[int, frozenset[str]]) -> frozenset[str]:
 def superseded(
     chosen: list[Candidate], pool: list[Candidate], limit: int, q: str = ""
 ) -> list[Candidate]:
-    """``chosen`` (at most ``limit``) with each user's result followed, from the top, by the
-    best of ``pool`` that replaces it, moved or brought in directly above it: a user's turn of
-    a later session that says something changed (``says_change``) and is alike (``alike``:
-    ``ALIKE``), or, where ``q`` asks for a value (``slot_asked``) and both hold one of its
-    kind (``slot_held``), one about as likely evidence (``NEWER_MARGIN``): a later answer to
-    the same question. A turn placed so is itself replaced in turn; every move places a later
-    turn, so the pass ends."""
+    """``chosen`` (at most ``limit``) with, from the top, the best of ``pool`` that replaces a
+    user's result placed directly above it: a user's turn of a later session that says a change
+    (``says_change``) and is alike (``ALIKE``), or, where ``q`` asks for a value both hold
+    (``slot_held``), about as likely evidence (``NEWER_MARGIN``). A placed turn may be replaced
+    in turn; each move places a later turn, so the pass ends."""
     kinds = slot_asked(q) - ACCOUNT_KINDS
     holds = {
         c.pk: any(slot_held(kind, stated(c.content), q) for kind in kinds) for c in (*chosen, *pool)

@@ -170,7 +170,6 @@ class Turn(models.Model):
         ordering = ["owner_id", "seq"]
         default_permissions = ("view", "delete")
         constraints = [
-            # NOTE: also keeps "the last N turns of one owner" flat as history grows.
             models.UniqueConstraint(fields=["owner", "seq"], name="memory_turn_owner_seq_uniq"),
             models.UniqueConstraint(
                 fields=["owner", "idempotency_key"],

@@ -121,7 +121,7 @@ def payloads_from_arrays(
 ) -> tuple[list[TurnPayload], list[FactPayload]]:
     """Turns and facts from arrays of their fields' JSON values in ``TURN_FIELDS`` and
     ``FACT_FIELDS`` order (as the cache and the one-statement read hold them), in their order."""
-    # NOTE: a literal per payload, not dict(zip(...)): 10 us against 26 us for 20 turns.
+    # NOTE: a literal per payload, not dict(zip(...)): over twice as fast.
     turn_list: list[TurnPayload] = [
         {"seq": t[0], "session_id": t[1], "role": t[2], "content": t[3], "metadata": t[4],
          "created_at": t[5]}

@@ -42,11 +42,9 @@ _MATCHES = """SELECT t.id, t.seq, length(t.search) AS dl, t.search
 _ANY_TERM = """(websearch_to_tsquery('pg_catalog.english', %(any_word)s)
                      || websearch_to_tsquery('pg_catalog.simple', %(any_gram)s))"""
 _INDEXED = f"t.search @@ {_ANY_TERM}"
-# NOTE: the operator's function, which no index serves: the planner, misled by the table's word
-# counts (a word common in one owner's turns, rare in the table), read every match of the owner
-# through the search index to keep the newest (21,290 of them for "say", 45 ms) where the walk
-# back along the seq index stops at the window (2,290 turns read, 1.5 ms). A query of no term
-# (stop words only) walks nothing.
+# NOTE: the operator's function, which no index serves: else the planner, misled by the table's
+# word counts, reads every match of the owner through the search index where the walk back along
+# the seq index stops at the window. A query of no term (stop words only) walks nothing.
 _WALKED = f"ts_match_vq(t.search, {_ANY_TERM})"
 _WORDS_SQL = """
 WITH usable AS MATERIALIZED (
@@ -258,19 +256,9 @@ class TurnFilters:
         return self.before_seq is not None or self.after is not None or self.before is not None
 
 
-# NOTE: the candidates of a search, whichever ranking found them, read once: their fields, their
-# length in distinct words, which of the query's terms each holds, and (where the owner's turns
-# have vectors of the model) the cosine distance of each to the query's vector and, for the
-# ``crowded`` nearest to it, its crowding: the mean cosine similarity of its ``crowd`` nearest
-# among them (``fusion.CROWD_NEIGHBOURS``; 100 candidates are 9,900 distances between halfvecs,
-# a few milliseconds; each candidate's nearest are a top-N sort of its own 99, a third of the
-# time of one sort of all 9,900), and its alike: the pks of those among them at a cosine
-# similarity of ``alike`` or more (``fusion.ALIKE``: a turn about the same subject, for the
-# supersession of ``fusion.ranked``). Both are measured as the vectors' search measured
-# (``vectors.Centred``: the vectors less their owner's mean, where the owner has one); the plain
-# cosine distance is read beside them (the ``score`` of a centred search: ``fusion.SCORE``).
-# The turn is read on its owner too: a pk from a vector row is never trusted alone for whose
-# turn it is.
+# NOTE: the candidates of a search, whichever ranking found them, read once (``turns_features``).
+# Each candidate's nearest are a top-N sort of its own neighbours, a third of the time of one sort
+# of all pairs. The turn is read on its owner too: a pk from a vector row is never trusted alone.
 _FEATURES_SQL = """
 SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata, t.created_at,
        length(t.search),
@@ -326,13 +314,10 @@ def turns_features(
 ) -> list[tuple[Any, ...]]:
     """For each of the owner's turns ``pks``: ``(pk, *TURN_FIELDS, length, terms held,
     distance or None, plain cosine distance or None, crowding or None, alike pks or None)``;
-    PostgreSQL only.
-    ``vector`` is the query's in pgvector's text form, ``model`` the embedder's name (no
-    distance without them); ``measure``, where given, is how the vectors' search compared them
-    (centred on the owner's mean: the distance and the crowding are then centred), else the
-    plain cosine. Crowding, for the ``crowded`` turns nearest to the query, is
-    the mean cosine similarity of the turn's ``crowd`` nearest among them, and its alike: the
-    pks of those among them at a cosine similarity of ``alike`` or more, measured alike."""
+    PostgreSQL only. No distance without ``vector`` (pgvector text) and ``model``; ``measure``
+    centres the distance and crowding as the vector search did. Crowding, for the ``crowded``
+    turns nearest the query: the mean cosine similarity of a turn's ``crowd`` nearest among them;
+    alike: the pks among them at a similarity of ``alike`` or more."""
     extra: dict[str, Any] = {} if measure is None else measure.params()
     if vector is None or model is None:
         statement = _FEATURES_SQL

@@ -45,8 +45,7 @@ MIN_SIMILAR_CHARS = 4
 RANK_NORMALIZATION = 1
 # Best first; among equals the newest (``pk`` tells apart equal seqs of different owners).
 ORDERING = ("-search_rank", "-seq", "-pk")
-# NOTE: the newest matches ranked, at most: a common word ranks 1,000 turns (2 ms), not all of them
-# (60-100 ms at 50,000 turns).
+# NOTE: the newest matches ranked, at most: a common word ranks these, not all of them.
 RANK_WINDOW = 1000
 # Similar words of the vocabulary that a misspelt word may stand for, the closest first.
 SIMILAR_WORDS = 12
@@ -108,7 +107,7 @@ def _uses_postgres(queryset: QuerySet[Turn]) -> bool:
 
 # NOTE: planner settings for the search's statements only. At the defaults the planner prices a
 # tsvector match as cheap and filters all of an owner's turns rather than walking back to the newest
-# matches (90-160 ms against 2-5 ms, docs/performance.md); JIT never pays here.
+# matches (docs/performance.md); JIT never pays here.
 PLANNER_SETTINGS = {"cpu_operator_cost": "0.025", "random_page_cost": "1.1", "jit": "off"}
 _NAMES = ("statement_timeout", *PLANNER_SETTINGS)
 _SET_SQL = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in _NAMES)
@@ -127,9 +126,8 @@ def search_transaction(*, using: str, milliseconds: int) -> Iterator[None]:
     ``milliseconds`` each, planned with ``PLANNER_SETTINGS``; a statement stopped so raises
     ``SearchTimeout``.
 
-    The settings are ``SET LOCAL`` and restored on the way out, so they never outlive the block; the
-    transaction is rolled back on any error, so the connection stays usable. Other databases: the
-    block as it is.
+    The settings never outlive the block (``SET LOCAL``); any error rolls it back, leaving the
+    connection usable. Other databases: the block as it is.
     """
     connection = connections[using]
     if connection.vendor != "postgresql":
@@ -197,14 +195,13 @@ def _windowed(matches: QuerySet[Turn], window: int | None) -> QuerySet[Turn]:
 def turns_similar(
     queryset: QuerySet[Turn], q: str, *, owner_pk: int, window: int | None = None
 ) -> QuerySet[Turn] | None:
-    """The fallback for words that match no turn: turns with similar words, for the owner
-    ``owner_pk`` whose turns ``queryset`` holds.
+    """The fallback for words that match no turn: ``owner_pk``'s turns with similar words.
 
-    Every word but stop words must match: a word of four letters or more matches itself, a
+    Every word but stop words must match: one of four letters or more matches itself, a
     vocabulary word one typo away, or a word it starts (the ``SIMILAR_WORDS`` closest); a shorter
-    word only itself. Annotated with ``search_rank``, best first; with ``window``, only the
-    newest are ranked. ``None`` when there is no fallback (off Postgres, or CJK in ``q``); a
-    ``q`` like no vocabulary word matches nothing, and reads no turn.
+    one only itself. Annotated with ``search_rank``, best first; with ``window``, only the newest
+    ranked. ``None`` off Postgres or with CJK in ``q``; empty, reading no turn, when no
+    vocabulary word is alike.
     """
     words, runs = query_split(q)
     if not _uses_postgres(queryset) or runs or not words:

@@ -1,13 +1,9 @@
-"""The app's own signals, and the cache safety net for writes that bypass the services.
+"""The app's own signals, and the cache safety net for ORM writes that bypass the services.
 
-Services update the Redis copy themselves after commit. A fact or turn saved or deleted
-through the ORM directly (a shell, a data migration; an instance or a queryset) follows the
-same protocol (``memory.cache.orm_write``): a new stamp and a dirty mark in the write's
-transaction, the owner's copy dropped after commit; an owner deleted so leaves a pending drop
-as a forget does. Deleted turns are caught by ``Turn.delete`` and ``TurnQuerySet.delete``
-(through ``MemoryConfig.orm_delete_guard``), not here. ``QuerySet.update()``, ``bulk_create``,
-``bulk_update`` and raw SQL send no signal: write through ``memory.services``, or call
-``ops.cache_drop`` after.
+A fact or turn saved, or a fact or owner deleted, through the ORM follows the cache protocol
+(``memory.cache.orm_write``); deleted turns are caught by ``Turn.delete`` and
+``TurnQuerySet.delete`` instead. ``QuerySet.update()``, ``bulk_create``, ``bulk_update`` and raw
+SQL send no signal: write through ``memory.services``, or call ``ops.cache_drop`` after.
 """
 
 from __future__ import annotations

@@ -48,7 +48,6 @@ class ScopedRateThrottle(WindowThrottle, throttling.ScopedRateThrottle):
     cache."""
 
     def allow_request(self, request: Any, view: Any) -> bool:
-        # NOTE: DRF's own reads the view's scope and rate first, then asks the base class.
         self.scope = getattr(view, self.scope_attr, None)
         if not self.scope:
             return True

@@ -45,7 +45,6 @@ def estimate_counter(text: str) -> int:
     character. It leans high for English; real tokenizers differ by model for Chinese. Where a
     budget is a hard limit, count with the model's own tokenizer. Never raises for a string.
     """
-    # NOTE: a piece of one character counts one whatever it is; only words are longer.
     pieces = (_ASCII_PIECES if text.isascii() else _PIECES).findall(text)
     return sum([(len(piece) + 3) // 4 for piece in pieces])
 
@@ -112,8 +111,7 @@ MEMO_SIZE = 4096
 class _Memo:
     """Token counts of long texts, by counter and a digest of the text, least recently used out.
 
-    A context counts every turn it may send, the same turns each time: 200 turns of 32 KB took
-    150-350 ms of one core, holding the interpreter's lock. A digest costs a fiftieth of that; the
+    A context counts the same turns each time; a digest costs a fiftieth of counting them. The
     memo keeps digests, never texts.
     """
 

@@ -170,7 +170,6 @@ class OwnerAdmin(ViewOnly, MemoryAdmin):
 
     @admin.display(description="summary")
     def summary_shown(self, owner: Owner) -> SafeString:
-        # NOTE: read-only: a summary is written only by its refresh (ops.summary_refresh).
         summary = self._summary(owner)
         if summary is None:
             return format_html("<em>{}</em>", "none yet")

@@ -55,8 +55,6 @@ class TurnAdmin(ViewOnly, OwnedAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Turn], search_term: str
     ) -> tuple[QuerySet[Turn], bool]:
-        # NOTE: an exact owner id lists that owner's turns; any other text searches the content
-        # through the search index, best match first unless the operator sorted by a column.
         by_owner, duplicates = super().get_search_results(request, queryset, search_term)
         if not search_term.strip() or by_owner.exists():
             return by_owner, duplicates

@@ -185,7 +185,6 @@ def _items(turns: Sequence[TurnPayload]) -> list[TResponseInputItem]:
 
 
 def _turns_append(owner_id: str, session_id: str, turns: Sequence[ItemTurn]) -> None:
-    # NOTE: one transaction around the services' own: all items stored, or none.
     with database_guard(), transaction.atomic():
         for turn in turns:
             services.turn_append(
@@ -223,37 +222,22 @@ async def _settled(write: Awaitable[T]) -> T:
 class MemorySession:
     """The OpenAI Agents SDK ``Session`` of one session of a memory owner (docs/agents.md).
 
-    The history is the owner's: every session reads the same turns. ``get_items(limit)``: the newest
-    ``limit`` turns (default ``session_settings.limit``; with neither, every turn, as the SDK's own
-    sessions return all their items: ``turn_tail``, from the database; a limit up to
-    ``MAX_CONTEXT_TURNS`` reads the cached window), oldest first, as SDK items. ``close()`` closes
-    it as the SDK's sessions close: every later call raises ``RuntimeError``.
+    Every session reads the owner's one history. ``get_items(limit)``: the newest ``limit`` turns
+    (default ``session_settings.limit``; with neither, every turn), oldest first, as SDK items.
 
-    ``add_items(items)`` appends each item as a turn of ``session_id`` (``turn_from_item``),
-    in one transaction: all of them or, for any refused item (``ValueError``, ``TypeError``,
-    ``ValidationError``: a text over ``MEMORY["MAX_TURN_CHARS"]``, an item over
-    ``MEMORY["MAX_JSON_BYTES"]``), none. User messages go through the fact extractor as any
-    user turn does.
+    ``add_items(items)`` appends each item as a turn of ``session_id`` (``turn_from_item``) in one
+    transaction: all of them or, for any refused item (``ValueError``, ``TypeError``,
+    ``ValidationError``: a text over ``MAX_TURN_CHARS``, an item over ``MAX_JSON_BYTES``), none.
 
     ``pop_item()`` deletes and returns this session's newest turn among the owner's newest
-    ``MEMORY["MAX_CONTEXT_TURNS"]`` (``services.turn_delete``: an operator's correction; the
-    other turns keep their ``seq``, facts the turn stated stay); ``None`` when there is none
-    there. ``clear_session()`` deletes every turn of the owner, of every session, since they
-    are one history (``memory.ops.turns_prune`` with ``keep_last=0``), and keeps the facts; to
-    forget the user entirely, ``services.memory_forget``.
+    ``MAX_CONTEXT_TURNS`` (``services.turn_delete``: facts it stated stay), else ``None``.
+    ``clear_session()`` deletes every turn of the owner, of every session, and keeps the facts.
+    After ``close()`` every call raises ``RuntimeError``.
 
-    ``close()`` closes it as the SDK's sessions close: every later call raises
-    ``RuntimeError`` (``add_items([])`` too).
-
-    A cancelled ``add_items``, ``pop_item`` or ``clear_session`` raises ``CancelledError`` only
-    once its write has ended, committed or rolled back, as the SDK's sessions settle theirs:
-    the caller knows the outcome, and a retry never races the write.
-
-    Errors are the services' and selectors': ``ValidationError`` for a bad id, limit or turn,
-    ``TypeError`` for an item holding what JSON cannot (as ``json.dumps`` raises it),
-    ``MemoryUnavailable`` when the database cannot be reached (then nothing was stored). Redis
-    failures never reach the caller. The owner is the caller's to name (the authenticated
-    user), never the model's.
+    A cancelled write raises ``CancelledError`` only once it has committed or rolled back.
+    Errors: ``ValidationError`` for a bad id, limit or turn, ``TypeError`` for what JSON cannot
+    hold, ``MemoryUnavailable`` when the database is down (nothing stored); never Redis's. The
+    owner is the caller's to name, never the model's.
     """
 
     session_id: str
@@ -313,7 +297,6 @@ class MemorySession:
         if n is not None and n <= conf.MAX_CONTEXT_TURNS:
             context = await selectors.acontext_get(owner_id=self.owner_id, turns=n)
             return _items(context["turns"])
-        # NOTE: no limit is the whole history, as the SDK's sessions read it; from the database.
         return _items(await aturn_tail(owner_id=self.owner_id, limit=n))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:

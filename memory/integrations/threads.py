@@ -14,8 +14,8 @@ from django.db import connection
 def thread_connection() -> Iterator[None]:
     """Close the database connection this block opened, if it opened one outside the main thread.
 
-    NOTE: frameworks run sync code in their own executors' threads, where nothing would close a
-    Django connection but the thread's end. A connection open before, or the main thread's, is left.
+    Frameworks' executor threads would keep it till the thread ends. A connection open before, or
+    the main thread's, is left.
     """
     opened = connection.connection is None and threading.current_thread() is not (
         threading.main_thread()

@@ -184,11 +184,9 @@ def _sweep() -> int:
 
 
 class TTLMethods:
-    """``MemoryStore``'s TTL sweep. Called in a running event loop, ``sweep_ttl``,
-    ``start_ttl_sweeper`` and ``stop_ttl_sweeper`` return awaitables, as the methods of
-    LangGraph's async stores are coroutines (``await store.sweep_ttl()``); elsewhere they run
-    and return their result, as the sync stores' do. A sweeper is started, or told to stop,
-    when the method is called, awaited or not."""
+    """``MemoryStore``'s TTL sweep. In a running event loop, ``sweep_ttl``, ``start_ttl_sweeper``
+    and ``stop_ttl_sweeper`` return awaitables, as LangGraph's async stores' do; elsewhere their
+    result. A sweeper starts, or is told to stop, when the method is called, awaited or not."""
 
     ttl_config: TTLConfig | None
     _sweeper: Sweeper | None
@@ -227,10 +225,8 @@ class TTLMethods:
 def off_event_loop(call: Callable[[], T]) -> T:
     """``call()``; in a running event loop, in a thread of its own, the loop waiting for it.
 
-    NOTE: a sync store call in an event loop blocks the loop, as ``InMemoryStore``'s and
-    ``PostgresStore``'s do (LangGraph's batching wrapper calls ``batch`` from its loop); Django's
-    database calls cannot run in that thread, so they run in another, whose connection
-    ``thread_connection`` closes. Await the ``a...`` methods to keep the loop free.
+    Django refuses database calls in the loop's thread. It blocks the loop, as LangGraph's own
+    stores' sync calls do; await the ``a...`` methods to keep the loop free.
     """
     try:
         asyncio.get_running_loop()

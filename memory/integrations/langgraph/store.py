@@ -320,8 +320,7 @@ def _writes_apply(
     vectors: dict[str, dict[str, list[tuple[str, list[float]]]]],
     model: str | None,
 ) -> None:
-    # NOTE: one transaction around the services' own: all of a batch's writes or none. Owners are
-    # locked in id order, so two batches never wait for each other in a circle.
+    # NOTE: owners locked in id order, so two batches never wait for each other in a circle.
     now = timezone.now()
     with database_guard(), transaction.atomic():
         for owner_id in sorted(set(writes) | set(refreshes)):
@@ -503,15 +502,10 @@ class MemoryStore(TTLMethods, BaseStore):
 
 
 class AsyncMemoryStore(MemoryStore):
-    """A ``MemoryStore`` for async graphs that refuses a sync call made in a running event loop,
-    as LangGraph's ``AsyncPostgresStore`` and ``AsyncSqliteStore`` do: ``store.get`` in an async
-    node would block the loop while the database answers. Await ``aget``, ``aput``, ``asearch``,
-    ... there. Everything else is ``MemoryStore``'s: the same memory, the same rules.
-
-    Raises ``asyncio.InvalidStateError`` for ``batch`` (and so ``get``, ``put``, ``delete``,
-    ``search``, ``list_namespaces``) called in a running event loop, before reading or writing
-    anything; called from a thread without a running loop (a sync node, a worker thread), it
-    answers as ``MemoryStore`` does.
+    """A ``MemoryStore`` for async graphs, as LangGraph's ``AsyncPostgresStore``: a sync call
+    (``batch``, ``get``, ``put``, ``delete``, ``search``, ``list_namespaces``) in a running event
+    loop raises ``asyncio.InvalidStateError`` before touching anything; await ``aget``... there.
+    Everything else, and a sync call from a thread without a loop, is ``MemoryStore``'s.
     """
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
