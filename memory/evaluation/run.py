@@ -1,14 +1,6 @@
-"""Loading an ``EvalSet`` into throwaway owners and measuring the search on it (``manage.py
-memory_eval``; docs/recall.md).
-
-Each conversation becomes an owner ``<prefix><its id>`` through ``services.memory_import``
-(the turns keep their sessions and dates; a turn longer than ``MEMORY["MAX_TURN_CHARS"]`` is
-cut to it), is embedded at once where search by meaning is on (``turns_embed``, in
-this process), and each question is searched with ``selectors.turn_search`` in each mode, told
-the question's date where the search takes one. Baselines on the same owners, where asked:
-``bm25`` (``metrics.Bm25`` over every turn), ``dense`` (exact cosine of the same embedder's
-stored vectors) and ``bm25+dense`` (their reciprocal rank fusion).
-"""
+"""Loading an ``EvalSet`` into throwaway owners (one per conversation, through
+``services.memory_import``) and measuring the search on it, with the baselines ``bm25``,
+``dense`` and ``bm25+dense`` where asked (``manage.py memory_eval``; docs/recall.md)."""
 
 from __future__ import annotations
 

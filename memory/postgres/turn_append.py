@@ -58,17 +58,11 @@ def turn_append_call(
     db: BaseDatabaseWrapper,
     access: AppendAccess | None = None,
 ) -> Appended | None:
-    """``turn_append`` of checked input on PostgreSQL, as ``_turn_append_django`` does it, in
-    one call of ``memory_turn_append()`` on ``db`` (the default database): one round trip, its
-    own transaction in autocommit, whatever the key and the facts. ``dirty`` marks the owner's
-    copy dirty with the stamp (the cache is on). ``count`` goes into the owner's
-    ``summary_tokens`` in the same ``UPDATE`` that takes the seq. Returns what was stored (the
-    caller updates the cache with it), or ``None`` when a fact of ``plan`` changed between its
-    read and the owner's lock (then nothing was written: the caller takes the general path).
-    Raises ``IdempotencyKeyReused`` as ``turn_append`` does. With ``access``, the same statement
-    reads the caller's token first and appends only for a caller who reaches the owner
-    (``token_lookup.reach_sql``); ``access.settle`` raises for any other.
-    """
+    """``turn_append`` of checked input as ``_turn_append_django`` does it, in one call of
+    ``memory_turn_append()`` on ``db``: one round trip, its own transaction. Returns what was
+    stored, or ``None`` when a fact of ``plan`` moved before the owner's lock (nothing written).
+    Raises ``IdempotencyKeyReused``. ``dirty``: the copy marked dirty with the stamp; with
+    ``access``, only a caller who reaches the owner appends (``access.settle`` raises)."""
     owner_id, session_id, role, content, metadata, idempotency_key = new
     at = timezone.now()
     params = [

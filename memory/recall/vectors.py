@@ -1,14 +1,6 @@
-"""The turns' and facts' vectors in PostgreSQL with pgvector (``memory_turnvector``,
-``memory_factvector``): whether the database has them, writing a batch, and the nearest of one
-owner's turns or facts to a query.
-
-Bounded work: an owner of up to ``INDEX_FROM`` embedded turns is searched exactly (a scan of its
-vectors, top-N sorted); a larger one through the model's HNSW index with pgvector's iterative scan,
-approximately (docs/recall.md). Without the index, the exact scan serves everyone. The statements
-run in the caller's search transaction, under its ``statement_timeout``.
-
-Turns are compared centred on their owner's mean (``owner_centre``, ``Centred``; docs/recall.md).
-"""
+"""The turns' and facts' vectors in PostgreSQL with pgvector: writing a batch, and the
+nearest of one owner's turns or facts to a query, centred on the owner's mean; exactly up to
+``INDEX_FROM`` turns, through the model's HNSW index past it (docs/recall.md)."""
 
 from __future__ import annotations
 
