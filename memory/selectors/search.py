@@ -8,6 +8,7 @@ import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
+from contextlib import nullcontext
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -145,10 +146,7 @@ def queries_forget() -> None:
 
 
 def _embedded(embedder: Any, key: tuple[str, str, str], beside: bool) -> list[float]:
-    if beside:
-        with embedders.query_beside_database():
-            vector = embedders.query_embed(embedder, key[-1])
-    else:
+    with embedders.query_beside_database() if beside else nullcontext():
         vector = embedders.query_embed(embedder, key[-1])
     _RECENT_QUERIES.put(key, vector)
     return vector
