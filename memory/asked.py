@@ -141,7 +141,7 @@ _PERSON_EN = re.compile(
     r"therapist|mentor|classmate|team ?mate)s?\b"
 )
 _PERSON_ZH = re.compile(
-    r"[哥姐弟妹爸妈叔姨舅姑婶爷奶]|外公|外婆|公公|婆婆|老公|老婆|丈夫|妻子|媳妇|儿子|女儿|孩子|"
+    r"[哥姐弟妹爸妈叔姨舅姑婶爷]|(?<![牛酸])奶(?![茶油粉酪])|外公|外婆|公公|婆婆|老公|老婆|丈夫|妻子|媳妇|儿子|女儿|孩子|"
     r"朋友|同事|同学|室友|邻居|老板|领导|老师|医生|教练|师傅|保姆|阿姨|房东"
 )
 # NOTE: kinds whose value is an account (a reason, a feeling), not a value a later statement
@@ -222,11 +222,14 @@ _NAME_ZH = re.compile(
     r"|(?:女儿|儿子|闺女|老公|老婆|男朋友|女朋友|对象|同事|朋友|室友|同学|妹妹|姐姐|哥哥|弟弟)[小阿老]"
     r"[\u4e00-\u9fff]"
 )
-# A place said in Chinese: a name with a place's ending (苏州, 浦东新区, 南京路), or the place a
-# verb of going, coming or living names (去成都, 在三亚, 回洛阳).
+# A place said in Chinese: a name with a place's ending (苏州, 浦东新区, 南京路), the place a
+# verb of going, coming or living names (去成都, 在三亚, 去了婺源; not 回来, 现在, 到现在), or
+# where someone is from (是潮汕人).
 _PLACE_ZH = re.compile(
-    r"[\u4e00-\u9fff](?:省|市|县|区|镇|村|州|路|街|岛|湾|港)|(?<![现实正存好])(?:在|去|到|回|从|住|飞|搬|来自)"
-    r"了?(?![来去家了过着的这那哪里我你他她它们一现])[\u4e00-\u9fff]|是(?![个一这那])[\u4e00-\u9fff]{2,3}人"
+    r"[\u4e00-\u9fff](?:省|市|县|区|镇|村|州|路|街|岛|湾|港)"
+    r"|(?<![现实正存好])(?:在|去|到|回|从|住|飞|搬|来自)了?"
+    r"(?![来去家了过着的这那哪里我你他她它们一现])[\u4e00-\u9fff]"
+    r"|是(?![个一这那不我你他她])[\u4e00-\u9fff]{2,3}人"
 )
 
 
