@@ -425,15 +425,14 @@ _EVENT_EN = re.compile(
 # Words before "after" that make it no time ("looked after", "named after").
 _NOT_EN_TEXT = "look looks looked looking take takes took named ask asks asked run ran chase chased"
 _NOT_EN = frozenset(_NOT_EN_TEXT.split())
-# Where an English event's words stop, and the words that name no event of their own.
-_EVENT_END_EN = re.compile(r"\b(?:and|but|or|so|what|which|where|who|whom|why|how)\b")
+# The words that name no event of their own, and where an English event's words stop.
 _EVENT_EMPTY_TEXT = """i me my we us our you your he him his she her they them their it its this
-    that these those
-    the a an to of in on at for with from then now all was were is are be been am did do does
+    that these those the a an to of in on at for with from then now all was were is are be been am did do does
     had has have got get went go going came come just last first next time times day days week
     weeks weekend month months year years night morning evening afternoon yesterday today
     tonight tomorrow ago before after once again ever said told talked asked mentioned"""
 _EVENT_EMPTY_EN = frozenset(_EVENT_EMPTY_TEXT.split())
+_EVENT_END_EN = re.compile(r"\b(?:and|but|or|so|what|which|where|who|whom|why|how)\b")
 _EVENT_ZH = re.compile(
     r"(?P<event>[\u4e00-\u9fff0-9A-Za-z]{2,})"
     r"(?:(?P<rel>之前|以前|之后|以后)|(?P<bare>[前后])(?=的?[那这]?[一两二三四五六七八九十\d]*个?"

@@ -8,35 +8,28 @@ from django.db import connection
 
 from memory import selectors, services
 from memory.selectors import events
+from tests.test_api_search import _dated
 
 pytestmark = pytest.mark.django_db
-
-
-def _dated(owner_id: str, *turns: tuple[str, str, str]) -> None:
-    """Append ``(role, created_at, content)`` turns, then date them (the append stamps now)."""
-    for role, created_at, content in turns:
-        turn = services.turn_append(
-            owner_id=owner_id, session_id=created_at[:10], role=role, content=content
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE memory_turn SET created_at = %s WHERE id = %s", [created_at, turn.pk]
-            )
 
 
 @pytest.fixture
 def told():
     _dated(
         "wang",
-        ("user", "2026-01-10T10:00:00Z", "new gadget today: a drone"),
-        ("user", "2026-03-05T10:00:00Z", "new gadget today: a camera"),
-        ("user", "2026-03-09T10:00:00Z", "our Lisbon trip is on Friday, so excited"),
-        ("user", "2026-04-20T10:00:00Z", "new gadget today: a kindle"),
-        ("assistant", "2026-04-25T10:00:00Z", "Enjoy Tokyo! Pack light."),
-        ("user", "2026-02-01T10:00:00Z", "搬家了，新家在浦东"),
-        ("user", "2026-01-05T10:00:00Z", "新玩意：买了个相机"),
-        ("user", "2026-02-20T10:00:00Z", "新玩意：买了个音箱"),
+        ("a", "2026-01-10T10:00:00Z", "new gadget today: a drone"),
+        ("b", "2026-03-05T10:00:00Z", "new gadget today: a camera"),
+        ("c", "2026-03-09T10:00:00Z", "our Lisbon trip is on Friday, so excited"),
+        ("d", "2026-04-20T10:00:00Z", "new gadget today: a kindle"),
+        ("e", "2026-02-01T10:00:00Z", "搬家了，新家在浦东"),
+        ("f", "2026-01-05T10:00:00Z", "新玩意：买了个相机"),
+        ("g", "2026-02-20T10:00:00Z", "新玩意：买了个音箱"),
     )
+    said = services.turn_append(
+        owner_id="wang", session_id="h", role="assistant", content="Enjoy Tokyo! Pack light."
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE memory_turn SET created_at = '2026-04-25' WHERE id = %s", [said.pk])
 
 
 def _found(q: str, **kwargs) -> list[str]:
