@@ -427,10 +427,12 @@ _NOT_EN_TEXT = "look looks looked looking take takes took named ask asks asked r
 _NOT_EN = frozenset(_NOT_EN_TEXT.split())
 # The words that name no event of their own, and where an English event's words stop.
 _EVENT_EMPTY_TEXT = """i me my we us our you your he him his she her they them their it its this
-    that these those the a an to of in on at for with from then now all was were is are be been am did do does
-    had has have got get went go going came come just last first next time times day days week
-    weeks weekend month months year years night morning evening afternoon yesterday today
-    tonight tomorrow ago before after once again ever said told talked asked mentioned"""
+    that these those the a an to of in on at for with from then now all was were is are be been
+    am did do does had has have got get went go going came come just last first next time times
+    day days week weeks weekend month months year years night morning evening afternoon
+    yesterday today tonight tomorrow ago before after once again ever said told talked asked
+    mentioned spring summer autumn fall winter monday tuesday wednesday thursday friday saturday
+    sunday"""
 _EVENT_EMPTY_EN = frozenset(_EVENT_EMPTY_TEXT.split())
 _EVENT_END_EN = re.compile(r"\b(?:and|but|or|so|what|which|where|who|whom|why|how)\b")
 _EVENT_ZH = re.compile(
@@ -455,7 +457,7 @@ def _event_en(q: str) -> Event | None:
             continue
         phrase = _EVENT_END_EN.split(match.group("event"))[0]
         words = phrase.split()[:EVENT_WORDS]
-        if not [w for w in words if w.strip("'’s") not in _EVENT_EMPTY_EN]:
+        if not [w for w in words if re.sub(r"['’]s$", "", w) not in _EVENT_EMPTY_EN]:
             continue
         rel = {"since": "after", "while": "during"}.get(match.group("rel"), match.group("rel"))
         span: dt.timedelta | None = None
@@ -465,8 +467,6 @@ def _event_en(q: str) -> Event | None:
             count = match.group("count")
             n = int(count) if count.isdigit() else _NUMBERS[count]
             span = dt.timedelta(days=n * _EVENT_UNITS[match.group("units")])
-        elif match.group("near"):
-            span = MARGIN
         return Event(" ".join(words), rel, span)
     return None
 
@@ -491,9 +491,28 @@ def _event_zh(q: str) -> Event | None:
     return None
 
 
+# NOTE: a question about what the assistant said ("how long did you tell me to wait before
+# moving the furniture", "你说炖牛肉的时候要加什么") orders steps of its advice, and a question
+# about a time to come ("where are we going after the wedding") was answered before the event:
+# neither names a time of the user's own.
+_ADVICE_OR_PLAN_EN = re.compile(r"\byou\b|\bwill\b|'ll\b|\b(?:are|am|is) (?:we|i|you|they) going\b")
+_ADVICE_OR_PLAN_ZH = re.compile(r"你|要去|会去")
+
+
+def _names_a_time(phrase: str) -> bool:
+    return any(re.search(pattern, phrase) for pattern, _ in (*_EN, *_ZH))
+
+
 def event_in_query(q: str) -> Event | None:
     """The event a time ``q`` names is relative to ("the week before my trip", "after I moved
     to Berlin", "during my hospital stay", "婚礼前一天", "搬家以后", "出差的时候"), English first;
-    ``None`` where ``q`` names none (an event needs a word of its own: "before that", "我以前"
-    name none)."""
-    return _event_en(q) or _event_zh(q)
+    ``None`` where ``q`` names none: an event needs a word of its own ("before that", "我以前"
+    name none) and no calendar time ("since the spring", "年初的时候"), and a question about
+    the assistant's words or a plan (``_PLAN_EN``, ``_PLAN_ZH``) names none."""
+    lower = q.lower()
+    if any(p.search(lower) for p in (_PLAN_EN, _PLAN_ZH, _ADVICE_OR_PLAN_EN, _ADVICE_OR_PLAN_ZH)):
+        return None
+    event = _event_en(q) or _event_zh(q)
+    if event is None or _names_a_time(event.phrase):
+        return None
+    return event
