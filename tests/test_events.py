@@ -78,3 +78,16 @@ def test_the_lookup_reads_a_bounded_number_of_the_owners_turns(told, django_asse
     assert (
         narrowed.before is not None and narrowed.before.isoformat() == "2026-03-13T00:00:00+00:00"
     )
+
+
+def test_the_context_recall_reads_an_event_too(told):
+    recalled = selectors.search.turns_recalled(
+        owner_id="wang",
+        query="which gadget the week before my Lisbon trip",
+        before_seq=None,
+        limit=10,
+        now="2026-05-01",
+    )
+    assert [t["content"] for t in recalled if "gadget" in t["content"]] == [
+        "new gadget today: a camera"
+    ]
