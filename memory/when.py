@@ -348,19 +348,27 @@ _PLAN_EN = re.compile(
     r"ideas?|can you|could you)\b"
 )
 _PLAN_ZH = re.compile(r"推荐|建议|应该|打算|准备|计划|想要|要不要")
+# NOTE: and in a Chinese request (not one about what was recommended, "你推荐的") a season or
+# month named bare, with no year ("春天想去哪玩，推荐一下"), is the one to come, not the last.
+_BARE_ZH = re.compile(
+    r"(?:春|夏|秋|冬)(?:天|季|初|末)|(?:十[一二]|[一二三四五六七八九十]|1[0-2]|[1-9])月份?"
+)
+_SAID_ZH = re.compile(r"你[^，。？！,?!]{0,4}(?:推荐|建议)")
 
 
 def when_in_query(q: str, now: dt.datetime) -> tuple[Range | None, str]:
     """The range of dates a time named in ``q`` covers, against ``now`` (widened by
     ``MARGIN`` on each side and never past ``now``), and ``q`` without that expression; or
     ``(None, q)`` when ``q`` names no time this module reads. The first expression found
-    counts. A range that holds ``now`` in a request or a plan (``_PLAN_EN``, ``_PLAN_ZH``) is
-    a time to come, not read."""
+    counts. A range that holds ``now`` in a request or a plan (``_PLAN_EN``, ``_PLAN_ZH``), or
+    a bare Chinese season or month in a Chinese one (``_BARE_ZH``), is a time to come, not
+    read."""
     lower = q.lower()
     plans = _PLAN_EN.search(lower) is not None or _PLAN_ZH.search(lower) is not None
+    requests = _PLAN_ZH.search(lower) is not None and _SAID_ZH.search(lower) is None
     for pattern, build in (*_EN, *_ZH):
         match = re.search(pattern, lower)
-        if match is None:
+        if match is None or (requests and _BARE_ZH.fullmatch(match.group()) is not None):
             continue
         try:
             start, end = build(match, now.astimezone(dt.UTC))

@@ -111,6 +111,23 @@ def test_a_request_or_a_plan_for_a_time_around_now_is_not_a_filter(q):
     assert when.when_in_query(q, NOW) == (None, q)
 
 
+@pytest.mark.parametrize(
+    ("q", "read"),
+    [
+        # A bare season or month in a Chinese request is the one to come.
+        ("春天想找个城市玩三天，推荐一下？", False),
+        ("五月想去哪玩，给点建议", False),
+        # With a year, or about what was recommended, it is a time past.
+        ("去年春天推荐的那家店叫什么？", True),
+        ("你三月推荐的那本书叫什么？", True),
+        ("春天的时候我们全家去哪儿看花了？", True),
+    ],
+)
+def test_a_bare_chinese_season_in_a_request_is_not_a_filter(q, read):
+    named, _ = when.when_in_query(q, NOW)
+    assert (named is not None) is read
+
+
 def test_easter_day_by_the_computus():
     assert [when.easter_day(y) for y in (2000, 2019, 2024, 2025, 2026, 2285)] == [
         dt.date(2000, 4, 23),

@@ -49,6 +49,9 @@ MODES = ("text", "semantic", "hybrid")
 # NOTE: each ranking hybrid fuses is this long at most (reciprocal rank fusion, Cormack et al.).
 FUSION_CANDIDATES = 50
 FUSION_K = 60
+# NOTE: the best this many of each ranking bring their session neighbours (the turns just before
+# and after) in as candidates: a question's words often match the turn beside the answer.
+NEIGHBOURED = 1
 
 
 def semantic_on() -> bool:
@@ -251,6 +254,7 @@ def _candidates(
     vector = None if query is None else query.vector()
     model = None
     measure = None
+    heads: list[int] = []
     if vector is not None:
         embedder = embedders.embedder_get()
         assert embedder is not None
@@ -271,6 +275,7 @@ def _candidates(
         )
         seen = set(pks)
         pks += [pk for pk, _ in nearest if pk not in seen]
+        heads = pks[:NEIGHBOURED] + [pk for pk, _ in nearest[:NEIGHBOURED]]
     elif mode == "hybrid":
         mode = "text"
     similar = False
@@ -290,6 +295,7 @@ def _candidates(
         vector=None if measure is None else measure.query_text,
         measure=measure,
         alike=fusion.ALIKE,
+        heads=heads,
     )
     found: list[fusion.Candidate] = []
     for pk, *fields, length, held, distance, plain, crowding, alike in rows:
