@@ -259,21 +259,40 @@ class TurnFilters:
 # NOTE: the candidates of a search, whichever ranking found them, read once (``turns_features``).
 # Each candidate's nearest are a top-N sort of its own neighbours, a third of the time of one sort
 # of all pairs. The turn is read on its owner too: a pk from a vector row is never trusted alone.
-_FEATURES_SQL = """
+# NOTE: the turns asked for, and the session neighbours (the turn just before and after) of
+# ``heads``, the best few: the sentence that answers is often next to the one that matches.
+_IDS_SQL = """
+ids AS MATERIALIZED (
+  SELECT unnest(%(ids)s::bigint[]) AS id
+  UNION
+  SELECT n.id FROM memory_turn AS h
+  JOIN memory_turn AS n ON n.owner_id = h.owner_id AND n.seq IN (h.seq - 1, h.seq + 1)
+       AND n.session_id = h.session_id
+  WHERE h.id = ANY(%(heads)s::bigint[]) AND h.owner_id = %(owner)s::bigint
+)
+"""
+_FEATURES_SQL = (
+    "WITH "
+    + _IDS_SQL
+    + """
 SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata, t.created_at,
        length(t.search),
        ARRAY(SELECT term FROM unnest(%(terms)s::text[]) AS term
              WHERE t.search @@ plainto_tsquery('pg_catalog.simple', term)),
        NULL::float8, NULL::float8, NULL::float8, NULL::bigint[]
 FROM memory_turn AS t
-WHERE t.id = ANY(%(ids)s::bigint[]) AND t.owner_id = %(owner)s::bigint
+WHERE t.id IN (SELECT id FROM ids) AND t.owner_id = %(owner)s::bigint
 """
-_FEATURES_VECTOR_SQL = """
-WITH vec AS MATERIALIZED (
+)
+_FEATURES_VECTOR_SQL = (
+    "WITH "
+    + _IDS_SQL.replace("{", "{{").replace("}", "}}")
+    + """,
+vec AS MATERIALIZED (
   SELECT v.turn_id, {point} AS vector, {distance} AS distance,
          v.vector <=> %(vector)s::halfvec AS plain
   FROM memory_turnvector AS v
-  WHERE v.turn_id = ANY(%(ids)s::bigint[]) AND v.owner_id = %(owner)s::bigint
+  WHERE v.turn_id IN (SELECT id FROM ids) AND v.owner_id = %(owner)s::bigint
     AND v.model = %(model)s
 ),
 near AS MATERIALIZED (SELECT turn_id, vector FROM vec ORDER BY distance, turn_id LIMIT %(crowded)s),
@@ -295,8 +314,9 @@ SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata, t.created_at,
 FROM memory_turn AS t
 LEFT JOIN vec AS v ON v.turn_id = t.id
 LEFT JOIN crowd AS c ON c.turn_id = t.id
-WHERE t.id = ANY(%(ids)s::bigint[]) AND t.owner_id = %(owner)s::bigint
+WHERE t.id IN (SELECT id FROM ids) AND t.owner_id = %(owner)s::bigint
 """
+)
 
 
 def turns_features(
@@ -311,9 +331,11 @@ def turns_features(
     crowd: int = 10,
     crowded: int = 100,
     alike: float = 0.2,
+    heads: list[int] | None = None,
 ) -> list[tuple[Any, ...]]:
-    """For each of the owner's turns ``pks``: ``(pk, *TURN_FIELDS, length, terms held,
-    distance or None, plain cosine distance or None, crowding or None, alike pks or None)``;
+    """For each of the owner's turns ``pks`` and the session neighbours of ``heads``: ``(pk,
+    *TURN_FIELDS, length, terms held, distance or None, plain cosine distance or None, crowding
+    or None, alike pks or None)``;
     PostgreSQL only. No distance without ``vector`` (pgvector text) and ``model``; ``measure``
     centres the distance and crowding as the vector search did. Crowding, for the ``crowded``
     turns nearest the query: the mean cosine similarity of a turn's ``crowd`` nearest among them;
@@ -336,6 +358,7 @@ def turns_features(
                 **extra,
                 "terms": terms,
                 "ids": pks,
+                "heads": heads or [],
                 "owner": owner_pk,
                 "model": model,
                 "vector": vector,

@@ -402,3 +402,26 @@ def test_the_quality_bench_prints_a_row_per_embedder_and_mode():
     assert len(table) == 4
     assert table[2].startswith("| a.b | semantic | 1.00 | 1.00 | 1.00 | - | - | 1.00 |")
     assert table[3].startswith("| a.b | hybrid | 1.00 |")
+
+
+def test_the_events_set_asks_times_relative_to_events_over_text_of_its_own(monkeypatch):
+    from bench import quality
+
+    said: set[str] = set()
+    for earlier in ("quality", "holdout", "holdout2", "holdout3", "abstain"):
+        monkeypatch.setattr(
+            quality, "_set_file", quality.QUALITY_SET.parent / f"{earlier}_set.json"
+        )
+        for item in quality.quality_set()["items"]:
+            said.add(item["q"])
+            for kind in ("ev", "old", "decoy"):
+                said.update(line.lstrip("*")[3:] for _, b in item.get(kind, []) for line in b)
+    monkeypatch.setattr(quality, "_set_file", quality.QUALITY_SET.parent / "events_set.json")
+    items = quality.quality_items()
+    assert len({item["id"] for item in items}) == len(items) >= 24
+    assert {item["lang"] for item in items} == set(quality.LANGS)
+    for item in items:
+        assert item["cat"] == "temporal" and item["q"] not in said
+        stack = quality.haystack_build(item)
+        assert len(stack.evidence) == 1, item["id"]
+        assert not {t["content"] for t in stack.document["turns"]} & said, item["id"]

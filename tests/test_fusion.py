@@ -185,6 +185,36 @@ def test_only_a_later_turn_saying_a_change_replaces_a_result():
         assert chosen == [old, c]
 
 
+def test_a_later_turn_saying_a_change_about_as_likely_replaces_a_result_alike_or_not():
+    old = _candidate(3, "s1", "user", "Our old flat in Leeds is freezing all winter.", 0.95)
+    new = _candidate(90, "s7", "user", "Since we moved to Harrogate the kids walk to school.", 0.94)
+    far = _candidate(91, "s8", "user", "We moved the sofa to the other wall.", 0.80)
+    q = "Which town is home for us these days?"
+    assert fusion.ranked([old, new], "semantic plain", 2, q) == [new, old]
+    # Far less likely evidence, a change replaces nothing it is not alike to.
+    assert fusion.ranked([old, far], "semantic plain", 2, q) == [old, far]
+
+
+@pytest.mark.usefixtures("e5")
+def test_the_features_bring_the_session_neighbours_of_the_heads():
+    say("wang", "Back from Berlin since last weekend.", "Welcome back!")
+    say("wang", "I just ordered a standing desk.", "Nice.", session_id="tab-2")
+    owner = Owner.objects.get(external_id="wang")
+    pks = list(Turn.objects.filter(owner=owner).order_by("seq").values_list("pk", flat=True))
+
+    def seqs(heads):
+        rows = ranking.turns_features(
+            using="default", owner_pk=owner.pk, pks=pks[:1], terms=[], model=None, vector=None,
+            heads=heads,
+        )  # fmt: skip
+        return sorted(row[1] for row in rows)
+
+    assert seqs(None) == [1]
+    # The turn after it in its session, not the next session's.
+    assert seqs(pks[:1]) == [1, 2]
+    assert seqs(pks[1:2]) == [1]
+
+
 @pytest.mark.parametrize(
     ("q", "kinds"),
     [

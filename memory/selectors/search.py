@@ -32,6 +32,7 @@ from memory.payloads import (
     turn_payload_from_row,
 )
 from memory.recall import embedders, vectors
+from memory.selectors.events import EventFilters, event_narrowed
 from memory.selectors.pages import check_owner
 
 logger = logging.getLogger("memory.recall")
@@ -48,6 +49,9 @@ MODES = ("text", "semantic", "hybrid")
 # NOTE: each ranking hybrid fuses is this long at most (reciprocal rank fusion, Cormack et al.).
 FUSION_CANDIDATES = 50
 FUSION_K = 60
+# NOTE: the best this many of each ranking bring their session neighbours (the turns just before
+# and after) in as candidates: a question's words often match the turn beside the answer.
+NEIGHBOURED = 1
 
 
 def semantic_on() -> bool:
@@ -250,6 +254,7 @@ def _candidates(
     vector = None if query is None else query.vector()
     model = None
     measure = None
+    heads: list[int] = []
     if vector is not None:
         embedder = embedders.embedder_get()
         assert embedder is not None
@@ -270,6 +275,7 @@ def _candidates(
         )
         seen = set(pks)
         pks += [pk for pk, _ in nearest if pk not in seen]
+        heads = pks[:NEIGHBOURED] + [pk for pk, _ in nearest[:NEIGHBOURED]]
     elif mode == "hybrid":
         mode = "text"
     similar = False
@@ -289,6 +295,7 @@ def _candidates(
         vector=None if measure is None else measure.query_text,
         measure=measure,
         alike=fusion.ALIKE,
+        heads=heads,
     )
     found: list[fusion.Candidate] = []
     for pk, *fields, length, held, distance, plain, crowding, alike in rows:
@@ -377,8 +384,10 @@ def search_filters(
 ) -> tuple[ranking.TurnFilters, str]:
     """The turns a search of ``q`` keeps and the text it matches: ``after`` (inclusive) and
     ``before`` (exclusive) as ISO-8601, narrowed by a time ``q`` names against ``now`` (default:
-    this server's clock), whose words then leave the text matched. Raises ``ValidationError``
-    ({"after" | "before" | "now": ...}) for a bad date; an empty range keeps nothing."""
+    this server's clock), whose words then leave the text matched; else, without either, by a
+    time relative to an event ``q`` names (``EventFilters``, dated in the search). Raises
+    ``ValidationError`` ({"after" | "before" | "now": ...}) for a bad date; an empty range keeps
+    nothing."""
     after_at = when.when_parse(after, field="after")
     before_at = when.when_parse(before, field="before")
     now_at = when.when_parse(now, field="now") or timezone.now()
@@ -391,6 +400,8 @@ def search_filters(
             after_at, before_at = start, end
         else:
             text = q
+    elif after_at is None and before_at is None and (event := when.event_in_query(q)):
+        return EventFilters(event=event, now=now_at, before_seq=before_seq), text
     filters = ranking.TurnFilters(before_seq=before_seq, after=after_at, before=before_at)
     return filters, text
 
@@ -426,8 +437,9 @@ def turn_search(
     vectors, ``hybrid`` by both (docs/recall.md); the default is ``hybrid`` where ``semantic_on()``,
     else ``text``. ``min_score`` drops results whose ``score`` (``fusion.SCORE``) is below it.
     ``after``/``before`` (ISO-8601) keep turns created in that range, narrowed by a time ``q``
-    names against ``now``. ``q`` is 1-200 characters of free text, never query syntax;
-    ``limit`` is 1-100. Each statement runs under ``MEMORY["SEARCH_TIMEOUT_MS"]``.
+    names against ``now`` or relative to an event the owner told of (docs/recall.md). ``q`` is
+    1-200 characters of free text, never query syntax; ``limit`` is 1-100. Each statement runs
+    under ``MEMORY["SEARCH_TIMEOUT_MS"]``.
 
     Raises
     ``ValidationError`` ({field: messages}) for bad input or a mode whose embeddings are off,
@@ -461,12 +473,17 @@ def _searched(
 ) -> list[TurnPayload]:
     """``ranked_turns`` of the owner ``owner_id`` in a search transaction; none for an unknown
     owner."""
+    if isinstance(filters, EventFilters) and mode != "text":
+        filters.embedding = QueryEmbedding(owner_id, filters.event.phrase, required=False)
     with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
         owner = _owner_read(owner_id)
         if owner is None:
-            if query is not None:
-                query.cancel()
+            for begun in (query, getattr(filters, "embedding", None)):
+                if begun is not None:
+                    begun.cancel()
             return []
+        if isinstance(filters, EventFilters):
+            filters = event_narrowed(owner, filters)
         return ranked_turns(
             owner, text, mode, query, limit, filters=filters, min_score=min_score, context=context
         )
