@@ -260,7 +260,8 @@ class TurnFilters:
 # Each candidate's nearest are a top-N sort of its own neighbours, a third of the time of one sort
 # of all pairs. The turn is read on its owner too: a pk from a vector row is never trusted alone.
 # NOTE: the turns asked for, and the session neighbours (the turn just before and after) of
-# ``heads``, the best few: the sentence that answers is often next to the one that matches.
+# ``heads``, the best few: the sentence that answers is often next to the one that matches. A
+# neighbour with nothing to say (an acknowledgement: no vector) is not one.
 _IDS_SQL = """
 ids AS MATERIALIZED (
   SELECT unnest(%(ids)s::bigint[]) AS id
@@ -268,12 +269,15 @@ ids AS MATERIALIZED (
   SELECT n.id FROM memory_turn AS h
   JOIN memory_turn AS n ON n.owner_id = h.owner_id AND n.seq IN (h.seq - 1, h.seq + 1)
        AND n.session_id = h.session_id
-  WHERE h.id = ANY(%(heads)s::bigint[]) AND h.owner_id = %(owner)s::bigint
+  WHERE h.id = ANY(%(heads)s::bigint[]) AND h.owner_id = %(owner)s::bigint{said}
 )
 """
+_SAID = """
+    AND EXISTS (SELECT FROM memory_turnvector AS nv WHERE nv.turn_id = n.id
+                AND nv.owner_id = n.owner_id AND nv.model = %(model)s)"""
 _FEATURES_SQL = (
     "WITH "
-    + _IDS_SQL
+    + _IDS_SQL.format(said="")
     + """
 SELECT t.id, t.seq, t.session_id, t.role, t.content, t.metadata, t.created_at,
        length(t.search),
@@ -286,7 +290,7 @@ WHERE t.id IN (SELECT id FROM ids) AND t.owner_id = %(owner)s::bigint
 )
 _FEATURES_VECTOR_SQL = (
     "WITH "
-    + _IDS_SQL.replace("{", "{{").replace("}", "}}")
+    + _IDS_SQL.format(said=_SAID).replace("{", "{{").replace("}", "}}")
     + """,
 vec AS MATERIALIZED (
   SELECT v.turn_id, {point} AS vector, {distance} AS distance,
