@@ -265,8 +265,8 @@ def _candidates(
             depth,
             embedded=embedded,
             filters=filters,
-            centre=centre,
             measure=measure,
+            walk_set=True,
         )
         seen = set(pks)
         pks += [pk for pk, _ in nearest if pk not in seen]
@@ -325,6 +325,11 @@ def _with_context(owner_pk: int, results: list[TurnPayload]) -> None:
         ]
 
 
+def _depth(limit: int) -> int:
+    """How many turns each ranking of a search for ``limit`` results finds."""
+    return max(limit * 3, FUSION_CANDIDATES)
+
+
 def ranked_turns(
     owner: OwnerRow,
     q: str,
@@ -336,10 +341,11 @@ def ranked_turns(
     min_score: float | None = None,
     context: bool = True,
 ) -> list[TurnPayload]:
-    """The owner's best ``limit`` turns for ``q`` by ``mode``, in the caller's search transaction;
-    ``owner`` as ``_owner_read`` returns it."""
+    """The owner's best ``limit`` turns for ``q`` by ``mode``, in the caller's search transaction
+    (with ``vectors.walk_settings`` of ``_depth(limit)`` for a ``query``); ``owner`` as
+    ``_OWNER_SQL`` reads it."""
     filters = filters or ranking.TurnFilters()
-    depth = max(limit * 3, FUSION_CANDIDATES)
+    depth = _depth(limit)
     candidates, mode = _candidates(owner, q, mode, query, depth, filters)
     results = []
     dated = filters.after is not None or filters.before is not None
@@ -355,16 +361,8 @@ def ranked_turns(
     return results
 
 
+# An owner as a search reads it: ``(pk, embedded_seq, last_seq)``, with the search's settings.
 _OWNER_SQL = f"SELECT id, embedded_seq, last_seq FROM {Owner._meta.db_table} WHERE external_id = %s"
-
-
-def _owner_read(owner_id: str) -> OwnerRow | None:
-    """The owner's ``(pk, embedded_seq, last_seq)``, or None for an unknown owner."""
-    # NOTE: one plain statement: the ORM's query building was a millisecond of a search's CPU.
-    with connections[Owner.objects.db].cursor() as cursor:
-        cursor.execute(_OWNER_SQL, [owner_id])
-        row = cursor.fetchone()
-    return None if row is None else (row[0], row[1], row[2])
 
 
 def search_filters(
@@ -461,14 +459,25 @@ def _searched(
 ) -> list[TurnPayload]:
     """``ranked_turns`` of the owner ``owner_id`` in a search transaction; none for an unknown
     owner."""
-    with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
-        owner = _owner_read(owner_id)
-        if owner is None:
+    with search.search_transaction(
+        using=Turn.objects.db,
+        milliseconds=conf.SEARCH_TIMEOUT_MS,
+        settings=None if query is None else vectors.walk_settings(_depth(limit)),
+        first=(_OWNER_SQL, [owner_id]),
+    ) as row:
+        if row is None:
             if query is not None:
                 query.cancel()
             return []
         return ranked_turns(
-            owner, text, mode, query, limit, filters=filters, min_score=min_score, context=context
+            (row[0], row[1], row[2]),
+            text,
+            mode,
+            query,
+            limit,
+            filters=filters,
+            min_score=min_score,
+            context=context,
         )
 
 
@@ -533,8 +542,9 @@ def facts_similar(*, owner_id: str, query: str, limit: int) -> dict[str, float]:
     if not semantic_on():
         return {}
     embedding = QueryEmbedding(owner_id, q, required=False)
-    with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
-        owner = _owner_read(owner_id)
+    with search.search_transaction(
+        using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS, first=(_OWNER_SQL, [owner_id])
+    ) as owner:
         vector = embedding.vector() if owner is not None else None
         if owner is None or vector is None:
             embedding.cancel()
