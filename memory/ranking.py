@@ -34,6 +34,8 @@ RECENT_TURNS = 3
 # matches are first looked for among the newest ``recent`` turns (a range of the owner's seq
 # index, bounded whatever the words): where a term is common they are all there, and the owner's
 # other matches are never read; else every match is, through the search index.
+# A turn's idfs are summed in the order the sort in ``scored`` leaves them, however the plan
+# groups; only the best turns' pks are returned (the features statement reads their terms).
 # The owner's turns that hold any of the terms (``filters``: ``TurnFilters.sql``), matched by
 # ``{match}``: ``_INDEXED`` or ``_WALKED``.
 _MATCHES = """SELECT t.id, t.seq, length(t.search) AS dl, t.search
@@ -78,27 +80,25 @@ idf AS MATERIALIZED (
   FROM usable AS u CROSS JOIN span AS s LEFT JOIN df AS d USING (term)
 ),
 scored AS (
-  SELECT h.id, h.dl, array_agg(h.term ORDER BY h.term) AS terms,
-         sum(i.idf) * (%(k1)s + 1)
-           / (1 + %(k1)s * (1 - %(b)s + %(b)s * h.dl / s.avgdl)) AS score
-  FROM hits AS h JOIN idf AS i USING (term) CROSS JOIN span AS s
-  GROUP BY h.id, h.dl, s.avgdl
+  SELECT id, sum(idf) * (%(k1)s + 1) / (1 + %(k1)s * (1 - %(b)s + %(b)s * dl / avgdl)) AS score
+  FROM (
+    SELECT h.id, h.dl, s.avgdl, i.idf
+    FROM hits AS h JOIN idf AS i USING (term) CROSS JOIN span AS s
+    ORDER BY h.id, h.dl, s.avgdl
+  ) AS held
+  GROUP BY id, dl, avgdl
 )
 SELECT (SELECT coalesce(json_object_agg(term, idf), '{{}}') FROM idf),
        (SELECT avgdl FROM span),
-       (SELECT coalesce(json_agg(json_build_array(id, score, dl, terms)
-                                 ORDER BY score DESC, id DESC), '[]')
-        FROM (SELECT * FROM scored ORDER BY score DESC, id DESC LIMIT %(depth)s) AS top)
+       ARRAY(SELECT id FROM scored ORDER BY score DESC, id DESC LIMIT %(depth)s)
 """
 
 
 class WordRanking:
     """What ``words_ranked`` found: each term's idf, the average turn length (distinct words) over
-    the span, and the best turns as ``(pk, bm25, length, terms)``."""
+    the span, and the pks of the best turns, best first."""
 
-    def __init__(
-        self, idf: dict[str, float], avgdl: float, hits: list[tuple[int, float, int, list[str]]]
-    ):
+    def __init__(self, idf: dict[str, float], avgdl: float, hits: list[int]):
         self.idf = idf
         self.avgdl = avgdl
         self.hits = hits
@@ -198,12 +198,7 @@ def words_ranked(
         )
         idf, avgdl, hits = cursor.fetchone()
     idf = _json(idf)
-    hits = _json(hits)
-    return WordRanking(
-        {str(k): float(v) for k, v in idf.items()},
-        float(avgdl),
-        [(int(pk), float(score), int(dl), list(terms)) for pk, score, dl, terms in hits],
-    )
+    return WordRanking({str(k): float(v) for k, v in idf.items()}, float(avgdl), list(hits))
 
 
 def _json(value: Any) -> Any:

@@ -246,7 +246,7 @@ def _candidates(
             using=using, owner_pk=owner_pk, q=q, top_seq=top_seq, depth=depth, filters=filters
         )
         terms = sorted(words.idf)
-        pks = [pk for pk, *_ in words.hits]
+        pks = list(words.hits)
     vector = None if query is None else query.vector()
     model = None
     measure = None
