@@ -171,7 +171,9 @@ class ChatClient:
         self.first_delta: dict[str, float] = {}
         self.sent_at: dict[str, float] = {}
 
-    async def connect(self, url: str, *, timeout: float = 10) -> None:
+    async def connect(self, url: str, *, timeout: float = 10, silent_for: float = 0.0) -> None:
+        """Open a socket to ``url`` and resume; ``silent_for`` s of reading before the resume is
+        sent (a slow client, or a server that reads its frame late)."""
         self.ws = await websockets.connect(
             url,
             origin=ORIGIN,
@@ -180,6 +182,9 @@ class ChatClient:
             max_size=None,
             ping_interval=None,
         )
+        self.reader = asyncio.get_running_loop().create_task(self._read(self.ws))
+        if silent_for:
+            await asyncio.sleep(silent_for)
         resume: dict[str, Any] = {"type": "resume", "after_seq": self.last_seq}
         streaming = [seq for seq in self.partial if seq > self.last_seq]
         if streaming:
@@ -188,7 +193,6 @@ class ChatClient:
         await self.ws.send(json.dumps(resume))
         for message_id, content in list(self.outbox.items()):
             await self._send_message(message_id, content)
-        self.reader = asyncio.get_running_loop().create_task(self._read(self.ws))
 
     async def drop(self) -> None:
         """Cut the connection as a lost network does: no close frame."""

@@ -199,6 +199,34 @@ def test_two_sockets_of_one_owner_on_two_instances_each_get_every_turn_once(
     check_stored(owner, phone, ids)
 
 
+def test_a_resume_read_late_still_gets_every_turn_after_it_once_in_order(
+    running: list[Instance],
+) -> None:
+    """A socket whose client says nothing for 3 s (a loaded client or server), while turns of its
+    owner are stored and published meanwhile: nothing goes out before its resume, then every turn
+    after it once, in order."""
+    owner, cookie = _owner()
+    talker, late = ChatClient(cookie, session_id="talker"), ChatClient(cookie, session_id="late")
+
+    async def scenario() -> list[str]:
+        await talker.connect(running[0].url)
+        ids = [await talker.say(INTRO)]
+        await talker.wait_replied()
+        opening = asyncio.get_running_loop().create_task(late.connect(running[1].url, silent_for=3))
+        await asyncio.sleep(0.5)
+        ids.append(await talker.say(ASK))
+        await talker.wait_replied()
+        await opening
+        await _until(lambda: late.last_seq == 4)
+        await talker.close()
+        await late.close()
+        return ids
+
+    ids = asyncio.run(scenario())
+    check_stored(owner, talker, ids)
+    check_stored(owner, late, ids)
+
+
 @pytest.mark.slow
 def test_a_soak_of_fifty_clients_reconnecting_at_random_loses_and_doubles_nothing(
     running: list[Instance],

@@ -90,8 +90,9 @@ class MemoryChatMixin:
     reply_timeout: ClassVar[float] = 120.0
     lock_timeout: ClassVar[float] = 150.0
     default_session_id: ClassVar[str] = "ws"
-    # Seconds a socket waits for the client's first frame before it sends what is published.
-    start_grace: ClassVar[float] = 2.0
+    # Seconds a socket waits for the client's first frame before it sends what is published;
+    # ``None``: until that frame. A resume read later than this may find turns already sent.
+    start_grace: ClassVar[float | None] = None
     # The channel layer this consumer reads itself, so one that does not answer never stops the
     # socket; ``None``: this process's sockets only.
     memory_layer_alias: ClassVar[str | None] = "default"
@@ -131,8 +132,7 @@ class MemoryChatMixin:
         self._stale = False
         self._synced_at: dict[int, float] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        # NOTE: nothing goes out before the client's first frame (or start_grace s): a resume sets
-        # the cursor first.
+        # NOTE: nothing goes out before the client's first frame: a resume sets the cursor first.
         self._started = asyncio.Event()
         self._first_resume: tuple[int, tuple[int, int] | None] | None = None
         self._layer: Any = None
