@@ -102,9 +102,9 @@ _SLOTS: dict[str, re.Pattern[str]] = {
     "number": re.compile(
         r"\bhow (?:much|many|old|long|far|tall|heavy|big|often)\b|\bwhat (?:\w+ )?(?:size|"
         r"score|grade|mark|number|price|percentage|weight|height|age)\b|\bdid i (?:score|pay|"
-        r"weigh|get)\b|多少|几[个岁次号点条只辆位名]|多大|多重|多高|多长|多久|多远"
+        r"weigh)\b|多少|几[个岁号点条只辆位名]|多大|多重|多高|多长|多久|多远"
     ),
-    "name": re.compile(r"\bname\b|\bcalled\b|\bwho\b|叫什么|名字|是谁|姓什么|有谁"),
+    "name": re.compile(r"\bname\b|\bcall(?:ed)?\b|\bwho\b|叫什么|名字|是谁|姓什么|有谁"),
     "colour": re.compile(r"\bcolou?r\b|颜色|什么色"),
     "date": re.compile(r"\bwhen\b|\bwhat (?:day|date)\b|哪天|哪一天|什么时候|几号|几月"),
     "place": re.compile(
@@ -125,6 +125,25 @@ _SLOTS: dict[str, re.Pattern[str]] = {
         r"(?:feel|feeling)\b|\bfeel(?:ings?)? about\b|感受|心情|感觉(?:怎么样|如何)|什么感觉|情绪"
     ),
 }
+# NOTE: a count of occasions ("how many times", "几次") is answered by the occasions told, one
+# by one, not by a number said.
+_OCCASIONS = re.compile(r"\bhow many (?:times|visits|trips)\b|几次|多少次|几回|几趟")
+# NOTE: "who" is answered by a name or by a person named by their relation or role ("my
+# brother", "the barber", "堂哥"): any person word the question does not say itself.
+_WHO = re.compile(r"\bwho(?:m|se)?\b|谁")
+_PERSON_EN = re.compile(
+    r"\b(?:brother|sister|mum|mom|mother|dad|father|parent|wife|husband|son|daughter|kid|"
+    r"child|children|boy|girl|aunt|uncle|cousin|nephew|niece|gran|granny|grandma|grandmother|"
+    r"grandpa|grandad|grandfather|grandson|granddaughter|friend|colleague|boss|manager|"
+    r"neighbour|neighbor|partner|boyfriend|girlfriend|fianc[eé]e?|flatmate|roommate|housemate|"
+    r"in-laws?|teacher|tutor|coach|doctor|dentist|nurse|vet|barber|hairdresser|stylist|"
+    r"landlord|landlady|plumber|builder|cleaner|nanny|babysitter|childminder|trainer|"
+    r"therapist|mentor|classmate|team ?mate)s?\b"
+)
+_PERSON_ZH = re.compile(
+    r"[哥姐弟妹爸妈叔姨舅姑婶爷]|(?<![牛酸])奶(?![茶油粉酪])|外公|外婆|公公|婆婆|老公|老婆|丈夫|妻子|媳妇|儿子|女儿|孩子|"
+    r"朋友|同事|同学|室友|邻居|老板|领导|老师|医生|教练|师傅|保姆|阿姨|房东"
+)
 # NOTE: kinds whose value is an account (a reason, a feeling), not a value a later statement
 # replaces: they lower a near miss's score but never move a result (``fusion.superseded``).
 ACCOUNT_KINDS = frozenset({"reason", "feeling"})
@@ -159,7 +178,8 @@ _NUMBER_EN = re.compile(
     r"thirty|forty|fifty|hundred|thousand|dozen|half|grand)\b"
 )
 _NUMBER_ZH = re.compile(
-    r"[一两二三四五六七八九十百千万半][个岁次号点年月天块元斤码分米周倍层条只本辆套间张台件位名]"
+    r"[一两二三四五六七八九十百千万半][个岁次号点年月天块元斤码分米周倍层条只本辆套间张台件位名"
+    r"颗份杯瓶盒双对节场趟遍顿支片篇首部座棵朵匹封桌克毫]"
     r"|[一两二三四五六七八九十][十百千万][一二三四五六七八九]?"
 )
 _DATE_WORDS = re.compile(
@@ -169,6 +189,8 @@ _DATE_WORDS = re.compile(
 _NOT_NAMES_TEXT = (
     "monday tuesday wednesday thursday friday saturday sunday january february march april may"
     " june july august september october november december i i'm i've i'd i'll ok"
+    # A relation said as a name ("Dad was seasick") names no one new.
+    " mum mom dad mummy daddy gran granny grandma grandpa grandad nan nana auntie"
 )
 _NOT_NAMES = frozenset(_NOT_NAMES_TEXT.split())
 _COLOURS = re.compile(
@@ -179,6 +201,12 @@ _COLOURS = re.compile(
     r"peach|coral|indigo|violet|magenta|khaki|tan)\b|[红蓝绿黄白黑灰粉紫橙棕褐青米金银]色"
     r"|[\u4e00-\u9fff][红蓝绿黄黑灰粉紫橙棕褐](?=[，。！？、的,.!? ]|$)"
 )
+# NOTE: a colour word naming a kind of food or drink ("red wine", "green tea", "红酒") says no
+# colour of anything.
+_NOT_COLOURS = re.compile(
+    r"\b(?:red|white|green|black|brown|rose|ros[eé])\s+(?:wine|tea|coffee|bread|rice|pepper|"
+    r"sugar|meat|beans?)\b|[红白绿黑]茶|[红白]酒|黑咖啡|白[米糖面]"
+)
 # NOTE: the common Chinese surnames: a person is often named by one with a title (王阿姨,
 # 李老师) or a familiar prefix (小陈, 老王).
 _SURNAMES = (
@@ -186,18 +214,22 @@ _SURNAMES = (
     "沈姚卢姜崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤"
 )
 _NAME_ZH = re.compile(
-    r"叫[\u4e00-\u9fff]|[“「《\"'‘]|[\u4e00-\u9fff]{2,}(?:酒店|宾馆|医院|公司|学校|大学|中学|小学|"
+    r"叫[\u4e00-\u9fff]|[“「《\"'‘]|(?:(?![的了到在是我你他她们这那个上进])[\u4e00-\u9fff]){2,}"
+    r"(?:酒店|宾馆|医院|公司|学校|大学|中学|小学|"
     r"幼儿园|餐厅|饭店|队|俱乐部|航空|银行|中心|集团|博物馆|健身房|机场)"
     rf"|[小老][{_SURNAMES}]|[{_SURNAMES}](?:先生|女士|老师|阿姨|叔叔|医生|师傅|总|老板|经理|教练)"
     r"|阿[^\s姨婆公爸妈嫂，。！？]"
     r"|(?:女儿|儿子|闺女|老公|老婆|男朋友|女朋友|对象|同事|朋友|室友|同学|妹妹|姐姐|哥哥|弟弟)[小阿老]"
     r"[\u4e00-\u9fff]"
 )
-# A place said in Chinese: a name with a place's ending (苏州, 浦东新区, 南京路), or the place a
-# verb of going, coming or living names (去成都, 在三亚, 回洛阳).
+# A place said in Chinese: a name with a place's ending (苏州, 浦东新区, 南京路), the place a
+# verb of going, coming or living names (去成都, 在三亚, 去了婺源; not 回来, 现在, 到现在), or
+# where someone is from (是潮汕人).
 _PLACE_ZH = re.compile(
-    r"[\u4e00-\u9fff](?:省|市|县|区|镇|村|州|路|街|岛|湾|港)|(?:在|去|到|回|从|住|飞|搬|来自)"
-    r"[\u4e00-\u9fff]"
+    r"[\u4e00-\u9fff](?:省|市|县|区|镇|村|州|路|街|岛|湾|港)"
+    r"|(?<![现实正存好])(?:在|去|到|回|从|住|飞|搬|来自)了?"
+    r"(?![来去家了过着的这那哪里我你他她它们一现])[\u4e00-\u9fff]"
+    r"|是(?![个一这那不我你他她])[\u4e00-\u9fff]{2,3}人"
 )
 
 
@@ -238,11 +270,26 @@ def slot_asked(q: str) -> frozenset[str]:
     text = unicodedata.normalize("NFKC", q).lower()
     if role_asked(q) != "assistant" and _REQUEST.search(text):
         return frozenset()
-    return frozenset(kind for kind, pattern in _SLOTS.items() if pattern.search(text))
+    kinds = {kind for kind, pattern in _SLOTS.items() if pattern.search(text)}
+    if _OCCASIONS.search(text):
+        kinds.discard("number")
+    return frozenset(kinds)
 
 
 _SENTENCE_RE = re.compile(r"[.!?;:]\s+|\n")
 _NAME_WORD_RE = re.compile(r"[\w&'-]+")
+# NOTE: a sentence that opens with a word then says who it is ("Kemal, the barber near the
+# station, ...") or with "and I" ("Marco and I have been together") opens with a name.
+_APPOSITION = re.compile(r"\s*[\w'-]+(?:, (?:the|a|an|my|our|his|her|their) | and (?:I|me)\b)")
+
+
+def _person_held(lower: str, q: str, asked: set[str]) -> bool:
+    """Whether ``lower`` names a person by a relation or role that ``q`` does not say."""
+    for match in _PERSON_EN.finditer(lower):
+        word = match.group().removesuffix("s")
+        if match.group() not in asked and word not in asked:
+            return True
+    return any(m.group() not in q for m in _PERSON_ZH.finditer(lower))
 
 
 def slot_held(kind: str, content: str, q: str) -> bool:
@@ -250,7 +297,8 @@ def slot_held(kind: str, content: str, q: str) -> bool:
     words, a colour, a date (a number, a weekday, a month); a name, a place or an entity: a
     capitalised word not in ``q`` (a sentence's first only where it looks like a name on its
     own), in Chinese one in Latin letters, quoted, said with 叫, of an institution or a person
-    (王阿姨, 小陈), or a place (苏州, 去成都), not named in ``q``."""
+    (王阿姨, 小陈), or a place (苏州, 去成都), not named in ``q``; for "who", also a person by a
+    relation or role ("my brother", 堂哥) that ``q`` does not say."""
     text = unicodedata.normalize("NFKC", content)
     lower = text.lower()
     if kind in ("number", "date"):
@@ -258,10 +306,12 @@ def slot_held(kind: str, content: str, q: str) -> bool:
             return True
         return kind == "date" and _DATE_WORDS.search(lower) is not None
     if kind == "colour":
-        return _COLOURS.search(lower) is not None
+        return _COLOURS.search(_NOT_COLOURS.sub(" ", lower)) is not None
     if kind in ACCOUNT_KINDS:
         return (_REASON if kind == "reason" else _FEELING).search(lower) is not None
     asked = {word.lower() for word in _WORD_RE.findall(unicodedata.normalize("NFKC", q))}
+    if kind == "name" and _WHO.search(q.lower()) and _person_held(lower, q, asked):
+        return True
     for sentence in _SENTENCE_RE.split(text):
         words = _NAME_WORD_RE.findall(sentence)
         for i, word in enumerate(words):
@@ -274,7 +324,8 @@ def slot_held(kind: str, content: str, q: str) -> bool:
             mixed = any(ch.isupper() or ch.isdigit() for ch in word[1:]) and word[0].isalpha()
             if i == 0:
                 after = words[1] if len(words) > 1 else ""
-                if not (mixed or (capital and after[:1].isupper())):
+                named = capital and _APPOSITION.match(sentence) is not None
+                if not (mixed or named or (capital and after[:1].isupper())):
                     continue
             elif not (capital or mixed):
                 continue

@@ -101,6 +101,10 @@ NEWER_MARGIN = 3.0
 # replaces it when it is at most this many logits less likely evidence: "the vet put him on
 # Acana" after "he has always eaten Royal Canin", for "what does my dog eat now?".
 SAME_SUBJECT_MARGIN = 3.0
+# NOTE: and a later user's turn that says a change (``says_change``) replaces a result it is at
+# most this many logits less likely evidence than, alike or not: "搬到了<a new place>" after "<the
+# old place> is cold in winter", for "which compound do we live in now?".
+CHANGE_MARGIN = 1.0
 # NOTE: in a question asking for a value (a number, a name, a colour, a date, a place, a named
 # place of business, a reason, a feeling: ``slot_asked``), a result that holds none of that
 # kind (``slot_held``; for a question about the other side, nor the reply beside it) is
@@ -393,6 +397,7 @@ def superseded(
                     (c.pk in old.alike or old.pk in c.alike)
                     and c.logit >= old.logit - SAME_SUBJECT_MARGIN
                 )
+                or (c.change and c.logit >= old.logit - CHANGE_MARGIN)
             )
         ]
         if later:

@@ -1,7 +1,9 @@
-"""Times a search names: ``after``/``before``/``now`` checked, and the date expressions of a
-question ("last month", "上个月") read as a range against ``now``.
+"""Times a search names: ``after``/``before``/``now`` checked, the date expressions of a
+question ("last month", "上个月") read as a range against ``now``, and a time relative to an event
+("the week before my trip", "搬家以后") read as that event and a window around its date.
 
-Only calendar ranges are read; anything else is left to the search by words and meaning.
+Only calendar ranges and event windows are read; anything else is left to the search by words
+and meaning.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -345,19 +348,27 @@ _PLAN_EN = re.compile(
     r"ideas?|can you|could you)\b"
 )
 _PLAN_ZH = re.compile(r"推荐|建议|应该|打算|准备|计划|想要|要不要")
+# NOTE: and in a Chinese request (not one about what was recommended, "你推荐的") a season or
+# month named bare, with no year ("春天想去哪玩，推荐一下"), is the one to come, not the last.
+_BARE_ZH = re.compile(
+    r"(?:春|夏|秋|冬)(?:天|季|初|末)|(?:十[一二]|[一二三四五六七八九十]|1[0-2]|[1-9])月份?"
+)
+_SAID_ZH = re.compile(r"你[^，。？！,?!]{0,4}(?:推荐|建议)")
 
 
 def when_in_query(q: str, now: dt.datetime) -> tuple[Range | None, str]:
     """The range of dates a time named in ``q`` covers, against ``now`` (widened by
     ``MARGIN`` on each side and never past ``now``), and ``q`` without that expression; or
     ``(None, q)`` when ``q`` names no time this module reads. The first expression found
-    counts. A range that holds ``now`` in a request or a plan (``_PLAN_EN``, ``_PLAN_ZH``) is
-    a time to come, not read."""
+    counts. A range that holds ``now`` in a request or a plan (``_PLAN_EN``, ``_PLAN_ZH``), or
+    a bare Chinese season or month in a Chinese one (``_BARE_ZH``), is a time to come, not
+    read."""
     lower = q.lower()
     plans = _PLAN_EN.search(lower) is not None or _PLAN_ZH.search(lower) is not None
+    requests = _PLAN_ZH.search(lower) is not None and _SAID_ZH.search(lower) is None
     for pattern, build in (*_EN, *_ZH):
         match = re.search(pattern, lower)
-        if match is None:
+        if match is None or (requests and _BARE_ZH.fullmatch(match.group()) is not None):
             continue
         try:
             start, end = build(match, now.astimezone(dt.UTC))
@@ -370,3 +381,146 @@ def when_in_query(q: str, now: dt.datetime) -> tuple[Range | None, str]:
         rest = (q[: match.start()] + " " + q[match.end() :]).strip()
         return found, rest or q
     return None, q
+
+
+# --- a time relative to an event ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Event:
+    """A time a question names relative to an event: ``phrase`` (the event, in the question's
+    words), ``relation`` (``before``, ``after`` or ``during``) and ``span`` (how far from the
+    event; ``None``: any time before or after it)."""
+
+    phrase: str
+    relation: str
+    span: dt.timedelta | None
+
+    def window(self, at: dt.datetime, now: dt.datetime) -> tuple[dt.datetime | None, dt.datetime]:
+        """The range of dates this names where the event was told of at ``at``: from ``span``
+        before (``before``) or after (``after``) it, or ``DURING`` around it, widened by
+        ``MARGIN`` on each side (an event is told of days before or after it happens) and
+        never past ``now``; its start ``None`` for any time before."""
+        day = dt.datetime(at.year, at.month, at.day, tzinfo=dt.UTC)
+        start: dt.datetime | None
+        if self.relation == "during":
+            start, end = day - DURING, day + DURING + dt.timedelta(days=1)
+        elif self.relation == "before":
+            start = None if self.span is None else day - self.span - MARGIN
+            end = day + dt.timedelta(days=1) + MARGIN
+        else:
+            start = day - MARGIN
+            end = now if self.span is None else day + dt.timedelta(days=1) + self.span + MARGIN
+        return start, min(end, now + dt.timedelta(seconds=1))
+
+
+# How far around an event a time "during" it reaches (a stay, a trip).
+DURING = dt.timedelta(days=7)
+# An event named in more words than this is kept to its first (English) or last (Chinese) ones.
+EVENT_WORDS = 8
+EVENT_CHARS = 10
+
+_EVENT_UNITS = {
+    "day": 1, "night": 1, "morning": 1, "evening": 1, "afternoon": 1, "week": 7, "weekend": 7,
+    "month": 31, "天": 1, "晚": 1, "晚上": 1, "周": 7, "周末": 7, "星期": 7, "礼拜": 7, "月": 31,
+}  # fmt: skip
+_EVENT_EN = re.compile(
+    r"\b(?:(?:in |during |on |over |at )?the (?P<unit>day|night|morning|evening|afternoon|week"
+    r"|weekend|month) |(?P<count>\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten"
+    r"|couple of|few) (?P<units>day|night|week|month)s? |(?P<near>right|just|shortly|soon"
+    r"|straight) )?(?P<rel>before|after|since|during|while) (?P<event>[^,.;:!?()\"]+)"
+)
+# Words before "after" that make it no time ("looked after", "named after").
+_NOT_EN_TEXT = "look looks looked looking take takes took named ask asks asked run ran chase chased"
+_NOT_EN = frozenset(_NOT_EN_TEXT.split())
+# The words that name no event of their own, and where an English event's words stop.
+_EVENT_EMPTY_TEXT = """i me my we us our you your he him his she her they them their it its this
+    that these those the a an to of in on at for with from then now all was were is are be been
+    am did do does had has have got get went go going came come just last first next time times
+    day days week weeks weekend month months year years night morning evening afternoon
+    yesterday today tonight tomorrow ago before after once again ever said told talked asked
+    mentioned spring summer autumn fall winter monday tuesday wednesday thursday friday saturday
+    sunday"""
+_EVENT_EMPTY_EN = frozenset(_EVENT_EMPTY_TEXT.split())
+_EVENT_END_EN = re.compile(r"\b(?:and|but|or|so|what|which|where|who|whom|why|how)\b")
+_EVENT_ZH = re.compile(
+    r"(?P<event>[\u4e00-\u9fff0-9A-Za-z]{2,})"
+    r"(?:(?P<rel>之前|以前|之后|以后)|(?P<bare>[前后])(?=的?[那这]?[一两二三四五六七八九十\d]*个?"
+    r"(?:天|晚|周|星期|礼拜|月)))"
+    r"(?:的?[那这]?(?P<n>[一两二三四五六七八九十\d]+)?个?(?P<unit>天|晚上?|周末?|星期|礼拜|月))?"
+    r"|(?P<during_event>[\u4e00-\u9fff0-9A-Za-z]{2,})(?:的时候|期间|那段时间|那阵子|那几天)"
+)
+# What a Chinese event's run may begin with that is no part of it (who, and "when"/"from").
+_EVENT_LEAD_ZH = re.compile(r"^(?:我们|我|咱们|你|他们|他|她|在|是|从|自从|自|当|就|刚|那|这)+")
+
+
+def _event_en(q: str) -> Event | None:
+    lower = q.lower()
+    at = 0
+    while (match := _EVENT_EN.search(lower, at)) is not None:
+        # NOTE: the next one may begin inside this one's event ("after my cat while I was away").
+        at = match.start("rel") + 1
+        before = lower[: match.start()].split()
+        if match.group("rel") == "after" and before and before[-1] in _NOT_EN:
+            continue
+        phrase = _EVENT_END_EN.split(match.group("event"))[0]
+        words = phrase.split()[:EVENT_WORDS]
+        if not [w for w in words if re.sub(r"['’]s$", "", w) not in _EVENT_EMPTY_EN]:
+            continue
+        rel = {"since": "after", "while": "during"}.get(match.group("rel"), match.group("rel"))
+        span: dt.timedelta | None = None
+        if match.group("unit"):
+            span = dt.timedelta(days=_EVENT_UNITS[match.group("unit")])
+        elif match.group("units"):
+            count = match.group("count")
+            n = int(count) if count.isdigit() else _NUMBERS[count]
+            span = dt.timedelta(days=n * _EVENT_UNITS[match.group("units")])
+        return Event(" ".join(words), rel, span)
+    return None
+
+
+def _event_zh(q: str) -> Event | None:
+    for match in _EVENT_ZH.finditer(q):
+        during = match.group("during_event")
+        run = during or match.group("event")
+        run = _EVENT_LEAD_ZH.sub("", run.rstrip("以之"))[-EVENT_CHARS:]
+        if len(run) < 2:
+            continue
+        if during:
+            return Event(run, "during", None)
+        rel = "before" if "前" in (match.group("rel") or match.group("bare")) else "after"
+        span: dt.timedelta | None = None
+        if match.group("unit"):
+            days = _EVENT_UNITS[match.group("unit")]
+            span = dt.timedelta(
+                days=days * (_zh_count(match.group("n")) if match.group("n") else 1)
+            )
+        return Event(run, rel, span)
+    return None
+
+
+# NOTE: a question about what the assistant said ("how long did you tell me to wait before
+# moving the furniture", "你说炖牛肉的时候要加什么") orders steps of its advice, and a question
+# about a time to come ("where are we going after the wedding") was answered before the event:
+# neither names a time of the user's own.
+_ADVICE_OR_PLAN_EN = re.compile(r"\byou\b|\bwill\b|'ll\b|\b(?:are|am|is) (?:we|i|you|they) going\b")
+_ADVICE_OR_PLAN_ZH = re.compile(r"你|要去|会去")
+
+
+def _names_a_time(phrase: str) -> bool:
+    return any(re.search(pattern, phrase) for pattern, _ in (*_EN, *_ZH))
+
+
+def event_in_query(q: str) -> Event | None:
+    """The event a time ``q`` names is relative to ("the week before my trip", "after I moved
+    to Berlin", "during my hospital stay", "婚礼前一天", "搬家以后", "出差的时候"), English first;
+    ``None`` where ``q`` names none: an event needs a word of its own ("before that", "我以前"
+    name none) and no calendar time ("since the spring", "年初的时候"), and a question about
+    the assistant's words or a plan (``_PLAN_EN``, ``_PLAN_ZH``) names none."""
+    lower = q.lower()
+    if any(p.search(lower) for p in (_PLAN_EN, _PLAN_ZH, _ADVICE_OR_PLAN_EN, _ADVICE_OR_PLAN_ZH)):
+        return None
+    event = _event_en(q) or _event_zh(q)
+    if event is None or _names_a_time(event.phrase):
+        return None
+    return event

@@ -312,6 +312,23 @@ def test_the_quality_set_is_in_longmemevals_shape_and_deterministic():
     assert again.document == quality.haystack_build(items[0]).document
 
 
+def _earlier_sets_said(monkeypatch, before):
+    """The questions and the turns of the quality set and of the sets ``before``."""
+    from bench import quality
+
+    asked: set[str] = set()
+    said: set[str] = set()
+    for earlier in (quality.QUALITY_SET.name, *before):
+        monkeypatch.setattr(quality, "_set_file", quality.QUALITY_SET.parent / earlier)
+        seen = quality.quality_set()
+        asked.update(item["q"] for item in seen["items"])
+        for item in seen["items"]:
+            for kind in ("ev", "old", "decoy"):
+                blocks = item.get(kind, [])
+                said.update(line.lstrip("*")[3:] for _, block in blocks for line in block)
+    return asked, said
+
+
 # NOTE: the second held-out set asks five short questions the quality set asks too, word for
 # word ("What's my blood type?", "我现在住在哪个城市？"), over turns and haystacks of its own.
 @pytest.mark.parametrize(
@@ -327,15 +344,8 @@ def test_a_held_out_set_has_the_quality_sets_shape_and_none_of_the_earlier_sets_
 ):
     from bench import quality
 
-    said: set[str] = set()
-    for earlier in (quality.QUALITY_SET.name, *before):
-        monkeypatch.setattr(quality, "_set_file", quality.QUALITY_SET.parent / earlier)
-        seen = quality.quality_set()
-        said.update(item["q"] for item in seen["items"])
-        for item in seen["items"]:
-            for kind in ("ev", "old", "decoy"):
-                blocks = item.get(kind, [])
-                said.update(line.lstrip("*")[3:] for _, block in blocks for line in block)
+    asked, said = _earlier_sets_said(monkeypatch, before)
+    said |= asked
     monkeypatch.setattr(quality, "_set_file", quality.QUALITY_SET.parent / name)
     items = quality.quality_items()
     assert len({item["id"] for item in items}) == len(items)
@@ -345,6 +355,34 @@ def test_a_held_out_set_has_the_quality_sets_shape_and_none_of_the_earlier_sets_
         assert sum(item["cat"] == "absent" for item in mine) >= 5
     for item in items:
         assert not questions or item["q"] not in said
+        stack = quality.haystack_build(item)
+        assert 30 <= len(stack.document["sessions"]) <= 38, item["id"]
+        assert (item["cat"] == "absent") == (not stack.evidence), item["id"]
+        assert not {t["content"] for t in stack.document["turns"]} & said, item["id"]
+
+
+# NOTE: the second abstention set asks one question the first held-out set asks too, word for
+# word ("What colour did we paint the nursery?"), over turns of its own.
+@pytest.mark.parametrize(
+    ("name", "before"),
+    [
+        ("abstain_set.json", ("holdout_set.json", "holdout2_set.json")),
+        ("abstain2_set.json", ("holdout_set.json", "holdout2_set.json", "abstain_set.json")),
+    ],
+)
+def test_an_abstention_set_is_half_never_answered_over_turns_of_its_own(monkeypatch, name, before):
+    from bench import quality
+
+    _, said = _earlier_sets_said(monkeypatch, before)
+    monkeypatch.setattr(quality, "_set_file", quality.QUALITY_SET.parent / name)
+    items = quality.quality_items()
+    assert len({item["id"] for item in items}) == len(items)
+    for lang in quality.LANGS:
+        mine = [item for item in items if item["lang"] == lang]
+        absent = [item for item in mine if item["cat"] == "absent"]
+        assert len(absent) * 2 == len(mine)
+        assert all(item.get("decoy") and not item.get("ev") for item in absent)
+    for item in items:
         stack = quality.haystack_build(item)
         assert 30 <= len(stack.document["sessions"]) <= 38, item["id"]
         assert (item["cat"] == "absent") == (not stack.evidence), item["id"]
@@ -364,3 +402,26 @@ def test_the_quality_bench_prints_a_row_per_embedder_and_mode():
     assert len(table) == 4
     assert table[2].startswith("| a.b | semantic | 1.00 | 1.00 | 1.00 | - | - | 1.00 |")
     assert table[3].startswith("| a.b | hybrid | 1.00 |")
+
+
+def test_the_events_set_asks_times_relative_to_events_over_text_of_its_own(monkeypatch):
+    from bench import quality
+
+    said: set[str] = set()
+    for earlier in ("quality", "holdout", "holdout2", "holdout3", "abstain"):
+        monkeypatch.setattr(
+            quality, "_set_file", quality.QUALITY_SET.parent / f"{earlier}_set.json"
+        )
+        for item in quality.quality_set()["items"]:
+            said.add(item["q"])
+            for kind in ("ev", "old", "decoy"):
+                said.update(line.lstrip("*")[3:] for _, b in item.get(kind, []) for line in b)
+    monkeypatch.setattr(quality, "_set_file", quality.QUALITY_SET.parent / "events_set.json")
+    items = quality.quality_items()
+    assert len({item["id"] for item in items}) == len(items) >= 24
+    assert {item["lang"] for item in items} == set(quality.LANGS)
+    for item in items:
+        assert item["cat"] == "temporal" and item["q"] not in said
+        stack = quality.haystack_build(item)
+        assert len(stack.evidence) == 1, item["id"]
+        assert not {t["content"] for t in stack.document["turns"]} & said, item["id"]

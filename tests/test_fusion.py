@@ -185,6 +185,36 @@ def test_only_a_later_turn_saying_a_change_replaces_a_result():
         assert chosen == [old, c]
 
 
+def test_a_later_turn_saying_a_change_about_as_likely_replaces_a_result_alike_or_not():
+    old = _candidate(3, "s1", "user", "Our old flat in Leeds is freezing all winter.", 0.95)
+    new = _candidate(90, "s7", "user", "Since we moved to Harrogate the kids walk to school.", 0.94)
+    far = _candidate(91, "s8", "user", "We moved the sofa to the other wall.", 0.80)
+    q = "Which town is home for us these days?"
+    assert fusion.ranked([old, new], "semantic plain", 2, q) == [new, old]
+    # Far less likely evidence, a change replaces nothing it is not alike to.
+    assert fusion.ranked([old, far], "semantic plain", 2, q) == [old, far]
+
+
+@pytest.mark.usefixtures("e5")
+def test_the_features_bring_the_session_neighbours_of_the_heads():
+    say("wang", "Back from Berlin since last weekend.", "Welcome back!")
+    say("wang", "I just ordered a standing desk.", "Nice.", session_id="tab-2")
+    owner = Owner.objects.get(external_id="wang")
+    pks = list(Turn.objects.filter(owner=owner).order_by("seq").values_list("pk", flat=True))
+
+    def seqs(heads):
+        rows = ranking.turns_features(
+            using="default", owner_pk=owner.pk, pks=pks[:1], terms=[], model=None, vector=None,
+            heads=heads,
+        )  # fmt: skip
+        return sorted(row[1] for row in rows)
+
+    assert seqs(None) == [1]
+    # The turn after it in its session, not the next session's.
+    assert seqs(pks[:1]) == [1, 2]
+    assert seqs(pks[1:2]) == [1]
+
+
 @pytest.mark.parametrize(
     ("q", "kinds"),
     [
@@ -208,6 +238,11 @@ def test_only_a_later_turn_saying_a_change_replaces_a_result():
         ("我第一次上台讲话是什么感受？", {"feeling"}),
         ("我儿子转学以后心情怎么样？", {"feeling"}),
         ("How did I find my flat?", set()),
+        # "did I get" asks for a thing, not a number; a count of occasions is told one by one.
+        ("What gadget did I get before my trip?", set()),
+        ("How many times did I see the dentist this year?", set()),
+        ("这几个月我去看了几次牙？", set()),
+        ("What did the kids call the sourdough starter?", {"name"}),
         # A request asks for a suggestion, not for a value said.
         ("Where should we go for our anniversary dinner?", set()),
         ("周末带孩子去哪玩比较好？给点建议。", set()),
@@ -258,6 +293,17 @@ def test_the_value_a_question_asks_for(q, kinds):
         ("place", "刚从大理回来，全晒黑了。", True),
         ("place", "杭州的梅雨季太难熬了。", True),
         ("place", "外婆下个月九十大寿，说什么好？", False),
+        ("name", "Kemal, the barber near the station, gave me a skin fade.", True),
+        ("name", "Marco and I have been together three months now.", True),
+        ("place", "My parents are back and Dad was badly seasick.", False),
+        ("colour", "How do I get a red wine stain out of the cushions?", False),
+        ("number", "今天补了两颗蛀牙，麻药还没退。", True),
+        ("place", "爸妈坐邮轮旅游回来了，我爸晕船了。", False),
+        ("place", "周二拔了智齿，到现在脸还肿着。", False),
+        ("place", "周末带一家老小去了婺源。", True),
+        ("place", "老公的妈妈是潮汕人。", True),
+        ("entity", "表妹刚收到大学录取通知书。", False),
+        ("entity", "表妹考上了复旦大学。", True),
     ],
 )
 def test_a_turn_holding_a_value_of_the_kind_asked(kind, content, held):
@@ -271,6 +317,17 @@ def test_a_value_the_question_names_itself_is_not_held():
     assert not asked.slot_held(
         "place", "My colleague Ravi is getting married.", "Where is Ravi from?"
     )
+
+
+def test_who_is_answered_by_a_person_the_question_does_not_name():
+    q = "Who came to stay with us over Easter?"
+    assert asked.slot_held("name", "My brother and his two boys are with us.", q)
+    assert not asked.slot_held("name", "The spare room needs new curtains.", q)
+    q = "Who is my daughter's new piano teacher?"
+    assert not asked.slot_held("name", "My daughter switched piano teachers in May.", q)
+    assert asked.slot_held("name", "堂哥下个月摆酒娶媳妇。", "我家亲戚今年都有谁结婚？")
+    # A person word answers "who", not "what is it called".
+    assert not asked.slot_held("name", "My brother loves the cat.", "What's my cat called?")
 
 
 def test_what_a_turn_states_is_its_text_without_its_questions():

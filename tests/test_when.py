@@ -111,6 +111,23 @@ def test_a_request_or_a_plan_for_a_time_around_now_is_not_a_filter(q):
     assert when.when_in_query(q, NOW) == (None, q)
 
 
+@pytest.mark.parametrize(
+    ("q", "read"),
+    [
+        # A bare season or month in a Chinese request is the one to come.
+        ("春天想找个城市玩三天，推荐一下？", False),
+        ("五月想去哪玩，给点建议", False),
+        # With a year, or about what was recommended, it is a time past.
+        ("去年春天推荐的那家店叫什么？", True),
+        ("你三月推荐的那本书叫什么？", True),
+        ("春天的时候我们全家去哪儿看花了？", True),
+    ],
+)
+def test_a_bare_chinese_season_in_a_request_is_not_a_filter(q, read):
+    named, _ = when.when_in_query(q, NOW)
+    assert (named is not None) is read
+
+
 def test_easter_day_by_the_computus():
     assert [when.easter_day(y) for y in (2000, 2019, 2024, 2025, 2026, 2285)] == [
         dt.date(2000, 4, 23),
@@ -133,3 +150,88 @@ def test_a_past_question_about_a_time_around_now_is_still_a_filter():
     # A plan for a time that is over is read as that time.
     named, _ = when.when_in_query("Which film did you recommend last week?", NOW)
     assert named is not None
+
+
+@pytest.mark.parametrize(
+    ("q", "phrase", "relation", "days"),
+    [
+        ("What did I buy the week before my trip to Lisbon?", "my trip to lisbon", "before", 7),
+        ("What did I start after I moved to Berlin?", "i moved to berlin", "after", None),
+        ("Where did we eat the day after the wedding?", "the wedding", "after", 1),
+        ("What was I reading during my hospital stay?", "my hospital stay", "during", None),
+        ("How far did I run in the month before the marathon?", "the marathon", "before", 31),
+        ("What did I do two weeks after the move", "the move", "after", 14),
+        ("What did I eat right before the exam?", "the exam", "before", None),
+        ("After my knee surgery, what was I told to do?", "my knee surgery", "after", None),
+        ("Who fed my cat while I was in Spain?", "i was in spain", "during", None),
+        ("Who looked after my cat while I was in Spain?", "i was in spain", "during", None),
+        ("What have I read since the vacation and why?", "the vacation", "after", None),
+        ("出差前那个星期我买了什么？", "出差", "before", 7),
+        ("去成都出差前那个星期我买了什么？", "去成都出差", "before", 7),
+        ("搬家以后我报了什么课？", "搬家", "after", None),
+        ("婚礼前一天我在忙什么？", "婚礼", "before", 1),
+        ("孩子出生以后的那个月我睡得怎么样？", "孩子出生", "after", 31),
+        ("手术后一周医生让我注意什么？", "手术", "after", 7),
+        ("出差前两天我在干嘛", "出差", "before", 2),
+        ("装修之前我们住在哪里？", "装修", "before", None),
+        ("去云南旅行的时候我吃了什么？", "去云南旅行", "during", None),
+    ],
+)
+def test_times_relative_to_an_event_in_english_and_chinese(q, phrase, relation, days):
+    event = when.event_in_query(q)
+    assert event is not None
+    assert (event.phrase, event.relation) == (phrase, relation)
+    assert event.span == (None if days is None else dt.timedelta(days=days))
+
+
+@pytest.mark.parametrize(
+    "q",
+    [
+        "Have we talked about this before?",
+        "What did I say before that?",
+        "What did I cook the day before yesterday?",
+        "Who looked after my cat?",
+        "What did I eat after all?",
+        "What did we do the week after we got her?",
+        "我以前住在哪里？",
+        "我之前说过的那家餐厅叫什么？",
+        "后来怎么样了？",
+        "最后一天去了哪里？",
+        "三天前我吃了什么？",
+        "Which gigs have I been to since the spring?",
+        "年初的时候我有多重？",
+        "Where are we going after the wedding?",
+        "How long did you tell me to wait before moving the furniture back?",
+        "你说炖牛肉的时候要加什么香料？",
+        "Should I stretch before my run?",
+    ],
+)
+def test_questions_without_an_event_name_none(q):
+    assert when.event_in_query(q) is None
+
+
+def test_an_event_window_around_the_day_it_was_told_of_and_never_past_now():
+    told = dt.datetime(2026, 3, 10, 18, 30, tzinfo=dt.UTC)
+    day = dt.datetime(2026, 3, 10, tzinfo=dt.UTC)
+    week = dt.timedelta(days=7)
+    next_day = day + dt.timedelta(days=1)
+    before = when.Event("the trip", "before", week)
+    assert before.window(told, NOW) == (day - week - when.MARGIN, next_day + when.MARGIN)
+    assert when.Event("the trip", "before", None).window(told, NOW) == (
+        None,
+        next_day + when.MARGIN,
+    )
+    after = when.Event("the trip", "after", week)
+    assert after.window(told, NOW) == (day - when.MARGIN, next_day + week + when.MARGIN)
+    late = NOW - dt.timedelta(days=1)
+    assert when.Event("the trip", "after", None).window(late, NOW) == (
+        dt.datetime(2026, 5, 19, tzinfo=dt.UTC) - when.MARGIN,
+        NOW,
+    )
+    assert when.Event("the trip", "after", week).window(late, NOW)[1] == NOW + dt.timedelta(
+        seconds=1
+    )
+    assert when.Event("the trip", "during", None).window(told, NOW) == (
+        day - when.DURING,
+        next_day + when.DURING,
+    )

@@ -32,6 +32,7 @@ from memory.payloads import (
     turn_payload_from_row,
 )
 from memory.recall import embedders, vectors
+from memory.selectors.events import EventFilters, event_narrowed
 from memory.selectors.pages import check_owner
 
 logger = logging.getLogger("memory.recall")
@@ -48,6 +49,9 @@ MODES = ("text", "semantic", "hybrid")
 # NOTE: each ranking hybrid fuses is this long at most (reciprocal rank fusion, Cormack et al.).
 FUSION_CANDIDATES = 50
 FUSION_K = 60
+# NOTE: the best this many of each ranking bring their session neighbours (the turns just before
+# and after) in as candidates: a question's words often match the turn beside the answer.
+NEIGHBOURED = 1
 
 
 def semantic_on() -> bool:
@@ -225,10 +229,11 @@ def _candidates(
     query: QueryEmbedding | None,
     depth: int,
     filters: ranking.TurnFilters,
+    walk_set: bool = False,
 ) -> tuple[list[fusion.Candidate], str]:
     """The turns either ranking finds among its best ``depth``, with their features; and the
     mode that ranked them (``text`` where the query's embedding failed; ``<mode> plain``: the
-    owner compared uncentred)."""
+    owner compared uncentred). ``walk_set``: as ``ranked_turns``."""
     owner_pk, embedded, last_seq = owner
     using = Turn.objects.db
     turns = filters.queryset(owner_turns(owner_pk))
@@ -243,13 +248,20 @@ def _candidates(
     pks: list[int] = []
     if mode != "semantic":
         words = ranking.words_ranked(
-            using=using, owner_pk=owner_pk, q=q, top_seq=top_seq, depth=depth, filters=filters
+            using=using,
+            owner_pk=owner_pk,
+            q=q,
+            top_seq=top_seq,
+            depth=depth,
+            filters=filters,
+            held=False,
         )
         terms = sorted(words.idf)
-        pks = list(words.hits)
+        pks = list(words.pks)
     vector = None if query is None else query.vector()
     model = None
     measure = None
+    heads: list[int] = []
     if vector is not None:
         embedder = embedders.embedder_get()
         assert embedder is not None
@@ -266,10 +278,11 @@ def _candidates(
             embedded=embedded,
             filters=filters,
             measure=measure,
-            walk_set=True,
+            walk_set=walk_set,
         )
         seen = set(pks)
         pks += [pk for pk, _ in nearest if pk not in seen]
+        heads = pks[:NEIGHBOURED] + [pk for pk, _ in nearest[:NEIGHBOURED]]
     elif mode == "hybrid":
         mode = "text"
     similar = False
@@ -289,6 +302,7 @@ def _candidates(
         vector=None if measure is None else measure.query_text,
         measure=measure,
         alike=fusion.ALIKE,
+        heads=heads,
     )
     found: list[fusion.Candidate] = []
     for pk, *fields, length, held, distance, plain, crowding, alike in rows:
@@ -326,7 +340,7 @@ def _with_context(owner_pk: int, results: list[TurnPayload]) -> None:
 
 
 def _depth(limit: int) -> int:
-    """How many turns each ranking of a search for ``limit`` results finds."""
+    """How many turns each ranking finds for ``limit`` results."""
     return max(limit * 3, FUSION_CANDIDATES)
 
 
@@ -340,13 +354,14 @@ def ranked_turns(
     filters: ranking.TurnFilters | None = None,
     min_score: float | None = None,
     context: bool = True,
+    walk_set: bool = False,
 ) -> list[TurnPayload]:
     """The owner's best ``limit`` turns for ``q`` by ``mode``, in the caller's search transaction
-    (with ``vectors.walk_settings`` of ``_depth(limit)`` for a ``query``); ``owner`` as
-    ``_OWNER_SQL`` reads it."""
+    (``walk_set``: with ``vectors.walk_settings(_depth(limit))``); ``owner`` as ``_OWNER_SQL``
+    reads it."""
     filters = filters or ranking.TurnFilters()
     depth = _depth(limit)
-    candidates, mode = _candidates(owner, q, mode, query, depth, filters)
+    candidates, mode = _candidates(owner, q, mode, query, depth, filters, walk_set)
     results = []
     dated = filters.after is not None or filters.before is not None
     for c in fusion.ranked(candidates, mode, limit, q, dated=dated):
@@ -361,7 +376,7 @@ def ranked_turns(
     return results
 
 
-# An owner as a search reads it: ``(pk, embedded_seq, last_seq)``, with the search's settings.
+# An owner as a search reads it (``OwnerRow``), with its settings.
 _OWNER_SQL = f"SELECT id, embedded_seq, last_seq FROM {Owner._meta.db_table} WHERE external_id = %s"
 
 
@@ -375,8 +390,10 @@ def search_filters(
 ) -> tuple[ranking.TurnFilters, str]:
     """The turns a search of ``q`` keeps and the text it matches: ``after`` (inclusive) and
     ``before`` (exclusive) as ISO-8601, narrowed by a time ``q`` names against ``now`` (default:
-    this server's clock), whose words then leave the text matched. Raises ``ValidationError``
-    ({"after" | "before" | "now": ...}) for a bad date; an empty range keeps nothing."""
+    this server's clock), whose words then leave the text matched; else, without either, by a
+    time relative to an event ``q`` names (``EventFilters``, dated in the search). Raises
+    ``ValidationError`` ({"after" | "before" | "now": ...}) for a bad date; an empty range keeps
+    nothing."""
     after_at = when.when_parse(after, field="after")
     before_at = when.when_parse(before, field="before")
     now_at = when.when_parse(now, field="now") or timezone.now()
@@ -389,6 +406,8 @@ def search_filters(
             after_at, before_at = start, end
         else:
             text = q
+    elif after_at is None and before_at is None and (event := when.event_in_query(q)):
+        return EventFilters(event=event, now=now_at, before_seq=before_seq), text
     filters = ranking.TurnFilters(before_seq=before_seq, after=after_at, before=before_at)
     return filters, text
 
@@ -424,8 +443,9 @@ def turn_search(
     vectors, ``hybrid`` by both (docs/recall.md); the default is ``hybrid`` where ``semantic_on()``,
     else ``text``. ``min_score`` drops results whose ``score`` (``fusion.SCORE``) is below it.
     ``after``/``before`` (ISO-8601) keep turns created in that range, narrowed by a time ``q``
-    names against ``now``. ``q`` is 1-200 characters of free text, never query syntax;
-    ``limit`` is 1-100. Each statement runs under ``MEMORY["SEARCH_TIMEOUT_MS"]``.
+    names against ``now`` or relative to an event the owner told of (docs/recall.md). ``q`` is
+    1-200 characters of free text, never query syntax; ``limit`` is 1-100. Each statement runs
+    under ``MEMORY["SEARCH_TIMEOUT_MS"]``.
 
     Raises
     ``ValidationError`` ({field: messages}) for bad input or a mode whose embeddings are off,
@@ -459,6 +479,8 @@ def _searched(
 ) -> list[TurnPayload]:
     """``ranked_turns`` of the owner ``owner_id`` in a search transaction; none for an unknown
     owner."""
+    if isinstance(filters, EventFilters) and mode != "text":
+        filters.embedding = QueryEmbedding(owner_id, filters.event.phrase, required=False)
     with search.search_transaction(
         using=Turn.objects.db,
         milliseconds=conf.SEARCH_TIMEOUT_MS,
@@ -466,11 +488,17 @@ def _searched(
         first=(_OWNER_SQL, [owner_id]),
     ) as row:
         if row is None:
-            if query is not None:
-                query.cancel()
+            for begun in (query, getattr(filters, "embedding", None)):
+                if begun is not None:
+                    begun.cancel()
             return []
+        owner = (row[0], row[1], row[2])
+        # NOTE: an event's lookup walks with its own settings.
+        walk_set = not isinstance(filters, EventFilters)
+        if isinstance(filters, EventFilters):
+            filters = event_narrowed(owner, filters)
         return ranked_turns(
-            (row[0], row[1], row[2]),
+            owner,
             text,
             mode,
             query,
@@ -478,6 +506,7 @@ def _searched(
             filters=filters,
             min_score=min_score,
             context=context,
+            walk_set=walk_set,
         )
 
 
