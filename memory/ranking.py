@@ -190,12 +190,12 @@ def words_ranked(
     depth: int,
     window: int | None = None,
     filters: TurnFilters | None = None,
-    held: bool = True,
+    held: bool = False,
 ) -> WordRanking:
     """The owner's turns ranked by BM25 against ``q``'s terms (any of them), the best ``depth``;
     PostgreSQL only, in the caller's search transaction. ``top_seq``/``low_seq`` bound the span. At
     most the newest ``window`` turns holding a term are read, scored in the same statement.
-    Without ``held``, only their pks (``WordRanking.pks``; ``hits`` empty)."""
+    With ``held``, their BM25, length and terms too (``WordRanking.hits``, else empty)."""
     window = search.RANK_WINDOW if window is None else window
     words, grams = query_terms(q)
     any_word = " or ".join(w for w in _WORD_RE.findall(words) if w.lower() != "or")

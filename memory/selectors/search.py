@@ -248,13 +248,7 @@ def _candidates(
     pks: list[int] = []
     if mode != "semantic":
         words = ranking.words_ranked(
-            using=using,
-            owner_pk=owner_pk,
-            q=q,
-            top_seq=top_seq,
-            depth=depth,
-            filters=filters,
-            held=False,
+            using=using, owner_pk=owner_pk, q=q, top_seq=top_seq, depth=depth, filters=filters
         )
         terms = sorted(words.idf)
         pks = list(words.pks)
