@@ -34,6 +34,8 @@ RECENT_TURNS = 3
 # matches are first looked for among the newest ``recent`` turns (a range of the owner's seq
 # index, bounded whatever the words): where a term is common they are all there, and the owner's
 # other matches are never read; else every match is, through the search index.
+# ``_RANKED_PKS`` sums a turn's idfs in the order a sort on the turn leaves them, as the sorted
+# grouping of ``_RANKED_HELD`` does, so that both find the same best turns.
 # The owner's turns that hold any of the terms (``filters``: ``TurnFilters.sql``), matched by
 # ``{match}``: ``_INDEXED`` or ``_WALKED``.
 _MATCHES = """SELECT t.id, t.seq, length(t.search) AS dl, t.search
@@ -77,31 +79,54 @@ idf AS MATERIALIZED (
   SELECT u.term, ln(1 + (s.n - coalesce(d.df, 0) + 0.5) / (coalesce(d.df, 0) + 0.5)) AS idf
   FROM usable AS u CROSS JOIN span AS s LEFT JOIN df AS d USING (term)
 ),
-scored AS (
+{ranked}"""
+
+# The best turns with their BM25, length and terms held, as JSON.
+_RANKED_HELD = """scored AS (
   SELECT h.id, h.dl, array_agg(h.term ORDER BY h.term) AS terms,
          sum(i.idf) * (%(k1)s + 1)
            / (1 + %(k1)s * (1 - %(b)s + %(b)s * h.dl / s.avgdl)) AS score
   FROM hits AS h JOIN idf AS i USING (term) CROSS JOIN span AS s
   GROUP BY h.id, h.dl, s.avgdl
 )
-SELECT (SELECT coalesce(json_object_agg(term, idf), '{{}}') FROM idf),
+SELECT (SELECT coalesce(json_object_agg(term, idf), '{}') FROM idf),
        (SELECT avgdl FROM span),
        (SELECT coalesce(json_agg(json_build_array(id, score, dl, terms)
                                  ORDER BY score DESC, id DESC), '[]')
         FROM (SELECT * FROM scored ORDER BY score DESC, id DESC LIMIT %(depth)s) AS top)
 """
+# The best turns' pks only: a quarter of the statement's CPU less (no per-turn sort of terms).
+_RANKED_PKS = """scored AS (
+  SELECT id, sum(idf) * (%(k1)s + 1) / (1 + %(k1)s * (1 - %(b)s + %(b)s * dl / avgdl)) AS score
+  FROM (
+    SELECT h.id, h.dl, s.avgdl, i.idf
+    FROM hits AS h JOIN idf AS i USING (term) CROSS JOIN span AS s
+    ORDER BY h.id, h.dl, s.avgdl
+  ) AS held
+  GROUP BY id, dl, avgdl
+)
+SELECT (SELECT coalesce(json_object_agg(term, idf), '{}') FROM idf),
+       (SELECT avgdl FROM span),
+       ARRAY(SELECT id FROM scored ORDER BY score DESC, id DESC LIMIT %(depth)s)
+"""
 
 
 class WordRanking:
     """What ``words_ranked`` found: each term's idf, the average turn length (distinct words) over
-    the span, and the best turns as ``(pk, bm25, length, terms)``."""
+    the span, the pks of the best turns, best first, and (where asked) those turns as
+    ``(pk, bm25, length, terms)``."""
 
     def __init__(
-        self, idf: dict[str, float], avgdl: float, hits: list[tuple[int, float, int, list[str]]]
+        self,
+        idf: dict[str, float],
+        avgdl: float,
+        hits: list[tuple[int, float, int, list[str]]],
+        pks: list[int] | None = None,
     ):
         self.idf = idf
         self.avgdl = avgdl
         self.hits = hits
+        self.pks = [hit[0] for hit in hits] if pks is None else pks
 
     @functools.cached_property
     def _most(self) -> float:
@@ -165,10 +190,12 @@ def words_ranked(
     depth: int,
     window: int | None = None,
     filters: TurnFilters | None = None,
+    held: bool = False,
 ) -> WordRanking:
     """The owner's turns ranked by BM25 against ``q``'s terms (any of them), the best ``depth``;
     PostgreSQL only, in the caller's search transaction. ``top_seq``/``low_seq`` bound the span. At
-    most the newest ``window`` turns holding a term are read, scored in the same statement."""
+    most the newest ``window`` turns holding a term are read, scored in the same statement.
+    With ``held``, their BM25, length and terms too (``WordRanking.hits``, else empty)."""
     window = search.RANK_WINDOW if window is None else window
     words, grams = query_terms(q)
     any_word = " or ".join(w for w in _WORD_RE.findall(words) if w.lower() != "or")
@@ -176,6 +203,7 @@ def words_ranked(
     statement = _WORDS_SQL.format(
         walked=_MATCHES.format(match=_WALKED, filters=clauses),
         matches=_MATCHES.format(match=_INDEXED, filters=clauses),
+        ranked=_RANKED_HELD if held else _RANKED_PKS,
     )
     with connections[using].cursor() as cursor:
         cursor.execute(
@@ -197,12 +225,13 @@ def words_ranked(
             },
         )
         idf, avgdl, hits = cursor.fetchone()
-    idf = _json(idf)
-    hits = _json(hits)
+    idf = {str(k): float(v) for k, v in _json(idf).items()}
+    if not held:
+        return WordRanking(idf, float(avgdl), [], list(hits))
     return WordRanking(
-        {str(k): float(v) for k, v in idf.items()},
+        idf,
         float(avgdl),
-        [(int(pk), float(score), int(dl), list(terms)) for pk, score, dl, terms in hits],
+        [(int(pk), float(score), int(dl), list(terms)) for pk, score, dl, terms in _json(hits)],
     )
 
 

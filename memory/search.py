@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import reduce
 from typing import Any
 
@@ -110,41 +110,65 @@ def _uses_postgres(queryset: QuerySet[Turn]) -> bool:
 # matches (docs/performance.md); JIT never pays here.
 PLANNER_SETTINGS = {"cpu_operator_cost": "0.025", "random_page_cost": "1.1", "jit": "off"}
 _NAMES = ("statement_timeout", *PLANNER_SETTINGS)
-_SET_SQL = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in _NAMES)
-# NOTE: a target list is evaluated in order: the values before, then the new ones.
-_GET_AND_SET_SQL = (
-    "SELECT "
-    + ", ".join(f"current_setting('{name}')" for name in _NAMES)
-    + ", "
-    + _SET_SQL.removeprefix("SELECT ")
-)
+_SETTING_RE = re.compile(r"[a-z_]+(\.[a-z_]+)?")
+
+
+def _set_sql(names: Sequence[str]) -> str:
+    return "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in names)
 
 
 @contextlib.contextmanager
-def search_transaction(*, using: str, milliseconds: int) -> Iterator[None]:
+def search_transaction(
+    *,
+    using: str,
+    milliseconds: int,
+    settings: dict[str, str] | None = None,
+    first: tuple[str, Sequence[Any]] | None = None,
+) -> Iterator[tuple[Any, ...] | None]:
     """Run the block in a transaction (a savepoint inside one) whose statements Postgres stops after
-    ``milliseconds`` each, planned with ``PLANNER_SETTINGS``; a statement stopped so raises
-    ``SearchTimeout``.
+    ``milliseconds`` each, planned with ``PLANNER_SETTINGS`` and ``settings`` (more names Postgres
+    or its extensions know); a statement stopped so raises ``SearchTimeout``. ``first``, a
+    statement ``(sql, params)``, runs in the same round trip: the block gets its first row (None
+    where it has none, or without ``first``).
 
     The settings never outlive the block (``SET LOCAL``); any error rolls it back, leaving the
-    connection usable. Other databases: the block as it is.
+    connection usable. Other databases: the block as it is, after ``first``.
     """
     connection = connections[using]
     if connection.vendor != "postgresql":
-        yield
+        row = None
+        if first is not None:
+            with connection.cursor() as cursor:
+                cursor.execute(*first)
+                row = cursor.fetchone()
+        yield None if row is None else tuple(row)
         return
+    extra = settings or {}
+    names = (*_NAMES, *extra)
+    assert all(_SETTING_RE.fullmatch(name) for name in extra), extra
+    # NOTE: a target list is evaluated in order: the values before, then the new ones.
+    statement = (
+        "SELECT "
+        + ", ".join(f"current_setting('{name}', true)" for name in names)
+        + ", "
+        + _set_sql(names).removeprefix("SELECT ")
+    )
+    params: list[Any] = [f"{int(milliseconds)}ms", *PLANNER_SETTINGS.values(), *extra.values()]
+    if first is not None:
+        statement += f", f.* FROM (SELECT) AS one LEFT JOIN LATERAL ({first[0]}) AS f ON true"
+        params += list(first[1])
     outer = connection.in_atomic_block
     try:
         with transaction.atomic(using=using):
             with connection.cursor() as cursor:
-                cursor.execute(
-                    _GET_AND_SET_SQL, [f"{int(milliseconds)}ms", *PLANNER_SETTINGS.values()]
-                )
-                previous = list(cursor.fetchone())[: len(_NAMES)]
-            yield
+                cursor.execute(statement, params)
+                row = cursor.fetchone()
+            previous = list(row[: len(names)])
+            got = tuple(row[2 * len(names) :]) if first is not None else None
+            yield None if got is None or all(value is None for value in got) else got
             if outer:
                 with connection.cursor() as cursor:
-                    cursor.execute(_SET_SQL, previous)
+                    cursor.execute(_set_sql(names), previous)
     except OperationalError as e:
         cause = e.__cause__
         if getattr(cause, "sqlstate", None) == QUERY_CANCELED:

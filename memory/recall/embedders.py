@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -62,6 +63,7 @@ class MultilingualE5(_Loaded):
         self.threads = threads
         self.query_threads = query_threads
         self._team: Any = None
+        self._pace = TeamPace()
 
     def _load(self) -> Any:
         try:
@@ -88,15 +90,24 @@ class MultilingualE5(_Loaded):
             return []
         model = self._loaded()
         team = min(self.query_threads, _cores())
-        if self._team is None or team <= self.threads or _BESIDE.on or not cpu_spare():
+        if (
+            self._team is None
+            or team <= self.threads
+            or _BESIDE.on
+            or not self._pace.allowed()
+            or not cpu_spare()
+        ):
             return model.query(list(texts)).tolist()  # type: ignore[no-any-return]
+        tokens = sum(model.token_count(text, True) for text in texts)
         # NOTE: the team size of this thread's parallel regions only (an OpenMP ICV per
         # thread); every output row is computed by one thread, so the vector is the same.
         before = self._team.omp_get_max_threads()
         self._team.omp_set_num_threads(team)
+        started = time.perf_counter()
         try:
             return model.query(list(texts)).tolist()  # type: ignore[no-any-return]
         finally:
+            self._pace.record(time.perf_counter() - started, tokens)
             self._team.omp_set_num_threads(before)
 
 
@@ -147,6 +158,33 @@ OPENMP_SPIN = 10_000
 # NOTE: a query's second thread pays only on a core that would be idle: on a busy machine each
 # of its parallel regions waits for the thread preempted last (docs/performance.md).
 CPU_BUSY_SHARE = 50.0
+
+
+# NOTE: a team whose second thread shares a core with another busy task waits for it at each of
+# the engine's parallel regions: such a query took 5-10 times as long as on one thread. A query
+# on two threads slower per token than TEAM_SLOW times the fastest seen keeps the next ones on
+# one thread for TEAM_REST_SECONDS.
+TEAM_SLOW = 2.0
+TEAM_REST_SECONDS = 10.0
+
+
+class TeamPace:
+    """The pace (seconds per token) of an embedder's queries on two threads, and whether the
+    next one may take two."""
+
+    def __init__(self) -> None:
+        self.fastest: float | None = None
+        self.rest_until = 0.0
+
+    def allowed(self) -> bool:
+        return time.monotonic() >= self.rest_until
+
+    def record(self, seconds: float, tokens: int) -> None:
+        pace = seconds / max(tokens, 1)
+        if self.fastest is None or pace < self.fastest:
+            self.fastest = pace
+        elif pace > TEAM_SLOW * self.fastest:
+            self.rest_until = time.monotonic() + TEAM_REST_SECONDS
 
 
 def cpu_spare() -> bool:

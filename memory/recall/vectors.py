@@ -389,6 +389,16 @@ def owner_centre(
     return centre
 
 
+def walk_settings(limit: int) -> dict[str, str]:
+    """The settings of an index walk for the ``limit`` nearest turns: pgvector's iterative scan,
+    and ``hnsw.ef_search``."""
+    walked = limit * INDEX_WALK_FACTOR
+    return {
+        "hnsw.iterative_scan": "relaxed_order",
+        "hnsw.ef_search": str(max(INDEX_EF_SEARCH, min(walked, 1000))),
+    }
+
+
 def vectors_nearest(
     using: str,
     owner_pk: int,
@@ -400,13 +410,14 @@ def vectors_nearest(
     filters: Any = None,
     centre: Sequence[float] | None = None,
     measure: Centred | None = None,
+    walk_set: bool = False,
 ) -> list[tuple[int, float]]:
     """The ``limit`` turns of owner ``owner_pk`` whose vectors (of ``model``) are nearest to
     ``query``: ``(turn pk, distance)``, nearest first: the cosine distance, centred on ``centre``
     where given (``Centred``). Past ``INDEX_FROM`` ``embedded`` turns, the HNSW index serves where
     it exists, walked ``INDEX_WALK_FACTOR`` times deeper and ranked exactly; ``filters`` keeps
     only the turns it allows; ``measure``, where given, is ``Centred(query, centre)`` already
-    made."""
+    made; ``walk_set``: the caller's transaction has ``walk_settings(limit)`` already."""
     measure = measure or Centred(query, centre)
     clauses, params = filters.sql("t") if filters else ("", {})
     join = _FILTER_JOIN if clauses else ""
@@ -414,11 +425,13 @@ def vectors_nearest(
     with connections[using].cursor() as cursor:
         if embedded > INDEX_FROM and vectors_indexed(using, model, len(query)):
             walked = limit * INDEX_WALK_FACTOR
-            cursor.execute(
-                "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-                " set_config('hnsw.ef_search', %s, true)",
-                [str(max(INDEX_EF_SEARCH, min(walked, 1000)))],
-            )
+            if not walk_set:
+                settings = walk_settings(limit)
+                cursor.execute(
+                    "SELECT set_config('hnsw.iterative_scan', %s, true),"
+                    " set_config('hnsw.ef_search', %s, true)",
+                    [settings["hnsw.iterative_scan"], settings["hnsw.ef_search"]],
+                )
             statement = sql.SQL(_NEAREST_INDEXED_SQL).format(
                 dimensions=sql.Literal(len(query)),
                 model=sql.Literal(model),

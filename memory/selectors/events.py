@@ -48,6 +48,7 @@ def _matches(owner: tuple[int, int, int], filters: EventFilters) -> dict[int, fl
         top_seq=top_seq,
         depth=EVENT_LOOKUP,
         filters=lookup,
+        held=True,
     )
     match = {pk: words.coverage(length, terms) for pk, _, length, terms in words.hits}
     vector = None if filters.embedding is None else filters.embedding.vector()

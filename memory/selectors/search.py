@@ -229,10 +229,11 @@ def _candidates(
     query: QueryEmbedding | None,
     depth: int,
     filters: ranking.TurnFilters,
+    walk_set: bool = False,
 ) -> tuple[list[fusion.Candidate], str]:
     """The turns either ranking finds among its best ``depth``, with their features; and the
     mode that ranked them (``text`` where the query's embedding failed; ``<mode> plain``: the
-    owner compared uncentred)."""
+    owner compared uncentred). ``walk_set``: as ``ranked_turns``."""
     owner_pk, embedded, last_seq = owner
     using = Turn.objects.db
     turns = filters.queryset(owner_turns(owner_pk))
@@ -250,7 +251,7 @@ def _candidates(
             using=using, owner_pk=owner_pk, q=q, top_seq=top_seq, depth=depth, filters=filters
         )
         terms = sorted(words.idf)
-        pks = [pk for pk, *_ in words.hits]
+        pks = list(words.pks)
     vector = None if query is None else query.vector()
     model = None
     measure = None
@@ -270,8 +271,8 @@ def _candidates(
             depth,
             embedded=embedded,
             filters=filters,
-            centre=centre,
             measure=measure,
+            walk_set=walk_set,
         )
         seen = set(pks)
         pks += [pk for pk, _ in nearest if pk not in seen]
@@ -332,6 +333,11 @@ def _with_context(owner_pk: int, results: list[TurnPayload]) -> None:
         ]
 
 
+def _depth(limit: int) -> int:
+    """How many turns each ranking finds for ``limit`` results."""
+    return max(limit * 3, FUSION_CANDIDATES)
+
+
 def ranked_turns(
     owner: OwnerRow,
     q: str,
@@ -342,12 +348,14 @@ def ranked_turns(
     filters: ranking.TurnFilters | None = None,
     min_score: float | None = None,
     context: bool = True,
+    walk_set: bool = False,
 ) -> list[TurnPayload]:
-    """The owner's best ``limit`` turns for ``q`` by ``mode``, in the caller's search transaction;
-    ``owner`` as ``_owner_read`` returns it."""
+    """The owner's best ``limit`` turns for ``q`` by ``mode``, in the caller's search transaction
+    (``walk_set``: with ``vectors.walk_settings(_depth(limit))``); ``owner`` as ``_OWNER_SQL``
+    reads it."""
     filters = filters or ranking.TurnFilters()
-    depth = max(limit * 3, FUSION_CANDIDATES)
-    candidates, mode = _candidates(owner, q, mode, query, depth, filters)
+    depth = _depth(limit)
+    candidates, mode = _candidates(owner, q, mode, query, depth, filters, walk_set)
     results = []
     dated = filters.after is not None or filters.before is not None
     for c in fusion.ranked(candidates, mode, limit, q, dated=dated):
@@ -362,16 +370,8 @@ def ranked_turns(
     return results
 
 
+# An owner as a search reads it (``OwnerRow``), with its settings.
 _OWNER_SQL = f"SELECT id, embedded_seq, last_seq FROM {Owner._meta.db_table} WHERE external_id = %s"
-
-
-def _owner_read(owner_id: str) -> OwnerRow | None:
-    """The owner's ``(pk, embedded_seq, last_seq)``, or None for an unknown owner."""
-    # NOTE: one plain statement: the ORM's query building was a millisecond of a search's CPU.
-    with connections[Owner.objects.db].cursor() as cursor:
-        cursor.execute(_OWNER_SQL, [owner_id])
-        row = cursor.fetchone()
-    return None if row is None else (row[0], row[1], row[2])
 
 
 def search_filters(
@@ -475,17 +475,32 @@ def _searched(
     owner."""
     if isinstance(filters, EventFilters) and mode != "text":
         filters.embedding = QueryEmbedding(owner_id, filters.event.phrase, required=False)
-    with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
-        owner = _owner_read(owner_id)
-        if owner is None:
+    with search.search_transaction(
+        using=Turn.objects.db,
+        milliseconds=conf.SEARCH_TIMEOUT_MS,
+        settings=None if query is None else vectors.walk_settings(_depth(limit)),
+        first=(_OWNER_SQL, [owner_id]),
+    ) as row:
+        if row is None:
             for begun in (query, getattr(filters, "embedding", None)):
                 if begun is not None:
                     begun.cancel()
             return []
+        owner = (row[0], row[1], row[2])
+        # NOTE: an event's lookup walks with its own settings.
+        walk_set = not isinstance(filters, EventFilters)
         if isinstance(filters, EventFilters):
             filters = event_narrowed(owner, filters)
         return ranked_turns(
-            owner, text, mode, query, limit, filters=filters, min_score=min_score, context=context
+            owner,
+            text,
+            mode,
+            query,
+            limit,
+            filters=filters,
+            min_score=min_score,
+            context=context,
+            walk_set=walk_set,
         )
 
 
@@ -550,8 +565,9 @@ def facts_similar(*, owner_id: str, query: str, limit: int) -> dict[str, float]:
     if not semantic_on():
         return {}
     embedding = QueryEmbedding(owner_id, q, required=False)
-    with search.search_transaction(using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS):
-        owner = _owner_read(owner_id)
+    with search.search_transaction(
+        using=Turn.objects.db, milliseconds=conf.SEARCH_TIMEOUT_MS, first=(_OWNER_SQL, [owner_id])
+    ) as owner:
         vector = embedding.vector() if owner is not None else None
         if owner is None or vector is None:
             embedding.cancel()
