@@ -182,8 +182,9 @@ _NUMBER_ZH = re.compile(
     r"颗份杯瓶盒双对节场趟遍顿支片篇首部座棵朵匹封桌克毫]"
     r"|[一两二三四五六七八九十][十百千万][一二三四五六七八九]?"
 )
-# NOTE: in Chinese a month or day is said after a number (read as one) or a word naming which
-# ("下个月", "月底", "周日", "星期三"); a bare 日 or 月 is part of other words ("生日", "日本", "月饼").
+# NOTE: in Chinese a month or day is said after a number (read as one) or a word naming
+# which ("下个月", "月底", "周日", "星期三"); a bare 日 or 月 is part of other words ("生日",
+# "日本", "月饼").
 _DATE_WORDS = re.compile(
     r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|"
     r"april|may|june|july|august|september|october|november|december)\b|[上下这本]个?月|"
