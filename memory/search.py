@@ -125,15 +125,11 @@ def search_transaction(
     settings: dict[str, str] | None = None,
     first: tuple[str, Sequence[Any]] | None = None,
 ) -> Iterator[tuple[Any, ...] | None]:
-    """Run the block in a transaction (a savepoint inside one) whose statements Postgres stops after
-    ``milliseconds`` each, planned with ``PLANNER_SETTINGS`` and ``settings`` (more names Postgres
-    or its extensions know); a statement stopped so raises ``SearchTimeout``. ``first``, a
-    statement ``(sql, params)``, runs in the same round trip: the block gets its first row (None
-    where it has none, or without ``first``).
-
-    The settings never outlive the block (``SET LOCAL``); any error rolls it back, leaving the
-    connection usable. Other databases: the block as it is, after ``first``.
-    """
+    """Run the block in a transaction (a savepoint inside one) whose statements stop after
+    ``milliseconds`` each (``SearchTimeout``), planned with ``PLANNER_SETTINGS`` and ``settings``;
+    ``first`` (``(sql, params)``) runs in the same round trip and the block gets its first row
+    (or None). The settings are ``SET LOCAL``; an error rolls the block back. Other databases:
+    the block, after ``first``."""
     connection = connections[using]
     if connection.vendor != "postgresql":
         row = None

@@ -357,12 +357,9 @@ _SAID_ZH = re.compile(r"你[^，。？！,?!]{0,4}(?:推荐|建议)")
 
 
 def when_in_query(q: str, now: dt.datetime) -> tuple[Range | None, str]:
-    """The range of dates a time named in ``q`` covers, against ``now`` (widened by
-    ``MARGIN`` on each side and never past ``now``), and ``q`` without that expression; or
-    ``(None, q)`` when ``q`` names no time this module reads. The first expression found
-    counts. A range that holds ``now`` in a request or a plan (``_PLAN_EN``, ``_PLAN_ZH``), or
-    a bare Chinese season or month in a Chinese one (``_BARE_ZH``), is a time to come, not
-    read."""
+    """The dates the first time named in ``q`` covers against ``now`` (``MARGIN`` wider each side,
+    never past ``now``) and ``q`` without it; ``(None, q)`` for none. In a request or a plan, a
+    range that holds ``now`` or a bare Chinese season or month is a time to come, not read."""
     lower = q.lower()
     plans = _PLAN_EN.search(lower) is not None or _PLAN_ZH.search(lower) is not None
     requests = _PLAN_ZH.search(lower) is not None and _SAID_ZH.search(lower) is None
@@ -397,10 +394,9 @@ class Event:
     span: dt.timedelta | None
 
     def window(self, at: dt.datetime, now: dt.datetime) -> tuple[dt.datetime | None, dt.datetime]:
-        """The range of dates this names where the event was told of at ``at``: from ``span``
-        before (``before``) or after (``after``) it, or ``DURING`` around it, widened by
-        ``MARGIN`` on each side (an event is told of days before or after it happens) and
-        never past ``now``; its start ``None`` for any time before."""
+        """The dates this names for an event told of at ``at``: ``span`` before or after it, or
+        ``DURING`` around it, ``MARGIN`` wider each side, never past ``now`` (start ``None``:
+        any time before)."""
         day = dt.datetime(at.year, at.month, at.day, tzinfo=dt.UTC)
         start: dt.datetime | None
         if self.relation == "during":
@@ -512,11 +508,9 @@ def _names_a_time(phrase: str) -> bool:
 
 
 def event_in_query(q: str) -> Event | None:
-    """The event a time ``q`` names is relative to ("the week before my trip", "after I moved
-    to Berlin", "during my hospital stay", "婚礼前一天", "搬家以后", "出差的时候"), English first;
-    ``None`` where ``q`` names none: an event needs a word of its own ("before that", "我以前"
-    name none) and no calendar time ("since the spring", "年初的时候"), and a question about
-    the assistant's words or a plan (``_PLAN_EN``, ``_PLAN_ZH``) names none."""
+    """The event a time in ``q`` is relative to ("the week before my trip", "搬家以后"), or
+    ``None``: no word of its own ("before that"), a calendar time ("年初的时候"), or a question
+    about the assistant's words or a plan."""
     lower = q.lower()
     if any(p.search(lower) for p in (_PLAN_EN, _PLAN_ZH, _ADVICE_OR_PLAN_EN, _ADVICE_OR_PLAN_ZH)):
         return None

@@ -72,11 +72,9 @@ def _matches(owner: tuple[int, int, int], filters: EventFilters) -> dict[int, fl
 
 
 def event_narrowed(owner: tuple[int, int, int], filters: EventFilters) -> ranking.TurnFilters:
-    """``filters`` narrowed to their event's window (``Event.window``) around the date of the
-    owner's own turn (``role`` user, told before ``now``) that best matches the event among its
-    best ``EVENT_LOOKUP`` by words and by meaning, at least ``EVENT_MIN_MATCH``; without it where
-    none does (the search keeps what it would have found). In the caller's search
-    transaction."""
+    """``filters`` narrowed to the event's window around the date of the owner's own turn, told
+    before ``now``, that matches it best (``_matches``, at least ``EVENT_MIN_MATCH``); as they
+    are where none does. In the caller's search transaction."""
     plain = ranking.TurnFilters(
         before_seq=filters.before_seq, after=filters.after, before=filters.before
     )

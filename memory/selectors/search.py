@@ -157,14 +157,11 @@ def _embedded(embedder: Any, key: tuple[str, str, str], beside: bool) -> list[fl
 
 
 class QueryEmbedding:
-    """The vector of a search's query ``text``, embedded on a thread from when the search begins;
-    a text the owner searched moments before reuses its vector (``_RECENT_QUERIES``).
-
-    ``vector()`` waits for it until ``MEMORY["QUERY_EMBED_TIMEOUT_MS"]`` after that begin
-    (``FIRST_ANSWER_SECONDS`` until the embedder has once answered in the process). Where the
-    embedder raised or took longer, a ``required`` embedding (``semantic``) raises
-    ``SearchUnavailable`` or ``SearchTimeout``; another one logs it and answers ``None`` (a
-    ``hybrid`` search goes on by words)."""
+    """The vector of a search's query ``text``, embedded on a thread from the search's begin (or
+    reused from ``_RECENT_QUERIES``). ``vector()`` waits ``MEMORY["QUERY_EMBED_TIMEOUT_MS"]``
+    (``FIRST_ANSWER_SECONDS`` before the embedder's first answer); past it or on an error, a
+    ``required`` one raises ``SearchTimeout`` or ``SearchUnavailable``, another logs and answers
+    ``None``."""
 
     def __init__(self, owner_id: str, text: str, *, required: bool) -> None:
         embedder = embedders.embedder_get()
@@ -433,19 +430,14 @@ def turn_search(
     """The owner's turns most relevant to ``q``, best first, each with its ``score`` (calibrated, in
     [0, 1]) and its ``context`` (the turns just before and after it in its session).
 
-    ``mode`` (``MODES``): ``text`` by words (BM25), ``semantic`` by ``MEMORY["EMBEDDER"]``
-    vectors, ``hybrid`` by both (docs/recall.md); the default is ``hybrid`` where ``semantic_on()``,
-    else ``text``. ``min_score`` drops results whose ``score`` (``fusion.SCORE``) is below it.
-    ``after``/``before`` (ISO-8601) keep turns created in that range, narrowed by a time ``q``
-    names against ``now`` or relative to an event the owner told of (docs/recall.md). ``q`` is
-    1-200 characters of free text, never query syntax; ``limit`` is 1-100. Each statement runs
-    under ``MEMORY["SEARCH_TIMEOUT_MS"]``.
+    ``mode`` (``MODES``, docs/recall.md): ``text`` (BM25), ``semantic`` or ``hybrid`` (the default
+    where ``semantic_on()``). ``min_score`` drops lower scores. ``after``/``before`` (ISO-8601)
+    keep that range, narrowed by a time ``q`` names against ``now``. ``q``: 1-200 characters of
+    free text; ``limit``: 1-100; each statement under ``MEMORY["SEARCH_TIMEOUT_MS"]``.
 
-    Raises
-    ``ValidationError`` ({field: messages}) for bad input or a mode whose embeddings are off,
-    ``SearchTimeout`` when a statement (or ``semantic``'s embedding) ran past its limit,
-    ``SearchUnavailable`` when ``semantic`` could not embed the query (``hybrid`` then goes on by
-    words), and ``MemoryUnavailable`` when the database cannot be reached.
+    Raises ``ValidationError`` ({field: messages}) for bad input or a mode that is off,
+    ``SearchTimeout`` past a limit, ``SearchUnavailable`` when ``semantic`` could not embed the
+    query, and ``MemoryUnavailable`` when the database cannot be reached.
     """
     check_owner(owner_id)
     q = search.clean_query(q)
