@@ -182,9 +182,13 @@ _NUMBER_ZH = re.compile(
     r"颗份杯瓶盒双对节场趟遍顿支片篇首部座棵朵匹封桌克毫]"
     r"|[一两二三四五六七八九十][十百千万][一二三四五六七八九]?"
 )
+# NOTE: in Chinese a month or day is said after a number (read as one) or a word naming
+# which ("下个月", "月底", "周日", "星期三"); a bare 日 or 月 is part of other words ("生日",
+# "日本", "月饼").
 _DATE_WORDS = re.compile(
     r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|"
-    r"april|may|june|july|august|september|october|november|december)\b|[月号日]|周[一二三四五六日]"
+    r"april|may|june|july|august|september|october|november|december)\b|[上下这本]个?月|"
+    r"月[初底中]|(?:周|星期|礼拜)[一二三四五六日天]"
 )
 _NOT_NAMES_TEXT = (
     "monday tuesday wednesday thursday friday saturday sunday january february march april may"
@@ -224,11 +228,11 @@ _NAME_ZH = re.compile(
 )
 # A place said in Chinese: a name with a place's ending (苏州, 浦东新区, 南京路), the place a
 # verb of going, coming or living names (去成都, 在三亚, 去了婺源; not 回来, 现在, 到现在), or
-# where someone is from (是潮汕人).
+# where someone is from (是潮汕人); not a count after the verb (住几天).
 _PLACE_ZH = re.compile(
     r"[\u4e00-\u9fff](?:省|市|县|区|镇|村|州|路|街|岛|湾|港)"
     r"|(?<![现实正存好])(?:在|去|到|回|从|住|飞|搬|来自)了?"
-    r"(?![来去家了过着的这那哪里我你他她它们一现])[\u4e00-\u9fff]"
+    r"(?![来去家了过着的这那哪里我你他她它们一现几])[\u4e00-\u9fff]"
     r"|是(?![个一这那不我你他她])[\u4e00-\u9fff]{2,3}人"
 )
 

@@ -113,6 +113,23 @@ def test_the_score_rises_with_how_much_of_the_history_is_near_the_question():
     assert talked.score_logit - never.score_logit == pytest.approx(by_density * (dense - sparse))
 
 
+def test_the_score_holds_the_question_s_words_against_a_result_the_ranking_for_it():
+    q = "What breed is my neighbour's cat?"
+    echo = fusion.Candidate(1, (1, "s1", "user", "My neighbour's cat sleeps on our car."), 0.3, 0.6)
+    other = fusion.Candidate(2, (2, "s2", "user", "We brought home a little beagle."), 0.3, 0.0)
+    echo.plain = other.plain = 0.88
+    # Ranked higher for the words it shares; scored lower for them, as near misses share
+    # the question's words and answers say theirs in their own.
+    assert fusion.candidate_logit("hybrid", echo, asked="user", cjk=False) > (
+        fusion.candidate_logit("hybrid", other, asked="user", cjk=False)
+    )
+    shown = fusion.candidate_score_logit("hybrid", echo, asked="user", cjk=False)
+    assert shown < fusion.candidate_score_logit("hybrid", other, asked="user", cjk=False)
+    # The plain cosine weighs less in the score than in the uncentred ranking.
+    assert fusion.SCORE["hybrid"][1] < fusion.CALIBRATION["hybrid plain"][1]
+    assert fusion.ranked([echo, other], "hybrid", 2, q)[0] is echo
+
+
 def test_the_density_is_the_mean_plain_cosine_of_the_nearest_candidates():
     candidates = []
     for i, plain in enumerate([0.9, 0.5, *[0.8] * 12, None]):
@@ -282,6 +299,11 @@ def test_the_value_a_question_asks_for(q, kinds):
         ("feeling", "儿子这周转到新学校了。", False),
         ("date", "We married on 12 June.", True),
         ("date", "It was a lovely day.", False),
+        ("date", "外婆下个月过九十大寿。", True),
+        ("date", "周日去爬山了。", True),
+        ("date", "姐姐明年三月底生头胎。", True),
+        ("date", "外公的生日宴很热闹。", False),
+        ("date", "刚从日本回来，累坏了。", False),
         ("entity", "PureGym is packed at 6pm.", True),
         ("entity", "Blue Lantern was full again.", True),
         ("entity", "Thanks, that helps a lot.", False),
@@ -302,6 +324,7 @@ def test_the_value_a_question_asks_for(q, kinds):
         ("place", "周二拔了智齿，到现在脸还肿着。", False),
         ("place", "周末带一家老小去了婺源。", True),
         ("place", "老公的妈妈是潮汕人。", True),
+        ("place", "我哥下周要来我这边住几天。", False),
         ("entity", "表妹刚收到大学录取通知书。", False),
         ("entity", "表妹考上了复旦大学。", True),
     ],
