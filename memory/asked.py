@@ -376,3 +376,48 @@ def subject_terms(q: str) -> frozenset[str]:
         for term in repeat_terms(q)
         if (_FUNCTION_ZH.isdisjoint(term) if CJK_RUN_RE.match(term) else len(term) > 1)
     )
+
+
+# NOTE: a Chinese question asking for a thing ("开了什么药", "哪种花", "送了我什么") names no kind a
+# rule reads, but its answer introduces the thing: a verb's object after 了, 过, 成, 是, 用 or 叫,
+# after the question's own verb ("学什么" over "学大提琴"), or a counted one ("一只萨摩耶", "那台"),
+# in words the question does not say; or a name (quoted, in Latin letters). A near miss on its
+# subject names the subject again ("扭了脚踝" for "扭了脚踝以后贴的什么膏药") or introduces nothing.
+_THING_ASKED_ZH = re.compile(r"什么|啥|哪[种款道本部首个只件样类位]")
+_ASKED_VERB_ZH = re.compile(r"([\u4e00-\u9fff])(?:了|的是|的)?(?:什么|啥|哪)")
+_MEASURE_ZH = "个只辆套台条件双瓶盒本张把支块盆份束款种家顶副串枚颗杯碗道部首棵匹锅壶包袋罐箱桶"
+_THING_ZH = re.compile(
+    rf"(?:[了过成是用叫]|[一两几三四五六七八九十那这][{_MEASURE_ZH}])"
+    rf"[一两几]?[{_MEASURE_ZH}]?([\u4e00-\u9fff]{{2}})"
+)
+_THING_NAMED_ZH = re.compile(r"[《“「\"]|[A-Za-z]{2,}")
+# NOTE: a pair holding one of these says when, how much or how, not what.
+_NOT_THING_ZH = frozenset("不很太没再多少点些下时后前候天年月久半刚才已经样么去来过得着")
+
+
+def thing_asked(q: str) -> bool:
+    """Whether ``q``, in Chinese, asks for a thing the user has, did or got ("什么", "哪种") and
+    no kind ``slot_asked`` reads, nor a suggestion (an assistant's advice names things in more
+    ways than the rule reads)."""
+    text = unicodedata.normalize("NFKC", q)
+    if not CJK_RUN_RE.search(text) or slot_asked(q) or role_asked(q) == "assistant":
+        return False
+    if _REQUEST.search(text):
+        return False
+    return _THING_ASKED_ZH.search(text.replace("什么时候", "")) is not None
+
+
+def thing_held(content: str, q: str) -> bool:
+    """Whether ``content`` states a thing ``q`` does not name: a name (quoted, in Latin
+    letters), or an object after 了, 过, 成, 是, 用, 叫 or ``q``'s verb, or after a count ("一只
+    萨摩耶"), its first two characters neither in ``q`` nor words of time, amount or manner."""
+    text = unicodedata.normalize("NFKC", stated(content))
+    if _THING_NAMED_ZH.search(text):
+        return True
+    pairs = [m.group(1) for m in _THING_ZH.finditer(text)]
+    for verb in {m.group(1) for m in _ASKED_VERB_ZH.finditer(q)} - _FUNCTION_ZH:
+        pairs += re.findall(rf"{re.escape(verb)}[了过着]?([\u4e00-\u9fff]{{2}})", text)
+    return any(
+        pair not in q and _FUNCTION_ZH.isdisjoint(pair) and _NOT_THING_ZH.isdisjoint(pair)
+        for pair in pairs
+    )
