@@ -113,7 +113,8 @@ _NAMES = ("statement_timeout", *PLANNER_SETTINGS)
 _SETTING_RE = re.compile(r"[a-z_]+(\.[a-z_]+)?")
 
 
-def _set_sql(names: Sequence[str]) -> str:
+def settings_sql(names: Sequence[str]) -> str:
+    """A statement that sets ``names`` (``SET LOCAL``) to its parameters, in order."""
     return "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in names)
 
 
@@ -147,7 +148,7 @@ def search_transaction(
         "SELECT "
         + ", ".join(f"current_setting('{name}', true)" for name in names)
         + ", "
-        + _set_sql(names).removeprefix("SELECT ")
+        + settings_sql(names).removeprefix("SELECT ")
     )
     params: list[Any] = [f"{int(milliseconds)}ms", *PLANNER_SETTINGS.values(), *extra.values()]
     if first is not None:
@@ -164,7 +165,7 @@ def search_transaction(
             yield None if got is None or all(value is None for value in got) else got
             if outer:
                 with connection.cursor() as cursor:
-                    cursor.execute(_set_sql(names), previous)
+                    cursor.execute(settings_sql(names), previous)
     except OperationalError as e:
         cause = e.__cause__
         if getattr(cause, "sqlstate", None) == QUERY_CANCELED:

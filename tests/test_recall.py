@@ -732,6 +732,11 @@ def test_the_run_that_takes_an_owner_past_index_from_builds_the_index_searches_w
     assert not any("halfvec(384)" in statement for statement in statements)
     # NOTE: "Lovely." alone is an acknowledgement: it gets no vector.
     assert small == ["My dog is a poodle named Biscuit."]
+    # An event's own walk (a time relative to it) sets the walk's settings itself.
+    q = "what did I say the week after I adopted my dog?"
+    walked, statements = _searched_statements("wang", q, mode="semantic", limit=3)
+    own = [s for s in statements if s.startswith("SELECT set_config('hnsw.iterative_scan'")]
+    assert own and sum("halfvec(384)" in statement for statement in statements) == 2
     # The walk and the exact scan agree on what they find.
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(vectors, "INDEX_FROM", 10_000)

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import DatabaseError, connections
 from psycopg import sql
 
-from memory import codec
+from memory import codec, search
 from memory.conf import conf
 
 logger = logging.getLogger("memory.recall")
@@ -427,11 +427,7 @@ def vectors_nearest(
             walked = limit * INDEX_WALK_FACTOR
             if not walk_set:
                 settings = walk_settings(limit)
-                cursor.execute(
-                    "SELECT set_config('hnsw.iterative_scan', %s, true),"
-                    " set_config('hnsw.ef_search', %s, true)",
-                    [settings["hnsw.iterative_scan"], settings["hnsw.ef_search"]],
-                )
+                cursor.execute(search.settings_sql(list(settings)), list(settings.values()))
             statement = sql.SQL(_NEAREST_INDEXED_SQL).format(
                 dimensions=sql.Literal(len(query)),
                 model=sql.Literal(model),
