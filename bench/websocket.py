@@ -79,6 +79,10 @@ async def _ws(port: int, cookie: str) -> Any:
         origin=f"http://{HOST}",
         additional_headers={"Cookie": cookie},
         max_size=None,
+        # NOTE: the held sockets read one frame each of a reply's many; with the client's
+        # default queue of 16 frames it stops reading, never sees the server's close frame, and
+        # each close waited out its 10 s timeout (400 sockets: over an hour, the row's "hang").
+        max_queue=None,
         ping_interval=None,
     )
 
@@ -206,8 +210,7 @@ class WebsocketRows:
                     break
         await asyncio.sleep(0.5)
         after = _rss_kib(port)
-        for s in sockets:
-            await s.close()
+        await asyncio.gather(*(s.close() for s in sockets))
         sock_med, http_med = statistics.median(sock), statistics.median(http)
         cu_med, rest_med = statistics.median(catchup), statistics.median(rest)
         rows = [
