@@ -4,9 +4,9 @@
 -- Returns 1 applied, 2 already reflected, 0 dropped (payload absent or not at prev stamp).
 local key = KEYS[1]
 local stamp = tonumber(ARGV[2])
--- NOTE: one read of the small fields; the payloads only when the delta changes them.
-local held = redis.call('HMGET', key, 'rev', 'floor', 'seqs', 'complete', 'fkeys', 'ends', 'fends',
-  'tail')
+-- NOTE: one read of the turns' small fields; the facts' fields only when the delta changes
+-- them. Every byte a script reads or builds costs Redis about a nanosecond (docs/performance.md).
+local held = redis.call('HMGET', key, 'rev', 'floor', 'seqs', 'complete', 'ends', 'tail')
 local cur = held[1]
 if cur and tonumber(cur) >= stamp then return 2 end
 local floor = tonumber(held[2] or '0')
@@ -54,7 +54,7 @@ local FOLD_MIN = 1024
 -- NOTE: the cached seqs ascend (a fill stores them so, and a turn goes at the end only above
 -- the last one), so a turn above the last cached seq is new without listing the others; the
 -- set of cached seqs is built only for one that is not.
-local seqs, packed, tail = held[3] or '', held[6] or '', held[8] or ''
+local seqs, packed, tail = held[3] or '', held[5] or '', held[6] or ''
 if #packed < 4 then packed = struct.pack('>I4', 0) end
 local count = #packed / 4 - 1
 local last_end = struct.unpack('>I4', packed, #packed - 3)
@@ -102,11 +102,12 @@ if count > depth then
   changed = true
 end
 -- NOTE: every field the delta changes is written by one HSET at the end.
-local fields = {'rev', ARGV[2], 'floor', floor, 'complete', complete}
+local fields = {'rev', ARGV[2], 'floor', floor}
 local function put(name, value)
   fields[#fields + 1] = name
   fields[#fields + 1] = value
 end
+if complete ~= held[4] then put('complete', complete) end
 if changed then
   local start = struct.unpack('>I4', packed, 1)
   local head = last_end - #tail
@@ -135,10 +136,11 @@ if nfacts > 0 or ndeleted > 0 then
   -- The cached facts: their keys in fkeys, payloads joined by ',' in facts, each one's end
   -- offset in fends.
   local names, payloads, from = {}, {}, 1
-  local stored = redis.call('HGET', key, 'facts') or ''
-  local fends = ends_of(held[7])
+  local kept = redis.call('HMGET', key, 'fkeys', 'fends', 'facts')
+  local stored = kept[3] or ''
+  local fends = ends_of(kept[2])
   local j = 0
-  for name in string.gmatch(held[5] or '', '%S+') do
+  for name in string.gmatch(kept[1] or '', '%S+') do
     j = j + 1
     names[j] = name
     payloads[name] = string.sub(stored, from, fends[j])
