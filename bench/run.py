@@ -129,7 +129,7 @@ def table(rows: list[Row]) -> str:
     ]
     for row in rows:
         ratio = "" if row.ratio is None else f"{row.ratio:.2f}x"
-        if row.unit == "count":
+        if row.unit == "count" and row.ratio is not None:
             ratio = f"{row.ratio:.0f}"
         elif row.spread is not None and row.ratio is not None:
             ratio += f" ({row.spread[0]:.2f}-{row.spread[1]:.2f})"
