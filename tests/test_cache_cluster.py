@@ -234,3 +234,37 @@ def test_other_cluster_client_errors_are_response_errors():
 
     with pytest.raises(ResponseError):
         _mapped(fail)
+
+
+def test_a_read_goes_straight_to_its_node_and_follows_a_moved_slot(on_cluster, write, monkeypatch):
+    with write():
+        tell("wang", "My name is Wang Jianguo")
+    selectors.context_get(owner_id="wang")
+    client = cache_client.client()
+    key = cache.keys.owner_key("wang")
+    home = on_cluster.master_for(key).port
+    # NOTE: no cluster pipeline on the way: a warm read and an append reach the node directly.
+    monkeypatch.setattr(type(client), "pipeline", lambda *a, **k: pytest.fail("pipelined"))
+    with write():
+        tell("wang", "I like basketball")
+    context = selectors.context_get(owner_id="wang")
+    assert context["source"] == "cache"
+    assert contents(context) == ["My name is Wang Jianguo", "I like basketball"]
+    monkeypatch.undo()
+    # A slot map that sends the owner's slot to another primary (as after a resharding the
+    # client has not seen): that node answers MOVED, the cluster's routing follows it, and the
+    # client is told to rebuild its map.
+    elsewhere = next(n for n in client.get_primaries() if n.port != home)
+    slot = client.keyslot(key)
+    monkeypatch.setitem(client.nodes_manager.slots_cache, slot, [elsewhere])
+    asked: list[int] = []
+    monkeypatch.setattr(client, "refresh_later", lambda: asked.append(1))
+    cached = cache.copy.copy_read(owner_id="wang", turns=5)
+    assert isinstance(cached, cache.copy.Hit)
+    assert [t["content"] for t in cached.snapshot.turns] == [
+        "My name is Wang Jianguo",
+        "I like basketball",
+    ]
+    assert asked
+    # NOTE: the cluster's routing learnt the move: the next read goes straight home again.
+    assert client.nodes_manager.get_node_from_slot(slot).port == home

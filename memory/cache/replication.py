@@ -12,7 +12,7 @@ from redis.commands.core import Script
 
 from memory import counters
 from memory.cache.client import breaker, logger
-from memory.cache.wire import script_run
+from memory.cache.wire import map_behind, script_run
 from memory.conf import conf
 
 
@@ -150,7 +150,7 @@ def replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
         except (redis_errors.MovedError, redis_errors.ConnectionError, redis_errors.TimeoutError):
             # NOTE: this pipeline bypasses cluster routing: have the client learn the new map.
             if _is_cluster(redis):
-                _cluster_refresh(redis)
+                map_behind(redis)
             raise
     # NOTE: rare (a node's first write, a replica fewer than the last write saw): one INFO.
     run_id = str(node.info("server")["run_id"]) if replicas.asks(name, role) else None
@@ -162,10 +162,3 @@ def replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
 
 def _is_cluster(redis: Any) -> bool:
     return hasattr(redis, "get_node_from_key")
-
-
-def _cluster_refresh(redis: Any) -> None:
-    # NOTE: in the background: rebuilding the map asks every known node.
-    refresh = getattr(redis, "refresh_later", None)
-    if refresh is not None:
-        refresh()
