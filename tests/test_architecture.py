@@ -18,10 +18,21 @@ def _module_name(path: Path) -> str:
     return name.removesuffix(".__init__")
 
 
+def _parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree. CPython 3.11 keeps the AST conversion's recursion depth per
+    interpreter, not per thread (gh-106905): another thread converting a tree at the same time
+    fails it once with a SystemError, and a second parse is the answer."""
+    text = path.read_text()
+    try:
+        return ast.parse(text)
+    except SystemError:
+        return ast.parse(text)
+
+
 def _imported(path: Path, name: str, modules: set[str]) -> set[str]:
     """The modules of ``memory`` that ``path`` imports, anywhere in it but under
     ``if TYPE_CHECKING:`` (names only for the type checker)."""
-    tree = ast.parse(path.read_text())
+    tree = _parsed(path)
     typing_only: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -120,7 +131,7 @@ def test_no_module_is_over_the_size_a_reader_takes_at_once():
 def _cache_names_used(path: Path) -> set[str]:
     """What a module outside the cache package takes of it: ``cache.<name>`` where ``cache``
     is ``memory.cache``, and ``memory.cache.<module>`` imported by name."""
-    tree = ast.parse(path.read_text())
+    tree = _parsed(path)
     aliases = set()
     used = set()
     for node in ast.walk(tree):
@@ -169,7 +180,7 @@ def _private_imports(path: Path, name: str) -> set[str]:
     ``memory`` (a module directly under ``memory/`` is a package of its own)."""
     package = name.split(".")[:2]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_parsed(path)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memory."):
             source = node.module.split(".")[:2]  # type: ignore[union-attr]
             for alias in node.names:

@@ -192,3 +192,24 @@ def test_cache_flushed_during_outage_rehydrates(own_redis, django_capture_on_com
     cache.client.breaker.expire()
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
     assert contents(selectors.context_get(owner_id="wang")) == ["one", "two"]
+
+
+@pytest.mark.faults
+def test_a_restart_from_a_snapshot_older_than_a_confirmed_update_is_not_served(
+    own_redis, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "My name is Wang Jianguo")
+    selectors.context_get(owner_id="wang")
+    redis.Redis.from_url(own_redis.url).save()
+    with django_capture_on_commit_callbacks(execute=True):
+        append("wang", "I like basketball")
+    # The update landed (Redis confirmed it), and this process makes no call while Redis is away.
+    assert contents(selectors.context_get(owner_id="wang"))[-1] == "I like basketball"
+    own_redis.kill()
+    own_redis.start()
+    assert redis.Redis.from_url(own_redis.url).exists(cache.copy.owner_key("wang"))
+    # Redis came back with the snapshot's copy, which lacks the update; the pooled connection
+    # it dropped connects again, and the read checks the copy against the database first.
+    context = selectors.context_get(owner_id="wang")
+    assert contents(context) == ["My name is Wang Jianguo", "I like basketball"]

@@ -149,7 +149,8 @@ def test_the_repairer_waits_on_when_a_renewal_raises(monkeypatch, caplog, memory
     monkeypatch.setattr(repair, "history_due", lambda: True)
     monkeypatch.setattr(repair, "history_probe", broken)
     # A wait of many quarter-leases renews (and fails) more than once, and returns, even on a
-    # loaded machine.
+    # loaded machine; not woken by what an earlier test left.
+    repair._state.wake.clear()
     with memory_settings(HISTORY_LEASE=0.2):
         repair._repairer_wait(0.6)
     assert len(calls) >= 2

@@ -10,7 +10,9 @@ before the read began, except within these bounds:
   writer lives; by any process within ``RECONCILE_GRACE + RECONCILE_INTERVAL`` (3 s by default)
   of the write if its writer died between commit and cache update;
 - a process that saw Redis down within ``SUSPECT_WINDOW`` seconds serves no stale copy at all:
-  it checks each copy's stamp against the database first;
+  it checks each copy's stamp against the database first; a connection Redis dropped (a
+  restart, perhaps from an older snapshot) counts as seen down (``drops``). A copy a restart
+  took back past a confirmed update, and no read meets within that window, is not covered;
 - under Sentinel or Cluster, a failover loses no confirmed update only with
   ``CACHE_REPLICAS`` set to the replicas each primary has (below, rule 2), and with a replica
   promoted at most ``CACHE_REPLICA_GRACE`` (2 s) after it dropped off its primary;

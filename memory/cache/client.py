@@ -28,6 +28,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, SlotNotCoveredError
 
 from memory import counters
+from memory.cache.drops import watch as watch_drops
 from memory.cache.wire import AsyncConnections, Command, acommands_run
 from memory.conf import conf
 
@@ -193,6 +194,11 @@ class Breaker:
                 gate.probe = None
         ticket.probe.set()
 
+    def dropped(self) -> None:
+        """Redis dropped a connection of this process (``drops``): suspect, as after an error."""
+        with self.lock:
+            self.last_error_at = time.monotonic()
+
     def succeeded(self, shard: str = "") -> None:
         if self.down_since is None:
             return
@@ -334,6 +340,7 @@ def _client_of(name: str) -> Any:
     if held.client is None or held.name != name or held.caches is not configured:
         # NOTE: kept per thread: asgiref's Local cost a warm read more than the rest here.
         held.client = caches[name].client.get_client(write=True)  # type: ignore[attr-defined]
+        watch_drops(getattr(held.client, "connection_pool", None), breaker.dropped)
         held.name, held.caches = name, configured
     return held.client
 
@@ -573,6 +580,7 @@ def _async_pool(sync_client: Any) -> tuple[Any, float | None] | None:
     made = pool_class(
         connection_class=cls, max_connections=pool.max_connections, socket_timeout=None, **kwargs
     )
+    watch_drops(made, breaker.dropped)
     return made, deadline
 
 
