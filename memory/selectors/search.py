@@ -467,10 +467,13 @@ def _searched(
     owner."""
     if isinstance(filters, EventFilters) and mode != "text":
         filters.embedding = QueryEmbedding(owner_id, filters.event.phrase, required=False)
+    # NOTE: an event's lookup walks with its own settings, and the search's walk after it sets
+    # its own again; any other search's walk has them from the first statement.
+    walk_set = query is not None and not isinstance(filters, EventFilters)
     with search.search_transaction(
         using=Turn.objects.db,
         milliseconds=conf.SEARCH_TIMEOUT_MS,
-        settings=None if query is None else vectors.walk_settings(_depth(limit)),
+        settings=vectors.walk_settings(_depth(limit)) if walk_set else None,
         first=(_OWNER_SQL, [owner_id]),
     ) as row:
         if row is None:
@@ -479,8 +482,6 @@ def _searched(
                     begun.cancel()
             return []
         owner = (row[0], row[1], row[2])
-        # NOTE: an event's lookup walks with its own settings.
-        walk_set = not isinstance(filters, EventFilters)
         if isinstance(filters, EventFilters):
             filters = event_narrowed(owner, filters)
         return ranked_turns(
