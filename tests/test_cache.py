@@ -387,7 +387,10 @@ def test_commands_are_sent_as_redis_py_packs_them(commands):
 
 
 def test_dead_cache_reads_and_writes_answer_false_without_raising(dead_cache):
-    assert cache.copy.copy_read(owner_id="wang", turns=20) is cache.client.Outcome.DOWN
+    # NOTE: named outright: a default name asks the server's run first, and finds it down.
+    read = cache.copy.copy_read(owner_id="wang", turns=20, epoch="0")
+    assert read is cache.client.Outcome.DOWN
+    assert cache.history.history_epoch() is None
     assert cache.copy.copy_apply(owner_id="wang", prev_stamp=0, stamp=1) is False
     assert cache.copy.copy_drop(owner_id="wang", stamp=1) is False
     assert cache.ping() == "down"

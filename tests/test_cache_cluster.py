@@ -192,7 +192,7 @@ def test_several_seeds_are_one_cluster(cluster):
 def test_counters_on_a_dead_primary_cost_the_owners_elsewhere_no_hits(
     on_cluster, write, monkeypatch
 ):
-    victim = on_cluster.master_for(cache_client.stats_key())
+    victim = on_cluster.master_for(cache.keys.stats_key())
     owner = next(
         f"li-{n}"
         for n in range(1000)
@@ -201,7 +201,7 @@ def test_counters_on_a_dead_primary_cost_the_owners_elsewhere_no_hits(
     with write():
         tell(owner, "hello")
     selectors.context_get(owner_id=owner)
-    monkeypatch.setattr(cache_client, "COUNTS_FLUSH_SECONDS", 0.0)
+    monkeypatch.setattr(cache.copy, "COUNTS_FLUSH_SECONDS", 0.0)
     on_cluster.kill(victim)
     try:
         # NOTE: every read now also flushes the counters, to the dead primary.

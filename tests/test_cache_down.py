@@ -8,6 +8,7 @@ import time
 
 import pytest
 import redis
+from asgiref.sync import async_to_sync
 
 from memory import cache, selectors, services
 from memory.models import CacheInvalidation, Owner
@@ -195,21 +196,32 @@ def test_cache_flushed_during_outage_rehydrates(own_redis, django_capture_on_com
 
 
 @pytest.mark.faults
+@pytest.mark.parametrize("window", [10.0, 0.0], ids=["suspect", "no-window"])
+@pytest.mark.parametrize("reader", ["sync", "async"])
 def test_a_restart_from_a_snapshot_older_than_a_confirmed_update_is_not_served(
-    own_redis, django_capture_on_commit_callbacks
+    own_redis, django_capture_on_commit_callbacks, memory_settings, window, reader
 ):
-    with django_capture_on_commit_callbacks(execute=True):
-        append("wang", "My name is Wang Jianguo")
-    selectors.context_get(owner_id="wang")
-    redis.Redis.from_url(own_redis.url).save()
-    with django_capture_on_commit_callbacks(execute=True):
-        append("wang", "I like basketball")
-    # The update landed (Redis confirmed it), and this process makes no call while Redis is away.
-    assert contents(selectors.context_get(owner_id="wang"))[-1] == "I like basketball"
-    own_redis.kill()
-    own_redis.start()
-    assert redis.Redis.from_url(own_redis.url).exists(cache.copy.owner_key("wang"))
-    # Redis came back with the snapshot's copy, which lacks the update; the pooled connection
-    # it dropped connects again, and the read checks the copy against the database first.
-    context = selectors.context_get(owner_id="wang")
-    assert contents(context) == ["My name is Wang Jianguo", "I like basketball"]
+    with memory_settings(CACHE_ALIAS="own", SUSPECT_WINDOW=window):
+        with django_capture_on_commit_callbacks(execute=True):
+            append("wang", "My name is Wang Jianguo")
+        selectors.context_get(owner_id="wang")
+        redis.Redis.from_url(own_redis.url).save()
+        with django_capture_on_commit_callbacks(execute=True):
+            append("wang", "I like basketball")
+        # The update landed (Redis confirmed it), and this process makes no call while Redis
+        # is away.
+        assert contents(selectors.context_get(owner_id="wang"))[-1] == "I like basketball"
+        before = cache.copy.owner_key("wang")
+        own_redis.kill()
+        own_redis.start()
+        # Redis came back with the snapshot's copy, which lacks the update. The pooled
+        # connection it dropped connects again and finds another run of the server: the copy
+        # is not read under it, even with no suspect window left to check copies.
+        assert redis.Redis.from_url(own_redis.url).exists(before)
+        if reader == "async":
+            context = async_to_sync(selectors.acontext_get)(owner_id="wang")
+        else:
+            context = selectors.context_get(owner_id="wang")
+        assert contents(context) == ["My name is Wang Jianguo", "I like basketball"]
+        assert cache.copy.owner_key("wang") != before
+        assert contents(selectors.context_get(owner_id="wang"))[-1] == "I like basketball"

@@ -68,7 +68,7 @@ def test_a_fill_whose_history_changed_while_it_read_is_not_stored(write, redis_c
 
     snapshot, source = cache.read_through(owner_id="wang", turns=20, load=load)
     assert (source, [t["content"] for t in snapshot.turns]) == ("database", ["hello"])
-    for name in (epoch, "pr0m0ted"):
+    for name in (epoch, cache.runs.named("pr0m0ted", ask=True)):
         assert redis_client.hget(cache.keys.owner_key("wang", name), "rev") is None
 
 
@@ -82,7 +82,7 @@ def test_no_copy_is_served_past_the_lease_of_a_history_the_database_no_longer_co
         warm = cache.copy.copy_fill(
             owner_id="wang",
             loaded=cache.Loaded(cache.Snapshot(stamp=31, turns=[], facts=[]), True),
-            epoch=history.SINGLE,
+            epoch=history.history_epoch(),
         )
         assert warm is cache.copy.Fill.UNCLAIMED
         assert selectors.fact_list(owner_id="wang") == []  # within the lease: the copy

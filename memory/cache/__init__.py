@@ -10,9 +10,12 @@ before the read began, except within these bounds:
   writer lives; by any process within ``RECONCILE_GRACE + RECONCILE_INTERVAL`` (3 s by default)
   of the write if its writer died between commit and cache update;
 - a process that saw Redis down within ``SUSPECT_WINDOW`` seconds serves no stale copy at all:
-  it checks each copy's stamp against the database first; a connection Redis dropped (a
-  restart, perhaps from an older snapshot) counts as seen down (``drops``). A copy a restart
-  took back past a confirmed update, and no read meets within that window, is not covered;
+  it checks each copy's stamp against the database first; a connection Redis dropped counts as
+  seen down (``drops``);
+- a restart of Redis from any snapshot, or a failover to another server, brings back no copy
+  at all: every copy is named by the server's run (rule 10). On a Cluster, whose nodes' runs
+  do not name copies, a copy a node's restart took back past a confirmed update, and that no
+  read meets within ``SUSPECT_WINDOW``, is not covered;
 - under Sentinel or Cluster, a failover loses no confirmed update only with
   ``CACHE_REPLICAS`` set to the replicas each primary has (below, rule 2), and with a replica
   promoted at most ``CACHE_REPLICA_GRACE`` (2 s) after it dropped off its primary;
@@ -91,9 +94,18 @@ before the read began, except within these bounds:
    it): a primary that keeps committing beside the new one is a split brain no cache rule
    mends.
 
-Redis keys: ``<KEY_PREFIX>:v6:h<epoch>:{<digest of owner id>}`` (a hash; the braces are a
+10. *Runs* (``runs``, ``drops``). A copy means something only on the Redis server run that
+   stored it: a restart from a snapshot brings back copies older than updates it confirmed.
+   Every connect of the alias's pools asks the server's ``run_id`` (``INFO server``), and
+   every owner key is named by it beside rule 9's epoch; a process asks before its first copy
+   (none answered: the database is read as if Redis were down). A call during which its
+   connection connected again, and found another run, does not count: its read is refused and
+   its update is not confirmed (repaired under the new name). Names on a Cluster carry no run.
+
+Redis keys: ``<KEY_PREFIX>:v6:h<epoch>r<run>:{<digest of owner id>}`` (a hash; the braces are a
 cluster hash tag, so an owner's keys share a slot and every script touches one slot; the epoch
-is rule 9's), ``...:fill`` (the fill lock), ``<KEY_PREFIX>:v6:stats`` (shared counters).
+is rule 9's, the run rule 10's), ``...:fill`` (the fill lock), ``<KEY_PREFIX>:v6:stats``
+(shared counters).
 """
 
 from __future__ import annotations

@@ -28,9 +28,11 @@ async def aread_through(*, owner_id: str, turns: int, load: Loader) -> tuple[Sna
             # NOTE: read once: a validity step that queried would do so on the event loop.
             suspect = breaker.suspect()
             if suspect:
-                checked = await sync_to_async(copy_valid)(owner_id, result, suspect=True)
+                checked = await sync_to_async(copy_valid)(
+                    owner_id, result, suspect=True, epoch=epoch
+                )
             else:
-                checked = copy_valid(owner_id, result, suspect=False)
+                checked = copy_valid(owner_id, result, suspect=False, epoch=epoch)
             if isinstance(checked, Hit):
                 return snapshot_live(checked.snapshot), "cache"
     return await sync_to_async(read_through)(owner_id=owner_id, turns=turns, load=load)

@@ -57,8 +57,6 @@ DOWN_ERRORS: tuple[type[BaseException], ...] = (
 BREAKER_SECONDS = 1.0
 # The longest a write waits, in all, for other callers' probes; then its update is left to repair.
 PROBE_WAIT_SECONDS = 0.5
-# Counters go to Redis at most this often, in a call of their own.
-COUNTS_FLUSH_SECONDS = 1.0
 # The same Redis error of the same call is logged at most this often, with a count.
 BUG_LOG_SECONDS = 10.0
 
@@ -580,7 +578,7 @@ def _async_pool(sync_client: Any) -> tuple[Any, float | None] | None:
     made = pool_class(
         connection_class=cls, max_connections=pool.max_connections, socket_timeout=None, **kwargs
     )
-    watch_drops(made, breaker.dropped)
+    watch_drops(made, breaker.dropped, like=pool)
     return made, deadline
 
 
@@ -613,38 +611,3 @@ def _async_connections(name: str) -> AsyncConnections | None:
         made = _Async(params, None if matched is None else AsyncConnections(*matched))
         per_loop[name] = made
     return made.connections
-
-
-def stats_key() -> str:
-    from memory.cache.keys import prefix
-
-    return f"{prefix()}:stats"
-
-
-_FLUSH_ERRORS: tuple[type[BaseException], ...] = (*DOWN_ERRORS, redis_errors.RedisError)
-
-
-def counts_flush(*, force: bool = False) -> None:
-    """Add this process's counters to the shared ones in Redis, at most once a second.
-    Outside the breaker: a counters' node down must not open it for every owner.
-    """
-    now = time.monotonic()
-    if not force and now - breaker.counts_flushed_at < COUNTS_FLUSH_SECONDS:
-        return
-    with breaker.lock:
-        if not force and now - breaker.counts_flushed_at < COUNTS_FLUSH_SECONDS:
-            return
-        counts, breaker.counts = breaker.counts, {}
-        breaker.counts_flushed_at = now
-    if not counts or not enabled():
-        return
-    try:
-        pipe = client().pipeline(transaction=False)
-        for name, n in counts.items():
-            pipe.hincrby(stats_key(), name, n)
-        pipe.execute()
-    except _FLUSH_ERRORS as e:
-        with breaker.lock:
-            for name, n in counts.items():
-                breaker.counts[name] = breaker.counts.get(name, 0) + n
-        logger.debug("Could not flush the cache counters: %s", e)

@@ -8,23 +8,29 @@ import enum
 import operator
 import secrets
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from redis import exceptions as redis_errors
 from redis.commands.core import Script
 
 from memory import codec
 from memory.cache.client import (
+    DOWN_ERRORS,
     Answer,
     Outcome,
     aredis_call,
     breaker,
-    counts_flush,
+    client,
+    enabled,
+    logger,
     redis_call,
 )
-from memory.cache.keys import key_pattern, lock_key, owner_key
+from memory.cache.keys import key_pattern, lock_key, owner_key, stats_key
 from memory.cache.replication import replicated
+from memory.cache.runs import run_kept
 from memory.cache.wire import Command, commands_run, script_run
 from memory.conf import conf
 from memory.payloads import (
@@ -414,7 +420,7 @@ def copy_apply(
     answer = redis_call(
         "write", lambda redis: replicated(redis, _APPLY, key, args), write=True, key=key
     )
-    if not isinstance(answer, Answer) or answer.value is None:
+    if not isinstance(answer, Answer) or answer.value is None or not run_kept(epoch):
         return False
     breaker.count("deltas" if answer.value else "drops")
     return True
@@ -432,7 +438,7 @@ def copy_drop(*, owner_id: str, stamp: int, epoch: str | None = None) -> bool:
         write=True,
         key=key,
     )
-    if not isinstance(answer, Answer) or answer.value is None:
+    if not isinstance(answer, Answer) or answer.value is None or not run_kept(epoch):
         return False
     breaker.count("drops")
     return True
@@ -487,7 +493,6 @@ def stats() -> dict[str, Any]:
 
     Returns ``{"cache": "disabled"}`` or ``{"cache": "down", ...}`` instead of raising.
     """
-    from memory.cache.client import stats_key
 
     local = {"outages": breaker.outages, "errors": breaker.errors, "bugs": breaker.bugs}
     counts_flush(force=True)
@@ -514,3 +519,34 @@ def stats() -> dict[str, Any]:
     shared, keys, used = answer.value
     counters = {name.decode(): int(value) for name, value in shared.items()}
     return {"cache": "ok", "keys": keys, "memory_bytes": used, "counters": counters, **local}
+
+
+# Counters go to Redis at most this often, in a call of their own.
+COUNTS_FLUSH_SECONDS = 1.0
+_FLUSH_ERRORS: tuple[type[BaseException], ...] = (*DOWN_ERRORS, redis_errors.RedisError)
+
+
+def counts_flush(*, force: bool = False) -> None:
+    """Add this process's counters to the shared ones in Redis, at most once a second.
+    Outside the breaker: a counters' node down must not open it for every owner.
+    """
+    now = time.monotonic()
+    if not force and now - breaker.counts_flushed_at < COUNTS_FLUSH_SECONDS:
+        return
+    with breaker.lock:
+        if not force and now - breaker.counts_flushed_at < COUNTS_FLUSH_SECONDS:
+            return
+        counts, breaker.counts = breaker.counts, {}
+        breaker.counts_flushed_at = now
+    if not counts or not enabled():
+        return
+    try:
+        pipe = client().pipeline(transaction=False)
+        for name, n in counts.items():
+            pipe.hincrby(stats_key(), name, n)
+        pipe.execute()
+    except _FLUSH_ERRORS as e:
+        with breaker.lock:
+            for name, n in counts.items():
+                breaker.counts[name] = breaker.counts.get(name, 0) + n
+        logger.debug("Could not flush the cache counters: %s", e)

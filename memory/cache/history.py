@@ -17,6 +17,7 @@ import time
 
 from django.db import DatabaseError, connection, transaction
 
+from memory.cache.runs import named
 from memory.conf import conf
 
 logger = logging.getLogger("memory.cache")
@@ -88,18 +89,24 @@ def history_probe() -> str | None:
     return epoch
 
 
-def history_trusted() -> str | None:
-    """The epoch this process confirmed within the lease, or ``None``; no I/O."""
+def _trusted() -> str | None:
     epoch, confirmed_at = _state.epoch, _state.confirmed_at
     if epoch is not None and time.monotonic() - confirmed_at < conf.HISTORY_LEASE:
         return epoch
     return None
 
 
+def history_trusted() -> str | None:
+    """The epoch this process confirmed within the lease, named with the cache server's run
+    (``runs``), or ``None``; no I/O."""
+    return named(_trusted(), ask=False)
+
+
 def history_epoch() -> str | None:
     """The epoch to read and write copies under: the trusted one, else the database's now
-    (one query); ``None`` when the database does not confirm one (no copy may be used)."""
-    return history_trusted() or history_probe()
+    (one query), with the server's run (asked if unknown); ``None`` when either is not
+    confirmed (no copy may be used)."""
+    return named(_trusted() or history_probe(), ask=True)
 
 
 def history_due() -> bool:
@@ -111,7 +118,8 @@ def history_due() -> bool:
 def history_current() -> str:
     """The last epoch this process confirmed, trusted or not: the keys' name by default. Before
     any, the database's now (one query), or ``SINGLE`` if it does not answer."""
-    return _state.epoch or history_probe() or SINGLE
+    epoch = _state.epoch or history_probe() or SINGLE
+    return named(epoch, ask=True) or epoch
 
 
 def history_switches() -> int:

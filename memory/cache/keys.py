@@ -49,6 +49,11 @@ def lock_key(owner_id: str, epoch: str | None = None) -> str:
     return f"{owner_key(owner_id, epoch)}:fill"
 
 
+def stats_key() -> str:
+    """The counters every process adds to (``copy.stats``)."""
+    return f"{prefix()}:stats"
+
+
 def key_pattern() -> str:
     """A SCAN pattern matching every key this app writes under the configured prefix."""
     return f"{prefix()}:*"

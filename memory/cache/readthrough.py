@@ -27,6 +27,7 @@ from memory.cache.copy import (
 )
 from memory.cache.history import history_epoch, history_trusted
 from memory.cache.repair import Pending, pending_for, remember, repairer_ensure
+from memory.cache.runs import run_kept
 from memory.cache.stamps import stamp_get
 from memory.conf import conf
 from memory.payloads import facts_live
@@ -50,17 +51,21 @@ class Refused:
 
 
 def copy_valid(
-    owner_id: str, result: ReadResult, *, suspect: bool | None = None
+    owner_id: str, result: ReadResult, *, suspect: bool | None = None, epoch: str | None = None
 ) -> ReadResult | Refused:
     """The validity step every read served from a copy passes.
 
-    Refused while this process holds an unconfirmed update of the owner; and, while it is suspect
+    Refused when the read, named ``epoch``, did not reach the server run it names (``runs``);
+    while this process holds an unconfirmed update of the owner; and, while it is suspect
     (``MEMORY["SUSPECT_WINDOW"]``), unless its stamp is the owner's in the database (one query).
     ``suspect``: that state as the caller read it (``None``: read it now). Raises what the database
     raises.
     """
     if not isinstance(result, Hit):
         return result
+    if not run_kept(epoch):
+        breaker.count("run_refused")
+        return Refused(stale=True)
     if pending_for(owner_id):
         return Refused(stale=False)
     if suspect is None:
@@ -78,7 +83,9 @@ def cache_lookup(
     ``copy_read`` and ``copy_valid``)."""
     repairer_ensure()
     return copy_valid(
-        owner_id, copy_read(owner_id=owner_id, turns=turns, claim_fill=claim_fill, epoch=epoch)
+        owner_id,
+        copy_read(owner_id=owner_id, turns=turns, claim_fill=claim_fill, epoch=epoch),
+        epoch=epoch,
     )
 
 
