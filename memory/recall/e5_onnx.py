@@ -34,10 +34,8 @@ def _int8_columns(blocks: Any, n_out: int) -> tuple[Any, Any]:
 
 
 def encoder_graph(file: E5File) -> bytes:
-    """The serialised ONNX model, from ``x`` (``[B * S, H]``: word + position + type embeddings
-    of ``B`` windows padded to ``S`` tokens), ``mask`` (``[B, S]`` int32, 1 on tokens), ``bsh``
-    (``[B, S, -1]``) and ``zp`` (``[B * S]`` uint8, 128) to ``sums`` (``[B, H]``: the last hidden
-    states summed over each window's tokens)."""
+    """The serialised ONNX model: ``x`` (``[B * S, H]`` embeddings of ``B`` windows padded to
+    ``S``), ``mask`` (``[B, S]``), ``bsh``, ``zp`` (128s) to ``sums`` (``[B, H]``)."""
     from onnx import TensorProto, helper, numpy_helper
 
     d, t = file.dims, file.tensors
@@ -133,7 +131,10 @@ class E5Onnx:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # NOTE: no arena: its blocks, kept at the largest batch's size, held 150 MB more.
         options.enable_cpu_mem_arena = False
+        # NOTE: idle pool threads sleep rather than spin on a core another process wants.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self._session = ort.InferenceSession(
             encoder_graph(file),

