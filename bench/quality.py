@@ -49,7 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 QUALITY_SET = Path(__file__).resolve().parent / "quality_set.json"
 VECTOR_CACHE = ROOT / ".tmp"
-EMBEDDER = "memory.recall.embedders.multilingual_e5_int8"
+EMBEDDER = "memory.recall.embedders.multilingual_e5"
 CATEGORIES = ("user", "assistant", "preference", "multi", "changed", "temporal", "absent")
 ANSWERABLE = CATEGORIES[:-1]
 MODES = ("text", "semantic", "hybrid")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 RECALL_SET = Path(__file__).resolve().parent / "recall_set.json"
 RECALL_TURNS = 200
 RECALL_TOP = 5
-EMBEDDER = "memory.recall.embedders.multilingual_e5_int8"
+EMBEDDER = "memory.recall.embedders.multilingual_e5"
 # NOTE: the questions of the search rows, each asked once: a search keeps the vectors of an
 # owner's recent queries, so one question asked again would time that copy, not a search.
 _TOPICS = (
@@ -202,7 +202,7 @@ class RecallRows:
 
         from memory.recall import embedders
 
-        model = embedders.embedder_name(embedders.multilingual_e5_int8)
+        model = embedders.embedder_name(embedders.multilingual_e5)
         have = self.raw.execute(
             "SELECT count(*) FROM memory_turnvector WHERE owner_id = %s AND model = %s",
             [owner_pk, model],
@@ -238,7 +238,7 @@ class RecallRows:
         ``vectors.INDEX_FROM`` does; return whether it is there."""
         from memory.recall import embedders, vectors
 
-        model = embedders.embedder_name(embedders.multilingual_e5_int8)
+        model = embedders.embedder_name(embedders.multilingual_e5)
         return vectors.vectors_index("default", model, dimensions)
 
     def row_semantic_search(self) -> list[Row]:

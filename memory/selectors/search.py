@@ -69,8 +69,8 @@ def semantic_off_reason() -> str:
         user = getattr(settings, "MEMORY", None) or {}
         if isinstance(user, dict) and "EMBEDDER" in user:
             return (
-                "MEMORY['EMBEDDER'] is None; set it to an embedder's dotted path (docs/recall.md), "
-                "the built-in one is 'memory.recall.embedders.multilingual_e5_int8'."
+                "MEMORY['EMBEDDER'] is None; set it to an embedder's dotted path "
+                "(docs/recall.md), the built-in one is 'memory.recall.embedders.multilingual_e5'."
             )
         return (
             f"no embedder is installed; install the built-in one with {extra_install('semantic')}."
