@@ -12,10 +12,8 @@ before the read began, except within these bounds:
 - a process that saw Redis down within ``SUSPECT_WINDOW`` seconds serves no stale copy at all:
   it checks each copy's stamp against the database first; a connection Redis dropped counts as
   seen down (``drops``);
-- a restart of Redis from any snapshot, or a failover to another server, brings back no copy
-  at all: every copy is named by the server's run (rule 10). On a Cluster, whose nodes' runs
-  do not name copies, a copy a node's restart took back past a confirmed update, and that no
-  read meets within ``SUSPECT_WINDOW``, is not covered;
+- a restart of Redis (or of a cluster node) from any snapshot, or a failover to another
+  server, brings back no copy at all: every copy is named by its server's run (rule 10);
 - under Sentinel or Cluster, a failover loses no confirmed update only with
   ``CACHE_REPLICAS`` set to the replicas each primary has (below, rule 2), and with a replica
   promoted at most ``CACHE_REPLICA_GRACE`` (2 s) after it dropped off its primary;
@@ -98,9 +96,11 @@ before the read began, except within these bounds:
    stored it: a restart from a snapshot brings back copies older than updates it confirmed.
    Every connect of the alias's pools asks the server's ``run_id`` (``INFO server``), and
    every owner key is named by it beside rule 9's epoch; a process asks before its first copy
-   (none answered: the database is read as if Redis were down). A call during which its
-   connection connected again, and found another run, does not count: its read is refused and
-   its update is not confirmed (repaired under the new name). Names on a Cluster carry no run.
+   (none answered: the database is read as if Redis were down). On a Cluster the name holds
+   the run of the node that serves the owner's slot, asked of each node before its first call.
+   A call during which its connection connected again and found another run, that a cluster
+   routed to another node than the one named, or named before its node's run was known, does
+   not count: its read is refused and its update is not confirmed (repaired under the name).
 
 Redis keys: ``<KEY_PREFIX>:v6:h<epoch>r<run>:{<digest of owner id>}`` (a hash; the braces are a
 cluster hash tag, so an owner's keys share a slot and every script touches one slot; the epoch

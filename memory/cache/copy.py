@@ -30,7 +30,7 @@ from memory.cache.client import (
 )
 from memory.cache.keys import key_pattern, lock_key, owner_key, stats_key
 from memory.cache.replication import replicated
-from memory.cache.runs import run_kept
+from memory.cache.runs import key_kept, on_cluster, run_kept
 from memory.cache.wire import Command, commands_run, script_run
 from memory.conf import conf
 from memory.payloads import (
@@ -202,6 +202,12 @@ class _MissShare:
 miss_share = _MissShare()
 
 
+def _node_kept(owner_id: str, epoch: str | None, key: str) -> bool:
+    """Whether a call to ``key`` on a cluster reached the node run its name holds (rule 10);
+    on a single Redis, ``runs.run_kept`` checks the epoch's run instead."""
+    return not on_cluster() or key_kept(key, owner_key(owner_id, epoch))
+
+
 def copy_read(
     *, owner_id: str, turns: int, claim_fill: bool = True, epoch: str | None = None
 ) -> ReadResult:
@@ -218,7 +224,8 @@ def copy_read(
     key = owner_key(owner_id, epoch)
     ttl, wait_ms = conf.CACHE_TTL, conf.FILL_WAIT_MS * 2
     if claim_fill and miss_share.likely():
-        return _read_claim(key, turns, [ttl, GUARD_TTL, wait_ms, secrets.token_hex(8)])
+        claimed = _read_claim(key, turns, [ttl, GUARD_TTL, wait_ms, secrets.token_hex(8)])
+        return claimed if _node_kept(owner_id, epoch, key) else Outcome.SKIPPED
     commands: list[Command] = [("HMGET", key, *_HIT_FIELDS), ("EXPIRE", key, ttl)]
 
     def read(redis: Any) -> Any:
@@ -227,6 +234,8 @@ def copy_read(
     answer = redis_call("read", read, key=key)
     if not isinstance(answer, Answer):
         return answer
+    if not _node_kept(owner_id, epoch, key):
+        return Outcome.SKIPPED
     counts_flush()
     held = answer.value[0]
     miss_share.saw(held[0] is None)
@@ -270,6 +279,8 @@ async def copy_aread(*, owner_id: str, turns: int, epoch: str) -> ReadResult | N
     where the alias has no async client (read through the sync path). Never raises a Redis
     error."""
 
+    if on_cluster():
+        return None  # NOTE: a cluster has no async client; its key's name may ask its node.
     key = owner_key(owner_id, epoch)
     answer = await aredis_call(
         "read", (("HMGET", key, *_HIT_FIELDS), ("EXPIRE", key, conf.CACHE_TTL))
@@ -422,6 +433,8 @@ def copy_apply(
     )
     if not isinstance(answer, Answer) or answer.value is None or not run_kept(epoch):
         return False
+    if not _node_kept(owner_id, epoch, key):
+        return False
     breaker.count("deltas" if answer.value else "drops")
     return True
 
@@ -439,6 +452,8 @@ def copy_drop(*, owner_id: str, stamp: int, epoch: str | None = None) -> bool:
         key=key,
     )
     if not isinstance(answer, Answer) or answer.value is None or not run_kept(epoch):
+        return False
+    if not _node_kept(owner_id, epoch, key):
         return False
     breaker.count("drops")
     return True

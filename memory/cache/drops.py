@@ -55,6 +55,30 @@ def run_of(pool: Any) -> _Run | None:
     return None if watcher is None else watcher.run
 
 
+# What ``watch`` calls on a drop when given nothing: the breaker's (``client`` sets it).
+ON_DROP: list[Callable[[], None]] = []
+
+
+def _dropped() -> None:
+    for on_drop in ON_DROP:
+        on_drop()
+
+
+def node_learned(node: Any) -> None:
+    """Watch a cluster node's plain client and, while its run is unknown, ask it (``INFO``):
+    the call about to go to that node then names its copies by it next time."""
+    pool = node.connection_pool
+    run = run_of(pool)
+    if run is None:
+        watch(pool, _dropped)
+        run = run_of(pool)
+    if run is not None and run.token is None:
+        try:
+            run.seen(run_parsed(node.execute_command("INFO", "server")))
+        except redis_errors.ResponseError as e:
+            run.seen(_refused(e))
+
+
 def run_parsed(info: Any) -> str:
     """The run in an ``INFO server`` reply (text, bytes or a dict)."""
     if isinstance(info, dict):

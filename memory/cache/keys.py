@@ -6,6 +6,7 @@ import functools
 import hashlib
 
 from memory.cache.history import history_current
+from memory.cache.runs import node_named
 from memory.conf import conf
 
 # NOTE: bumped whenever the shape of a cached payload changes, so that an old copy is never
@@ -37,11 +38,13 @@ def owner_tag(owner_id: str) -> str:
 
 
 def owner_key(owner_id: str, epoch: str | None = None) -> str:
-    """The owner's memory hash on the database history ``epoch``; the hash tag
-    (``owner_tag``) keeps all its keys in one cluster slot, whatever the history (rule 9).
+    """The owner's memory hash on the database history ``epoch`` (with the server's run; on a
+    cluster, its node's: rule 10); the hash tag (``owner_tag``) keeps all its keys in one
+    cluster slot, whatever the history (rule 9).
     ``None`` (operators, tests) means ``history.history_current``.
     """
-    return f"{prefix()}:h{epoch or history_current()}:{owner_tag(owner_id)}"
+    tag = owner_tag(owner_id)
+    return f"{prefix()}:h{epoch or history_current()}{node_named(tag)}:{tag}"
 
 
 def lock_key(owner_id: str, epoch: str | None = None) -> str:

@@ -11,8 +11,13 @@ from typing import Any
 from redis import Redis
 from redis import exceptions as redis_errors
 
-from memory.cache.client import Answer, client, enabled, redis_call
-from memory.cache.drops import UNNAMED, run_of, run_parsed
+from memory.cache.client import Answer, _cluster_type, _held, breaker, client, enabled, redis_call
+from memory.cache.drops import UNNAMED, node_learned, run_of, run_parsed
+from memory.cache.wire import rerouted
+
+# The run in the name of a copy on a cluster node whose run this process does not know yet:
+# no call under it is trusted (``key_kept``).
+NODE_UNKNOWN = "r?"
 
 
 def _asked(redis: Any) -> str:
@@ -68,3 +73,36 @@ def named(epoch: str | None, *, ask: bool) -> str | None:
         if run is None:
             return None
     return f"{epoch}r{run}" if run else epoch
+
+
+def node_named(tag: str) -> str:
+    """On a cluster, the run of the node that serves the hash tag ``tag``'s slot by this
+    thread's client's map, as it names copies, asked of the node (``INFO``) if not known yet
+    and the node is not down (``NODE_UNKNOWN`` when it does not tell); else nothing (a single
+    server's run is in the epoch)."""
+    redis = _held.client
+    if redis is None or not _cluster_type(type(redis)):
+        return ""
+    try:
+        node = redis.nodes_manager.get_node_from_slot(redis.keyslot(tag))
+        plain = redis.get_redis_connection(node)
+        run = run_of(plain.connection_pool)
+        if (run is None or run.token is None) and not breaker.is_down(node.name):
+            node_learned(plain)
+            run = run_of(plain.connection_pool)
+    except Exception:
+        # NOTE: a slot no node serves, or a node that does not answer: the call finds it down.
+        return NODE_UNKNOWN
+    return NODE_UNKNOWN if run is None or run.token is None else f"r{run.token}"
+
+
+def on_cluster() -> bool:
+    """Whether this thread's client is a cluster's (no I/O)."""
+    redis = _held.client
+    return redis is not None and _cluster_type(type(redis))
+
+
+def key_kept(key: str, now: str) -> bool:
+    """Whether a call on a cluster to the copy ``key`` reached the node run it names: the name is
+    the same after the call (``now``), its run was known and the call was not rerouted."""
+    return key == now and NODE_UNKNOWN not in key and not rerouted.seen

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,6 +17,8 @@ from redis import Redis
 from redis import exceptions as redis_errors
 from redis.asyncio import connection as async_connection
 from redis.commands.core import Script
+
+from memory.cache.drops import node_learned
 
 # A command: its one-word name, then its arguments (bytes go as they are).
 Command = tuple[Any, ...]
@@ -29,11 +32,15 @@ def commands_run(redis: Any, commands: Sequence[Command]) -> list[Any]:
     """
     if not isinstance(redis, Redis):
         node = _slot_node(redis, commands[0])
+        rerouted.seen = True
         if node is not None:
             # NOTE: straight to the node serving the key's slot, on the plain client's wire:
             # the cluster's pipeline cost a warm read half again its time on one Redis.
+            node_learned(node)
             try:
-                return commands_run(node, commands)
+                replies = commands_run(node, commands)
+                rerouted.seen = False
+                return replies
             except _REROUTED:
                 map_behind(redis)  # not run there: the pipeline below follows the move
             except (redis_errors.ConnectionError, redis_errors.TimeoutError):
@@ -53,6 +60,16 @@ def commands_run(redis: Any, commands: Sequence[Command]) -> list[Any]:
         )
     finally:
         pool.release(connection)
+
+
+class _Rerouted(threading.local):
+    """Whether this thread's last cluster call ran elsewhere than its key's node by the slot
+    map (a copy named by that node's run is not to be trusted: ``runs.key_kept``)."""
+
+    seen = False
+
+
+rerouted = _Rerouted()
 
 
 # Replies of a cluster node to a command it did not run, its slot being served elsewhere
