@@ -105,4 +105,4 @@ def on_cluster() -> bool:
 def key_kept(key: str, now: str) -> bool:
     """Whether a call on a cluster to the copy ``key`` reached the node run it names: the name is
     the same after the call (``now``), its run was known and the call was not rerouted."""
-    return key == now and NODE_UNKNOWN not in key and not rerouted.seen
+    return key == now and f"{NODE_UNKNOWN}:" not in key and not rerouted.seen
