@@ -11,7 +11,15 @@ from typing import Any
 from redis import Redis
 from redis import exceptions as redis_errors
 
-from memory.cache.client import Answer, _cluster_type, _held, breaker, client, enabled, redis_call
+from memory.cache.client import (
+    Answer,
+    _client_of,
+    _cluster_type,
+    _held,
+    alias,
+    breaker,
+    redis_call,
+)
 from memory.cache.drops import UNNAMED, node_learned, run_of, run_parsed
 from memory.cache.wire import rerouted
 
@@ -42,10 +50,11 @@ def run_learn() -> str | None:
 
 def run_token() -> str | None:
     """The run of the client's server (``None``: not known yet); no I/O."""
-    if not enabled():
+    name = alias()
+    if name is None:
         return UNNAMED
     try:
-        redis = client()
+        redis = _client_of(name)
     except Exception:
         # NOTE: a cluster no seed answers cannot be built: its copies are not named by a run.
         return UNNAMED
@@ -57,7 +66,14 @@ def run_kept(epoch: str | None) -> bool:
     """Whether a call named ``epoch`` reached the run it names (a reconnect may not have)."""
     if epoch is None:
         return True
-    run = run_token()
+    # NOTE: the thread's client as ``named`` looked it up for this call, without the settings'
+    # look-up again: a microsecond of a warm read.
+    redis = _held.client
+    if redis is None:
+        run = run_token()
+    else:
+        found = run_of(getattr(redis, "connection_pool", None))
+        run = UNNAMED if found is None else found.token
     return run is not None and (not run or epoch.endswith(f"r{run}"))
 
 
