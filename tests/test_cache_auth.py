@@ -26,8 +26,11 @@ def _alias(server: RedisServer, **options: Any) -> dict[str, Any]:
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": server.url,
         "OPTIONS": {
-            "SOCKET_CONNECT_TIMEOUT": 0.5,
-            "SOCKET_TIMEOUT": 0.5,
+            # NOTE: no outage here is a timeout (wrong credentials answer at once): room for a
+            # first async call's connect, AUTH and INFO on a loaded CI machine, which once took
+            # more than 0.5 s.
+            "SOCKET_CONNECT_TIMEOUT": 2.0,
+            "SOCKET_TIMEOUT": 2.0,
             "SERIALIZER": "memory.codec.OrjsonSerializer",
             **options,
         },
