@@ -28,7 +28,6 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, SlotNotCoveredError
 
 from memory import counters
-from memory.cache.drops import ON_DROP
 from memory.cache.drops import watch as watch_drops
 from memory.cache.wire import AsyncConnections, Command, acommands_run
 from memory.conf import conf
@@ -302,8 +301,6 @@ class Breaker:
 
 
 breaker = Breaker()
-# NOTE: a cluster node's connection that Redis dropped (``drops.node_learned``) is one seen down.
-ON_DROP.append(breaker.dropped)
 
 
 def alias() -> str | None:

@@ -55,28 +55,25 @@ def run_of(pool: Any) -> _Run | None:
     return None if watcher is None else watcher.run
 
 
-# What ``watch`` calls on a drop when given nothing: the breaker's (``client`` sets it).
-ON_DROP: list[Callable[[], None]] = []
+def run_asked(plain: Any, run: _Run) -> str:
+    """Ask the server of the plain client ``plain`` its run (``INFO``) and record it in ``run``:
+    the run, ``UNNAMED`` when refused. Raises what redis-py raises for an outage."""
+    try:
+        token = run_parsed(plain.execute_command("INFO", "server"))
+    except redis_errors.ResponseError as e:
+        token = _refused(e)
+    run.seen(token)
+    return token
 
 
-def _dropped() -> None:
-    for on_drop in ON_DROP:
-        on_drop()
-
-
-def node_learned(node: Any) -> None:
-    """Watch a cluster node's plain client and, while its run is unknown, ask it (``INFO``):
-    the call about to go to that node then names its copies by it next time."""
+def node_learned(node: Any, on_drop: Callable[[], None]) -> None:
+    """Watch a cluster node's plain client and, while its run is unknown, ask it (``INFO``)."""
     pool = node.connection_pool
+    if run_of(pool) is None:
+        watch(pool, on_drop)
     run = run_of(pool)
-    if run is None:
-        watch(pool, _dropped)
-        run = run_of(pool)
     if run is not None and run.token is None:
-        try:
-            run.seen(run_parsed(node.execute_command("INFO", "server")))
-        except redis_errors.ResponseError as e:
-            run.seen(_refused(e))
+        run_asked(node, run)
 
 
 def run_parsed(info: Any) -> str:

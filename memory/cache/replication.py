@@ -12,7 +12,6 @@ from redis.commands.core import Script
 
 from memory import counters
 from memory.cache.client import breaker, logger
-from memory.cache.drops import node_learned
 from memory.cache.wire import map_behind, rerouted, script_run
 from memory.conf import conf
 
@@ -133,7 +132,6 @@ def replicated(redis: Any, script: Script, key: str, args: list[Any]) -> Any:
     node = redis.get_redis_connection(redis.get_node_from_key(key)) if _is_cluster(redis) else redis
     if node is not redis:
         # NOTE: straight to the key's node by the map (a move raises): not rerouted.
-        node_learned(node)
         rerouted.seen = False
     kwargs = node.connection_pool.connection_kwargs
     name = f"{kwargs.get('host')}:{kwargs.get('port')}"

@@ -2,14 +2,14 @@
 
 # NOTE: ``named`` appends it to the database history's epoch (``history``): a restart from any
 # snapshot, or a failover to another server, changes the run, and what came back is never read
-# again (it expires by its TTL). On a cluster copies carry no run: each node has its own.
+# again (it expires by its TTL). On a cluster ``node_named`` puts in the run of the node that
+# serves the owner's slot.
 
 from __future__ import annotations
 
 from typing import Any
 
 from redis import Redis
-from redis import exceptions as redis_errors
 
 from memory.cache.client import (
     Answer,
@@ -20,7 +20,7 @@ from memory.cache.client import (
     breaker,
     redis_call,
 )
-from memory.cache.drops import UNNAMED, node_learned, run_of, run_parsed
+from memory.cache.drops import UNNAMED, node_learned, run_asked, run_of
 from memory.cache.wire import rerouted
 
 # The run in the name of a copy on a cluster node whose run this process does not know yet:
@@ -32,14 +32,7 @@ def _asked(redis: Any) -> str:
     run = run_of(getattr(redis, "connection_pool", None))
     if not isinstance(redis, Redis) or run is None:
         return UNNAMED
-    try:
-        token = run_parsed(redis.execute_command("INFO", "server"))
-    except redis_errors.ResponseError:
-        # NOTE: an ACL that refuses INFO: copies are not named by a run (docs/reliability.md).
-        run.seen(UNNAMED)
-        return UNNAMED
-    run.seen(token)
-    return token
+    return run_asked(redis, run)
 
 
 def run_learn() -> str | None:
@@ -104,7 +97,7 @@ def node_named(tag: str) -> str:
         plain = redis.get_redis_connection(node)
         run = run_of(plain.connection_pool)
         if (run is None or run.token is None) and not breaker.is_down(node.name):
-            node_learned(plain)
+            node_learned(plain, breaker.dropped)
             run = run_of(plain.connection_pool)
     except Exception:
         # NOTE: a slot no node serves, or a node that does not answer: the call finds it down.

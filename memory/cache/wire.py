@@ -18,8 +18,6 @@ from redis import exceptions as redis_errors
 from redis.asyncio import connection as async_connection
 from redis.commands.core import Script
 
-from memory.cache.drops import node_learned
-
 # A command: its one-word name, then its arguments (bytes go as they are).
 Command = tuple[Any, ...]
 
@@ -36,7 +34,6 @@ def commands_run(redis: Any, commands: Sequence[Command]) -> list[Any]:
         if node is not None:
             # NOTE: straight to the node serving the key's slot, on the plain client's wire:
             # the cluster's pipeline cost a warm read half again its time on one Redis.
-            node_learned(node)
             try:
                 replies = commands_run(node, commands)
                 rerouted.seen = False
