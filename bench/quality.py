@@ -657,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     _set_file = args.set
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     from bench import settings as bench_settings
-    from bench.seed import database_create
+    from bench.seed import database_create, vectors_ensure
 
     database_create(bench_settings.DATABASE_URL)
     import django
@@ -666,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
+    vectors_ensure()
     langs = tuple(args.lang or LANGS)
     modes = tuple(args.mode or MODES)
     paths = args.embedder or [EMBEDDER]

@@ -145,21 +145,6 @@ def table(rows: list[Row]) -> str:
 # --- set-up -----------------------------------------------------------------------------------
 
 
-def _vectors_setup() -> None:
-    """Create pgvector and the vector tables where the server has it, as ``manage.py
-    memory_embed --setup`` does: a bench database migrated before pgvector was installed has none,
-    and the migration that makes them has run."""
-    from django.db import DEFAULT_DB_ALIAS, connections, transaction
-
-    from memory.postgres import sql
-    from memory.recall import vectors
-
-    connection = connections[DEFAULT_DB_ALIAS]
-    with transaction.atomic(), connection.schema_editor() as editor:
-        sql.vectors_setup(editor)
-    vectors.vectors_forget_ready()
-
-
 def _django_setup() -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
     import django
@@ -1368,14 +1353,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     from bench import settings as bench_settings
-    from bench.seed import database_create
+    from bench.seed import database_create, vectors_ensure
 
     database_create(bench_settings.DATABASE_URL)
     _django_setup()
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
-    _vectors_setup()
+    vectors_ensure()
     bench = Bench(args)
     bench.seed()
     if args.profile:
