@@ -657,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     _set_file = args.set
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     from bench import settings as bench_settings
-    from bench.seed import database_create, vectors_ensure
+    from bench.seed import database_create
 
     database_create(bench_settings.DATABASE_URL)
     import django
@@ -665,8 +665,11 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.core.management import call_command
 
+    from memory.recall.vectors import vectors_create
+
     call_command("migrate", verbosity=0, interactive=False)
-    vectors_ensure()
+    # NOTE: a bench database migrated before pgvector was installed has no vector tables.
+    vectors_create("default")
     langs = tuple(args.lang or LANGS)
     modes = tuple(args.mode or MODES)
     paths = args.embedder or [EMBEDDER]

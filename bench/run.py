@@ -1353,14 +1353,17 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     from bench import settings as bench_settings
-    from bench.seed import database_create, vectors_ensure
+    from bench.seed import database_create
 
     database_create(bench_settings.DATABASE_URL)
     _django_setup()
     from django.core.management import call_command
 
+    from memory.recall.vectors import vectors_create
+
     call_command("migrate", verbosity=0, interactive=False)
-    vectors_ensure()
+    # NOTE: a bench database migrated before pgvector was installed has no vector tables.
+    vectors_create("default")
     bench = Bench(args)
     bench.seed()
     if args.profile:

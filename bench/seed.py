@@ -152,20 +152,6 @@ def database_create(url: str) -> bool:
     return True
 
 
-def vectors_ensure() -> None:
-    """After ``migrate``: create pgvector and the vector tables where the server has it, as
-    ``manage.py memory_embed --setup`` does (a bench database migrated before pgvector was
-    installed has none, and the migration that makes them has run)."""
-    from django.db import DEFAULT_DB_ALIAS, connections, transaction
-
-    from memory.postgres import sql as memory_sql
-    from memory.recall import vectors
-
-    with transaction.atomic(), connections[DEFAULT_DB_ALIAS].schema_editor() as editor:
-        memory_sql.vectors_setup(editor)
-    vectors.vectors_forget_ready()
-
-
 APP_TABLES = (
     "memory_turn",
     "memory_session",

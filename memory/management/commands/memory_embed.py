@@ -8,12 +8,11 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS
 
 from memory.conf import conf
 from memory.management.args import arg
 from memory.management.base import MemoryCommand
-from memory.postgres import sql
 from memory.recall import vectors
 from memory.services import embeddings
 
@@ -61,12 +60,7 @@ class Command(MemoryCommand):
         self.stdout.write(f"Embedded {done:,} turn(s).")
 
     def _setup(self) -> None:
-        # NOTE: the migration's own function, so that the tables are the ones it makes.
-        connection = connections[DEFAULT_DB_ALIAS]
-        with transaction.atomic(), connection.schema_editor() as editor:
-            ready = sql.vectors_setup(editor)
-        vectors.vectors_forget_ready()
-        if not ready:
+        if not vectors.vectors_create(DEFAULT_DB_ALIAS):
             raise CommandError(
                 "pgvector could not be created: the server does not have it installed, this "
                 "database role may not CREATE EXTENSION, or the database is not PostgreSQL."
