@@ -202,6 +202,12 @@ class _MissShare:
 miss_share = _MissShare()
 
 
+def _kept(owner_id: str, epoch: str | None, key: str) -> bool:
+    """Whether a write to ``key`` reached the server run its name holds (rule 10): the epoch's
+    run on a single Redis, the slot's node run on a cluster."""
+    return run_kept(epoch) and _node_kept(owner_id, epoch, key)
+
+
 def _node_kept(owner_id: str, epoch: str | None, key: str) -> bool:
     """Whether a call to ``key`` on a cluster reached the node run its name holds (rule 10);
     on a single Redis, ``runs.run_kept`` checks the epoch's run instead."""
@@ -431,9 +437,7 @@ def copy_apply(
     answer = redis_call(
         "write", lambda redis: replicated(redis, _APPLY, key, args), write=True, key=key
     )
-    if not isinstance(answer, Answer) or answer.value is None or not run_kept(epoch):
-        return False
-    if not _node_kept(owner_id, epoch, key):
+    if not isinstance(answer, Answer) or answer.value is None or not _kept(owner_id, epoch, key):
         return False
     breaker.count("deltas" if answer.value else "drops")
     return True
@@ -451,9 +455,7 @@ def copy_drop(*, owner_id: str, stamp: int, epoch: str | None = None) -> bool:
         write=True,
         key=key,
     )
-    if not isinstance(answer, Answer) or answer.value is None or not run_kept(epoch):
-        return False
-    if not _node_kept(owner_id, epoch, key):
+    if not isinstance(answer, Answer) or answer.value is None or not _kept(owner_id, epoch, key):
         return False
     breaker.count("drops")
     return True

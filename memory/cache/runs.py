@@ -51,6 +51,11 @@ def run_token() -> str | None:
     except Exception:
         # NOTE: a cluster no seed answers cannot be built: its copies are not named by a run.
         return UNNAMED
+    return _token_of(redis)
+
+
+def _token_of(redis: Any) -> str | None:
+    """The run recorded for ``redis``'s pool (``UNNAMED`` where none is watched)."""
     run = run_of(getattr(redis, "connection_pool", None))
     return UNNAMED if run is None else run.token
 
@@ -62,11 +67,7 @@ def run_kept(epoch: str | None) -> bool:
     # NOTE: the thread's client as ``named`` looked it up for this call, without the settings'
     # look-up again: a microsecond of a warm read.
     redis = _held.client
-    if redis is None:
-        run = run_token()
-    else:
-        found = run_of(getattr(redis, "connection_pool", None))
-        run = UNNAMED if found is None else found.token
+    run = run_token() if redis is None else _token_of(redis)
     return run is not None and (not run or epoch.endswith(f"r{run}"))
 
 
