@@ -1359,7 +1359,7 @@ def main(argv: list[str] | None = None) -> int:
     _django_setup()
     from django.core.management import call_command
 
-    from memory.recall.vectors import vectors_create
+    from memory.services.embeddings import vectors_create
 
     call_command("migrate", verbosity=0, interactive=False)
     # NOTE: a bench database migrated before pgvector was installed has no vector tables.

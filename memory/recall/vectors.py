@@ -13,12 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, connections
 from psycopg import sql
 
 from memory import codec, search
 from memory.conf import conf
-from memory.postgres import sql as tables
 
 logger = logging.getLogger("memory.recall")
 
@@ -250,16 +249,6 @@ def vectors_ready(using: str) -> bool:
         _MISSING_AT.pop(using, None)
     else:
         _MISSING_AT[using] = time.monotonic()
-    return ready
-
-
-def vectors_create(using: str) -> bool:
-    """Create pgvector and the vector tables in ``using`` now, with the migration's own function
-    (``manage.py memory_embed --setup``: the server got the extension after the migration ran);
-    return whether they exist. Nothing is created where the extension cannot be."""
-    with transaction.atomic(using), connections[using].schema_editor() as editor:
-        ready = tables.vectors_setup(editor)
-    vectors_forget_ready()
     return ready
 
 

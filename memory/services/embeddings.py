@@ -8,7 +8,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -17,6 +17,7 @@ from memory import aio, counters
 from memory.conf import conf
 from memory.exceptions import database_guard
 from memory.models import Owner, Turn
+from memory.postgres import sql
 from memory.recall import embedders, vectors
 from memory.services.common import field_check
 from memory.validators import validate_owner_id
@@ -163,6 +164,16 @@ def facts_embed(owner_pk: int, embedder: Any, model: str) -> int:
         if done < len(due):
             break
     return written
+
+
+def vectors_create(using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Create pgvector and the vector tables in ``using`` now, with the migration's own function
+    (``manage.py memory_embed --setup``: the server got the extension after the migration ran);
+    return whether they exist. Nothing is created where the extension cannot be."""
+    with transaction.atomic(using), connections[using].schema_editor() as editor:
+        ready = sql.vectors_setup(editor)
+    vectors.vectors_forget_ready()
+    return ready
 
 
 def embeddings_backfill(*, limit: int | None = None) -> int:

@@ -60,7 +60,7 @@ class Command(MemoryCommand):
         self.stdout.write(f"Embedded {done:,} turn(s).")
 
     def _setup(self) -> None:
-        if not vectors.vectors_create(DEFAULT_DB_ALIAS):
+        if not embeddings.vectors_create(DEFAULT_DB_ALIAS):
             raise CommandError(
                 "pgvector could not be created: the server does not have it installed, this "
                 "database role may not CREATE EXTENSION, or the database is not PostgreSQL."
