@@ -136,12 +136,18 @@ def _prepared_run(db: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] |
     if threshold is None:
         raw.prepare_threshold = 1 << 62
     try:
-        cursor.execute(sql, params)
-        # NOTE: the psycopg cursor's own fetchone, in Django's error mapping: the wrapper's
-        # attribute lookup builds a decorated function on every call.
+        if db.execute_wrappers:
+            cursor.execute(sql, params)
+            # NOTE: the psycopg cursor's own fetchone, in Django's error mapping: the wrapper's
+            # attribute lookup builds a decorated function on every call.
+            with db.wrap_database_errors:
+                row: tuple[Any, ...] | None = cursor.cursor.fetchone()
+            return row
+        # NOTE: with no execute wrapper to call, what Django's cursor wrapper does around a
+        # statement is its error mapping and the broken-transaction check (outside a
+        # transaction: none); psycopg's cursor straight costs an append its layers.
         with db.wrap_database_errors:
-            row: tuple[Any, ...] | None = cursor.cursor.fetchone()
-        return row
+            return cursor.cursor.execute(sql, params).fetchone()  # type: ignore[no-any-return]
     finally:
         if threshold is None:
             raw.prepare_threshold = None

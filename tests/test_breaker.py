@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -234,3 +235,118 @@ def test_a_persistent_redis_error_is_retried_with_backoff_and_logged_once(
 def _calls(client: redis.Redis, command: str) -> int:
     stats = client.info("commandstats")
     return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+@real_db
+@pytest.mark.faults
+def test_a_sync_connection_the_server_closed_while_idle_is_connected_again(warm_redis):
+    killer = redis.Redis.from_url(warm_redis.url)
+    assert served()
+    # NOTE: the connection that read stays with this thread for its next call; Redis closes it
+    # meanwhile (a restart, CLIENT KILL, an idle timeout).
+    killer.client_kill_filter(_type="normal", skipme=True)
+    time.sleep(0.05)
+    assert served()
+    assert cache.client.breaker.outages == 0
+
+
+def _pool_of_thread_calls(pool: Any, calls: Callable[[], None]) -> set[Any]:
+    """The connections ``pool`` holds checked out while a thread makes ``calls`` and after it
+    ended."""
+    held: list[set[Any]] = []
+
+    def work() -> None:
+        calls()
+        held.append(set(pool._in_use_connections))
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    return held[0]
+
+
+def test_a_thread_keeps_one_connection_between_its_calls_and_gives_it_back_at_its_end(own_redis):
+    from memory.cache.wire import commands_run
+
+    plain = redis.Redis.from_url(own_redis.url)
+    pool = plain.connection_pool
+
+    def calls() -> None:
+        for n in range(5):
+            assert commands_run(plain, [("SET", "k", n), ("GET", "k")]) == [b"OK", b"%d" % n]
+
+    during = _pool_of_thread_calls(pool, calls)
+    assert len(during) == 1
+    assert eventually(lambda: not pool._in_use_connections, within=2)
+    assert len(pool._available_connections) == 1
+
+
+def test_no_more_than_half_a_pools_limit_is_kept_and_none_of_a_blocking_pool(own_redis):
+    from memory.cache.wire import commands_run
+
+    plain = redis.Redis.from_url(own_redis.url, max_connections=4)
+    called, measured = threading.Barrier(5), threading.Barrier(5)
+
+    def work() -> None:
+        commands_run(plain, [("PING",)])
+        called.wait()
+        measured.wait()
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    called.wait()
+    kept = len(plain.connection_pool._in_use_connections)
+    measured.wait()
+    for thread in threads:
+        thread.join()
+    assert kept == 2
+    assert eventually(lambda: not plain.connection_pool._in_use_connections, within=2)
+    # A blocking pool of one connection: kept by this thread, the other's call would wait on it.
+    blocking = redis.Redis(
+        connection_pool=redis.BlockingConnectionPool.from_url(
+            own_redis.url, max_connections=1, timeout=0.2
+        )
+    )
+    assert commands_run(blocking, [("PING",)]) == [b"PONG"]
+    other: list[Any] = []
+    thread = threading.Thread(target=lambda: other.append(commands_run(blocking, [("PING",)])))
+    thread.start()
+    thread.join()
+    assert other == [[b"PONG"]]
+
+
+def test_a_call_interrupted_mid_reply_leaves_no_reply_for_the_next(own_redis, monkeypatch):
+    from memory.cache import wire
+
+    plain = redis.Redis.from_url(own_redis.url)
+    assert wire.commands_run(plain, [("SET", "k", "1")]) == [b"OK"]
+
+    def interrupted(connection: Any) -> Any:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(wire, "_reply", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            wire.commands_run(plain, [("SET", "k", "2")])  # sent; its reply left unread
+    assert not plain.connection_pool._in_use_connections  # not kept: out of step
+    time.sleep(0.05)  # the reply arrives; the pool's check finds it and connects again
+    assert wire.commands_run(plain, [("GET", "k")]) == [b"2"]
+    assert wire.commands_run(plain, [("PING",)]) == [b"PONG"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_child_uses_a_connection_of_its_own(own_redis):
+    from memory.cache.wire import commands_run
+
+    plain = redis.Redis.from_url(own_redis.url)
+    assert commands_run(plain, [("SET", "k", "parent")]) == [b"OK"]
+    pid = os.fork()
+    if pid == 0:  # the child
+        ok = commands_run(plain, [("GET", "k")]) == [b"parent"]
+        ok = ok and commands_run(plain, [("SET", "k", "child")]) == [b"OK"]
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert commands_run(plain, [("GET", "k")]) == [b"child"]
+    assert commands_run(plain, [("PING",)]) == [b"PONG"]

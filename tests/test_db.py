@@ -162,6 +162,23 @@ def test_a_cold_context_read_is_one_prepared_statement(checks):
         assert runs() == before + n
 
 
+def test_an_execute_wrapper_sees_the_append_and_its_errors_are_djangos(checks):
+    seen: list[str] = []
+
+    def wrapper(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        services.turn_append(owner_id="wang", session_id="s", role="user", content="hello")
+    assert any("memory_turn_append" in sql for sql in seen)
+    # Without a wrapper, psycopg's cursor straight: its error is still Django's.
+    with pytest.raises(DataError):
+        db.prepared_fetchone(connection, "SELECT 1 / 0", [])
+    turn = services.turn_append(owner_id="wang", session_id="s", role="user", content="again")
+    assert turn.seq == 2
+
+
 def test_a_statement_that_fails_on_a_live_connection_is_not_run_again(checks):
     with connection.cursor() as cursor:
         cursor.execute("CREATE SEQUENCE memory_test_runs")

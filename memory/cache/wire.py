@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import os
+import select
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from redis import Redis
+from redis import BlockingConnectionPool, Redis
 from redis import exceptions as redis_errors
 from redis.asyncio import connection as async_connection
 from redis.commands.core import Script
@@ -48,15 +51,147 @@ def commands_run(redis: Any, commands: Sequence[Command]) -> list[Any]:
             pipe.execute_command(*command)
         return list(pipe.execute())
     pool = redis.connection_pool
-    connection = pool.get_connection(*_command_name(pool, commands))
+    connection = _lease_take(pool) or pool.get_connection(*_command_name(pool, commands))
+    in_step = False
     try:
         packed = _packed(connection.encoder.encode, commands)
-        return connection.retry.call_with_retry(
+        answered: list[Any] = connection.retry.call_with_retry(
             lambda: _exchange(connection, packed, len(commands)),
             lambda _error: connection.disconnect(),
         )
+        in_step = True
+        return answered
+    except redis_errors.ResponseError:
+        in_step = True  # raised by _in_step, every reply read
+        raise
     finally:
+        _lease_give_back(pool, connection, in_step=in_step)
+
+
+# Leases: a thread's connection of a sync pool, kept checked out of it between the thread's calls.
+# NOTE: the pool's check-out and return (its lock, fork check, bookkeeping and a probe of the
+# socket in three system calls) were a tenth of an append. A kept connection is checked before
+# use by one poll of its socket; anything waiting there (an end, a message) sends it through
+# the pool's own check, which connects it again. A call that ends out of step (an error, an
+# interrupt) gives its connection back to the pool instead. At most half of a pool's limit is
+# kept, none of a blocking pool (its waiters would wait on them); a thread's end gives its
+# connection back; a forked child forgets its parent's.
+
+
+class _Slot:
+    """The connection a thread keeps and the pool it came from."""
+
+    __slots__ = ("connection", "fork", "pool")
+
+    def __init__(self) -> None:
+        self.pool: Any = None
+        self.connection: Any = None
+        self.fork = 0
+
+
+class _Keeper:
+    """Held by the thread alone: its end gives the slot's connection back (a finalizer)."""
+
+    __slots__ = ("__weakref__",)
+
+
+class _Leases(threading.local):
+    def __init__(self) -> None:
+        self.slot = _Slot()
+        self.keeper = _Keeper()
+        end = weakref.finalize(self.keeper, _slot_end, self.slot)
+        end.atexit = False  # type: ignore[misc]  # an attribute finalize documents
+
+
+_kept_lock = threading.Lock()
+# Connections kept per pool (weakly: a pool dropped with its client is forgotten).
+_kept: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+class _Forks:
+    """How many times this process was forked into (a lease of another count is the parent's)."""
+
+    count = 0
+
+
+def _forked() -> None:
+    _Forks.count += 1
+    _kept.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def _lease_take(pool: Any) -> Any:
+    """The connection this thread keeps of ``pool``, checked, or ``None`` (none kept)."""
+    slot = _leases.slot
+    if slot.pool is not pool or slot.fork != _Forks.count:
+        if slot.pool is not None:
+            _slot_end(slot)
+        return None
+    connection = slot.connection
+    if connection is None:
+        return None
+    slot.connection = None
+    try:
+        if not _idle_clean(connection):
+            pool.ensure_connection(connection)
+    except BaseException:
+        _slot_end(slot)
         pool.release(connection)
+        raise
+    return connection
+
+
+def _lease_give_back(pool: Any, connection: Any, *, in_step: bool) -> None:
+    slot = _leases.slot
+    if in_step and slot.connection is None and (slot.pool is pool or _lease_begin(slot, pool)):
+        slot.connection = connection
+        return
+    pool.release(connection)
+
+
+def _lease_begin(slot: _Slot, pool: Any) -> bool:
+    """Count a lease of ``pool`` for ``slot``'s thread, if its limit allows one."""
+    if slot.pool is not None or isinstance(pool, BlockingConnectionPool):
+        return False
+    limit = getattr(pool, "max_connections", 0) // 2
+    with _kept_lock:
+        if _kept.get(pool, 0) >= limit:
+            return False
+        _kept[pool] = _kept.get(pool, 0) + 1
+    slot.pool, slot.fork = pool, _Forks.count
+    return True
+
+
+def _slot_end(slot: _Slot) -> None:
+    """End the slot's lease: its connection back to its pool (unless a parent's)."""
+    pool, connection, fork = slot.pool, slot.connection, slot.fork
+    slot.pool = slot.connection = None
+    if pool is None or fork != _Forks.count:
+        return
+    with _kept_lock:
+        if pool in _kept:
+            _kept[pool] -= 1
+    if connection is not None:
+        pool.release(connection)
+
+
+def _idle_clean(connection: Any) -> bool:
+    """Whether a kept connection is connected with nothing waiting on its socket (one poll)."""
+    sock = getattr(connection, "_sock", None)
+    if sock is None:
+        return False
+    try:
+        waiting = select.poll()
+        waiting.register(sock, select.POLLIN | select.POLLPRI)
+        return not waiting.poll(0)
+    except (OSError, ValueError):
+        return False
+
+
+_leases = _Leases()
 
 
 class _Rerouted(threading.local):
