@@ -350,3 +350,38 @@ def test_a_forked_child_uses_a_connection_of_its_own(own_redis):
     assert os.waitstatus_to_exitcode(status) == 0
     assert commands_run(plain, [("GET", "k")]) == [b"child"]
     assert commands_run(plain, [("PING",)]) == [b"PONG"]
+
+
+def test_as_many_threads_call_at_once_as_the_pools_limit_while_others_keep_connections(own_redis):
+    from memory.cache.wire import commands_run
+
+    plain = redis.Redis.from_url(own_redis.url, max_connections=4)
+    assert commands_run(plain, [("PING",)]) == [b"PONG"]  # this thread keeps one
+    gate = threading.Barrier(4)
+    answers: list[Any] = []
+
+    def blocked(connection: Any) -> Any:
+        # NOTE: each call holds its connection until all four are in a call at once.
+        gate.wait(timeout=5)
+        return connection.read_response()
+
+    def work() -> None:
+        try:
+            answers.append(commands_run(plain, [("PING",)]))
+        except Exception as e:
+            answers.append(e)
+
+    from memory.cache import wire
+
+    real = wire._reply
+    wire._reply = blocked  # type: ignore[assignment]
+    try:
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        wire._reply = real  # type: ignore[assignment]
+    assert answers == [[b"PONG"]] * 4
+    assert commands_run(plain, [("PING",)]) == [b"PONG"]

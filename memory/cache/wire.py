@@ -51,7 +51,7 @@ def commands_run(redis: Any, commands: Sequence[Command]) -> list[Any]:
             pipe.execute_command(*command)
         return list(pipe.execute())
     pool = redis.connection_pool
-    connection = _lease_take(pool) or pool.get_connection(*_command_name(pool, commands))
+    connection = _connection_get(pool, commands)
     in_step = False
     try:
         packed = _packed(connection.encoder.encode, commands)
@@ -74,12 +74,13 @@ def commands_run(redis: Any, commands: Sequence[Command]) -> list[Any]:
 # use by one poll of its socket; anything waiting there (an end, a message) sends it through
 # the pool's own check, which connects it again. A call that ends out of step (an error, an
 # interrupt) gives its connection back to the pool instead. At most half of a pool's limit is
-# kept, none of a blocking pool (its waiters would wait on them); a thread's end gives its
-# connection back; a forked child forgets its parent's.
+# kept, none of a blocking pool (its waiters would wait on them); a pool that runs out takes
+# back the kept connections idle at that moment, so that as many threads call at once as
+# before; a thread's end gives its connection back; a forked child forgets its parent's.
 
 
 class _Slot:
-    """The connection a thread keeps and the pool it came from."""
+    """The connection a thread keeps (``None`` while in use or taken back) and its pool."""
 
     __slots__ = ("connection", "fork", "pool")
 
@@ -103,9 +104,10 @@ class _Leases(threading.local):
         end.atexit = False  # type: ignore[misc]  # an attribute finalize documents
 
 
-_kept_lock = threading.Lock()
-# Connections kept per pool (weakly: a pool dropped with its client is forgotten).
-_kept: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+# Guards every slot's connection (another thread may take it back) and the slots of each pool.
+_lock = threading.RLock()
+_kept: weakref.WeakKeyDictionary[Any, set[_Slot]] = weakref.WeakKeyDictionary()
+_POOL_FULL = getattr(redis_errors, "MaxConnectionsError", redis_errors.ConnectionError)
 
 
 class _Forks:
@@ -123,17 +125,29 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
+def _connection_get(pool: Any, commands: Sequence[Command]) -> Any:
+    """The thread's kept connection of ``pool``, checked, else one of the pool's."""
+    connection = _lease_take(pool)
+    if connection is not None:
+        return connection
+    try:
+        return pool.get_connection(*_command_name(pool, commands))
+    except _POOL_FULL as e:
+        if "Too many connections" not in str(e) or not _idle_taken_back(pool):
+            raise
+    return pool.get_connection(*_command_name(pool, commands))
+
+
 def _lease_take(pool: Any) -> Any:
-    """The connection this thread keeps of ``pool``, checked, or ``None`` (none kept)."""
     slot = _leases.slot
     if slot.pool is not pool or slot.fork != _Forks.count:
         if slot.pool is not None:
             _slot_end(slot)
         return None
-    connection = slot.connection
+    with _lock:
+        connection, slot.connection = slot.connection, None
     if connection is None:
         return None
-    slot.connection = None
     try:
         if not _idle_clean(connection):
             pool.ensure_connection(connection)
@@ -146,36 +160,49 @@ def _lease_take(pool: Any) -> Any:
 
 def _lease_give_back(pool: Any, connection: Any, *, in_step: bool) -> None:
     slot = _leases.slot
-    if in_step and slot.connection is None and (slot.pool is pool or _lease_begin(slot, pool)):
-        slot.connection = connection
-        return
+    if in_step and (slot.pool is pool or _lease_begin(slot, pool)):
+        with _lock:
+            if slot.connection is None and slot.pool is pool:
+                slot.connection = connection
+                return
     pool.release(connection)
 
 
 def _lease_begin(slot: _Slot, pool: Any) -> bool:
-    """Count a lease of ``pool`` for ``slot``'s thread, if its limit allows one."""
+    """Count ``slot``'s thread among those keeping a connection of ``pool``, if its limit allows."""
     if slot.pool is not None or isinstance(pool, BlockingConnectionPool):
         return False
-    limit = getattr(pool, "max_connections", 0) // 2
-    with _kept_lock:
-        if _kept.get(pool, 0) >= limit:
+    with _lock:
+        slots = _kept.setdefault(pool, set())
+        if len(slots) >= getattr(pool, "max_connections", 0) // 2:
             return False
-        _kept[pool] = _kept.get(pool, 0) + 1
-    slot.pool, slot.fork = pool, _Forks.count
+        slots.add(slot)
+        slot.pool, slot.fork = pool, _Forks.count
     return True
 
 
 def _slot_end(slot: _Slot) -> None:
     """End the slot's lease: its connection back to its pool (unless a parent's)."""
-    pool, connection, fork = slot.pool, slot.connection, slot.fork
-    slot.pool = slot.connection = None
-    if pool is None or fork != _Forks.count:
-        return
-    with _kept_lock:
-        if pool in _kept:
-            _kept[pool] -= 1
+    with _lock:
+        pool, connection, fork = slot.pool, slot.connection, slot.fork
+        slot.pool = slot.connection = None
+        if pool is None or fork != _Forks.count:
+            return
+        _kept.get(pool, set()).discard(slot)
     if connection is not None:
         pool.release(connection)
+
+
+def _idle_taken_back(pool: Any) -> int:
+    """Give ``pool`` back every connection its threads keep idle now; how many."""
+    with _lock:
+        idle = [slot for slot in _kept.get(pool, ()) if slot.connection is not None]
+        connections = [slot.connection for slot in idle]
+        for slot in idle:
+            slot.connection = None
+    for connection in connections:
+        pool.release(connection)
+    return len(connections)
 
 
 def _idle_clean(connection: Any) -> bool:
