@@ -74,11 +74,18 @@ def idle_clean(db: Any) -> bool:
     connection, no message from the server (a terminated backend sends one before it closes).
     False where it cannot tell (no ``select.poll``, a closed or busy connection)."""
     raw = db.connection
-    if raw is None or _broken(db) or not hasattr(select, "poll"):
+    return raw is not None and not _broken(db) and socket_quiet(raw)
+
+
+def socket_quiet(sock: Any) -> bool:
+    """Whether nothing waits on the socket of ``sock`` (anything with ``fileno()``): no end of
+    the connection, no message, by one poll. False where it cannot tell (no ``select.poll``, a
+    closed socket)."""
+    if not hasattr(select, "poll"):
         return False
     try:
         waiting = select.poll()
-        waiting.register(raw.fileno(), select.POLLIN | select.POLLPRI)
+        waiting.register(sock, select.POLLIN | select.POLLPRI)
         return not waiting.poll(0)
     except (OSError, ValueError):
         return False

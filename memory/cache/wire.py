@@ -10,7 +10,6 @@ import asyncio
 import functools
 import inspect
 import os
-import select
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -20,6 +19,8 @@ from redis import BlockingConnectionPool, Redis
 from redis import exceptions as redis_errors
 from redis.asyncio import connection as async_connection
 from redis.commands.core import Script
+
+from memory.db import socket_quiet
 
 # A command: its one-word name, then its arguments (bytes go as they are).
 Command = tuple[Any, ...]
@@ -208,14 +209,7 @@ def _idle_taken_back(pool: Any) -> int:
 def _idle_clean(connection: Any) -> bool:
     """Whether a kept connection is connected with nothing waiting on its socket (one poll)."""
     sock = getattr(connection, "_sock", None)
-    if sock is None:
-        return False
-    try:
-        waiting = select.poll()
-        waiting.register(sock, select.POLLIN | select.POLLPRI)
-        return not waiting.poll(0)
-    except (OSError, ValueError):
-        return False
+    return sock is not None and socket_quiet(sock)
 
 
 _leases = _Leases()
