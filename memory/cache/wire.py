@@ -162,8 +162,9 @@ def _lease_take(pool: Any) -> Any:
 def _lease_give_back(pool: Any, connection: Any, *, in_step: bool) -> None:
     slot = _leases.slot
     if in_step and (slot.pool is pool or _lease_begin(slot, pool)):
+        # NOTE: only this thread changes the slot's pool; another may have taken its connection.
         with _lock:
-            if slot.connection is None and slot.pool is pool:
+            if slot.connection is None:
                 slot.connection = connection
                 return
     pool.release(connection)
