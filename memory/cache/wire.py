@@ -17,6 +17,7 @@ from typing import Any
 
 from redis import BlockingConnectionPool, Redis
 from redis import exceptions as redis_errors
+from redis._parsers import resp2, resp3
 from redis.asyncio import connection as async_connection
 from redis.commands.core import Script
 
@@ -345,8 +346,141 @@ async def acommands_run(connections: AsyncConnections, commands: Sequence[Comman
 
 
 async def _aexchange(connection: Any, packed: bytes, n: int) -> list[Any]:
-    await connection.send_packed_command([packed])
-    return _in_step([await _areply(connection) for _ in range(n)])
+    writer, reader = connection._writer, connection._reader
+    if (
+        writer is None
+        or reader is None
+        or type(connection._parser) not in _OUR_PARSES
+        or connection._parser._buffer
+        or connection.encoder.decode_responses
+        or connection.health_check_interval
+    ):
+        await connection.send_packed_command([packed])
+        return _in_step([await _areply(connection) for _ in range(n)])
+    # NOTE: the replies parsed here, from the bytes as they arrive: redis-py's parser awaited a
+    # line and a value for each element, and a timeout for each reply, half an async warm read.
+    # The call's own deadline is the loop's watch (``Watch``).
+    try:
+        if writer.transport.is_closing():
+            raise redis_errors.ConnectionError("Connection closed by the server before write")
+        writer.write(packed)
+        await writer.drain()
+        replies = await replies_read(reader, n, connection._parser.parse_error)
+    except BaseException as e:
+        # NOTE: as redis-py's read: a connection an error left out of step is closed.
+        await connection.disconnect(nowait=True)
+        if isinstance(e, OSError) and not isinstance(e, redis_errors.RedisError):
+            raise redis_errors.ConnectionError(f"Error while talking to Redis: {e!r}") from e
+        raise
+    return _in_step(replies)
+
+
+# The pure-Python parsers, whose only state between replies is the buffer tested empty above.
+_OUR_PARSES = (resp2._AsyncRESP2Parser, resp3._AsyncRESP3Parser)
+_CLOSED = "Connection closed by server."
+
+
+class _Short(Exception):
+    """The buffer ends inside a reply: ``need`` bytes at least make it whole (0: unknown)."""
+
+    def __init__(self, need: int) -> None:
+        self.need = need
+
+
+_PUSH = object()
+
+
+async def replies_read(
+    reader: asyncio.StreamReader, n: int, parse_error: Callable[[str], Exception]
+) -> list[Any]:
+    """The next ``n`` replies of ``reader`` (RESP2 or RESP3), as redis-py's parsers give them
+    without decoding: bulk and simple strings as bytes, an error reply as ``parse_error``'s
+    exception (raised if a ``ConnectionError``), pushes skipped. Raises redis-py's
+    ``ConnectionError`` when the stream ends first, ``InvalidResponse`` for bytes that are no
+    reply or that follow the last one."""
+    buffer, need = b"", 0
+    while True:
+        if len(buffer) >= need:
+            try:
+                replies: list[Any] = []
+                at = 0
+                while len(replies) < n:
+                    value, at = _value(buffer, at, parse_error)
+                    if value is not _PUSH:
+                        replies.append(value)
+            except _Short as short:
+                need = short.need
+            except (ValueError, IndexError) as e:
+                raise redis_errors.InvalidResponse(f"Protocol error: {e}") from e
+            else:
+                if at != len(buffer):
+                    raise redis_errors.InvalidResponse("Protocol error: bytes after the replies")
+                return replies
+        # NOTE: at least as much again as held: a long reply is parsed anew a few times only.
+        chunk = await reader.read(max(65536, len(buffer), need - len(buffer)))
+        if not chunk:
+            raise redis_errors.ConnectionError(_CLOSED)
+        buffer += chunk
+
+
+def _value(buffer: bytes, at: int, parse_error: Callable[[str], Exception]) -> tuple[Any, int]:
+    """The reply that begins at ``at`` and where the next begins; ``_PUSH`` for a push."""
+    end = buffer.find(b"\r\n", at)
+    if end < 0:
+        raise _Short(0)
+    kind, line, at = buffer[at], buffer[at + 1 : end], end + 2
+    if kind in _BLOBS:  # $ = !
+        size = int(line)
+        if size < 0:
+            return None, at
+        stop = at + size
+        if len(buffer) < stop + 2:
+            raise _Short(stop + 2)
+        blob = buffer[at:stop]
+        if kind == 61:  # = verbatim: its format first
+            return blob[4:], stop + 2
+        if kind == 33:  # ! blob error
+            return _error(blob, parse_error), stop + 2
+        return blob, stop + 2
+    if kind in _LISTS:  # * ~ >
+        count = int(line)
+        if count < 0:
+            return None, at
+        items = []
+        for _ in range(count):
+            item, at = _value(buffer, at, parse_error)
+            items.append(item)
+        return (_PUSH if kind == 62 else items), at
+    if kind == 58 or kind == 40:  # : (
+        return int(line), at
+    if kind == 43:  # +
+        return line, at
+    if kind == 45:  # -
+        return _error(line, parse_error), at
+    if kind == 95:  # _
+        return None, at
+    if kind == 44:  # ,
+        return float(line), at
+    if kind == 35:  # #
+        return line == b"t", at
+    if kind == 37:  # % map
+        mapping = {}
+        for _ in range(int(line)):
+            key, at = _value(buffer, at, parse_error)
+            mapping[key], at = _value(buffer, at, parse_error)
+        return mapping, at
+    raise ValueError(f"no reply begins with {bytes([kind])!r}")
+
+
+_BLOBS = frozenset(b"$=!")
+_LISTS = frozenset(b"*~>")
+
+
+def _error(text: bytes, parse_error: Callable[[str], Exception]) -> Exception:
+    error = parse_error(text.decode("utf-8", errors="replace"))
+    if isinstance(error, redis_errors.ConnectionError):
+        raise error
+    return error
 
 
 async def _areply(connection: Any) -> Any:
