@@ -159,7 +159,7 @@ def test_a_stream_that_ends_inside_a_reply_or_holds_more_is_an_error():
             _parsed([whole[:at]], 1)
     with pytest.raises(redis_errors.InvalidResponse):
         _parsed([whole + b"+OK\r\n"], 1)
-    for junk in (b"?what\r\n", b"$x\r\n", b":1.5\r\n"):
+    for junk in (b"?what\r\n", b"$x\r\n", b":1.5\r\n", b"%1\r\n*1\r\n:1\r\n:2\r\n"):
         with pytest.raises(redis_errors.InvalidResponse):
             _parsed([junk], 1)
     # A push before the reply is not a reply; a server's connection error is raised.

@@ -397,7 +397,7 @@ async def replies_read(
     without decoding: bulk and simple strings as bytes, an error reply as ``parse_error``'s
     exception (raised if a ``ConnectionError``), pushes skipped. Raises redis-py's
     ``ConnectionError`` when the stream ends first, ``InvalidResponse`` for bytes that are no
-    reply or that follow the last one."""
+    reply (a map keyed by a list too) or that follow the last one."""
     buffer, need = b"", 0
     while True:
         if len(buffer) >= need:
@@ -410,7 +410,7 @@ async def replies_read(
                         replies.append(value)
             except _Short as short:
                 need = short.need
-            except (ValueError, IndexError) as e:
+            except (ValueError, IndexError, TypeError) as e:
                 raise redis_errors.InvalidResponse(f"Protocol error: {e}") from e
             else:
                 if at != len(buffer):

@@ -115,7 +115,7 @@ class E5Tokenizer:
         self._pieces = {p: i for i, p in enumerate(file.pieces) if i != unk}
         self._scores = file.scores
         # NOTE: the longest piece that begins with each character, so that a cut tries no longer
-        # one: a set of every piece's prefixes did the same in 0.4 s more and 70 MB more.
+        # one: a set of every piece's prefixes did the same in 0.47 s more and 31 MB more.
         longest: dict[str, int] = {}
         for piece in self._pieces:
             if len(piece) > longest.get(piece[0], 0):
