@@ -4,6 +4,7 @@ database that is down (a dead port)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -256,3 +257,17 @@ def artifacts() -> Path:
     """The folder for screenshots and other test artifacts (gitignored)."""
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+# Seconds a test that counts throttled requests needs left in the current window.
+WINDOW_ROOM = 10.0
+
+
+@pytest.fixture
+def fresh_window() -> None:
+    """Begin the test with ``WINDOW_ROOM`` seconds or more left in the wall clock's minute: the
+    throttles count in fixed windows of it (``memory.cache.limits``), and a test's requests that
+    straddled two windows were counted in both halves apart."""
+    left = 60.0 - time.time() % 60.0
+    if left < WINDOW_ROOM:
+        time.sleep(left + 0.05)

@@ -153,7 +153,7 @@ def test_a_search_holds_one_of_the_callers_heavy_read_slots(
     assert limits.in_flight(caller=f"user:{owner_user.pk}") == 0
 
 
-def test_calls_are_throttled_as_the_other_endpoints(owner_client, monkeypatch):
+def test_calls_are_throttled_as_the_other_endpoints(owner_client, monkeypatch, fresh_window):
     monkeypatch.setitem(UserRateThrottle.THROTTLE_RATES, "user", "2/minute")
     statuses = [
         post(owner_client, f"{WANG}/get_profile/", {"arguments": {}}).status_code for _ in range(3)

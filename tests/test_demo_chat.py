@@ -611,9 +611,9 @@ def test_with_the_database_down_every_page_is_a_503(request):
 
 
 @pytest.fixture
-def rates(monkeypatch):
+def rates(monkeypatch, fresh_window):
     """``rates(chat_session="3/minute")`` sets the demo's chat throttle rates for one test (the
-    suite runs without any)."""
+    suite runs without any), begun in a fresh window (``fresh_window``)."""
     from rest_framework.throttling import SimpleRateThrottle
 
     def set_rates(**scopes: str) -> None:

@@ -446,7 +446,7 @@ def test_a_database_lost_outside_any_view_is_a_503_and_other_errors_a_500(dead_d
     assert client.get("/boom/").status_code == 500
 
 
-def test_the_anonymous_throttle_ignores_x_forwarded_for(monkeypatch):
+def test_the_anonymous_throttle_ignores_x_forwarded_for(monkeypatch, fresh_window):
     monkeypatch.setitem(AnonRateThrottle.THROTTLE_RATES, "anon", "2/minute")
     factory = APIRequestFactory()
     request = factory.get("/", HTTP_X_FORWARDED_FOR="203.0.113.9", REMOTE_ADDR="198.51.100.7")

@@ -213,7 +213,7 @@ def test_health_is_open_to_everyone(anon_client, owner_client, service_client):
         assert client.get("/api/memory/health/").status_code == 200
 
 
-def test_user_rate_throttle_answers_429(owner_client, monkeypatch):
+def test_user_rate_throttle_answers_429(owner_client, monkeypatch, fresh_window):
     monkeypatch.setitem(UserRateThrottle.THROTTLE_RATES, "user", "2/minute")
     statuses = [owner_client.get("/api/memory/users/wang/facts/").status_code for _ in range(3)]
     assert statuses == [200, 200, 429]

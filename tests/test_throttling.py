@@ -31,7 +31,7 @@ def _facts(client) -> int:
 
 
 def test_a_rate_is_counted_in_redis_and_shared_by_every_process(
-    owner_client, monkeypatch, redis_client
+    owner_client, monkeypatch, redis_client, fresh_window
 ):
     monkeypatch.setitem(UserRateThrottle.THROTTLE_RATES, "user", "3/minute")
     assert [_facts(owner_client) for _ in range(2)] == [200, 200]
@@ -41,7 +41,7 @@ def test_a_rate_is_counted_in_redis_and_shared_by_every_process(
     assert list(redis_client.scan_iter(match=f"{prefix()}:limit:*"))
 
 
-def test_a_throttled_answer_says_when_to_come_back(owner_client, monkeypatch):
+def test_a_throttled_answer_says_when_to_come_back(owner_client, monkeypatch, fresh_window):
     monkeypatch.setitem(UserRateThrottle.THROTTLE_RATES, "user", "1/minute")
     assert _facts(owner_client) == 200
     response = owner_client.get("/api/memory/users/wang/facts/")
@@ -50,7 +50,7 @@ def test_a_throttled_answer_says_when_to_come_back(owner_client, monkeypatch):
 
 
 def test_with_redis_down_the_limit_holds_per_process_and_shows_in_a_metric(
-    owner_client, monkeypatch, dead_cache
+    owner_client, monkeypatch, dead_cache, fresh_window
 ):
     monkeypatch.setitem(UserRateThrottle.THROTTLE_RATES, "user", "2/minute")
     before = _local_counts()
