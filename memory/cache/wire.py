@@ -18,6 +18,7 @@ from typing import Any
 from redis import BlockingConnectionPool, Redis
 from redis import exceptions as redis_errors
 from redis._parsers import resp2, resp3
+from redis._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR
 from redis.asyncio import connection as async_connection
 from redis.commands.core import Script
 
@@ -377,7 +378,6 @@ async def _aexchange(connection: Any, packed: bytes, n: int) -> list[Any]:
 
 # The pure-Python parsers, whose only state between replies is the buffer tested empty above.
 _OUR_PARSES = (resp2._AsyncRESP2Parser, resp3._AsyncRESP3Parser)
-_CLOSED = "Connection closed by server."
 
 
 class _Short(Exception):
@@ -398,7 +398,8 @@ async def replies_read(
     exception (raised if a ``ConnectionError``), pushes skipped. Raises redis-py's
     ``ConnectionError`` when the stream ends first, ``InvalidResponse`` for bytes that are no
     reply (a map keyed by a list too) or that follow the last one."""
-    buffer, need = b"", 0
+    # NOTE: no reply is parsed from no bytes: the first read comes first.
+    buffer, need = b"", 1 if n else 0
     while True:
         if len(buffer) >= need:
             try:
@@ -419,7 +420,7 @@ async def replies_read(
         # NOTE: at least as much again as held: a long reply is parsed anew a few times only.
         chunk = await reader.read(max(65536, len(buffer), need - len(buffer)))
         if not chunk:
-            raise redis_errors.ConnectionError(_CLOSED)
+            raise redis_errors.ConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
         buffer += chunk
 
 
