@@ -12,8 +12,10 @@ import numpy as np
 
 from memory.recall.e5_tokens import E5File, E5Tokenizer, e5_file_read, q4_dequantize
 
-# Padded tokens a batch holds at most (windows of like lengths, longest first).
-BATCH_TOKENS = 4096
+# Padded tokens a batch holds at most (windows of like lengths, longest first). NOTE: small, so
+# that a layer's activations stay in the core's own cache: 4,096 streamed each elementwise op's
+# tens of MB through memory, 40 % of the time (docs/performance.md, 2026-12-07).
+BATCH_TOKENS = 256
 OPSET = 17
 MS = "com.microsoft"
 
@@ -57,7 +59,9 @@ def encoder_graph(file: E5File) -> bytes:
         parts = [_int8_columns(t[f"{n}.w"], n_out) for n in names]
         w = const(f"{out}.w", np.concatenate([p[0] for p in parts], axis=1))
         s = const(f"{out}.s", np.concatenate([p[1] for p in parts]))
-        top = node("ReduceMax", [node("Abs", [x], f"{out}.abs")], f"{out}.top", axes=[-1])
+        # NOTE: the row's largest magnitude from its max and its min, with no copy of |x|.
+        low = node("Neg", [node("ReduceMin", [x], f"{out}.min", axes=[-1])], f"{out}.neg")
+        top = node("Max", [node("ReduceMax", [x], f"{out}.max", axes=[-1]), low], f"{out}.top")
         scale = node("Max", [node("Mul", [top, "1/127"], f"{out}.div"), "tiny"], f"{out}.rs")
         flat = node("Reshape", [scale, "[-1]"], f"{out}.rs1")
         q = node("QuantizeLinear", [x, flat, "zp"], f"{out}.q", axis=0)
