@@ -206,9 +206,9 @@ def test_an_older_probe_answers_while_the_next_runs_and_none_past_max_age(django
     began, health = fast._last
     first = fast._next
     with down_cache():
-        # NOTE: the last probe made 6 s old, past half of max_age: the request starts the next
-        # and answers with the last.
-        fast._last = (began - 6, health)
+        # NOTE: the last probe made 3 s old, past a quarter of max_age: the request starts the
+        # next and answers with the last.
+        fast._last = (began - 3, health)
         assert json.loads(call(fast)[2])["cache"] == "ok"
         assert fast._next is not first
         # NOTE: made 11 s old, past max_age: the request waits for a probe.
