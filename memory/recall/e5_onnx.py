@@ -10,7 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from memory.recall.e5_tokens import E5File, E5Tokenizer, e5_file_read, q4_dequantize
+from memory.recall.e5_tokens import (
+    E5File,
+    E5Tokenizer,
+    e5_file_read,
+    q4_dequantize,
+    q4_values,
+)
 
 # Padded tokens a batch holds at most (windows of like lengths, longest first). NOTE: small, so
 # that a layer's activations stay in the core's own cache: 4,096 streamed each elementwise op's
@@ -38,10 +44,10 @@ def _int8_columns(blocks: Any, n_out: int) -> tuple[Any, Any]:
 
 def _q4_blocks(blocks: Any, n_out: int) -> tuple[Any, Any]:
     """Q4_0 rows ``[n_out, n_in]`` as ``MatMulNBits`` takes them: ``[n_out, n_in / 32, 16]``
-    bytes of two values each, in order (Q4_0 holds a block's first half in the low nibbles and
-    its second in the high), and a float scale per block; its zero point, 8, is the default."""
+    bytes of two values each, in order, and a float scale per block; its zero point, 8, is the
+    default."""
     rows = blocks.reshape(n_out, -1)
-    values = np.concatenate([rows["qs"] & 0x0F, rows["qs"] >> 4], axis=-1)
+    values = q4_values(rows)
     packed = (values[..., 0::2] | values[..., 1::2] << 4).astype(np.uint8)
     return packed, rows["d"].astype(np.float32).reshape(-1)
 

@@ -92,12 +92,17 @@ def e5_file_read(path: str) -> E5File:
     return E5File(dims, eps, pieces, scores, specials, normalization, tensors)
 
 
+def q4_values(blocks: Any) -> Any:
+    """The unsigned 4-bit values (0-15, zero point 8) of Q4_0 ``blocks`` (``[..., nblocks]``) in
+    order, ``[..., nblocks, 32]`` uint8: a block holds its first half in the low nibbles of its
+    16 bytes, its second in the high."""
+    qs = blocks["qs"]
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+
+
 def q4_dequantize(blocks: Any) -> Any:
     """Float32 weights of Q4_0 ``blocks`` (``[..., nblocks]``) as ``[..., nblocks * 32]``."""
-    qs = blocks["qs"]
-    low = (qs & 0x0F).astype(np.int8) - 8
-    high = (qs >> 4).astype(np.int8) - 8
-    values = np.concatenate([low, high], axis=-1).astype(np.float32)
+    values = q4_values(blocks).astype(np.float32) - 8
     values *= blocks["d"].astype(np.float32)[..., None]
     return values.reshape(*blocks.shape[:-1], blocks.shape[-1] * QK)
 
