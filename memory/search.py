@@ -107,8 +107,14 @@ def _uses_postgres(queryset: QuerySet[Turn]) -> bool:
 
 # NOTE: planner settings for the search's statements only. At the defaults the planner prices a
 # tsvector match as cheap and filters all of an owner's turns rather than walking back to the newest
-# matches (docs/performance.md); JIT never pays here.
-PLANNER_SETTINGS = {"cpu_operator_cost": "0.025", "random_page_cost": "1.1", "jit": "off"}
+# matches (docs/performance.md); JIT never pays here, nor parallel workers: the words statement's
+# branch for a short recent window launched two whose filter then skipped it, 10 ms a search.
+PLANNER_SETTINGS = {
+    "cpu_operator_cost": "0.025",
+    "random_page_cost": "1.1",
+    "jit": "off",
+    "max_parallel_workers_per_gather": "0",
+}
 _NAMES = ("statement_timeout", *PLANNER_SETTINGS)
 _SETTING_RE = re.compile(r"[a-z_]+(\.[a-z_]+)?")
 

@@ -329,6 +329,21 @@ def test_the_first_statement_runs_with_the_settings_and_they_are_put_back():
     assert ef_search != "123"
 
 
+def test_a_search_statement_starts_no_parallel_workers():
+    # Parallel plans made as cheap as can be: a scan of the turns gathers workers outside a
+    # search, and inside one the planner setting keeps it in the backend.
+    append("wang", "I like basketball")
+    sql = "EXPLAIN SELECT count(*) FROM memory_turn WHERE content LIKE '%basket%'"
+    with connection.cursor() as cursor:
+        for name in ("parallel_setup_cost", "parallel_tuple_cost", "min_parallel_table_scan_size"):
+            cursor.execute(f"SET LOCAL {name} = 0")
+        cursor.execute(sql)
+        assert "Gather" in "\n".join(row[0] for row in cursor.fetchall())
+    with search.search_transaction(using="default", milliseconds=1234), connection.cursor() as c:
+        c.execute(sql)
+        assert "Gather" not in "\n".join(row[0] for row in c.fetchall())
+
+
 def test_a_statement_past_the_limit_raises_search_timeout_and_rolls_back():
     append("wang", "I like basketball")
     with (
