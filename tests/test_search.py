@@ -337,6 +337,7 @@ def test_a_search_statement_starts_no_parallel_workers():
     with connection.cursor() as cursor:
         for name in ("parallel_setup_cost", "parallel_tuple_cost", "min_parallel_table_scan_size"):
             cursor.execute(f"SET LOCAL {name} = 0")
+        cursor.execute("SET LOCAL max_parallel_workers_per_gather = 2")
         cursor.execute(sql)
         assert "Gather" in "\n".join(row[0] for row in cursor.fetchall())
     with search.search_transaction(using="default", milliseconds=1234), connection.cursor() as c:
