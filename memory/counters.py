@@ -165,11 +165,24 @@ def cache_outage_reset() -> None:
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
+# NOTE: as ``_event_counters``: each answer's two children, by (view, method, status).
+_request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+
 def request_observed(*, view: str, method: str, status: int, seconds: float) -> None:
     """Record one answer of the API; methods other than HTTP's usual ones count as "other"."""
     method = method if method in _METHODS else "other"
-    REQUEST_SECONDS.labels(view=view, method=method).observe(seconds)
-    RESPONSES.labels(view=view, method=method, status=str(status)).inc()
+    children = _request_children.get((view, method, status))
+    if children is None:
+        children = _request_children.setdefault(
+            (view, method, status),
+            (
+                REQUEST_SECONDS.labels(view=view, method=method),
+                RESPONSES.labels(view=view, method=method, status=str(status)),
+            ),
+        )
+    children[0].observe(seconds)
+    children[1].inc()
 
 
 def embedding_batch(*, embedded: int, duplicate: int, skipped: int, lag_seconds: float) -> None:

@@ -235,6 +235,9 @@ class TurnInputSerializer(serializers.Serializer[dict[str, Any]]):
     metadata = MetadataField(required=False)
 
 
+_ROLES = frozenset(Role.values)
+
+
 def turn_input_accepted(data: Any) -> dict[str, Any] | None:
     """What ``TurnInputSerializer(data=data)`` validates ``data`` to when every field takes it as it
     is; ``None`` for any other body, which the serializer must judge.
@@ -253,7 +256,7 @@ def turn_input_accepted(data: Any) -> dict[str, Any] | None:
         if type(metadata) is not dict:
             return None
         accepted["metadata"] = dict(metadata)
-    if role not in Role.values:
+    if role not in _ROLES:
         return None
     try:
         # NOTE: the fields' own rules, which cover what DRF's CharField adds.

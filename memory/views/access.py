@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, connections, router
 from django.utils.translation import gettext_lazy as _
-from rest_framework import authentication, exceptions, throttling
+from rest_framework import HTTP_HEADER_ENCODING, exceptions, throttling
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -24,6 +24,7 @@ from memory.permissions import (
     CanReachOwner,
     default_owner_id,
 )
+from memory.views.base import request_header
 
 
 class TokenAccess:
@@ -80,7 +81,11 @@ def append_access(request: Request, view: APIView) -> TokenAccess | None:
     if not authenticators or type(authenticators[0]) is not TokenAuthentication:
         return None
     authenticator = authenticators[0]
-    header = authentication.get_authorization_header(request).split()
+    # NOTE: DRF's get_authorization_header, read from META: request.headers would be built.
+    header = request_header(request, "Authorization") or b""
+    if isinstance(header, str):
+        header = header.encode(HTTP_HEADER_ENCODING)
+    header = header.split()
     if len(header) != 2 or header[0].lower() != authenticator.keyword.lower().encode():
         return None
     try:
