@@ -20,7 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.test import APIClient
 
-from memory.views.base import MemoryView, _Negotiation, request_header
+from memory.views.base import MemoryView, _AcceptOf, _Negotiation, request_header
 
 # NOTE: media types as clients and sites write them: plain, with a parameter or a quality,
 # wildcards, odd case and spacing, vendor types, empty.
@@ -118,6 +118,14 @@ def test_the_parser_chosen_is_drfs(content_type: str, kinds: list[type]) -> None
     ours = _outcome(lambda: _Negotiation().select_parser(request, chosen))
     drfs = _outcome(lambda: negotiation.DefaultContentNegotiation().select_parser(request, chosen))
     assert ours == drfs
+
+
+@pytest.mark.parametrize("accept", [None, "", "*/*", "text/html, application/json;q=0.9"])
+def test_the_accept_header_is_where_each_drf_release_reads_it(accept: str | None) -> None:
+    request = _request(accept, "", "application/json")
+    seen = _AcceptOf(request)
+    assert seen.headers.get("accept", "*/*") == request.headers.get("accept", "*/*")
+    assert seen.META.get("HTTP_ACCEPT", "*/*") == request.META.get("HTTP_ACCEPT", "*/*")
 
 
 NAMES = ["Accept", "Authorization", "Idempotency-Key", "If-Match", "Content-Type", "X-Trace-Id"]

@@ -91,13 +91,15 @@ def _if_match(request: Request) -> int | None:
 
 
 class _AcceptOf:
-    """What DRF's ``get_accept_list`` reads of a request, its ``Accept`` header, from ``META``."""
+    """What DRF's ``get_accept_list`` reads of a request, its ``Accept`` header: in ``headers``
+    (DRF's recent releases) and in ``META`` (its older ones)."""
 
-    __slots__ = ("headers",)
+    __slots__ = ("META", "headers")
 
     def __init__(self, request: Request) -> None:
         value = request_header(request, "Accept")
         self.headers = {} if value is None else {"accept": value}
+        self.META = {} if value is None else {"HTTP_ACCEPT": value}
 
 
 class _Negotiation(negotiation.DefaultContentNegotiation):
