@@ -126,6 +126,10 @@ class Role(models.TextChoices):
     TOOL = "tool"
 
 
+# The roles' values as a set: ``Role.values`` builds its list anew on each use.
+ROLES = frozenset(Role.values)
+
+
 def orm_delete_guard(owner_pks: Callable[[], Iterable[int]]) -> AbstractContextManager[None]:
     """What wraps an ORM delete of turns: set to ``memory.cache.orm_delete`` by
     ``MemoryConfig.ready()`` (the models import nothing above them)."""

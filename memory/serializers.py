@@ -13,7 +13,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from memory.conf import conf
-from memory.models import Role
+from memory.models import ROLES, Role
 from memory.search import MAX_QUERY_CHARS, MAX_RESULTS
 from memory.selectors.pages import DEFAULT_PAGE_SIZE, MAX_CURSOR_CHARS, MAX_PAGE_SIZE
 from memory.tokens import MAX_TOKENS
@@ -235,9 +235,6 @@ class TurnInputSerializer(serializers.Serializer[dict[str, Any]]):
     metadata = MetadataField(required=False)
 
 
-_ROLES = frozenset(Role.values)
-
-
 def turn_input_accepted(data: Any) -> dict[str, Any] | None:
     """What ``TurnInputSerializer(data=data)`` validates ``data`` to when every field takes it as it
     is; ``None`` for any other body, which the serializer must judge.
@@ -256,7 +253,7 @@ def turn_input_accepted(data: Any) -> dict[str, Any] | None:
         if type(metadata) is not dict:
             return None
         accepted["metadata"] = dict(metadata)
-    if role not in _ROLES:
+    if role not in ROLES:
         return None
     try:
         # NOTE: the fields' own rules, which cover what DRF's CharField adds.

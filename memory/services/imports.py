@@ -12,7 +12,7 @@ from django.db.models import JSONField, Value
 
 from memory import aio, cache, codec
 from memory.conf import conf
-from memory.models import Fact, FactVersion, Owner, Role, Session, Summary, Turn
+from memory.models import ROLES, Fact, FactVersion, Owner, Role, Session, Summary, Turn
 from memory.payloads import (
     FACT_FIELDS,
     FACT_VERSION_FIELDS,
@@ -115,7 +115,7 @@ def _boolean(value: Any) -> None:
 
 
 def _role(value: Any) -> None:
-    if value not in Role.values:
+    if value not in ROLES:
         raise ValidationError(f"{value!r} is not a valid choice: one of {', '.join(Role.values)}.")
 
 

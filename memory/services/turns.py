@@ -32,6 +32,7 @@ from memory.extraction.base import LazyFacts, extractor_deferred, extractor_get
 from memory.extraction.base import logger as extraction_logger
 from memory.extraction.merge import facts_apply
 from memory.models import (
+    ROLES,
     Fact,
     Owner,
     PendingExtraction,
@@ -60,8 +61,6 @@ from memory.validators import (
     validate_owner_id,
     validate_session_id,
 )
-
-_ROLES = frozenset(Role.values)
 
 
 def turn_append(
@@ -124,7 +123,7 @@ def _turn_append(
     metadata = dict(metadata) if metadata is not None else {}
     field_check("user_id", validate_owner_id, owner_id)
     field_check("session_id", validate_session_id, session_id)
-    if role not in _ROLES:
+    if role not in ROLES:
         raise ValidationError({"role": [f'"{role}" is not a valid choice.']})
     field_check("content", validate_content, content)
     field_check("metadata", validate_metadata, metadata)
