@@ -2,7 +2,8 @@
 run, print one table and write it as JSON (``bench/results/latest.json``).
 
 ``--only warm,cold`` runs some rows; ``--profile ROW`` runs a row's project operation under
-pyinstrument instead of measuring it. Row ids: see ``ROWS``.
+pyinstrument instead of measuring it; ``--phases`` takes the ``append_floor`` row's calls apart
+(``bench/phases.py``). Row ids: see ``ROWS``.
 """
 
 from __future__ import annotations
@@ -1341,6 +1342,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--reseed", action="store_true", help="seed the million turns again even if kept"
     )
     parser.add_argument("--profile-all", action="store_true", help="show library frames too")
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="take the append_floor row's calls apart, phase by phase (bench/phases.py)",
+    )
     return parser.parse_args(argv)
 
 
@@ -1368,6 +1374,11 @@ def main(argv: list[str] | None = None) -> int:
     bench.seed()
     if args.profile:
         _profile(bench, args.profile)
+        return 0
+    if args.phases:
+        from bench.phases import phases_print
+
+        phases_print(bench)
         return 0
     rows: list[Row] = []
     for row_id in ROWS:

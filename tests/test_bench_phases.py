@@ -1,0 +1,47 @@
+"""Tests of ``bench/phases.py`` (``python -m bench --phases``): how a call's clock marks split into
+phases, and that the marks come from the real clients' statements and commands."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from bench import phases
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_call_of_one_statement_then_one_command_splits_into_four_phases():
+    marks = [("sql", 1.5), ("sql_done", 4.0), ("redis", 4.25)]
+    assert phases.phases_of(1.0, marks, 5.0) == (0.5, 2.5, 0.25, 0.75)
+
+
+@pytest.mark.parametrize(
+    "kinds",
+    [
+        [],
+        ["sql", "sql_done"],
+        ["redis", "sql", "sql_done"],
+        ["sql", "sql_done", "sql", "sql_done", "redis"],
+        ["sql", "sql_done", "redis", "redis"],
+    ],
+)
+def test_a_call_of_any_other_shape_is_left_out(kinds: list[str]):
+    marks = [(kind, float(i)) for i, kind in enumerate(kinds, start=1)]
+    assert phases.phases_of(0.0, marks, 10.0) is None
+
+
+def test_the_clock_marks_a_real_statement_and_a_real_command_then_lets_go(redis_client: Any):
+    def call() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        redis_client.ping()
+
+    with phases._clocked():
+        split = phases._call(call)
+    assert split is not None
+    assert all(part >= 0 for part in split)
+    # NOTE: outside the block the clients are their own again: nothing is marked.
+    assert phases._call(call) is None
