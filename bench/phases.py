@@ -79,8 +79,12 @@ def _call(op: Callable[[], object]) -> tuple[float, float, float, float] | None:
 
 
 def _backend_seconds(pid: int) -> float | None:
-    """The CPU seconds the PostgreSQL backend ``pid`` has used (Linux ``/proc``), else None."""
+    """The CPU seconds the PostgreSQL backend ``pid`` has used (Linux ``/proc``), else None (no
+    ``/proc``, or that process is not a PostgreSQL one here: a server on another host)."""
     try:
+        with open(f"/proc/{pid}/comm") as f:
+            if f.read().strip() != "postgres":
+                return None
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
@@ -144,5 +148,5 @@ def phases_print(bench: Any) -> None:
     }
     print(f"\neach side alone, {n} calls: CPU in its PostgreSQL backend and in Redis, us a call")
     for side, (backend, redis_us) in servers.items():
-        shown = "unknown (no /proc)" if backend is None else f"{backend:,.1f}"
+        shown = "unknown (not a local server)" if backend is None else f"{backend:,.1f}"
         print(f"- {side}: backend {shown}, Redis {redis_us:,.1f}")

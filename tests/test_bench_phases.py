@@ -3,6 +3,7 @@ phases, and that the marks come from the real clients' statements and commands."
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -45,3 +46,12 @@ def test_the_clock_marks_a_real_statement_and_a_real_command_then_lets_go(redis_
     assert all(part >= 0 for part in split)
     # NOTE: outside the block the clients are their own again: nothing is marked.
     assert phases._call(call) is None
+
+
+def test_a_backend_s_cpu_is_read_only_from_a_postgresql_process_here():
+    connection.ensure_connection()
+    pid = connection.connection.info.backend_pid
+    seconds = phases._backend_seconds(pid)
+    assert seconds is not None and seconds >= 0
+    # NOTE: a pid that is not a PostgreSQL process here (as a remote server's would be) is not read.
+    assert phases._backend_seconds(os.getpid()) is None
