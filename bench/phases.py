@@ -81,15 +81,15 @@ def _call(op: Callable[[], object]) -> tuple[float, float, float, float] | None:
 def _backend_seconds(pid: int) -> float | None:
     """The CPU seconds the PostgreSQL backend ``pid`` has used (Linux ``/proc``), else None (no
     ``/proc``, or that process is not a PostgreSQL one here: a server on another host)."""
+    from bench.tail import cpu_ticks
+
     try:
         with open(f"/proc/{pid}/comm") as f:
             if f.read().strip() != "postgres":
                 return None
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_ticks({pid}) / os.sysconf("SC_CLK_TCK")
 
 
 def _redis_seconds(client: Any) -> float:

@@ -33,7 +33,9 @@ TAIL_ROUNDS = 3
 TAIL_SECONDS = 4.0
 
 
-def _cpu_ticks(pids: set[int]) -> int:
+def cpu_ticks(pids: set[int]) -> int:
+    """The CPU ticks (user and system, ``/proc``) the processes ``pids`` have used; a process that
+    has ended counts none."""
     total = 0
     for pid in pids:
         try:
@@ -137,11 +139,11 @@ class TailRows:
                 order = ("project", "baseline") if r % 2 == 0 else ("baseline", "project")
                 for side in order:
                     pids = stack_pids(pgid, database)
-                    before = _cpu_ticks(pids)
+                    before = cpu_ticks(pids)
                     result: MixedResult = run_mixed(
                         [url], loads[side], seconds=TAIL_SECONDS, connections=TAIL_CLIENTS
                     )
-                    cpu[side] += (_cpu_ticks(pids | stack_pids(pgid, database)) - before) / tick
+                    cpu[side] += (cpu_ticks(pids | stack_pids(pgid, database)) - before) / tick
                     latencies[side] += result.latencies
                     rates[side].append(len(result.latencies) / result.seconds)
                     bad += result.bad
