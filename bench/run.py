@@ -46,6 +46,7 @@ ROWS = (
     "blob",
     "http_get",
     "http_post",
+    "http_post_floor",
     "cold_big",
     "herd",
     "redis_mem",
@@ -205,6 +206,7 @@ class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows, FailoverR
             OwnerPlan("floor-raw", 10),
             *(OwnerPlan(f"hg-{i:02d}", 100) for i in range(HTTP_OWNERS)),
             *(OwnerPlan(f"hp-{i:02d}", 10) for i in range(HTTP_OWNERS)),
+            *(OwnerPlan(f"hf-{i:02d}", 10) for i in range(HTTP_OWNERS)),
             *(OwnerPlan(owner_id, 10) for owner_id in self.pool10),
             OwnerPlan(SEARCH_OWNER, SEARCH_TURNS, chat=True),
             *(OwnerPlan(mix_owner(i), MIX_TURNS) for i in range(MIX_OWNERS)),
@@ -401,11 +403,10 @@ class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows, FailoverR
         return timed(lambda: append("hist10k")), timed(lambda: append(next(pool)))
 
     def append_floor_ops(self) -> tuple[Callable[[], float], Callable[[], float]]:
-        """``turn_append`` of a user turn with nothing to extract, warm cache, against its floor:
-        one SQL statement on the same tables (bump the owner's counter and stamp, touch the
-        session, insert the turn) committed, then one Redis EVAL appending the payload."""
-        import orjson
-
+        """``turn_append`` of a user turn with nothing to extract, warm cache, against its floor
+        (``bench.floor``: one SQL statement on the same tables, committed, then one Redis EVAL
+        appending the payload)."""
+        from bench.floor import SESSION_SQL, floor_append
         from bench.timing import timed
         from memory import cache, selectors, services
         from memory.conf import conf
@@ -414,36 +415,13 @@ class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows, FailoverR
         selectors.context_get(owner_id="floor-app")
         raw, redis_client = self.raw, self.redis
         key = cache.keys.owner_key("floor-raw")
-        ttl = conf.CACHE_TTL
-        statement = (
-            "WITH o AS (UPDATE memory_owner SET stamp = nextval('memory_stamp_seq'),"
-            " last_seq = last_seq + 1, updated_at = statement_timestamp()"
-            " WHERE external_id = %(owner)s RETURNING id, last_seq),"
-            " s AS (UPDATE memory_session SET last_seen = %(at)s, turn_count = turn_count + 1"
-            " FROM o WHERE memory_session.owner_id = o.id AND session_id = 's1'),"
-            " t AS (INSERT INTO memory_turn (owner_id, seq, session_id, role, content, metadata,"
-            " created_at) SELECT id, last_seq, 's1', 'user', %(content)s, '{}', %(at)s FROM o"
-            " RETURNING seq) SELECT seq FROM t"
-        )
-        script = (
-            "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) redis.call('EXPIRE', KEYS[1], ARGV[3])"
-        )
-        raw.execute(
-            "INSERT INTO memory_session (owner_id, session_id, first_seen, last_seen, turn_count)"
-            " SELECT id, 's1', now(), now(), 0 FROM memory_owner WHERE external_id = 'floor-raw'"
-            " ON CONFLICT DO NOTHING"
-        )
+        raw.execute(SESSION_SQL, {"owner": "floor-raw", "session": "s1"})
 
         def floor() -> object:
-            at = dt.datetime.now(dt.UTC)
-            (seq,) = raw.execute(
-                statement, {"owner": "floor-raw", "at": at, "content": content}
-            ).fetchone()  # type: ignore[misc]
-            payload = orjson.dumps(
-                {"seq": seq, "session_id": "s1", "role": "user", "content": content,
-                 "metadata": {}, "created_at": at.isoformat()}
+            return floor_append(
+                raw.execute, redis_client, owner="floor-raw", session="s1", content=content,
+                key=key, ttl=conf.CACHE_TTL,
             )  # fmt: skip
-            return redis_client.eval(script, 1, key, f"t:{seq}", payload, ttl)
 
         def append() -> object:
             return services.turn_append(
@@ -1193,13 +1171,25 @@ class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows, FailoverR
                 json_headers,
                 body,
             ),
+            "floor": Load(
+                "POST",
+                tuple(f"/bench/floor/hf-{i:02d}/" for i in range(HTTP_OWNERS)),
+                json_headers,
+                body,
+            ),
         }
         pairs = []
         if "http_get" in wanted:
             pairs.append(("context", "bare_get"))
         if "http_post" in wanted:
             pairs.append(("turn", "bare_post"))
-        names = [name for pair in pairs for name in pair]
+        if "http_post_floor" in wanted:
+            from bench.floor import SESSION_SQL
+
+            for i in range(HTTP_OWNERS):
+                self.raw.execute(SESSION_SQL, {"owner": f"hf-{i:02d}", "session": "web"})
+            pairs.append(("floor", "bare_post"))
+        names = list(dict.fromkeys(name for pair in pairs for name in pair))
         results: dict[str, list[float]] = {name: [] for name in names}
         bad: dict[str, int] = dict.fromkeys(names, 0)
         # With --http-cpu: each load's CPU seconds by kind of process, and its requests.
@@ -1239,6 +1229,14 @@ class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows, FailoverR
                 "the same bare view, POST with the same body",
                 ">= 0.8x",
             ),
+            "floor": (
+                "http_post_floor",
+                "POST of the same body to the append's floor behind DRF (bench.floor: one SQL "
+                f"statement, one Redis EVAL; DRF's token authentication), {HTTP_OWNERS} other "
+                "owners (req/s)",
+                "the same bare view, POST with the same body",
+                "",
+            ),
         }
         for project, baseline in pairs:
             row_id, title, baseline_title, target = titles[project]
@@ -1273,6 +1271,12 @@ class Bench(RecallRows, MixedRows, WebsocketRows, TailRows, EmbedRows, FailoverR
                 }
                 row.extra["cpu_us_per_request"] = per_request
                 row.note += "; " + _cpu_note(per_request)
+            if project == "turn" and results.get("floor"):
+                # NOTE: the POST against the least a durable append behind DRF costs, round by
+                # round: what the goal's bare view leaves out.
+                of_floor = [a / b for a, b in zip(results["turn"], results["floor"], strict=True)]
+                row.extra["of_floor"] = round(statistics.median(of_floor), 3)
+                row.note += f"; {statistics.median(of_floor):.2f}x the floor view's rate"
             if bad[project] or bad[baseline]:
                 row.note += f"; {bad[project] + bad[baseline]} non-2xx/errors"
             row.judge()
@@ -1391,7 +1395,7 @@ def main(argv: list[str] | None = None) -> int:
             shown = "shown" if row.ratio is None else f"{row.ratio:.2f}"
             print(f"  {row_id}: {shown} ({row.extra['seconds']} s)", flush=True)
             rows.append(row)
-    if wanted & {"http_get", "http_post"}:
+    if wanted & {"http_get", "http_post", "http_post_floor"}:
         http_started = time.perf_counter()
         for row in bench.rows_http(wanted):
             row.extra["seconds"] = round(time.perf_counter() - http_started, 1)
