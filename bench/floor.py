@@ -4,7 +4,7 @@ session, insert the turn; the table's triggers and indexes run as for the app), 
 one Redis ``EVAL`` that puts the turn's JSON in a hash. No checks, no cache protocol.
 
 The ``append_floor`` row times it in process (``Bench.append_floor_ops``); the
-``http_post_floor`` row behind DRF, with the project's authentication (``bench.views.FloorView``).
+``http_post_floor`` row behind DRF, with DRF's token lookup (``bench.views.FloorView``).
 """
 
 from __future__ import annotations

@@ -33,9 +33,10 @@ class BareView(APIView):
 
 
 class FloorView(APIView):
-    """``POST {"session_id", "content"}``: the turn stored the floor's way (``bench.floor``,
-    prepared on the request's database connection), after the same authentication and JSON
-    parsing as the real API; answers ``{"seq": n}``, 201. The owner and its session exist."""
+    """``POST {"session_id", "content"}``: a user turn stored the floor's way (``bench.floor``,
+    prepared on the request's database connection), after the project's default authentication
+    (on a view without ``CanReachOwner``, DRF's token lookup) and DRF's JSON parsing; answers
+    ``{"seq": n}``, 201. The owner and its session exist."""
 
     def post(self, request: Request, owner_id: str) -> Response:
         data: Any = request.data
