@@ -19,7 +19,6 @@ from bench.floor import floor_append
 from memory.conf import conf
 
 CONSTANT = {"ok": True}
-FLOOR_TTL = 3600
 
 
 class BareView(APIView):
@@ -61,6 +60,6 @@ class FloorView(APIView):
             session=str(data["session_id"]),
             content=str(data["content"]),
             key=f"{conf.KEY_PREFIX}:floor:{owner_id}",
-            ttl=FLOOR_TTL,
+            ttl=conf.CACHE_TTL,
         )
         return Response({"seq": seq}, status=201)
