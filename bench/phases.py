@@ -1,6 +1,7 @@
 """``python -m bench --phases``: where one call of the ``append_floor`` row spends its time against
-its floor's, in place (the two alternated call by call, as the row runs them), and each server's
-CPU a call."""
+its floor's, in place (the two alternated call by call, as the row runs them), each server's
+CPU a call, and each call's time in Redis's scripts (the delta script's ordinary calls and its
+folds, ``memory/cache/lua/apply.lua``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ PHASES = (
     "from the reply to the Redis command",
     "the Redis command and after",
 )
+# A call whose scripts took more than this many times the median call's is counted as a fold.
+FOLD_FACTOR = 2.5
 # NOTE: marks of one thread only: the repairer's thread sends Redis commands of its own.
 _clock = threading.local()
 
@@ -108,9 +111,45 @@ def _servers(op: Callable[[], object], pid: int, redis_client: Any, n: int) -> t
     return backend, (_redis_seconds(redis_client) - redis_cpu) / n * 1e6
 
 
+def _scripts_usec(client: Any) -> int:
+    """The microseconds Redis has spent in scripts (``EVAL`` and ``EVALSHA``, the commands they
+    ran included), for all its clients (``INFO commandstats``)."""
+    stats = client.info("commandstats")
+    return sum(
+        int(stats[name]["usec"]) for name in ("cmdstat_eval", "cmdstat_evalsha") if name in stats
+    )
+
+
+def _script_times(op: Callable[[], object], redis_client: Any, n: int) -> list[int]:
+    """``op`` run ``n`` times alone: the microseconds of Redis's scripts in each call."""
+    times = []
+    before = _scripts_usec(redis_client)
+    for _ in range(n):
+        op()
+        after = _scripts_usec(redis_client)
+        times.append(after - before)
+        before = after
+    return times
+
+
+def script_split(times: Sequence[int]) -> tuple[float, float, float, float]:
+    """Calls' script times (us) summed up: their mean, the median call's, the share of calls
+    above ``FOLD_FACTOR`` times that median (the apply script's folds, which rewrite the turns'
+    big field), and those calls' median (0 when there are none)."""
+    median = statistics.median(times)
+    folds = [t for t in times if t > FOLD_FACTOR * median]
+    return (
+        statistics.fmean(times),
+        median,
+        len(folds) / len(times),
+        statistics.median(folds) if folds else 0.0,
+    )
+
+
 def phases_print(bench: Any) -> None:
     """Print the ``append_floor`` row's phases, project against baseline (medians of alternated
-    calls), and each side's CPU a call in its PostgreSQL backend and in Redis."""
+    calls), each side's CPU a call in its PostgreSQL backend and in Redis, and its calls' time
+    in Redis's scripts."""
     from django.db import connections
 
     project, baseline = bench.append_floor_ops()
@@ -150,3 +189,10 @@ def phases_print(bench: Any) -> None:
     for side, (backend, redis_us) in servers.items():
         shown = "unknown (not a local server)" if backend is None else f"{backend:,.1f}"
         print(f"- {side}: backend {shown}, Redis {redis_us:,.1f}")
+    print(f"\neach side alone, {n} calls: time in Redis's scripts a call (INFO commandstats), us")
+    for side, op in (("project", project), ("baseline", baseline)):
+        mean, median, share, fold = script_split(_script_times(op, bench.redis, n))
+        print(
+            f"- {side}: mean {mean:,.1f}, median {median:,.1f}; {share:.0%} of the calls above "
+            f"{FOLD_FACTOR}x the median (folds), their median {fold:,.1f}"
+        )

@@ -1349,7 +1349,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--phases",
         action="store_true",
-        help="take the append_floor row's calls apart, phase by phase (bench/phases.py)",
+        help="take the append_floor row's calls apart, phase by phase, with their time in Redis's"
+        " scripts (bench/phases.py)",
     )
     return parser.parse_args(argv)
 

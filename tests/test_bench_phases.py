@@ -55,3 +55,26 @@ def test_a_backend_s_cpu_is_read_only_from_a_postgresql_process_here():
     assert seconds is not None and seconds >= 0
     # NOTE: a pid that is not a PostgreSQL process here (as a remote server's would be) is not read.
     assert phases._backend_seconds(os.getpid()) is None
+
+
+def test_a_call_far_above_the_median_call_s_script_time_counts_as_a_fold():
+    mean, median, share, fold = phases.script_split([10, 10, 12, 11, 40, 10, 50])
+    assert median == 11
+    assert share == pytest.approx(2 / 7)
+    assert fold == 45
+    assert mean == pytest.approx(143 / 7)
+
+
+def test_calls_near_their_median_have_no_fold():
+    assert phases.script_split([5, 5, 6]) == (pytest.approx(16 / 3), 5, 0.0, 0.0)
+
+
+def test_each_call_s_script_time_is_read_from_the_real_server(redis_client: Any):
+    # NOTE: a script that spins for about a millisecond: other tests' scripts on the same server
+    # can only add to a call's time, never hide this one's.
+    busy = "local n = 0 for i = 1, 200000 do n = n + i end return 1"
+
+    times = phases._script_times(lambda: redis_client.eval(busy, 0), redis_client, 3)
+
+    assert len(times) == 3
+    assert all(t >= 200 for t in times)
