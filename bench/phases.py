@@ -194,5 +194,6 @@ def phases_print(bench: Any) -> None:
         mean, median, share, fold = script_split(_script_times(op, bench.redis, n))
         print(
             f"- {side}: mean {mean:,.1f}, median {median:,.1f}; {share:.0%} of the calls above "
-            f"{FOLD_FACTOR}x the median (folds), their median {fold:,.1f}"
+            f"{FOLD_FACTOR}x the median, their median {fold:,.1f}"
         )
+    print("(the project's calls far above its median are the delta script's folds)")
