@@ -26,6 +26,9 @@ class Owner(models.Model):
     last_seq = models.BigIntegerField(default=0)
     # NOTE: from one database-wide sequence, so it grows across a forget and a re-creation.
     stamp = models.BigIntegerField(default=0)
+    # NOTE: the stamp the owner held before ``stamp``, set by the statement that draws a stamp:
+    # its RETURNING gives the stamp it replaced, also after waiting for another writer's lock.
+    prev_stamp = models.BigIntegerField(db_default=0)
     # NOTE: the cache's transactional outbox: set with every write, cleared once Redis confirmed.
     cache_dirty = models.BooleanField(default=False)
     # NOTE: tokens of the turns after the summary's ``through_seq``: how an append knows, without

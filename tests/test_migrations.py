@@ -1,8 +1,9 @@
 """Tests of the app's migrations on Postgres: the schema 0.1.0 shipped (``0001``), everything
-since (``0002``) and a change of the append's function (``0003``). A database of 0.1.0 migrates
-to the schema a new one gets, with its data; the functions in the database are the
-``memory/postgres/sql`` files; migrating back to 0.1.0 restores its indexes, and forward drops
-them again."""
+since (``0002``), a change of the append's function (``0003``) and the owner's previous stamp
+(``0004``). A database of 0.1.0 migrates to the schema a new one gets, with its data; the
+functions in the database are the ``memory/postgres/sql`` files; migrating back to 0.1.0
+restores its indexes, and forward drops them again; back to ``0003``, its function appends
+without the column."""
 
 from __future__ import annotations
 
@@ -75,6 +76,7 @@ def test_the_app_starts_with_the_two_squashed_migrations_of_its_history():
         "0001_squashed_0_1_0.py",
         "0002_squashed_since_0_1_0.py",
         "0003_turn_append_by_version.py",
+        "0004_owner_prev_stamp.py",
     ]
 
 
@@ -151,6 +153,33 @@ def test_migrating_back_to_0_1_0_restores_its_indexes_and_forward_drops_them_aga
     assert function_body("memory_turn_append") == file_body(
         sql.sql_read("turn_append"), "memory_turn_append"
     )
+
+
+def test_migrating_back_to_0003_restores_its_function_which_appends_without_the_column():
+    try:
+        migrate(("memory", "0003_turn_append_by_version"))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM information_schema.columns"
+                " WHERE table_name = 'memory_owner' AND column_name = 'prev_stamp'"
+            )
+            assert cursor.fetchone() == (0,)
+        assert function_body("memory_turn_append") == file_body(
+            sql.sql_read("turn_append_0003"), "memory_turn_append"
+        )
+        with connection.cursor() as cursor:
+            for _ in range(2):
+                cursor.execute(
+                    "SELECT created, seq, prev_stamp FROM memory_turn_append('wang', 's',"
+                    " 'user', 'x', '{}', NULL, false, now(), false, NULL, 200, 0, NULL)"
+                )
+                assert cursor.fetchone()[:2] == (True, _ + 1)
+    finally:
+        migrate_to_latest()
+    assert function_body("memory_turn_append") == file_body(
+        sql.sql_read("turn_append"), "memory_turn_append"
+    )
+    assert Owner.objects.get(external_id="wang").prev_stamp == 0
 
 
 # A database of its own, made from a dump and migrated by ``manage.py migrate``.

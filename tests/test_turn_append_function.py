@@ -5,6 +5,7 @@ Postgres and Redis."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
@@ -247,19 +248,25 @@ def _call(cursor: Any, owner_id: str, session_id: str = "s") -> tuple[Any, ...]:
     return seq, stamp, prev_stamp
 
 
-def test_an_append_that_waited_on_the_owner_takes_the_stamp_the_other_left():
-    """The append without key or facts takes the owner's lock with its UPDATE, on the stamp its
-    snapshot read; one that waited for another append's lock finds a newer stamp, and takes
-    the locked path: the stamp it reports as taken before is the one that append left."""
-    import psycopg
-
+def _params() -> dict[str, Any]:
+    """psycopg's connection parameters of the test database, for connections of their own."""
     settings = connection.settings_dict
-    params = {
+    return {
         "dbname": settings["NAME"],
         "host": settings["HOST"] or None,
         "port": settings["PORT"] or None,
         "user": settings["USER"] or None,
     }
+
+
+def test_an_append_that_waited_on_the_owner_takes_the_stamp_the_other_left():
+    """The append without key or facts takes the owner's lock with its UPDATE; one that waited
+    for another append's lock reports as taken before the stamp that append left, takes the seq
+    after its seq, and draws its own stamp once it holds the lock: above one drawn while it
+    waited."""
+    import psycopg
+
+    params = _params()
     with psycopg.connect(**params) as first, psycopg.connect(**params, autocommit=True) as other:
         (pid,) = other.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
         _call(other.cursor(), "wang")  # the owner exists: the UPDATE path, not the insert
@@ -275,12 +282,48 @@ def test_an_append_that_waited_on_the_owner_takes_the_stamp_the_other_left():
                 threading.Event().wait(0.01)
             else:
                 raise AssertionError("the second append never waited for the owner's lock")
+            cursor.execute("SELECT nextval('memory_stamp_seq')")
+            (drawn_meanwhile,) = cursor.fetchone()
         first.commit()
         waiting.join(10)
     ((seq, stamp, prev_stamp),) = got
     assert (seq, prev_stamp) == (first_seq + 1, first_stamp) and stamp > first_stamp
+    # NOTE: a stamp drawn before the wait would be below this one, and could commit after a
+    # later writer's: stamps would not grow in the owner's commit order.
+    assert stamp > drawn_meanwhile
     assert Owner.objects.get(external_id="wang").stamp == stamp
     assert Turn.objects.filter(owner__external_id="wang").count() == 3
+
+
+def test_concurrent_appends_to_one_owner_chain_their_stamps_in_seq_order():
+    """Appends of one owner from several connections at once: seqs 1..n with no gap, and in
+    seq order each append's stamp grows and its stamp taken before is the previous append's."""
+    import psycopg
+
+    params = _params()
+    got: list[tuple[Any, ...]] = []
+    lock = threading.Lock()
+
+    def writer() -> None:
+        with psycopg.connect(**params, autocommit=True) as own:
+            for _ in range(15):
+                row = _call(own.cursor(), "busy")
+                with lock:
+                    got.append(row)
+
+    with psycopg.connect(**params, autocommit=True) as first:
+        got.append(_call(first.cursor(), "busy"))  # the owner exists: every writer updates it
+    writers = [threading.Thread(target=writer) for _ in range(6)]
+    for thread in writers:
+        thread.start()
+    for thread in writers:
+        thread.join(60)
+    got.sort()
+    assert [seq for seq, _, _ in got] == list(range(1, 6 * 15 + 2))
+    for (_, before, _), (_, stamp, prev_stamp) in itertools.pairwise(got):
+        assert prev_stamp == before and stamp > before
+    owner = Owner.objects.get(external_id="busy")
+    assert (owner.stamp, owner.prev_stamp) == (got[-1][1], got[-1][2])
 
 
 def test_a_new_session_is_inserted_and_a_known_one_updated():

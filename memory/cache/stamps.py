@@ -30,7 +30,8 @@ def stamp_take(owner: Owner, *, turns: int = 0) -> int:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {Owner._meta.db_table} SET stamp = nextval('memory_stamp_seq'),"
+                f"UPDATE {Owner._meta.db_table} SET prev_stamp = stamp,"
+                " stamp = nextval('memory_stamp_seq'),"
                 " last_seq = last_seq + %s, cache_dirty = cache_dirty OR %s,"
                 " updated_at = statement_timestamp()"
                 " WHERE id = %s RETURNING stamp, last_seq, updated_at",
@@ -44,6 +45,7 @@ def stamp_take(owner: Owner, *, turns: int = 0) -> int:
         owner.cache_dirty = owner.cache_dirty or dirty
         owner.updated_at = now
         Owner.objects.filter(pk=owner.pk).update(
+            prev_stamp=prev,
             stamp=owner.stamp,
             last_seq=owner.last_seq,
             cache_dirty=owner.cache_dirty,
@@ -58,7 +60,8 @@ def stamp_take_by_pk(owner_pk: int) -> tuple[str, int] | None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {Owner._meta.db_table} SET stamp = nextval('memory_stamp_seq'),"
+                f"UPDATE {Owner._meta.db_table} SET prev_stamp = stamp,"
+                " stamp = nextval('memory_stamp_seq'),"
                 " cache_dirty = true, updated_at = statement_timestamp()"
                 " WHERE id = %s RETURNING external_id, stamp",
                 [owner_pk],
@@ -66,7 +69,7 @@ def stamp_take_by_pk(owner_pk: int) -> tuple[str, int] | None:
             row = cursor.fetchone()
         return (row[0], row[1]) if row else None
     updated = Owner.objects.filter(pk=owner_pk).update(
-        stamp=F("stamp") + 1, cache_dirty=True, updated_at=timezone.now()
+        prev_stamp=F("stamp"), stamp=F("stamp") + 1, cache_dirty=True, updated_at=timezone.now()
     )
     if not updated:
         return None

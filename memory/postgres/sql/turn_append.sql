@@ -20,19 +20,15 @@ DECLARE
 BEGIN
   IF p_key IS NULL AND p_facts IS NULL THEN
     -- NOTE: nothing to check under the owner's lock first: the UPDATE takes it, with no lock
-    -- record of its own before it. It takes the seq only if the stamp it finds locked is the
-    -- one its snapshot read (a write that committed in between fails the test on the row's
-    -- newest version), so the stamp it returns as taken before is the one it replaced; else
-    -- nothing is written and the general path below runs. The row is found again by the
-    -- version its snapshot read (ctid), not by a second index scan: the stamp test alone
-    -- decides, as before.
-    UPDATE memory_owner AS o SET stamp = nextval('memory_stamp_seq'), last_seq = o.last_seq + 1,
-      cache_dirty = o.cache_dirty OR p_dirty, updated_at = statement_timestamp(),
-      summary_tokens = o.summary_tokens + p_tokens
-    FROM (SELECT w.ctid AS version, w.stamp FROM memory_owner AS w WHERE w.external_id = p_owner)
-      AS was
-    WHERE o.ctid = was.version AND o.stamp = was.stamp
-    RETURNING o.id, was.stamp, o.last_seq, o.stamp, o.summary_tokens
+    -- record of its own before it. prev_stamp is set from the row the UPDATE locked: after
+    -- waiting for another writer, PostgreSQL evaluates the SET again on that writer's version,
+    -- so it returns the stamp it replaced, the seq after that writer's, and a stamp drawn under
+    -- the lock, with no second statement. No row: no such owner; the general path creates it.
+    UPDATE memory_owner AS o SET prev_stamp = o.stamp, stamp = nextval('memory_stamp_seq'),
+      last_seq = o.last_seq + 1, cache_dirty = o.cache_dirty OR p_dirty,
+      updated_at = statement_timestamp(), summary_tokens = o.summary_tokens + p_tokens
+    WHERE o.external_id = p_owner
+    RETURNING o.id, o.prev_stamp, o.last_seq, o.stamp, o.summary_tokens
     INTO owner_pk, prev_stamp, seq, stamp, v_tokens;
   END IF;
   IF owner_pk IS NULL THEN
@@ -71,9 +67,9 @@ BEGIN
         END IF;
       END LOOP;
     END IF;
-    UPDATE memory_owner AS o SET stamp = nextval('memory_stamp_seq'), last_seq = o.last_seq + 1,
-      cache_dirty = o.cache_dirty OR p_dirty, updated_at = statement_timestamp(),
-      summary_tokens = o.summary_tokens + p_tokens
+    UPDATE memory_owner AS o SET prev_stamp = o.stamp, stamp = nextval('memory_stamp_seq'),
+      last_seq = o.last_seq + 1, cache_dirty = o.cache_dirty OR p_dirty,
+      updated_at = statement_timestamp(), summary_tokens = o.summary_tokens + p_tokens
     WHERE o.id = owner_pk
     RETURNING o.last_seq, o.stamp, o.summary_tokens INTO seq, stamp, v_tokens;
   END IF;
