@@ -1,9 +1,9 @@
 """Tests of the app's migrations on Postgres: the schema 0.1.0 shipped (``0001``), everything
-since (``0002``), a change of the append's function (``0003``) and the owner's previous stamp
-(``0004``). A database of 0.1.0 migrates to the schema a new one gets, with its data; the
-functions in the database are the ``memory/postgres/sql`` files; migrating back to 0.1.0
-restores its indexes, and forward drops them again; back to ``0003``, its function appends
-without the column."""
+since (``0002``) and the append's function with the owner's previous stamp (``0003``). A
+database of 0.1.0 migrates to the schema a new one gets, with its data; the functions in the
+database are the ``memory/postgres/sql`` files; migrating back to 0.1.0 restores its indexes,
+and forward drops them again; back to ``0002``, appends keep working, and forward again
+changes nothing."""
 
 from __future__ import annotations
 
@@ -75,14 +75,26 @@ def test_the_app_starts_with_the_two_squashed_migrations_of_its_history():
     assert names == [
         "0001_squashed_0_1_0.py",
         "0002_squashed_since_0_1_0.py",
-        "0003_turn_append_by_version.py",
-        "0004_owner_prev_stamp.py",
+        "0003_squashed_prev_stamp.py",
     ]
 
 
-def test_a_database_at_the_heads_the_squash_replaced_has_nothing_left_to_migrate():
-    squash = ("memory", "0002_squashed_since_0_1_0")
-    replaced = ["0002_since_0_1_0", "0003_langgraph", "0004_turn_append_owner_update"]
+@pytest.mark.parametrize(
+    ("squash", "replaced"),
+    [
+        (
+            ("memory", "0002_squashed_since_0_1_0"),
+            ["0002_since_0_1_0", "0003_langgraph", "0004_turn_append_owner_update"],
+        ),
+        (
+            ("memory", "0003_squashed_prev_stamp"),
+            ["0003_turn_append_by_version", "0004_owner_prev_stamp"],
+        ),
+    ],
+)
+def test_a_database_at_the_heads_the_squash_replaced_has_nothing_left_to_migrate(
+    squash: tuple[str, str], replaced: list[str]
+):
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(
@@ -155,31 +167,27 @@ def test_migrating_back_to_0_1_0_restores_its_indexes_and_forward_drops_them_aga
     )
 
 
-def test_migrating_back_to_0003_restores_its_function_which_appends_without_the_column():
-    try:
-        migrate(("memory", "0003_turn_append_by_version"))
+def test_migrating_back_to_0002_keeps_appends_working_and_forward_again_changes_nothing():
+    def appended() -> tuple[bool, int]:
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT count(*) FROM information_schema.columns"
-                " WHERE table_name = 'memory_owner' AND column_name = 'prev_stamp'"
+                "SELECT created, seq FROM memory_turn_append('wang', 's', 'user', 'x', '{}',"
+                " NULL, false, now(), false, NULL, 200, 0, NULL)"
             )
-            assert cursor.fetchone() == (0,)
-        assert function_body("memory_turn_append") == file_body(
-            sql.sql_read("turn_append_0003"), "memory_turn_append"
-        )
-        with connection.cursor() as cursor:
-            for _ in range(2):
-                cursor.execute(
-                    "SELECT created, seq, prev_stamp FROM memory_turn_append('wang', 's',"
-                    " 'user', 'x', '{}', NULL, false, now(), false, NULL, 200, 0, NULL)"
-                )
-                assert cursor.fetchone()[:2] == (True, _ + 1)
+            created, seq = cursor.fetchone()
+        return created, seq
+
+    try:
+        migrate(("memory", "0002_squashed_since_0_1_0"))
+        assert [appended(), appended()] == [(True, 1), (True, 2)]
     finally:
         migrate_to_latest()
     assert function_body("memory_turn_append") == file_body(
         sql.sql_read("turn_append"), "memory_turn_append"
     )
-    assert Owner.objects.get(external_id="wang").prev_stamp == 0
+    assert appended() == (True, 3)
+    owner = Owner.objects.get(external_id="wang")
+    assert owner.prev_stamp < owner.stamp
 
 
 # A database of its own, made from a dump and migrated by ``manage.py migrate``.
