@@ -113,6 +113,37 @@ def test_a_database_at_the_heads_the_squash_replaced_has_nothing_left_to_migrate
         transaction.set_rollback(True)
 
 
+def test_a_database_at_the_landed_0003_alone_gets_the_column_and_the_function():
+    """``0003_turn_append_by_version`` landed before the squash; the ``0004`` replaced did not."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DELETE FROM django_migrations WHERE app = 'memory'"
+                " AND name IN ('0003_squashed_prev_stamp', '0004_owner_prev_stamp')"
+            )
+            cursor.execute(
+                "INSERT INTO django_migrations (app, name, applied)"
+                " SELECT 'memory', '0003_turn_append_by_version', now() WHERE NOT EXISTS"
+                " (SELECT 1 FROM django_migrations WHERE app = 'memory'"
+                " AND name = '0003_turn_append_by_version')"
+            )
+            cursor.execute("ALTER TABLE memory_owner DROP COLUMN prev_stamp")
+        executor = MigrationExecutor(connection)
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        assert [migration.name for migration, _ in plan] == ["0003_squashed_prev_stamp"]
+    finally:
+        migrate_to_latest()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT column_default FROM information_schema.columns"
+            " WHERE table_name = 'memory_owner' AND column_name = 'prev_stamp'"
+        )
+        assert cursor.fetchall() == [("0",)]
+    assert function_body("memory_turn_append") == file_body(
+        sql.sql_read("turn_append"), "memory_turn_append"
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "file"),
     [

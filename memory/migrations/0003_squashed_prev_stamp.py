@@ -1,8 +1,8 @@
 """Since ``0002``, squashed: ``memory_turn_append()`` as ``memory/postgres/sql/turn_append.sql``
 writes it now, and the owner's ``prev_stamp``, the stamp it held before its current one, which
 the function's ``UPDATE`` sets and returns (the stamp it replaced, also after waiting for another
-writer's lock). It ``replaces`` the development migrations ``0003_turn_append_by_version`` and
-``0004_owner_prev_stamp``.
+writer's lock). It stands in for ``0003_turn_append_by_version``, which landed, and ``replaces``
+the development migration ``0004_owner_prev_stamp``, which did not.
 
 Backwards leaves both as they are, as ``0003`` left its function: the column has a database
 default and nothing before this migration names it, and the function then keeps working; going
@@ -37,10 +37,10 @@ def _append_forwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -
 
 
 class Migration(migrations.Migration):
-    replaces = [
-        ("memory", "0003_turn_append_by_version"),
-        ("memory", "0004_owner_prev_stamp"),
-    ]
+    # NOTE: not 0003_turn_append_by_version: a database that applied it alone would hold this
+    # squash partly applied, which Django leaves out of its plan, so the column would never be
+    # added. Run there, both operations find what is missing and add only that.
+    replaces = [("memory", "0004_owner_prev_stamp")]
 
     dependencies = [("memory", "0002_squashed_since_0_1_0")]
 
