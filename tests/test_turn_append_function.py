@@ -249,14 +249,10 @@ def _call(cursor: Any, owner_id: str, session_id: str = "s") -> tuple[Any, ...]:
 
 
 def _params() -> dict[str, Any]:
-    """psycopg's connection parameters of the test database, for connections of their own."""
-    settings = connection.settings_dict
-    return {
-        "dbname": settings["NAME"],
-        "host": settings["HOST"] or None,
-        "port": settings["PORT"] or None,
-        "user": settings["USER"] or None,
-    }
+    """psycopg's connection parameters of the test database (Django's, password and options
+    included), for plain psycopg connections of their own: without Django's cursor and adapters."""
+    params = connection.get_connection_params()
+    return {k: v for k, v in params.items() if k not in {"cursor_factory", "context"}}
 
 
 def test_an_append_that_waited_on_the_owner_takes_the_stamp_the_other_left():
